@@ -131,6 +131,7 @@ var commands = []func(*Factory) *cobra.Command{
 	NewCmdCkpt,
 	NewCmdTop,
 	NewCmdDoctor,
+	NewCmdPythonPath,
 }
 
 // stdinIsTTY reports whether fd is a terminal.
