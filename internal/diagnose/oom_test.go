@@ -1,0 +1,93 @@
+package diagnose
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func u(v uint64) *uint64 { return &v }
+
+func TestParseOOM(t *testing.T) {
+	const gib, mib = 1 << 30, 1 << 20
+	tests := []struct {
+		name string
+		in   string
+		want OOM
+	}{
+		{
+			name: "2.x",
+			in:   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79.15 GiB of which 6.69 MiB is free. Process 1234 has 79.14 GiB memory in use. Of the allocated memory 78.40 GiB is allocated by PyTorch, and 229.86 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+			want: OOM{TriedBytes: u(20 * mib), GPU: ip(0), TotalBytes: ub(79.15, gib), FreeBytes: ub(6.69, mib),
+				AllocatedBytes: ub(78.40, gib), ReservedUnallocatedBytes: ub(229.86, mib), Fragmented: true,
+				Processes: []OOMProcess{{PID: 1234, Bytes: *ub(79.14, gib)}}},
+		},
+		{
+			name: "2.1-era capacty misspelling, two processes",
+			in:   "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 1 has a total capacty of 14.75 GiB of which 1.07 GiB is free. Process 28375 has 13.67 GiB memory in use. Process 99 has 10.00 MiB memory in use. Of the allocated memory 12.98 GiB is allocated by PyTorch, and 570.28 MiB is reserved by PyTorch but unallocated.",
+			want: OOM{TriedBytes: ub(1.5, gib), GPU: ip(1), TotalBytes: ub(14.75, gib), FreeBytes: ub(1.07, gib),
+				AllocatedBytes: ub(12.98, gib), ReservedUnallocatedBytes: ub(570.28, mib),
+				Processes: []OOMProcess{{PID: 28375, Bytes: *ub(13.67, gib)}, {PID: 99, Bytes: 10 * mib}}},
+		},
+		{
+			name: "1.x",
+			in:   "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.90 GiB total capacity; 14.96 GiB already allocated; 9.75 MiB free; 15.08 GiB reserved in total by PyTorch)",
+			want: OOM{TriedBytes: u(20 * mib), GPU: ip(0), TotalBytes: ub(15.90, gib), FreeBytes: ub(9.75, mib),
+				AllocatedBytes: ub(14.96, gib), ReservedBytes: ub(15.08, gib),
+				ReservedUnallocatedBytes: u(*ub(15.08, gib) - *ub(14.96, gib)), Fragmented: true},
+		},
+		{
+			name: "1.0 cached",
+			in:   "RuntimeError: CUDA out of memory. Tried to allocate 1.12 GiB (GPU 3; 11.17 GiB total capacity; 10.23 GiB already allocated; 6.81 MiB free; 332.28 MiB cached)",
+			want: OOM{TriedBytes: ub(1.12, gib), GPU: ip(3), TotalBytes: ub(11.17, gib), FreeBytes: ub(6.81, mib),
+				AllocatedBytes: ub(10.23, gib), ReservedBytes: ub(332.28, mib)},
+		},
+		{
+			name: "truncated",
+			in:   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a tot",
+			want: OOM{TriedBytes: u(512 * mib), GPU: ip(0)},
+		},
+		{
+			name: "cuBLAS",
+			in:   "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+			want: OOM{Library: "cuBLAS"},
+		},
+		{
+			name: "cuDNN",
+			in:   "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+			want: OOM{Library: "cuDNN"},
+		},
+		{
+			name: "bytes unit",
+			in:   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512 bytes. GPU 0 has a total capacity of 2.00 GiB of which 0 bytes is free.",
+			want: OOM{TriedBytes: u(512), GPU: ip(0), TotalBytes: u(2 * gib), FreeBytes: u(0)},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := ParseOOM("some earlier line\n" + tt.in)
+			if !ok {
+				t.Fatal("not recognised")
+			}
+			g, _ := json.Marshal(got)
+			w, _ := json.Marshal(tt.want)
+			if string(g) != string(w) {
+				t.Errorf("got  %s\nwant %s", g, w)
+			}
+		})
+	}
+	if _, ok := ParseOOM("RuntimeError: shapes cannot be multiplied"); ok {
+		t.Error("a non-OOM error was parsed as OOM")
+	}
+}
+
+func ip(v int) *int { return &v }
+
+func TestHumanBytes(t *testing.T) {
+	for in, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1536: "1.50 KiB", 20 << 20: "20.00 MiB", 3 << 30: "3.00 GiB"} {
+		if got := HumanBytes(in); got != want {
+			t.Errorf("HumanBytes(%d) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func ub(f, unit float64) *uint64 { v := uint64(f*unit + 0.5); return &v }

@@ -1,0 +1,562 @@
+// Package store keeps runs, attempts, events and samples in one SQLite
+// database (modernc.org/sqlite, pure Go) under the state directory. Writes
+// are small transactions in WAL mode, so a crash of vramguard loses at most
+// the sample being written; a run whose supervisor vanished is marked lost
+// by MarkLost. The store never interprets what it keeps.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite"
+)
+
+// ErrNotFound is returned when a run does not exist.
+var ErrNotFound = errors.New("no such run")
+
+// Store is an open database. It is safe for concurrent use.
+type Store struct {
+	db   *sql.DB
+	path string
+}
+
+// migrations are applied in order; the index+1 is the schema version. Never
+// edit one that has shipped: append a new one.
+var migrations = []string{
+	`CREATE TABLE runs (
+		id TEXT PRIMARY KEY,
+		name TEXT NOT NULL DEFAULT '',
+		command TEXT NOT NULL,
+		cwd TEXT NOT NULL DEFAULT '',
+		status TEXT NOT NULL,
+		reason TEXT NOT NULL DEFAULT '',
+		exit_code INTEGER,
+		started_at INTEGER NOT NULL,
+		ended_at INTEGER,
+		attempts INTEGER NOT NULL DEFAULT 0,
+		supervisor_pid INTEGER NOT NULL DEFAULT 0,
+		supervisor_start INTEGER NOT NULL DEFAULT 0,
+		job_pid INTEGER NOT NULL DEFAULT 0,
+		peak_rss INTEGER NOT NULL DEFAULT 0,
+		peak_gpu INTEGER NOT NULL DEFAULT 0,
+		detached INTEGER NOT NULL DEFAULT 0,
+		dir TEXT NOT NULL DEFAULT '',
+		postmortem TEXT NOT NULL DEFAULT ''
+	);
+	CREATE INDEX runs_name ON runs(name);
+	CREATE INDEX runs_started ON runs(started_at);
+	CREATE TABLE attempts (
+		run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+		n INTEGER NOT NULL,
+		started_at INTEGER NOT NULL,
+		ended_at INTEGER,
+		pid INTEGER NOT NULL DEFAULT 0,
+		exit_code INTEGER,
+		reason TEXT NOT NULL DEFAULT '',
+		log_path TEXT NOT NULL DEFAULT '',
+		resume_from TEXT NOT NULL DEFAULT '',
+		verdict TEXT NOT NULL DEFAULT '',
+		PRIMARY KEY (run_id, n)
+	);
+	CREATE TABLE events (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+		attempt INTEGER NOT NULL DEFAULT 0,
+		t INTEGER NOT NULL,
+		kind TEXT NOT NULL,
+		message TEXT NOT NULL DEFAULT '',
+		data TEXT NOT NULL DEFAULT ''
+	);
+	CREATE INDEX events_run ON events(run_id, t);
+	CREATE TABLE samples (
+		run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+		attempt INTEGER NOT NULL,
+		t INTEGER NOT NULL,
+		rss INTEGER NOT NULL,
+		nprocs INTEGER NOT NULL,
+		cgroup_usage INTEGER,
+		cgroup_limit INTEGER,
+		gpu_used INTEGER,
+		cpu_ticks INTEGER NOT NULL DEFAULT 0,
+		allocated INTEGER,
+		reserved INTEGER,
+		procs TEXT NOT NULL DEFAULT ''
+	);
+	CREATE INDEX samples_run ON samples(run_id, t);`,
+}
+
+// Open opens (creating if needed) the database in dir and migrates it.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, "vramguard.db")
+	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	s := &Store{db: db, path: path}
+	if err := s.migrate(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrate %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Path is the database file.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+func (s *Store) migrate() error {
+	var v int
+	if err := s.db.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+		return err
+	}
+	for i := v; i < len(migrations); i++ {
+		tx, err := s.db.Begin()
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(migrations[i]); err != nil {
+			tx.Rollback()
+			// Another process may have migrated concurrently.
+			if strings.Contains(err.Error(), "already exists") {
+				continue
+			}
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+		if _, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, i+1)); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Run is one supervised job with all its attempts.
+type Run struct {
+	ID              string     `json:"id"`
+	Name            string     `json:"name"`
+	Command         []string   `json:"command"`
+	Cwd             string     `json:"cwd"`
+	Status          string     `json:"status"` // running, finished, lost
+	Reason          string     `json:"reason"`
+	ExitCode        *int       `json:"exit_code"`
+	StartedAt       time.Time  `json:"started_at"`
+	EndedAt         *time.Time `json:"ended_at"`
+	Attempts        int        `json:"attempts"`
+	SupervisorPID   int        `json:"supervisor_pid"`
+	SupervisorStart uint64     `json:"-"`
+	JobPID          int        `json:"job_pid"`
+	PeakRSS         uint64     `json:"peak_rss_bytes"`
+	PeakGPU         uint64     `json:"peak_gpu_bytes"`
+	Detached        bool       `json:"detached"`
+	Dir             string     `json:"dir"`
+	// Postmortem is the JSON post-mortem of the last attempt.
+	Postmortem json.RawMessage `json:"-"`
+}
+
+// Run statuses.
+const (
+	StatusRunning  = "running"
+	StatusFinished = "finished"
+	StatusLost     = "lost"
+)
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// CreateRun inserts r.
+func (s *Store) CreateRun(ctx context.Context, r *Run) error {
+	cmd, _ := json.Marshal(r.Command)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO runs(id,name,command,cwd,status,started_at,supervisor_pid,supervisor_start,detached,dir)
+		VALUES(?,?,?,?,?,?,?,?,?,?)`, r.ID, r.Name, string(cmd), r.Cwd, r.Status, ms(r.StartedAt), r.SupervisorPID,
+		int64(r.SupervisorStart), boolInt(r.Detached), r.Dir)
+	if err != nil {
+		return fmt.Errorf("create run %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// UpdateSupervisor records the process that supervises a run (it changes
+// when a detached run's daemon takes over).
+func (s *Store) UpdateSupervisor(ctx context.Context, id string, pid int, start uint64) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE runs SET supervisor_pid=?, supervisor_start=? WHERE id=?`, pid, int64(start), id)
+	return err
+}
+
+// SetJobPID records the PID of the current attempt's main process.
+func (s *Store) SetJobPID(ctx context.Context, id string, pid int) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE runs SET job_pid=? WHERE id=?`, pid, id)
+	return err
+}
+
+// FinishRun records the end of a run.
+func (s *Store) FinishRun(ctx context.Context, id, status, reason string, exitCode int, end time.Time, postmortem []byte) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE runs SET status=?, reason=?, exit_code=?, ended_at=?, postmortem=? WHERE id=?`,
+		status, reason, exitCode, ms(end), string(postmortem), id)
+	if err != nil {
+		return fmt.Errorf("finish run %s: %w", id, err)
+	}
+	return nil
+}
+
+// UpdatePeaks raises the run's recorded peaks to at least rss and gpu.
+func (s *Store) UpdatePeaks(ctx context.Context, id string, rss, gpu uint64) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE runs SET peak_rss=max(peak_rss,?), peak_gpu=max(peak_gpu,?) WHERE id=?`, int64(rss), int64(gpu), id)
+	return err
+}
+
+const runCols = `id,name,command,cwd,status,reason,exit_code,started_at,ended_at,attempts,supervisor_pid,supervisor_start,job_pid,peak_rss,peak_gpu,detached,dir,postmortem`
+
+func scanRun(sc interface{ Scan(...any) error }) (*Run, error) {
+	var r Run
+	var cmd, pm string
+	var exit, ended sql.NullInt64
+	var started, supStart int64
+	var det int
+	if err := sc.Scan(&r.ID, &r.Name, &cmd, &r.Cwd, &r.Status, &r.Reason, &exit, &started, &ended, &r.Attempts,
+		&r.SupervisorPID, &supStart, &r.JobPID, &r.PeakRSS, &r.PeakGPU, &det, &r.Dir, &pm); err != nil {
+		return nil, err
+	}
+	_ = json.Unmarshal([]byte(cmd), &r.Command)
+	r.StartedAt = time.UnixMilli(started)
+	if ended.Valid {
+		t := time.UnixMilli(ended.Int64)
+		r.EndedAt = &t
+	}
+	if exit.Valid {
+		e := int(exit.Int64)
+		r.ExitCode = &e
+	}
+	r.SupervisorStart = uint64(supStart)
+	r.Detached = det != 0
+	if pm != "" {
+		r.Postmortem = json.RawMessage(pm)
+	}
+	return &r, nil
+}
+
+// Runs lists runs, newest first; limit <= 0 means all.
+func (s *Store) Runs(ctx context.Context, limit int) ([]*Run, error) {
+	q := `SELECT ` + runCols + ` FROM runs ORDER BY started_at DESC, id DESC`
+	if limit > 0 {
+		q += fmt.Sprintf(" LIMIT %d", limit)
+	}
+	rows, err := s.db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	defer rows.Close()
+	var out []*Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Resolve finds a run by id, id prefix, name (the newest with that name) or
+// "last".
+func (s *Store) Resolve(ctx context.Context, ref string) (*Run, error) {
+	var row *sql.Row
+	switch {
+	case ref == "last" || ref == "":
+		row = s.db.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs ORDER BY started_at DESC, id DESC LIMIT 1`)
+	default:
+		row = s.db.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id=? OR name=? ORDER BY (id=?) DESC, started_at DESC LIMIT 1`, ref, ref, ref)
+	}
+	r, err := scanRun(row)
+	if errors.Is(err, sql.ErrNoRows) && ref != "last" && ref != "" {
+		// An unambiguous id prefix.
+		rows, qerr := s.db.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE id LIKE ? ESCAPE '\' LIMIT 2`, escapeLike(ref)+"%")
+		if qerr != nil {
+			return nil, qerr
+		}
+		defer rows.Close()
+		var found []*Run
+		for rows.Next() {
+			rr, err := scanRun(rows)
+			if err != nil {
+				return nil, err
+			}
+			found = append(found, rr)
+		}
+		switch len(found) {
+		case 1:
+			return found[0], nil
+		case 2:
+			return nil, fmt.Errorf("run %q is ambiguous: give more of its id", ref)
+		}
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %q (see `vramguard runs`)", ErrNotFound, ref)
+	}
+	return r, err
+}
+
+func escapeLike(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+	return r.Replace(s)
+}
+
+// Attempt is one start of a run's command.
+type Attempt struct {
+	RunID      string          `json:"-"`
+	N          int             `json:"n"`
+	StartedAt  time.Time       `json:"started_at"`
+	EndedAt    *time.Time      `json:"ended_at"`
+	PID        int             `json:"pid"`
+	ExitCode   *int            `json:"exit_code"`
+	Reason     string          `json:"reason"`
+	LogPath    string          `json:"log_path"`
+	ResumeFrom string          `json:"resume_from"`
+	Verdict    json.RawMessage `json:"verdict,omitempty"`
+}
+
+// StartAttempt records attempt a and bumps the run's attempt count.
+func (s *Store) StartAttempt(ctx context.Context, a *Attempt) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(`INSERT INTO attempts(run_id,n,started_at,pid,log_path,resume_from) VALUES(?,?,?,?,?,?)`,
+		a.RunID, a.N, ms(a.StartedAt), a.PID, a.LogPath, a.ResumeFrom); err != nil {
+		return fmt.Errorf("start attempt %d of %s: %w", a.N, a.RunID, err)
+	}
+	if _, err := tx.Exec(`UPDATE runs SET attempts=? WHERE id=?`, a.N, a.RunID); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// SetAttemptPID records the PID of an attempt once it started.
+func (s *Store) SetAttemptPID(ctx context.Context, runID string, n, pid int) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE attempts SET pid=? WHERE run_id=? AND n=?`, pid, runID, n)
+	return err
+}
+
+// FinishAttempt records how an attempt ended.
+func (s *Store) FinishAttempt(ctx context.Context, runID string, n int, end time.Time, exitCode int, reason string, verdict []byte) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE attempts SET ended_at=?, exit_code=?, reason=?, verdict=? WHERE run_id=? AND n=?`,
+		ms(end), exitCode, reason, string(verdict), runID, n)
+	return err
+}
+
+// Attempts lists a run's attempts in order.
+func (s *Store) Attempts(ctx context.Context, runID string) ([]*Attempt, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT n,started_at,ended_at,pid,exit_code,reason,log_path,resume_from,verdict FROM attempts WHERE run_id=? ORDER BY n`, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Attempt
+	for rows.Next() {
+		a := Attempt{RunID: runID}
+		var started int64
+		var ended, exit sql.NullInt64
+		var verdict string
+		if err := rows.Scan(&a.N, &started, &ended, &a.PID, &exit, &a.Reason, &a.LogPath, &a.ResumeFrom, &verdict); err != nil {
+			return nil, err
+		}
+		a.StartedAt = time.UnixMilli(started)
+		if ended.Valid {
+			t := time.UnixMilli(ended.Int64)
+			a.EndedAt = &t
+		}
+		if exit.Valid {
+			e := int(exit.Int64)
+			a.ExitCode = &e
+		}
+		if verdict != "" {
+			a.Verdict = json.RawMessage(verdict)
+		}
+		out = append(out, &a)
+	}
+	return out, rows.Err()
+}
+
+// Event is something that happened to a run at a moment.
+type Event struct {
+	ID      int64           `json:"id"`
+	RunID   string          `json:"run_id"`
+	Attempt int             `json:"attempt"`
+	T       time.Time       `json:"t"`
+	Kind    string          `json:"kind"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// AddEvent appends e.
+func (s *Store) AddEvent(ctx context.Context, e *Event) error {
+	data := string(e.Data)
+	res, err := s.db.ExecContext(ctx, `INSERT INTO events(run_id,attempt,t,kind,message,data) VALUES(?,?,?,?,?,?)`,
+		e.RunID, e.Attempt, ms(e.T), e.Kind, e.Message, data)
+	if err != nil {
+		return fmt.Errorf("add event: %w", err)
+	}
+	e.ID, _ = res.LastInsertId()
+	return nil
+}
+
+// Events lists a run's events in time order.
+func (s *Store) Events(ctx context.Context, runID string) ([]*Event, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id,attempt,t,kind,message,data FROM events WHERE run_id=? ORDER BY t, id`, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Event
+	for rows.Next() {
+		e := Event{RunID: runID}
+		var t int64
+		var data string
+		if err := rows.Scan(&e.ID, &e.Attempt, &t, &e.Kind, &e.Message, &data); err != nil {
+			return nil, err
+		}
+		e.T = time.UnixMilli(t)
+		if data != "" {
+			e.Data = json.RawMessage(data)
+		}
+		out = append(out, &e)
+	}
+	return out, rows.Err()
+}
+
+// Sample is one reading of a run's memory. Optional values are nil when the
+// source was absent.
+type Sample struct {
+	Attempt     int       `json:"attempt"`
+	T           time.Time `json:"t"`
+	RSS         uint64    `json:"rss_bytes"`
+	NProcs      int       `json:"nprocs"`
+	CgroupUsage *uint64   `json:"cgroup_usage_bytes"`
+	CgroupLimit *uint64   `json:"cgroup_limit_bytes"`
+	GPUUsed     *uint64   `json:"gpu_used_bytes"`
+	CPUTicks    uint64    `json:"cpu_ticks"`
+	Allocated   *uint64   `json:"allocated_bytes"`
+	Reserved    *uint64   `json:"reserved_bytes"`
+	// Procs is a JSON list of per-process readings.
+	Procs json.RawMessage `json:"procs,omitempty"`
+}
+
+// AddSample appends a sample for a run.
+func (s *Store) AddSample(ctx context.Context, runID string, x *Sample) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO samples(run_id,attempt,t,rss,nprocs,cgroup_usage,cgroup_limit,gpu_used,cpu_ticks,allocated,reserved,procs)
+		VALUES(?,?,?,?,?,?,?,?,?,?,?,?)`, runID, x.Attempt, ms(x.T), int64(x.RSS), x.NProcs, nullU(x.CgroupUsage),
+		nullU(x.CgroupLimit), nullU(x.GPUUsed), int64(x.CPUTicks), nullU(x.Allocated), nullU(x.Reserved), string(x.Procs))
+	if err != nil {
+		return fmt.Errorf("add sample: %w", err)
+	}
+	return nil
+}
+
+// Samples lists a run's samples in time order.
+func (s *Store) Samples(ctx context.Context, runID string) ([]*Sample, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT attempt,t,rss,nprocs,cgroup_usage,cgroup_limit,gpu_used,cpu_ticks,allocated,reserved,procs FROM samples WHERE run_id=? ORDER BY t`, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Sample
+	for rows.Next() {
+		var x Sample
+		var t int64
+		var cu, cl, gu, al, re sql.NullInt64
+		var procs string
+		if err := rows.Scan(&x.Attempt, &t, &x.RSS, &x.NProcs, &cu, &cl, &gu, &x.CPUTicks, &al, &re, &procs); err != nil {
+			return nil, err
+		}
+		x.T = time.UnixMilli(t)
+		x.CgroupUsage, x.CgroupLimit, x.GPUUsed, x.Allocated, x.Reserved = ptrU(cu), ptrU(cl), ptrU(gu), ptrU(al), ptrU(re)
+		if procs != "" {
+			x.Procs = json.RawMessage(procs)
+		}
+		out = append(out, &x)
+	}
+	return out, rows.Err()
+}
+
+// MarkLost marks every running run whose supervisor is gone as lost. alive
+// reports whether a supervisor (pid, start ticks) still runs.
+func (s *Store) MarkLost(ctx context.Context, alive func(pid int, start uint64) bool, now time.Time) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, supervisor_pid, supervisor_start FROM runs WHERE status=?`, StatusRunning)
+	if err != nil {
+		return nil, err
+	}
+	type cand struct {
+		id    string
+		pid   int
+		start int64
+	}
+	var cands []cand
+	for rows.Next() {
+		var c cand
+		if err := rows.Scan(&c.id, &c.pid, &c.start); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		cands = append(cands, c)
+	}
+	rows.Close()
+	var lost []string
+	for _, c := range cands {
+		if alive(c.pid, uint64(c.start)) {
+			continue
+		}
+		pm, _ := json.Marshal(map[string]any{
+			"reason": "lost", "summary": "the supervisor of this run vanished before the run ended",
+			"evidence": []string{fmt.Sprintf("supervisor pid %d no longer runs", c.pid)},
+			"advice":   []string{"vramguard itself was killed (or the machine rebooted); the job's processes were ended with it. Check the log with `vramguard logs " + c.id + "`."},
+		})
+		res, err := s.db.ExecContext(ctx, `UPDATE runs SET status=?, reason='lost', ended_at=?, postmortem=? WHERE id=? AND status=?`,
+			StatusLost, ms(now), string(pm), c.id, StatusRunning)
+		if err != nil {
+			return lost, err
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			s.db.ExecContext(ctx, `UPDATE attempts SET reason='lost', ended_at=? WHERE run_id=? AND ended_at IS NULL`, ms(now), c.id)
+			lost = append(lost, c.id)
+		}
+	}
+	return lost, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func nullU(p *uint64) any {
+	if p == nil {
+		return nil
+	}
+	return int64(*p)
+}
+
+func ptrU(n sql.NullInt64) *uint64 {
+	if !n.Valid {
+		return nil
+	}
+	v := uint64(n.Int64)
+	return &v
+}

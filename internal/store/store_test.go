@@ -1,0 +1,117 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.UnixMilli(1_700_000_000_000)
+	for i, id := range []string{"20240101-000000-aaaa", "20240101-000001-bbbb"} {
+		r := &Run{ID: id, Name: "train", Command: []string{"python", "train.py"}, Status: StatusRunning,
+			StartedAt: t0.Add(time.Duration(i) * time.Second), SupervisorPID: 100 + i}
+		if err := s.CreateRun(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, err := s.Resolve(ctx, "last")
+	if err != nil || last.ID != "20240101-000001-bbbb" {
+		t.Fatalf("last = %+v, %v", last, err)
+	}
+	byName, err := s.Resolve(ctx, "train")
+	if err != nil || byName.ID != "20240101-000001-bbbb" {
+		t.Fatalf("by name = %+v, %v", byName, err)
+	}
+	if _, err := s.Resolve(ctx, "20240101"); err == nil {
+		t.Error("ambiguous prefix resolved")
+	}
+	if r, err := s.Resolve(ctx, "20240101-000000"); err != nil || r.ID != "20240101-000000-aaaa" {
+		t.Errorf("prefix: %+v %v", r, err)
+	}
+	if _, err := s.Resolve(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("missing run: %v", err)
+	}
+
+	a := &Attempt{RunID: last.ID, N: 1, StartedAt: t0, LogPath: "/x/attempt-1.log"}
+	if err := s.StartAttempt(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishAttempt(ctx, last.ID, 1, t0.Add(time.Minute), 137, "killed", []byte(`{"reason":"killed"}`)); err != nil {
+		t.Fatal(err)
+	}
+	as, err := s.Attempts(ctx, last.ID)
+	if err != nil || len(as) != 1 || as[0].Reason != "killed" || *as[0].ExitCode != 137 {
+		t.Fatalf("attempts = %+v, %v", as, err)
+	}
+	v := uint64(5)
+	if err := s.AddSample(ctx, last.ID, &Sample{Attempt: 1, T: t0, RSS: 42, NProcs: 3, GPUUsed: &v}); err != nil {
+		t.Fatal(err)
+	}
+	xs, err := s.Samples(ctx, last.ID)
+	if err != nil || len(xs) != 1 || xs[0].RSS != 42 || *xs[0].GPUUsed != 5 || xs[0].CgroupLimit != nil {
+		t.Fatalf("samples = %+v, %v", xs, err)
+	}
+	if err := s.AddEvent(ctx, &Event{RunID: last.ID, Attempt: 1, T: t0, Kind: "restart", Message: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if es, _ := s.Events(ctx, last.ID); len(es) != 1 || es[0].Kind != "restart" {
+		t.Errorf("events = %+v", es)
+	}
+	if err := s.UpdatePeaks(ctx, last.ID, 10, 3); err != nil {
+		t.Fatal(err)
+	}
+	s.UpdatePeaks(ctx, last.ID, 5, 7)
+	r, _ := s.Resolve(ctx, last.ID)
+	if r.PeakRSS != 10 || r.PeakGPU != 7 || r.Attempts != 1 {
+		t.Errorf("peaks = %d %d attempts %d", r.PeakRSS, r.PeakGPU, r.Attempts)
+	}
+
+	// Supervisor 100 is alive, 101 is gone.
+	lost, err := s.MarkLost(ctx, func(pid int, _ uint64) bool { return pid == 100 }, t0.Add(time.Hour))
+	if err != nil || len(lost) != 1 || lost[0] != last.ID {
+		t.Fatalf("lost = %v, %v", lost, err)
+	}
+	r, _ = s.Resolve(ctx, last.ID)
+	if r.Status != StatusLost || r.Reason != "lost" || len(r.Postmortem) == 0 {
+		t.Errorf("after MarkLost: %+v", r)
+	}
+}
+
+// TestReopen checks migrations are idempotent and data survives.
+func TestReopenConcurrent(t *testing.T) {
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := Open(dir)
+			if err != nil {
+				errs <- err
+				return
+			}
+			s.Close()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "vramguard.db")); err != nil {
+		t.Fatal(err)
+	}
+}
