@@ -1,0 +1,180 @@
+// Package ckpt understands checkpoint files and directories written by
+// PyTorch and the libraries around it (torch zip and legacy formats,
+// safetensors, torch.distributed.checkpoint directories, HF Trainer
+// checkpoint-N directories, Lightning .ckpt, plain pickles) without Python.
+//
+// Everything is detected by content, never by file name, and only the bytes
+// needed are read: the zip central directory, the pickle, the safetensors
+// header. Pickles are decoded symbolically by package pickle; nothing from a
+// checkpoint is ever executed or imported, and this package must never gain a
+// code path that does.
+package ckpt
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/vramguard/vramguard/internal/ckpt/ziparc"
+)
+
+// Format names, as reported in Entry.Format and Report.Format.
+const (
+	FormatTorchZip    = "torch-zip"
+	FormatTorchLegacy = "torch-legacy"
+	FormatTorchTar    = "torch-tar" // the pre-1.0 tar layout
+	FormatSafetensors = "safetensors"
+	FormatDCP         = "dcp"
+	FormatHFTrainer   = "hf-trainer"
+	FormatPickle      = "pickle"
+)
+
+// legacyMagic is torch's MAGIC_NUMBER, the first pickle of a legacy file.
+var legacyMagic = []byte{0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19}
+
+// sniffLen is how much of a file's head detection looks at.
+const sniffLen = 512
+
+// detectFile says which checkpoint format a file's bytes are in, or "" when
+// they are not a checkpoint at all. It reads the head and, for zips, the tail.
+func detectFile(r io.ReaderAt, size int64) string {
+	head := make([]byte, sniffLen)
+	n, _ := r.ReadAt(head, 0)
+	head = head[:n]
+	if len(head) < 2 {
+		return ""
+	}
+	switch {
+	case bytes.HasPrefix(head, []byte("PK\x03\x04")):
+		if name, ok := ziparc.FirstLocalName(r); ok && looksTorchRecord(name) {
+			return FormatTorchZip
+		}
+		if a, err := ziparc.Open(r, size, ziparc.DefaultLimits); err == nil {
+			if _, ok := torchRoot(a); ok {
+				return FormatTorchZip
+			}
+		}
+		return ""
+	case head[0] == 0x80 && head[1] >= 2 && head[1] <= 5:
+		if isLegacyHead(head) {
+			return FormatTorchLegacy
+		}
+		return FormatPickle
+	case len(head) >= 9 && head[8] == '{' && binary.LittleEndian.Uint64(head) > 1 && binary.LittleEndian.Uint64(head) < 1<<30:
+		return FormatSafetensors
+	case isTar(head, r):
+		return FormatTorchTar
+	case isProto01Pickle(r, size, head[0]):
+		return FormatPickle
+	}
+	return ""
+}
+
+// looksTorchRecord reports whether a zip record name is one torch writes:
+// <root>/data.pkl, <root>/version, <root>/byteorder, <root>/data/N,
+// <root>/.data/..., <root>/constants.pkl, <root>/code/...
+func looksTorchRecord(name string) bool {
+	i := strings.IndexByte(name, '/')
+	if i <= 0 {
+		return false
+	}
+	rest := name[i+1:]
+	switch {
+	case rest == "data.pkl", rest == "version", rest == ".data/version", rest == "byteorder", rest == "constants.pkl",
+		strings.HasPrefix(rest, "data/"), strings.HasPrefix(rest, ".data/"), strings.HasPrefix(rest, "code/"):
+		return true
+	}
+	return false
+}
+
+func isLegacyHead(head []byte) bool {
+	// Protocol 2 (torch's default): PROTO 2, LONG1 10, <10 bytes>.
+	if len(head) >= 14 && head[2] == 0x8a && head[3] == 10 && bytes.Equal(head[4:14], legacyMagic) {
+		return true
+	}
+	return false
+}
+
+func isTar(head []byte, r io.ReaderAt) bool {
+	var blk [512]byte
+	if n, _ := r.ReadAt(blk[:], 0); n < 512 {
+		return false
+	}
+	if string(blk[257:262]) != "ustar" {
+		return false
+	}
+	// torch's legacy tar holds the records storages, tensors, pickle, sys_info.
+	name := string(bytes.TrimRight(blk[:100], "\x00"))
+	switch strings.TrimPrefix(name, "./") {
+	case "storages", "tensors", "pickle", "sys_info":
+		return true
+	}
+	return false
+}
+
+// isProto01Pickle accepts a text-protocol pickle only if it decodes fully;
+// text files that happen to start with a pickle opcode are not pickles.
+func isProto01Pickle(r io.ReaderAt, size int64, first byte) bool {
+	if !strings.ContainsRune("(]}cNIFSVLl)dpg", rune(first)) || size > 64<<20 {
+		return false
+	}
+	res, err := decodePickle(r, 0, size)
+	return err == nil && res.End == size
+}
+
+// detectDir says whether a directory is itself one checkpoint.
+func detectDir(dir string) string {
+	if fileExists(filepath.Join(dir, ".metadata")) || hasSuffixFile(dir, ".distcp") {
+		return FormatDCP
+	}
+	if fileExists(filepath.Join(dir, "trainer_state.json")) {
+		return FormatHFTrainer
+	}
+	return ""
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+func hasSuffixFile(dir, suffix string) bool {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), suffix) && e.Type().IsRegular() {
+			return true
+		}
+	}
+	return false
+}
+
+// errUnreadable marks errors opening or reading the input itself, which the
+// CLI reports with exit 2 rather than as an invalid checkpoint.
+var errUnreadable = errors.New("unreadable")
+
+// UnreadableError wraps an I/O failure on the input.
+type UnreadableError struct{ Err error }
+
+func (e *UnreadableError) Error() string { return e.Err.Error() }
+func (e *UnreadableError) Unwrap() error { return e.Err }
+
+func openFile(path string) (*os.File, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, &UnreadableError{fmt.Errorf("open %s: %w", path, err)}
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, &UnreadableError{fmt.Errorf("stat %s: %w", path, err)}
+	}
+	return f, st.Size(), nil
+}

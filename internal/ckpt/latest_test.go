@@ -1,0 +1,156 @@
+package ckpt
+
+import (
+	"archive/zip"
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// torchZipBytes builds a minimal torch-style archive whose pickle is
+// {"step": step} (protocol 2).
+func torchZipBytes(t *testing.T, root string, step byte) []byte {
+	t.Helper()
+	pkl := []byte("\x80\x02}q\x00X\x04\x00\x00\x00stepq\x01K" + string([]byte{step}) + "s.")
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, rec := range []struct {
+		name string
+		data []byte
+	}{{root + "/data.pkl", pkl}, {root + "/version", []byte("3\n")}} {
+		w, err := zw.CreateHeader(&zip.FileHeader{Name: rec.name, Method: zip.Store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(rec.data)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func safetensorsBytes(header string, data []byte) []byte {
+	var b bytes.Buffer
+	binary.Write(&b, binary.LittleEndian, uint64(len(header)))
+	b.WriteString(header)
+	b.Write(data)
+	return b.Bytes()
+}
+
+func writeAt(t *testing.T, path string, data []byte, mtime time.Time) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, mtime, mtime); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLatest(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	good := torchZipBytes(t, "archive", 20)
+	st := safetensorsBytes(`{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, make([]byte, 8))
+	tests := []struct {
+		name        string
+		files       map[string][]byte // path -> content, written in order with increasing mtime
+		want        string            // base path of best, "" for none
+		wantSkipped []string
+	}{
+		{
+			name: "truncated newest torch zip is skipped",
+			files: map[string][]byte{
+				"a/step10.pt": torchZipBytes(t, "x", 10),
+				"a/step20.pt": good,
+				"a/step30.pt": good[:len(good)/2],
+			},
+			want: "a/step20.pt", wantSkipped: []string{"a/step30.pt"},
+		},
+		{
+			name: "step beats mtime",
+			files: map[string][]byte{
+				"a.bin":   torchZipBytes(t, "anyroot", 50), // oldest mtime, highest step
+				"b.pt":    torchZipBytes(t, "r", 5),
+				"log.txt": []byte("epoch 7 loss 0.1\n"),
+			},
+			want: "a.bin",
+		},
+		{
+			name: "safetensors header larger than file",
+			files: map[string][]byte{
+				"m1.safetensors": st,
+				"m2.safetensors": st[:len(st)-3],
+				"notes.json":     []byte(`{"epoch": 3}`),
+			},
+			want: "m1.safetensors", wantSkipped: []string{"m2.safetensors"},
+		},
+		{
+			name: "dcp without .metadata",
+			files: map[string][]byte{
+				"ok.pt":                  good,
+				"dcp/step9/__0_0.distcp": []byte("partial"),
+			},
+			want: "ok.pt", wantSkipped: []string{"dcp/step9"},
+		},
+		{
+			name:        "nothing valid",
+			files:       map[string][]byte{"x.pt": good[:60]},
+			want:        "",
+			wantSkipped: []string{"x.pt"},
+		},
+		{
+			name:  "only non-checkpoints",
+			files: map[string][]byte{"train.log": []byte("PK not really"), "cfg.yaml": []byte("lr: 1")},
+			want:  "",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			// Files sorted by path get increasing modification times.
+			for i, p := range sortedKeys(tc.files) {
+				writeAt(t, filepath.Join(dir, p), tc.files[p], t0.Add(time.Duration(i)*time.Minute))
+			}
+			best, skipped, err := Latest(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			if best != nil {
+				got, _ = filepath.Rel(dir, best.Path)
+			}
+			if got != tc.want {
+				t.Errorf("best = %q, want %q", got, tc.want)
+			}
+			var gotSkipped []string
+			for _, s := range skipped {
+				r, _ := filepath.Rel(dir, s.Path)
+				gotSkipped = append(gotSkipped, r)
+				if s.Reason == "" {
+					t.Errorf("skipped %s has no reason", r)
+				}
+			}
+			if len(gotSkipped) != len(tc.wantSkipped) {
+				t.Fatalf("skipped = %v, want %v", gotSkipped, tc.wantSkipped)
+			}
+			for i := range gotSkipped {
+				if gotSkipped[i] != tc.wantSkipped[i] {
+					t.Errorf("skipped = %v, want %v", gotSkipped, tc.wantSkipped)
+				}
+			}
+		})
+	}
+}
+
+func TestLatestUnreadable(t *testing.T) {
+	if _, _, err := Latest(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Fatal("Latest on a missing dir: want an error")
+	}
+}

@@ -1,0 +1,1040 @@
+package pickle
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Limits bounds one decode.
+type Limits struct {
+	MaxBytes  int64 // bytes of pickle consumed
+	MaxOps    int   // opcodes executed
+	MaxMemo   int   // memo entries
+	MaxStack  int   // values on the stack and in all marks together
+	MaxMarks  int   // nested MARKs
+	MaxString int64 // one string/bytes value
+}
+
+// DefaultLimits fit the pickle of any real checkpoint (a state_dict with a
+// hundred thousand tensors is a few tens of MiB of pickle).
+var DefaultLimits = Limits{
+	MaxBytes:  256 << 20,
+	MaxOps:    50_000_000,
+	MaxMemo:   5_000_000,
+	MaxStack:  5_000_000,
+	MaxMarks:  10_000,
+	MaxString: 64 << 20,
+}
+
+// GlobalRef is one global reference met while decoding.
+type GlobalRef struct {
+	Global
+	Offset   int64  // of the opcode
+	Opcode   string // GLOBAL, STACK_GLOBAL, INST
+	Resolved bool   // false when STACK_GLOBAL operands were not plain strings
+	Detail   string // why it could not be resolved
+}
+
+// Result is one decoded pickle.
+type Result struct {
+	Value    any
+	Protocol int
+	Globals  []GlobalRef
+	Ops      int
+	End      int64 // offset just past STOP
+	Exts     []int32
+	PersIDs  int
+	Buffers  int
+}
+
+// ErrLimit is wrapped by errors that come from a bound in Limits.
+var ErrLimit = errors.New("pickle limit exceeded")
+
+// Decode reads one pickle from r starting at off; size is the length of r.
+// On error the Result still carries the globals met so far.
+func Decode(r io.ReaderAt, off, size int64, lim Limits) (*Result, error) {
+	if lim.MaxOps <= 0 {
+		lim = DefaultLimits
+	}
+	d := &decoder{src: src{r: r, pos: off, start: off, size: size, max: lim.MaxBytes}, lim: lim, memo: map[uint64]any{}}
+	d.res.Protocol = 0
+	err := d.run()
+	d.res.End = d.src.pos
+	if err != nil {
+		return &d.res, fmt.Errorf("pickle at byte %d: %w", d.opPos, err)
+	}
+	return &d.res, nil
+}
+
+// DecodeBytes decodes one pickle held in memory.
+func DecodeBytes(b []byte, lim Limits) (*Result, error) {
+	return Decode(byteReaderAt(b), 0, int64(len(b)), lim)
+}
+
+type byteReaderAt []byte
+
+func (b byteReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off >= int64(len(b)) {
+		return 0, io.EOF
+	}
+	n := copy(p, b[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// src is a small forward reader over an io.ReaderAt with a window buffer.
+type src struct {
+	r          io.ReaderAt
+	pos, start int64
+	size, max  int64
+	buf        []byte
+	bufOff     int64
+}
+
+var errTruncated = errors.New("pickle truncated")
+
+func (s *src) fill(n int64) error {
+	if s.pos+n > s.size {
+		return errTruncated
+	}
+	if s.pos-s.start+n > s.max {
+		return fmt.Errorf("%w: pickle longer than %d bytes", ErrLimit, s.max)
+	}
+	if s.pos >= s.bufOff && s.pos+n <= s.bufOff+int64(len(s.buf)) {
+		return nil
+	}
+	want := n
+	if want < 64<<10 {
+		want = 64 << 10
+	}
+	if s.pos+want > s.size {
+		want = s.size - s.pos
+	}
+	if int64(cap(s.buf)) >= want {
+		s.buf = s.buf[:want]
+	} else {
+		s.buf = make([]byte, want)
+	}
+	k, err := s.r.ReadAt(s.buf, s.pos)
+	if int64(k) < n {
+		if err == nil || errors.Is(err, io.EOF) {
+			return errTruncated
+		}
+		return err
+	}
+	s.buf = s.buf[:k]
+	s.bufOff = s.pos
+	return nil
+}
+
+func (s *src) bytes(n int64) ([]byte, error) {
+	if n < 0 {
+		return nil, errors.New("negative length")
+	}
+	if err := s.fill(n); err != nil {
+		return nil, err
+	}
+	i := s.pos - s.bufOff
+	b := s.buf[i : i+n]
+	s.pos += n
+	return b, nil
+}
+
+func (s *src) byte() (byte, error) {
+	b, err := s.bytes(1)
+	if err != nil {
+		return 0, err
+	}
+	return b[0], nil
+}
+
+// line reads up to and excluding '\n' (at most 1 MiB).
+func (s *src) line() (string, error) {
+	var sb strings.Builder
+	for {
+		c, err := s.byte()
+		if err != nil {
+			return "", err
+		}
+		if c == '\n' {
+			return sb.String(), nil
+		}
+		if sb.Len() >= 1<<20 {
+			return "", fmt.Errorf("%w: text line over 1 MiB", ErrLimit)
+		}
+		sb.WriteByte(c)
+	}
+}
+
+type decoder struct {
+	src   src
+	lim   Limits
+	stack []any
+	marks []int
+	memo  map[uint64]any
+	res   Result
+	opPos int64
+	nbuf  int
+}
+
+type mark struct{}
+
+func (d *decoder) push(v any) error {
+	if len(d.stack) >= d.lim.MaxStack {
+		return fmt.Errorf("%w: stack over %d values", ErrLimit, d.lim.MaxStack)
+	}
+	d.stack = append(d.stack, v)
+	return nil
+}
+
+func (d *decoder) pop() (any, error) {
+	base := 0
+	if len(d.marks) > 0 {
+		base = d.marks[len(d.marks)-1]
+	}
+	if len(d.stack) <= base {
+		return nil, errors.New("stack underflow")
+	}
+	v := d.stack[len(d.stack)-1]
+	d.stack = d.stack[:len(d.stack)-1]
+	return v, nil
+}
+
+func (d *decoder) top() (any, error) {
+	base := 0
+	if len(d.marks) > 0 {
+		base = d.marks[len(d.marks)-1]
+	}
+	if len(d.stack) <= base {
+		return nil, errors.New("stack underflow")
+	}
+	return d.stack[len(d.stack)-1], nil
+}
+
+// popMark returns the items above the last MARK and removes them and it.
+func (d *decoder) popMark() ([]any, error) {
+	if len(d.marks) == 0 {
+		return nil, errors.New("no MARK on the stack")
+	}
+	m := d.marks[len(d.marks)-1]
+	d.marks = d.marks[:len(d.marks)-1]
+	items := make([]any, len(d.stack)-m)
+	copy(items, d.stack[m:])
+	d.stack = d.stack[:m]
+	return items, nil
+}
+
+func (d *decoder) memoPut(k uint64, v any) error {
+	if _, ok := d.memo[k]; !ok && len(d.memo) >= d.lim.MaxMemo {
+		return fmt.Errorf("%w: memo over %d entries", ErrLimit, d.lim.MaxMemo)
+	}
+	d.memo[k] = v
+	return nil
+}
+
+func (d *decoder) memoGet(k uint64) error {
+	v, ok := d.memo[k]
+	if !ok {
+		return fmt.Errorf("memo key %d not defined", k)
+	}
+	return d.push(v)
+}
+
+func (d *decoder) global(g Global, op string, resolved bool, detail string) {
+	d.res.Globals = append(d.res.Globals, GlobalRef{Global: g, Offset: d.opPos, Opcode: op, Resolved: resolved, Detail: detail})
+}
+
+func (d *decoder) u32() (uint32, error) {
+	b, err := d.src.bytes(4)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint32(b), nil
+}
+
+func (d *decoder) u64() (uint64, error) {
+	b, err := d.src.bytes(8)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b), nil
+}
+
+func (d *decoder) str(n uint64) ([]byte, error) {
+	if n > uint64(d.lim.MaxString) {
+		return nil, fmt.Errorf("%w: string of %d bytes", ErrLimit, n)
+	}
+	b, err := d.src.bytes(int64(n))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, len(b))
+	copy(out, b)
+	return out, nil
+}
+
+func (d *decoder) run() error {
+	for {
+		if d.res.Ops >= d.lim.MaxOps {
+			return fmt.Errorf("%w: over %d opcodes", ErrLimit, d.lim.MaxOps)
+		}
+		d.res.Ops++
+		d.opPos = d.src.pos
+		op, err := d.src.byte()
+		if err != nil {
+			return err
+		}
+		if err := d.step(op); err != nil {
+			if err == errStop {
+				return nil
+			}
+			return fmt.Errorf("opcode %s: %w", opName(op), err)
+		}
+	}
+}
+
+var errStop = errors.New("stop")
+
+func opName(op byte) string {
+	if op >= 0x20 && op < 0x7f {
+		return fmt.Sprintf("%q", rune(op))
+	}
+	return fmt.Sprintf("0x%02x", op)
+}
+
+func (d *decoder) step(op byte) error {
+	switch op {
+	case 0x80: // PROTO
+		b, err := d.src.byte()
+		if err != nil {
+			return err
+		}
+		if b > 5 {
+			return fmt.Errorf("unsupported protocol %d", b)
+		}
+		d.res.Protocol = int(b)
+		return nil
+	case 0x95: // FRAME
+		n, err := d.u64()
+		if err != nil {
+			return err
+		}
+		if int64(n) < 0 || d.src.pos+int64(n) > d.src.size {
+			return fmt.Errorf("frame of %d bytes runs past the input: %w", n, errTruncated)
+		}
+		return nil
+	case '.': // STOP
+		if len(d.stack) == 0 {
+			return errors.New("STOP on an empty stack")
+		}
+		d.res.Value = d.stack[len(d.stack)-1]
+		return errStop
+	case '(': // MARK
+		if len(d.marks) >= d.lim.MaxMarks {
+			return fmt.Errorf("%w: over %d nested marks", ErrLimit, d.lim.MaxMarks)
+		}
+		d.marks = append(d.marks, len(d.stack))
+		return nil
+	case '0': // POP
+		if len(d.marks) > 0 && len(d.stack) == d.marks[len(d.marks)-1] {
+			// POP of a MARK (pickletools allows it).
+			d.marks = d.marks[:len(d.marks)-1]
+			return nil
+		}
+		_, err := d.pop()
+		return err
+	case '1': // POP_MARK
+		_, err := d.popMark()
+		return err
+	case '2': // DUP
+		v, err := d.top()
+		if err != nil {
+			return err
+		}
+		return d.push(v)
+	case 'N':
+		return d.push(None{})
+	case 0x88:
+		return d.push(true)
+	case 0x89:
+		return d.push(false)
+	case 'I': // INT
+		l, err := d.src.line()
+		if err != nil {
+			return err
+		}
+		switch l {
+		case "00":
+			return d.push(false)
+		case "01":
+			return d.push(true)
+		}
+		return d.pushIntText(l)
+	case 'L': // LONG
+		l, err := d.src.line()
+		if err != nil {
+			return err
+		}
+		return d.pushIntText(strings.TrimSuffix(l, "L"))
+	case 'J':
+		v, err := d.u32()
+		if err != nil {
+			return err
+		}
+		return d.push(int64(int32(v)))
+	case 'K':
+		b, err := d.src.byte()
+		if err != nil {
+			return err
+		}
+		return d.push(int64(b))
+	case 'M':
+		b, err := d.src.bytes(2)
+		if err != nil {
+			return err
+		}
+		return d.push(int64(binary.LittleEndian.Uint16(b)))
+	case 0x8a, 0x8b: // LONG1, LONG4
+		var n uint64
+		if op == 0x8a {
+			b, err := d.src.byte()
+			if err != nil {
+				return err
+			}
+			n = uint64(b)
+		} else {
+			v, err := d.u32()
+			if err != nil {
+				return err
+			}
+			if int32(v) < 0 {
+				return errors.New("negative LONG4 length")
+			}
+			n = uint64(v)
+		}
+		if n > 1<<16 {
+			return fmt.Errorf("%w: integer of %d bytes", ErrLimit, n)
+		}
+		b, err := d.src.bytes(int64(n))
+		if err != nil {
+			return err
+		}
+		return d.push(decodeLong(b))
+	case 'F':
+		l, err := d.src.line()
+		if err != nil {
+			return err
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(l), 64)
+		if err != nil {
+			return fmt.Errorf("bad float %q", l)
+		}
+		return d.push(f)
+	case 'G':
+		b, err := d.src.bytes(8)
+		if err != nil {
+			return err
+		}
+		return d.push(math.Float64frombits(binary.BigEndian.Uint64(b)))
+	case 'S': // STRING (repr, quoted)
+		l, err := d.src.line()
+		if err != nil {
+			return err
+		}
+		s, err := unquoteString(l)
+		if err != nil {
+			return err
+		}
+		return d.push(s)
+	case 'T', 'U', 'B', 'C', 0x8e, 0x96: // BINSTRING, SHORT_BINSTRING, BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
+		var n uint64
+		switch op {
+		case 'U', 'C':
+			b, err := d.src.byte()
+			if err != nil {
+				return err
+			}
+			n = uint64(b)
+		case 'T', 'B':
+			v, err := d.u32()
+			if err != nil {
+				return err
+			}
+			if op == 'T' && int32(v) < 0 {
+				return errors.New("negative BINSTRING length")
+			}
+			n = uint64(v)
+		default:
+			v, err := d.u64()
+			if err != nil {
+				return err
+			}
+			n = v
+		}
+		b, err := d.str(n)
+		if err != nil {
+			return err
+		}
+		if op == 'T' || op == 'U' {
+			// Python 2 str: decoded as latin-1 by torch's loader; keep text.
+			return d.push(latin1(b))
+		}
+		return d.push(Bytes(b))
+	case 'V': // UNICODE (raw-unicode-escape)
+		l, err := d.src.line()
+		if err != nil {
+			return err
+		}
+		return d.push(rawUnicodeUnescape(l))
+	case 'X', 0x8c, 0x8d: // BINUNICODE, SHORT_BINUNICODE, BINUNICODE8
+		var n uint64
+		switch op {
+		case 0x8c:
+			b, err := d.src.byte()
+			if err != nil {
+				return err
+			}
+			n = uint64(b)
+		case 'X':
+			v, err := d.u32()
+			if err != nil {
+				return err
+			}
+			n = uint64(v)
+		default:
+			v, err := d.u64()
+			if err != nil {
+				return err
+			}
+			n = v
+		}
+		b, err := d.str(n)
+		if err != nil {
+			return err
+		}
+		if !utf8.Valid(b) {
+			return errors.New("string is not valid UTF-8")
+		}
+		return d.push(string(b))
+	case 0x97: // NEXT_BUFFER
+		d.nbuf++
+		d.res.Buffers++
+		return d.push(Buffer{Index: d.nbuf - 1})
+	case 0x98: // READONLY_BUFFER
+		_, err := d.top()
+		return err
+	case ')':
+		return d.push(Tuple{})
+	case 't':
+		items, err := d.popMark()
+		if err != nil {
+			return err
+		}
+		return d.push(Tuple(items))
+	case 0x85, 0x86, 0x87:
+		n := int(op-0x85) + 1
+		t := make(Tuple, n)
+		for i := n - 1; i >= 0; i-- {
+			v, err := d.pop()
+			if err != nil {
+				return err
+			}
+			t[i] = v
+		}
+		return d.push(t)
+	case ']':
+		return d.push(&List{})
+	case 'l':
+		items, err := d.popMark()
+		if err != nil {
+			return err
+		}
+		return d.push(&List{Items: items})
+	case '}':
+		return d.push(&Dict{})
+	case 'd':
+		items, err := d.popMark()
+		if err != nil {
+			return err
+		}
+		if len(items)%2 != 0 {
+			return errors.New("DICT with an odd number of items")
+		}
+		dict := &Dict{}
+		for i := 0; i < len(items); i += 2 {
+			dict.set(items[i], items[i+1])
+		}
+		return d.push(dict)
+	case 0x8f:
+		return d.push(&Set{})
+	case 0x91:
+		items, err := d.popMark()
+		if err != nil {
+			return err
+		}
+		return d.push(&Set{Items: items, Frozen: true})
+	case 'a': // APPEND
+		v, err := d.pop()
+		if err != nil {
+			return err
+		}
+		return d.appendTo([]any{v})
+	case 'e': // APPENDS
+		items, err := d.popMark()
+		if err != nil {
+			return err
+		}
+		return d.appendTo(items)
+	case 0x90: // ADDITEMS
+		items, err := d.popMark()
+		if err != nil {
+			return err
+		}
+		t, err := d.top()
+		if err != nil {
+			return err
+		}
+		s, ok := t.(*Set)
+		if !ok {
+			return fmt.Errorf("ADDITEMS on %T", t)
+		}
+		s.Items = append(s.Items, items...)
+		return nil
+	case 's': // SETITEM
+		v, err := d.pop()
+		if err != nil {
+			return err
+		}
+		k, err := d.pop()
+		if err != nil {
+			return err
+		}
+		return d.setItems([]any{k, v})
+	case 'u': // SETITEMS
+		items, err := d.popMark()
+		if err != nil {
+			return err
+		}
+		if len(items)%2 != 0 {
+			return errors.New("SETITEMS with an odd number of items")
+		}
+		return d.setItems(items)
+	case 'p':
+		l, err := d.src.line()
+		if err != nil {
+			return err
+		}
+		k, err := strconv.ParseUint(l, 10, 64)
+		if err != nil {
+			return fmt.Errorf("bad memo key %q", l)
+		}
+		v, err := d.top()
+		if err != nil {
+			return err
+		}
+		return d.memoPut(k, v)
+	case 'q':
+		b, err := d.src.byte()
+		if err != nil {
+			return err
+		}
+		v, err := d.top()
+		if err != nil {
+			return err
+		}
+		return d.memoPut(uint64(b), v)
+	case 'r':
+		k, err := d.u32()
+		if err != nil {
+			return err
+		}
+		v, err := d.top()
+		if err != nil {
+			return err
+		}
+		return d.memoPut(uint64(k), v)
+	case 0x94: // MEMOIZE
+		v, err := d.top()
+		if err != nil {
+			return err
+		}
+		return d.memoPut(uint64(len(d.memo)), v)
+	case 'g':
+		l, err := d.src.line()
+		if err != nil {
+			return err
+		}
+		k, err := strconv.ParseUint(l, 10, 64)
+		if err != nil {
+			return fmt.Errorf("bad memo key %q", l)
+		}
+		return d.memoGet(k)
+	case 'h':
+		b, err := d.src.byte()
+		if err != nil {
+			return err
+		}
+		return d.memoGet(uint64(b))
+	case 'j':
+		k, err := d.u32()
+		if err != nil {
+			return err
+		}
+		return d.memoGet(uint64(k))
+	case 'c': // GLOBAL
+		mod, err := d.src.line()
+		if err != nil {
+			return err
+		}
+		name, err := d.src.line()
+		if err != nil {
+			return err
+		}
+		g := Global{Module: mod, Name: name}
+		d.global(g, "GLOBAL", true, "")
+		return d.push(g)
+	case 0x93: // STACK_GLOBAL
+		nv, err := d.pop()
+		if err != nil {
+			return err
+		}
+		mv, err := d.pop()
+		if err != nil {
+			return err
+		}
+		ms, ok1 := mv.(string)
+		ns, ok2 := nv.(string)
+		if !ok1 || !ok2 {
+			g := Global{Module: describe(mv), Name: describe(nv)}
+			d.global(g, "STACK_GLOBAL", false, fmt.Sprintf("operands are %T and %T, not strings", mv, nv))
+			return d.push(g)
+		}
+		g := Global{Module: ms, Name: ns}
+		d.global(g, "STACK_GLOBAL", true, "")
+		return d.push(g)
+	case 0x82, 0x83, 0x84: // EXT1, EXT2, EXT4
+		var code int32
+		switch op {
+		case 0x82:
+			b, err := d.src.byte()
+			if err != nil {
+				return err
+			}
+			code = int32(b)
+		case 0x83:
+			b, err := d.src.bytes(2)
+			if err != nil {
+				return err
+			}
+			code = int32(binary.LittleEndian.Uint16(b))
+		default:
+			v, err := d.u32()
+			if err != nil {
+				return err
+			}
+			code = int32(v)
+		}
+		d.res.Exts = append(d.res.Exts, code)
+		d.global(Global{Module: "<extension registry>", Name: fmt.Sprint(code)}, opName(op), false, "extension registry codes cannot be resolved without Python's copyreg")
+		return d.push(Ext{Code: code})
+	case 'P': // PERSID
+		l, err := d.src.line()
+		if err != nil {
+			return err
+		}
+		d.res.PersIDs++
+		return d.push(PersID{ID: l})
+	case 'Q': // BINPERSID
+		v, err := d.pop()
+		if err != nil {
+			return err
+		}
+		d.res.PersIDs++
+		return d.push(PersID{ID: v})
+	case 'R': // REDUCE
+		args, err := d.pop()
+		if err != nil {
+			return err
+		}
+		fn, err := d.pop()
+		if err != nil {
+			return err
+		}
+		t, ok := args.(Tuple)
+		if !ok {
+			return fmt.Errorf("REDUCE arguments are %T, not a tuple", args)
+		}
+		return d.push(&Call{Func: fn, Args: t})
+	case 0x81: // NEWOBJ
+		args, err := d.pop()
+		if err != nil {
+			return err
+		}
+		cls, err := d.pop()
+		if err != nil {
+			return err
+		}
+		t, ok := args.(Tuple)
+		if !ok {
+			return fmt.Errorf("NEWOBJ arguments are %T, not a tuple", args)
+		}
+		return d.push(&Call{Func: cls, Args: t, New: true})
+	case 0x92: // NEWOBJ_EX
+		kw, err := d.pop()
+		if err != nil {
+			return err
+		}
+		args, err := d.pop()
+		if err != nil {
+			return err
+		}
+		cls, err := d.pop()
+		if err != nil {
+			return err
+		}
+		t, ok := args.(Tuple)
+		if !ok {
+			return fmt.Errorf("NEWOBJ_EX arguments are %T, not a tuple", args)
+		}
+		kd, ok := kw.(*Dict)
+		if !ok {
+			return fmt.Errorf("NEWOBJ_EX keywords are %T, not a dict", kw)
+		}
+		return d.push(&Call{Func: cls, Args: t, Kwargs: kd, New: true})
+	case 'i': // INST
+		mod, err := d.src.line()
+		if err != nil {
+			return err
+		}
+		name, err := d.src.line()
+		if err != nil {
+			return err
+		}
+		items, err := d.popMark()
+		if err != nil {
+			return err
+		}
+		g := Global{Module: mod, Name: name}
+		d.global(g, "INST", true, "")
+		return d.push(&Call{Func: g, Args: Tuple(items)})
+	case 'o': // OBJ
+		items, err := d.popMark()
+		if err != nil {
+			return err
+		}
+		if len(items) == 0 {
+			return errors.New("OBJ without a class")
+		}
+		return d.push(&Call{Func: items[0], Args: Tuple(items[1:])})
+	case 'b': // BUILD
+		state, err := d.pop()
+		if err != nil {
+			return err
+		}
+		t, err := d.top()
+		if err != nil {
+			return err
+		}
+		c, ok := t.(*Call)
+		if !ok {
+			// BUILD on a Global or container still means a __setstate__
+			// call; wrap it so the state is kept.
+			d.stack[len(d.stack)-1] = &Call{Func: Global{Module: "<build>", Name: describe(t)}, Args: Tuple{t}, State: state, HasState: true}
+			return nil
+		}
+		c.State, c.HasState = state, true
+		return nil
+	default:
+		return fmt.Errorf("unknown opcode")
+	}
+}
+
+func (d *decoder) appendTo(items []any) error {
+	t, err := d.top()
+	if err != nil {
+		return err
+	}
+	switch c := t.(type) {
+	case *List:
+		c.Items = append(c.Items, items...)
+	case *Call:
+		c.ListItems = append(c.ListItems, items...)
+	default:
+		return fmt.Errorf("APPEND to %T", t)
+	}
+	return nil
+}
+
+func (d *decoder) setItems(items []any) error {
+	t, err := d.top()
+	if err != nil {
+		return err
+	}
+	switch c := t.(type) {
+	case *Dict:
+		for i := 0; i < len(items); i += 2 {
+			c.set(items[i], items[i+1])
+		}
+	case *Call:
+		if c.DictItems == nil {
+			c.DictItems = &Dict{}
+		}
+		for i := 0; i < len(items); i += 2 {
+			c.DictItems.set(items[i], items[i+1])
+		}
+	default:
+		return fmt.Errorf("SETITEM on %T", t)
+	}
+	return nil
+}
+
+func (d *decoder) pushIntText(l string) error {
+	l = strings.TrimSpace(l)
+	if len(l) > 4300 {
+		return fmt.Errorf("%w: integer of %d digits", ErrLimit, len(l))
+	}
+	if v, err := strconv.ParseInt(l, 10, 64); err == nil {
+		return d.push(v)
+	}
+	b, ok := new(big.Int).SetString(l, 10)
+	if !ok {
+		return fmt.Errorf("bad integer %q", l)
+	}
+	return d.push(BigInt{b})
+}
+
+// decodeLong decodes a little-endian two's-complement integer.
+func decodeLong(b []byte) any {
+	if len(b) == 0 {
+		return int64(0)
+	}
+	if len(b) <= 8 {
+		var v uint64
+		for i := len(b) - 1; i >= 0; i-- {
+			v = v<<8 | uint64(b[i])
+		}
+		shift := uint(64 - 8*len(b))
+		return int64(v<<shift) >> shift
+	}
+	be := make([]byte, len(b))
+	for i := range b {
+		be[len(b)-1-i] = b[i]
+	}
+	v := new(big.Int).SetBytes(be)
+	if b[len(b)-1]&0x80 != 0 {
+		v.Sub(v, new(big.Int).Lsh(big.NewInt(1), uint(8*len(b))))
+	}
+	if v.IsInt64() {
+		return v.Int64()
+	}
+	return BigInt{v}
+}
+
+func latin1(b []byte) string {
+	for _, c := range b {
+		if c >= 0x80 {
+			r := make([]rune, len(b))
+			for i, c := range b {
+				r[i] = rune(c)
+			}
+			return string(r)
+		}
+	}
+	return string(b)
+}
+
+func unquoteString(l string) (string, error) {
+	l = strings.TrimRight(l, "\r")
+	if len(l) < 2 || (l[0] != '\'' && l[0] != '"') || l[len(l)-1] != l[0] {
+		return "", fmt.Errorf("STRING argument %q is not quoted", truncate(l))
+	}
+	body := l[1 : len(l)-1]
+	var out []byte
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if c != '\\' || i+1 >= len(body) {
+			out = append(out, c)
+			continue
+		}
+		i++
+		switch body[i] {
+		case 'n':
+			out = append(out, '\n')
+		case 't':
+			out = append(out, '\t')
+		case 'r':
+			out = append(out, '\r')
+		case '\\', '\'', '"':
+			out = append(out, body[i])
+		case 'x':
+			if i+2 < len(body) {
+				if v, err := strconv.ParseUint(body[i+1:i+3], 16, 8); err == nil {
+					out = append(out, byte(v))
+					i += 2
+					continue
+				}
+			}
+			out = append(out, '\\', 'x')
+		default:
+			out = append(out, '\\', body[i])
+		}
+	}
+	return latin1(out), nil
+}
+
+func rawUnicodeUnescape(l string) string {
+	if !strings.Contains(l, `\u`) && !strings.Contains(l, `\U`) {
+		return latin1([]byte(l))
+	}
+	var sb strings.Builder
+	for i := 0; i < len(l); i++ {
+		if l[i] == '\\' && i+1 < len(l) && (l[i+1] == 'u' || l[i+1] == 'U') {
+			n := 4
+			if l[i+1] == 'U' {
+				n = 8
+			}
+			if i+2+n <= len(l) {
+				if v, err := strconv.ParseUint(l[i+2:i+2+n], 16, 32); err == nil {
+					sb.WriteRune(rune(v))
+					i += 1 + n
+					continue
+				}
+			}
+		}
+		sb.WriteRune(rune(l[i]))
+	}
+	return sb.String()
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// describe renders a value briefly for messages.
+func describe(v any) string {
+	switch x := v.(type) {
+	case string:
+		return strconv.Quote(truncate(x))
+	case Global:
+		return x.String()
+	case *Call:
+		if g, ok := x.Global(); ok {
+			return g.String() + "(...)"
+		}
+		return "call(...)"
+	default:
+		return fmt.Sprintf("<%T>", v)
+	}
+}

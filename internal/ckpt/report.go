@@ -1,0 +1,184 @@
+package ckpt
+
+import (
+	"sort"
+	"time"
+)
+
+// Tensor is one tensor found in a checkpoint.
+type Tensor struct {
+	Path      string  `json:"path"`
+	DType     string  `json:"dtype"`
+	Shape     []int64 `json:"shape"`
+	Bytes     int64   `json:"bytes"`
+	Storage   string  `json:"storage,omitempty"` // storage key (torch) or "" (safetensors)
+	Offset    int64   `json:"offset,omitempty"`  // in elements of the storage
+	Parameter bool    `json:"parameter,omitempty"`
+	Role      string  `json:"role,omitempty"` // "model", "optimizer", "" when unknown
+}
+
+// Storage is one storage record of a torch checkpoint.
+type Storage struct {
+	Key      string `json:"key"`
+	DType    string `json:"dtype"`
+	Numel    int64  `json:"numel"` // elements of DType, as the pickle says
+	Bytes    int64  `json:"bytes"`
+	Location string `json:"location,omitempty"`
+}
+
+// Estimate is the GPU memory a resume of this checkpoint needs, in bytes.
+type Estimate struct {
+	Parameters int64 `json:"parameters"`
+	Gradients  int64 `json:"gradients"`
+	Optimizer  int64 `json:"optimizer"`
+	Buffers    int64 `json:"buffers"`
+	Total      int64 `json:"total"`
+}
+
+// Report is what Inspect and Verify learn about one checkpoint.
+type Report struct {
+	Path         string         `json:"path"`
+	Format       string         `json:"format"`
+	Layout       string         `json:"layout,omitempty"` // "lightning", "hf-trainer", "state_dict", "training", "module"
+	Valid        bool           `json:"valid"`
+	Reason       string         `json:"reason,omitempty"`
+	Size         int64          `json:"size"`
+	ModTime      time.Time      `json:"mtime"`
+	Tensors      []Tensor       `json:"tensors"`
+	Scalars      map[string]any `json:"scalars"`
+	TensorBytes  int64          `json:"tensor_bytes"`
+	StorageBytes int64          `json:"storage_bytes"`
+	Parameters   int64          `json:"parameters"`
+	Resume       Estimate       `json:"resume_estimate"`
+	Globals      []string       `json:"globals"`
+	Findings     []string       `json:"findings"`
+	Storages     []Storage      `json:"storages,omitempty"`
+	Step         *int64         `json:"step,omitempty"`
+	Epoch        *int64         `json:"epoch,omitempty"`
+	Parts        []*Report      `json:"parts,omitempty"` // files of a directory checkpoint
+	BytesRead    int64          `json:"bytes_read"`
+}
+
+func (r *Report) invalid(format string, a ...any) {
+	if r.Valid || r.Reason == "" {
+		r.Reason = sprintf(format, a...)
+	}
+	r.Valid = false
+}
+
+func (r *Report) finding(format string, a ...any) {
+	r.Findings = append(r.Findings, sprintf(format, a...))
+}
+
+func (r *Report) addGlobal(g string) {
+	for _, o := range r.Globals {
+		if o == g {
+			return
+		}
+	}
+	r.Globals = append(r.Globals, g)
+}
+
+func (r *Report) finish() {
+	sort.Strings(r.Globals)
+	if r.Tensors == nil {
+		r.Tensors = []Tensor{}
+	}
+	if r.Scalars == nil {
+		r.Scalars = map[string]any{}
+	}
+	if r.Globals == nil {
+		r.Globals = []string{}
+	}
+	if r.Findings == nil {
+		r.Findings = []string{}
+	}
+	r.TensorBytes, r.Parameters = 0, 0
+	for _, t := range r.Tensors {
+		r.TensorBytes += t.Bytes
+	}
+	if r.Step == nil {
+		r.Step = scalarInt(r.Scalars, "global_step", "step", "iteration", "iter", "num_updates", "steps")
+	}
+	if r.Epoch == nil {
+		r.Epoch = scalarInt(r.Scalars, "epoch", "epochs", "current_epoch")
+	}
+	r.estimate()
+}
+
+// scalarInt finds the first of keys at the top level of scalars, or, failing
+// that, as the last element of a nested path (e.g. "loops.fit_loop.epoch").
+func scalarInt(sc map[string]any, keys ...string) *int64 {
+	for _, k := range keys {
+		if v, ok := asInt(sc[k]); ok {
+			return &v
+		}
+	}
+	for _, k := range keys {
+		var best *int64
+		bestLen := 1 << 30
+		for p, v := range sc {
+			if len(p) > len(k) && p[len(p)-len(k)-1] == '.' && p[len(p)-len(k):] == k {
+				if n, ok := asInt(v); ok && len(p) < bestLen {
+					n := n
+					best, bestLen = &n, len(p)
+				}
+			}
+		}
+		if best != nil {
+			return best
+		}
+	}
+	return nil
+}
+
+func asInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, true
+	case float64:
+		if x == float64(int64(x)) {
+			return int64(x), true
+		}
+	}
+	return 0, false
+}
+
+// estimate sums what a resume puts on the GPU: the model's floating-point
+// tensors as parameters (and as many bytes again for their gradients), its
+// other tensors as buffers, and the optimizer state as stored. Activations
+// and the allocator's cache come on top and are not estimated.
+func (r *Report) estimate() {
+	var e Estimate
+	for _, t := range r.Tensors {
+		switch {
+		case t.Role == "optimizer":
+			e.Optimizer += t.Bytes
+		case isFloat(t.DType):
+			e.Parameters += t.Bytes
+			r.Parameters += numel(t.Shape)
+		default:
+			e.Buffers += t.Bytes
+		}
+	}
+	e.Gradients = e.Parameters
+	e.Total = e.Parameters + e.Gradients + e.Optimizer + e.Buffers
+	r.Resume = e
+}
+
+func isFloat(dt string) bool {
+	switch dt {
+	case "float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32",
+		"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz":
+		return true
+	}
+	return false
+}
+
+func numel(shape []int64) int64 {
+	n := int64(1)
+	for _, s := range shape {
+		n *= s
+	}
+	return n
+}
