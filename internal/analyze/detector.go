@@ -1,0 +1,233 @@
+package analyze
+
+import (
+	"math"
+)
+
+// Series names a memory series of a timeline.
+type Series string
+
+// The series the detector follows.
+const (
+	SeriesAllocated Series = "allocated" // torch.cuda.memory_allocated(): live tensors
+	SeriesReserved  Series = "reserved"  // torch.cuda.memory_reserved(): tensors + the allocator's cache
+	SeriesUsed      Series = "used"      // NVML's per-process used memory: reserved + CUDA context
+	SeriesRSS       Series = "rss"       // host resident set of the job's process tree
+)
+
+// Sample is one observation of a job's memory. Every field but T may be NaN
+// when its source is absent (no probe: Allocated, Reserved, InactiveSplit and
+// AllocRetries are NaN; no cgroup limit: Limit is NaN). Step is the training
+// step counter when the probe knows it, else -1.
+type Sample struct {
+	T             float64 // seconds since the job started
+	Allocated     float64 // bytes
+	Reserved      float64 // bytes
+	Used          float64 // bytes, NVML
+	Total         float64 // device memory, bytes
+	RSS           float64 // host resident bytes
+	Limit         float64 // host memory limit (cgroup or physical), bytes
+	InactiveSplit float64 // torch memory_stats inactive_split_bytes.all.current
+	AllocRetries  float64 // torch memory_stats num_alloc_retries (cumulative)
+	Step          int64
+}
+
+// NaNSample returns a Sample with every measurement absent, to fill in.
+func NaNSample(t float64) Sample {
+	n := math.NaN()
+	return Sample{T: t, Allocated: n, Reserved: n, Used: n, Total: n, RSS: n, Limit: n,
+		InactiveSplit: n, AllocRetries: n, Step: -1}
+}
+
+// Config tunes the detector. The zero value is not useful: start from
+// DefaultConfig.
+type Config struct {
+	WindowS          float64 // tier-0 window length, seconds
+	MinWindowSamples int     // a tier-0 window also needs this many samples
+	Levels           int     // closed windows kept per tier (memory per series is Tiers*Levels)
+	Tiers            int     // resolutions: tier k windows are TierFactor^k tier-0 windows long
+	TierFactor       int
+	MinLevels        int     // fewest windows a trend is judged on
+	ZMin             float64 // Mann–Kendall Z a rising floor must reach
+	ConsistFrac      float64 // each third of the segment must rise by this share of the fitted rise
+	NoiseK           float64 // the fitted rise must exceed NoiseK times the residual noise
+	MinRiseBytes     float64 // and this many bytes
+	Persist          int     // consecutive window closes a trend must pass before it is a finding
+	MinSpanS         float64 // and the span it covers, seconds
+	WarmupS          float64 // windows starting this soon after a series' first sample are not judged
+	HalfZMin         float64 // the newer half of a run must reach this Mann–Kendall Z on its own
+	HalfFrac         float64 // and this share of the run's slope
+}
+
+// DefaultConfig is the configuration scored in docs/PERFORMANCE.md.
+func DefaultConfig() Config {
+	return Config{
+		WindowS:          30,
+		MinWindowSamples: 8,
+		Levels:           32,
+		Tiers:            3,
+		TierFactor:       8,
+		MinLevels:        8,
+		ZMin:             3,
+		ConsistFrac:      0.3,
+		NoiseK:           3,
+		MinRiseBytes:     32 << 20,
+		Persist:          3,
+		MinSpanS:         120,
+		WarmupS:          60,
+		HalfZMin:         2,
+		HalfFrac:         0.5,
+	}
+}
+
+// Verdict is the detector's judgement of a timeline.
+type Verdict string
+
+// Verdicts.
+const (
+	VerdictLeak             Verdict = "leak"              // memory keeps rising beyond what the job's shape explains
+	VerdictCacheGrowth      Verdict = "cache_growth"      // reserved rises while allocated does not: cache or fragmentation
+	VerdictStable           Verdict = "stable"            // no persistent rise
+	VerdictInsufficientData Verdict = "insufficient_data" // too short to judge
+)
+
+// Report is what the detector concludes from the samples so far. Absent
+// numbers are NaN (DetectedAtT, LeakRate, LeakStartT, OOMETA...).
+type Report struct {
+	Verdict Verdict
+	// Series is the series the verdict rests on: allocated for a leak the probe
+	// saw, used when only NVML watched (a leak and a growing cache then look
+	// alike), rss for a host-side leak, reserved or used for cache growth.
+	Series Series
+	// Ambiguous is true when the rise could be tensors or allocator cache
+	// (NVML only): the rise is real, its cause is not known.
+	Ambiguous bool
+
+	LeakRate        float64 // bytes/s of the rising floor
+	LeakRatePerStep float64 // bytes per training step, when steps are known
+	LeakStartT      float64 // when the rise began (change-point estimate)
+	DetectedAtT     float64 // time of the sample at which the online detector first raised it
+
+	// OOM forecast, counted from the last sample: the time until the series'
+	// peak meets its limit at the current trend, with a ~95% interval from the
+	// slope's confidence interval. NaN when nothing is rising.
+	OOMETA, OOMETALow, OOMETAHigh float64
+	Limit                         float64 // the limit the forecast runs into, bytes
+
+	Confidence float64 // 0..1, in the verdict
+	Evidence   []string
+	Advice     []string
+
+	// HostLeak is set when host RSS rises steadily, whatever the GPU verdict.
+	HostLeak *Report
+
+	LastT   float64 // time of the last sample
+	Samples int     // samples accepted
+	Dropped int     // samples refused (time going backwards, or no time)
+}
+
+// Detector is the online leak detector and OOM forecaster for one job. Feed
+// it samples in time order with Add; ask Report whenever a judgement is
+// wanted. Work per sample is O(1) except when a window closes (every
+// Config.WindowS seconds and MinWindowSamples samples at least), which costs
+// O(Levels²); memory is fixed at construction (Tiers×Levels windows per
+// series), whatever the length of the run. A Detector is not safe for
+// concurrent use.
+type Detector struct {
+	cfg                        Config
+	alloc, reserved, used, rss *track
+	// corroborated: reserved rose steadily and the allocated step peaks
+	// (window ceilings) rose with it, so the growth is tensors, not cache
+	corroborated       bool
+	corroboratedAt     float64
+	corroboration      finding
+	n, dropped         int
+	lastT              float64
+	total, limit, ctx  float64
+	split0, splitN     float64
+	retries0, retriesN float64
+	stepT0, stepTN     float64
+	step0, stepN       int64
+}
+
+// NewDetector returns a detector with cfg (use DefaultConfig()).
+func NewDetector(cfg Config) *Detector {
+	if cfg.Levels < cfg.MinLevels {
+		cfg.Levels = cfg.MinLevels
+	}
+	if cfg.Tiers < 1 {
+		cfg.Tiers = 1
+	}
+	if cfg.TierFactor < 2 {
+		cfg.TierFactor = 2
+	}
+	d := &Detector{cfg: cfg, lastT: math.Inf(-1)}
+	c := &d.cfg
+	d.alloc, d.reserved, d.used, d.rss = newTrack(c), newTrack(c), newTrack(c), newTrack(c)
+	n := math.NaN()
+	d.total, d.limit, d.ctx = n, n, n
+	d.split0, d.splitN, d.retries0, d.retriesN = n, n, n, n
+	d.step0, d.stepN = -1, -1
+	return d
+}
+
+func ok(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 }
+
+// Add feeds one sample. A sample whose time is NaN or earlier than the
+// previous one is dropped (counted in Report.Dropped); NaN, infinite or
+// negative measurements are treated as absent. It reports whether a window
+// closed, the only moment the verdict can change.
+func (d *Detector) Add(s Sample) bool {
+	if math.IsNaN(s.T) || s.T < d.lastT {
+		d.dropped++
+		return false
+	}
+	d.lastT = s.T
+	d.n++
+	closed := false
+	if ok(s.Allocated) {
+		closed = d.alloc.add(s.T, s.Allocated) || closed
+	}
+	if ok(s.Reserved) {
+		closed = d.reserved.add(s.T, s.Reserved) || closed
+	}
+	if ok(s.Used) {
+		closed = d.used.add(s.T, s.Used) || closed
+		if ok(s.Reserved) && s.Used >= s.Reserved {
+			d.ctx = s.Used - s.Reserved
+		}
+	}
+	if ok(s.RSS) {
+		closed = d.rss.add(s.T, s.RSS) || closed
+	}
+	if ok(s.Total) && s.Total > 0 {
+		d.total = s.Total
+	}
+	if ok(s.Limit) && s.Limit > 0 {
+		d.limit = s.Limit
+	}
+	if ok(s.InactiveSplit) {
+		if math.IsNaN(d.split0) {
+			d.split0 = s.InactiveSplit
+		}
+		d.splitN = s.InactiveSplit
+	}
+	if ok(s.AllocRetries) {
+		if math.IsNaN(d.retries0) {
+			d.retries0 = s.AllocRetries
+		}
+		d.retriesN = s.AllocRetries
+	}
+	if closed && !d.corroborated && d.reserved.detected && d.reserved.active && d.alloc.n > 0 {
+		if f, ok := d.reserved.newest(); ok && d.alloc.ceilingRises(f) {
+			d.corroborated, d.corroboratedAt, d.corroboration = true, s.T, f
+		}
+	}
+	if s.Step >= 0 {
+		if d.step0 < 0 {
+			d.step0, d.stepT0 = s.Step, s.T
+		}
+		d.stepN, d.stepTN = s.Step, s.T
+	}
+	return closed
+}

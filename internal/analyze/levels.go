@@ -1,0 +1,67 @@
+package analyze
+
+import "math"
+
+// level summarises one window of a series: its floor (the lowest value, the
+// level a step sawtooth returns to) and its ceiling (the step peak).
+type level struct {
+	t0, t1 float64 // first and last sample time in the window
+	lo, hi float64 // floor and ceiling
+	n      int     // samples
+}
+
+func (l level) mid() float64 { return (l.t0 + l.t1) / 2 }
+
+func (l *level) add(t, v float64) {
+	if l.n == 0 {
+		*l = level{t0: t, t1: t, lo: v, hi: v, n: 1}
+		return
+	}
+	l.t1 = t
+	l.lo = math.Min(l.lo, v)
+	l.hi = math.Max(l.hi, v)
+	l.n++
+}
+
+func (l *level) merge(o level) {
+	if o.n == 0 {
+		return
+	}
+	if l.n == 0 {
+		*l = o
+		return
+	}
+	l.t1 = o.t1
+	l.lo = math.Min(l.lo, o.lo)
+	l.hi = math.Max(l.hi, o.hi)
+	l.n += o.n
+}
+
+// ring holds the newest len(buf) closed windows of one tier, oldest first
+// when read with at.
+type ring struct {
+	buf   []level
+	head  int // index of the oldest
+	count int
+}
+
+func (r *ring) push(l level) {
+	if r.count < len(r.buf) {
+		r.buf[(r.head+r.count)%len(r.buf)] = l
+		r.count++
+		return
+	}
+	r.buf[r.head] = l
+	r.head = (r.head + 1) % len(r.buf)
+}
+
+func (r *ring) at(i int) level { return r.buf[(r.head+i)%len(r.buf)] }
+
+// tier builds windows of one resolution. Tier 0 closes a window once it spans
+// windowS seconds and holds minSamples samples; tier k>0 closes one after
+// factor windows of tier k-1, so each tier sees factor times further back.
+type tier struct {
+	cur      level
+	children int
+	closed   ring
+}
