@@ -60,13 +60,16 @@ func detectFile(r io.ReaderAt, size int64) string {
 			}
 		}
 		return ""
+	case len(head) >= 10 && head[8] == '{' && (head[9] == '"' || head[9] == '}' || head[9] == ' ' || head[9] == '\n') &&
+		binary.LittleEndian.Uint64(head) >= 2 && binary.LittleEndian.Uint64(head) <= maxSafetensorsHeader:
+		// Checked before pickle: a header length of 0x..80 starts with the
+		// PROTO opcode's byte.
+		return FormatSafetensors
 	case head[0] == 0x80 && head[1] >= 2 && head[1] <= 5:
 		if isLegacyHead(head) {
 			return FormatTorchLegacy
 		}
 		return FormatPickle
-	case len(head) >= 9 && head[8] == '{' && binary.LittleEndian.Uint64(head) > 1 && binary.LittleEndian.Uint64(head) < 1<<30:
-		return FormatSafetensors
 	case isTar(head, r):
 		return FormatTorchTar
 	case isProto01Pickle(r, size, head[0]):

@@ -14,7 +14,7 @@ func sprintf(format string, a ...any) string { return fmt.Sprintf(format, a...) 
 // walkLimits bound the traversal of a decoded pickle, which may share
 // subtrees through the memo (a DAG, even a cycle through a list).
 const (
-	maxWalkNodes = 20_000_000
+	maxWalkNodes = 4_000_000
 	maxWalkDepth = 400
 	maxScalars   = 20_000
 )
@@ -95,9 +95,10 @@ func (w *walker) walk(v any, path string, depth int, role string) {
 		}
 	case *pickle.List:
 		if w.seen[x] {
-			return
+			return // a cycle
 		}
 		w.seen[x] = true
+		defer delete(w.seen, x)
 		for i, e := range x.Items {
 			w.walk(e, join(path, fmt.Sprint(i)), depth+1, role)
 		}
@@ -106,6 +107,7 @@ func (w *walker) walk(v any, path string, depth int, role string) {
 			return
 		}
 		w.seen[x] = true
+		defer delete(w.seen, x)
 		w.walkDict(x, path, depth, role)
 	case *pickle.Set:
 		for i, e := range x.Items {
@@ -116,6 +118,7 @@ func (w *walker) walk(v any, path string, depth int, role string) {
 			return
 		}
 		w.seen[x] = true
+		defer delete(w.seen, x)
 		w.walkCall(x, path, depth, role)
 	}
 }
@@ -147,7 +150,6 @@ func (w *walker) walkCall(c *pickle.Call, path string, depth int, role string) {
 		if len(c.Args) > 0 {
 			if inner, ok := c.Args[0].(*pickle.Call); ok {
 				if ig, _ := inner.Global(); strings.HasPrefix(ig.String(), "torch._utils._rebuild_") {
-					w.seen[inner] = true
 					w.tensor(inner, path, ig.String(), role, true)
 					return
 				}
@@ -259,10 +261,6 @@ func (w *walker) walkModule(st *pickle.Dict, path string, depth int, role string
 			for i, k := range d.Keys {
 				child := d.Vals[i]
 				if c, ok := child.(*pickle.Call); ok {
-					if w.seen[c] {
-						continue
-					}
-					w.seen[c] = true
 					if cs, ok := c.State.(*pickle.Dict); ok && isModuleState(cs) {
 						w.walkModule(cs, join(path, pickle.KeyString(k)), depth+1, role)
 						continue
@@ -448,6 +446,13 @@ func (w *walker) tensor(c *pickle.Call, path, fn, role string, param bool) {
 	storElems := st.numel
 	if sb := elemSize[st.dtype]; sb != es && es > 0 {
 		storElems = st.numel * sb / es
+	}
+	// Sub-byte quantized types pack several elements per storage byte.
+	switch dt {
+	case "quint4x2":
+		storElems *= 2
+	case "quint2x4":
+		storElems *= 4
 	}
 	if numel > 0 && off+extent > storElems {
 		w.bad = append(w.bad, fmt.Sprintf("%s: view [offset %d, extent %d] runs past its storage %s of %d elements", path, off, extent, st.key, storElems))
