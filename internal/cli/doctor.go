@@ -1,9 +1,176 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
 
-// NewCmdDoctor is a placeholder until its issue lands.
+	"github.com/spf13/cobra"
+
+	"github.com/vramguard/vramguard/internal/doctor"
+)
+
+// doctorOptions are doctor's flags after parsing.
+type doctorOptions struct {
+	Python        string
+	PythonGiven   bool
+	Dir           string
+	Keep          int
+	JSON          bool
+	PythonTimeout time.Duration
+	Root          string // hidden: examine a fixture tree instead of "/"
+}
+
+// NewCmdDoctor builds `vramguard doctor`.
 func NewCmdDoctor(f *Factory) *cobra.Command {
-	return &cobra.Command{Use: "doctor", Short: "(not yet available)", Hidden: true,
-		RunE: func(*cobra.Command, []string) error { return Envf("doctor is not built yet") }}
+	return newCmdDoctor(f, func(ctx context.Context, o *doctorOptions) error { return runDoctor(ctx, f, o) })
+}
+
+func newCmdDoctor(f *Factory, runF func(context.Context, *doctorOptions) error) *cobra.Command {
+	o := &doctorOptions{}
+	cmd := &cobra.Command{
+		Use:   "doctor [--python PATH] [--dir CHECKPOINT_DIR] [--json]",
+		Short: "Check the environment for the classic GPU-training failures before they happen",
+		Long: `doctor checks this machine for what kills training jobs later: a driver too
+old for the installed torch, a CPU-only torch on a GPU machine, Docker's 64 MB
+/dev/shm, a container memory limit, checkpoints on a container's throwaway
+layer, a missing environment lock, low open-file limits and more.
+
+Each check reports ok, warn, fail or n/a (not applicable here, such as the
+GPU checks on a machine without an NVIDIA driver), with its evidence and
+the fix. torch is probed with --python in a subprocess (never in
+vramguard's own process) and bounded by --python-timeout.
+
+Exit status: 0 when nothing fails (warnings do not fail), 1 when any check
+fails, 2 for bad input. Check ids and the --json layout are in docs/DOCTOR.md.`,
+		Example: `  # the interpreter your job uses, and where it saves checkpoints
+  vramguard doctor --python .venv/bin/python --dir /data/ckpt
+
+  # Debian's packaged torch
+  vramguard doctor --python /usr/bin/python3
+
+  # for scripts: list what failed
+  vramguard doctor --json | jq -r '.checks[] | select(.status=="fail") | .id'`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			o.PythonGiven = c.Flags().Changed("python")
+			if o.Keep < 1 {
+				return Usagef("--keep must be at least 1, got %d", o.Keep)
+			}
+			if o.PythonTimeout <= 0 {
+				return Usagef("--python-timeout must be positive, got %s", o.PythonTimeout)
+			}
+			return runF(c.Context(), o)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.Python, "python", "python3", "Python interpreter to probe for torch (the one your job runs with)")
+	fl.StringVar(&o.Dir, "dir", "", "checkpoint directory to check (filesystem, free space, writability)")
+	fl.IntVar(&o.Keep, "keep", 3, "how many checkpoints the job keeps (sizes the free-space check)")
+	fl.BoolVar(&o.JSON, "json", false, "print the report as JSON (schema in docs/DOCTOR.md)")
+	fl.DurationVar(&o.PythonTimeout, "python-timeout", 15*time.Second, "give up on `import torch` after this long")
+	fl.StringVar(&o.Root, "root", "", "examine the system tree under this directory instead of / (fixtures)")
+	_ = fl.MarkHidden("root")
+	return cmd
+}
+
+// resolvePython finds the interpreter: a path is checked as given, a bare
+// name is looked up on PATH. A missing default is not an input error (the
+// pytorch checks report it); a missing --python is.
+func resolvePython(o *doctorOptions) (string, error) {
+	p := o.Python
+	if p == "" {
+		return "", Usagef("--python must not be empty")
+	}
+	if strings.ContainsRune(p, '/') {
+		st, err := os.Stat(p)
+		if err != nil {
+			return "", Usagef("--python %s: %v", p, err)
+		}
+		if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+			return "", Usagef("--python %s: not an executable file", p)
+		}
+		return p, nil
+	}
+	found, err := exec.LookPath(p)
+	if err != nil {
+		if o.PythonGiven {
+			return "", Usagef("--python %s: not found on PATH", p)
+		}
+		return "", nil
+	}
+	return found, nil
+}
+
+func runDoctor(ctx context.Context, f *Factory, o *doctorOptions) error {
+	py, err := resolvePython(o)
+	if err != nil {
+		return err
+	}
+	dir := o.Dir
+	if dir != "" {
+		if o.Root == "" {
+			if dir, err = filepath.Abs(dir); err != nil {
+				return Usagef("--dir %s: %v", o.Dir, err)
+			}
+		}
+		st, err := os.Stat(filepath.Join(o.Root, dir))
+		if err != nil {
+			return Usagef("--dir %s: %v", o.Dir, err)
+		}
+		if !st.IsDir() {
+			return Usagef("--dir %s: not a directory", o.Dir)
+		}
+	}
+	cwd, _ := os.Getwd()
+	if py != "" {
+		py = doctor.ResolvePyenvShim(py, cwd, f.Getenv)
+	}
+	env := doctor.Env{
+		Root:   o.Root,
+		Getenv: f.Getenv,
+		Statfs: statfsUnder(o.Root),
+		GPU:    doctorGPU(ctx, o.Root),
+		Python: doctor.ExecPython{},
+		Cwd:    cwd,
+		Now:    f.Now,
+	}
+	rep := doctor.Run(ctx, env, doctor.Options{Python: py, Dir: dir, Keep: o.Keep, PythonTimeout: o.PythonTimeout})
+	if rep.Python == "" {
+		rep.Python = o.Python
+	}
+	if o.JSON {
+		if err := f.WriteJSON(rep); err != nil {
+			return err
+		}
+	} else if err := renderDoctor(f.IO.Out, rep, f.IO.IsTTY); err != nil {
+		return err
+	}
+	if rep.Failed() {
+		return Silent(ExitFailed)
+	}
+	return nil
+}
+
+// doctorGPU picks the GPU source. Until an NVML backend is built in, every
+// machine reports "NVML not found" and the GPU checks say n/a.
+func doctorGPU(_ context.Context, root string) doctor.GPU {
+	// TODO(nvml): when internal/gpu/nvml provides gpu.Open(ctx, "auto"),
+	// wire it here through doctor.BackendGPU (plus driver/CUDA/persistence
+	// from the nvml package), keeping NoNVML as the ErrNoDriver fallback.
+	return doctor.NoNVML{Root: root}
+}
+
+func statfsUnder(root string) func(string) (doctor.FSInfo, error) {
+	return func(p string) (doctor.FSInfo, error) {
+		info, err := statfs(filepath.Join(root, p))
+		if err != nil {
+			return info, fmt.Errorf("statfs %s: %w", p, err)
+		}
+		return info, nil
+	}
 }
