@@ -1,0 +1,457 @@
+// Package attrib says who owns GPU memory. The driver reports host PIDs;
+// attrib maps them to processes in /proc (rooted at a configurable path, so
+// golden tests run on fixture trees), derives each process's container, pod,
+// SLURM job, systemd unit or notebook kernel from its cgroup and command
+// line, and rolls process trees up into jobs so that DataLoader workers count
+// toward the job that spawned them while still being listed one by one. It
+// also finds GPU memory held by processes whose job is gone (orphans) or
+// whose PID no longer exists (vanished). It only reads; it never signals.
+package attrib
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/vramguard/vramguard/internal/gpu"
+	"github.com/vramguard/vramguard/internal/procfs"
+)
+
+// ProcSource is where processes are read from. procfs.FS is the real one;
+// the simulator overlays its scenario's processes on it.
+type ProcSource interface {
+	All() ([]procfs.Proc, error)
+	Status(pid int) (procfs.Status, error)
+	Cgroups(pid int) ([]procfs.CgroupEntry, error)
+	Cmdline(pid int) ([]string, error)
+}
+
+// Simulator is implemented by a ProcSource that makes some processes up;
+// they are marked so nobody tries to signal them.
+type Simulator interface {
+	Simulated(pid int) bool
+}
+
+// OwnerHints tells attribution which processes are the roots of runs that
+// vramguard supervises (recorded by the supervisor). A nil OwnerHints is
+// allowed and knows nothing.
+type OwnerHints interface {
+	RunForPID(pid int) (runID, name string, ok bool)
+}
+
+// ProbeHints is optionally implemented by an OwnerHints that also knows what
+// PyTorch's allocator inside a process reports (from the in-process probe).
+type ProbeHints interface {
+	ProbeMemory(pid int) (allocated, reserved uint64, ok bool)
+}
+
+// Job kinds, in the order top groups them.
+const (
+	KindRun       = "run"
+	KindNotebook  = "notebook"
+	KindPod       = "pod"
+	KindContainer = "container"
+	KindSlurm     = "slurm"
+	KindService   = "service"
+	KindProcess   = "process"
+)
+
+// KindOrder ranks kinds for grouping.
+var KindOrder = map[string]int{KindRun: 0, KindNotebook: 1, KindPod: 2, KindContainer: 3, KindSlurm: 4, KindService: 5, KindProcess: 6}
+
+// Process is one process of a job.
+type Process struct {
+	PID  int `json:"pid"`
+	PPID int `json:"ppid"`
+	// NSpid is the PID in each PID namespace, host first; set only when the
+	// process lives in a nested namespace. ContainerPID is the innermost.
+	NSpid        []int    `json:"nspid,omitempty"`
+	ContainerPID int      `json:"container_pid,omitempty"`
+	Comm         string   `json:"comm"`
+	Cmdline      []string `json:"cmdline,omitempty"`
+	UID          int      `json:"uid"`
+	// Role is "main" for the job's root, "gpu" for another process holding
+	// GPU memory, "worker" for the rest (DataLoader workers, helpers).
+	Role     string `json:"role"`
+	RSSBytes uint64 `json:"rss_bytes"`
+	GPUBytes uint64 `json:"gpu_bytes"`
+	// GPU lists the process's records from the driver, one per device.
+	GPU        []gpu.Process `json:"gpu,omitempty"`
+	StartTicks uint64        `json:"start_ticks"`
+	Simulated  bool          `json:"simulated,omitempty"`
+}
+
+// Job is a process tree that holds GPU memory, with its owner.
+type Job struct {
+	// Key identifies the job across samples: run:<id>, notebook:<kernel>,
+	// or pid:<root>:<start ticks>.
+	Key  string `json:"key"`
+	Kind string `json:"kind"`
+	// Name is a short human label: run name, pod/container id, command.
+	Name    string  `json:"name"`
+	RootPID int     `json:"root_pid"`
+	RunID   string  `json:"run_id,omitempty"`
+	Kernel  string  `json:"kernel,omitempty"`
+	Context Context `json:"context"`
+	// Devices are the indexes of the GPUs the job holds memory on.
+	Devices       []int  `json:"devices"`
+	GPUBytes      uint64 `json:"gpu_bytes"`
+	RSSBytes      uint64 `json:"rss_bytes"`
+	SMUtilPercent int    `json:"sm_util_percent"`
+	// AllocatedBytes and ReservedBytes are PyTorch's own figures from the
+	// probe (summed over the job), when a ProbeHints knows them.
+	AllocatedBytes *uint64 `json:"allocated_bytes,omitempty"`
+	ReservedBytes  *uint64 `json:"reserved_bytes,omitempty"`
+	// Orphan is set when the job's parent is gone while it still holds GPU
+	// memory; OrphanReason says how that was seen.
+	Orphan       bool   `json:"orphan,omitempty"`
+	OrphanReason string `json:"orphan_reason,omitempty"`
+	// Flags are verdicts added by later analysis (leak, OOM risk); attrib
+	// itself never sets them.
+	Flags     []string  `json:"flags,omitempty"`
+	Processes []Process `json:"processes"`
+}
+
+// Result is one attribution of a process list.
+type Result struct {
+	Jobs []Job `json:"jobs"`
+	// Vanished are GPU records whose PID is not in /proc: memory held by a
+	// process that no longer exists (or lives in a PID namespace this /proc
+	// cannot see). They are never shown as real processes.
+	Vanished      []gpu.Process `json:"vanished"`
+	VanishedBytes uint64        `json:"vanished_bytes"`
+	// Scanned is how many processes /proc listed.
+	Scanned int `json:"scanned"`
+}
+
+// Attributor turns GPU process records into jobs.
+type Attributor struct {
+	Src   ProcSource
+	Hints OwnerHints
+}
+
+// info is what is known of one process during a pass.
+type info struct {
+	p       procfs.Proc
+	status  *procfs.Status
+	cgroups *Context
+	argv    []string
+	argvOK  bool
+}
+
+type pass struct {
+	a     *Attributor
+	procs map[int]*info
+	kids  map[int][]int
+}
+
+func (ps *pass) ctx(pid int) Context {
+	in := ps.procs[pid]
+	if in.cgroups == nil {
+		ents, _ := ps.a.Src.Cgroups(pid)
+		c := ParseCgroup(ents)
+		in.cgroups = &c
+	}
+	return *in.cgroups
+}
+
+func (ps *pass) cmdline(pid int) []string {
+	in := ps.procs[pid]
+	if !in.argvOK {
+		in.argv, _ = ps.a.Src.Cmdline(pid)
+		in.argvOK = true
+	}
+	return in.argv
+}
+
+func (ps *pass) status(pid int) procfs.Status {
+	in := ps.procs[pid]
+	if in.status == nil {
+		s, err := ps.a.Src.Status(pid)
+		if err != nil {
+			s = procfs.Status{}
+		}
+		in.status = &s
+	}
+	return *in.status
+}
+
+func (a *Attributor) run(pid int) (string, string, bool) {
+	if a.Hints == nil {
+		return "", "", false
+	}
+	return a.Hints.RunForPID(pid)
+}
+
+// Attribute reads the process table once and groups gprocs into jobs.
+func (a *Attributor) Attribute(gprocs []gpu.Process) (Result, error) {
+	all, err := a.Src.All()
+	if err != nil {
+		return Result{}, fmt.Errorf("scan processes: %w", err)
+	}
+	ps := &pass{a: a, procs: make(map[int]*info, len(all)), kids: map[int][]int{}}
+	for _, p := range all {
+		ps.procs[p.PID] = &info{p: p}
+		ps.kids[p.PPID] = append(ps.kids[p.PPID], p.PID)
+	}
+	res := Result{Jobs: []Job{}, Vanished: []gpu.Process{}, Scanned: len(all)}
+	onGPU := map[int][]gpu.Process{}
+	roots := map[int]bool{}
+	var rootOrder []int
+	for _, g := range gprocs {
+		if _, ok := ps.procs[g.PID]; !ok {
+			res.Vanished = append(res.Vanished, g)
+			res.VanishedBytes += g.UsedBytes
+			continue
+		}
+		onGPU[g.PID] = append(onGPU[g.PID], g)
+		r := ps.root(g.PID)
+		if !roots[r] {
+			roots[r] = true
+			rootOrder = append(rootOrder, r)
+		}
+	}
+	for _, r := range rootOrder {
+		res.Jobs = append(res.Jobs, ps.job(r, roots, onGPU))
+	}
+	sort.SliceStable(res.Jobs, func(i, j int) bool {
+		if res.Jobs[i].GPUBytes != res.Jobs[j].GPUBytes {
+			return res.Jobs[i].GPUBytes > res.Jobs[j].GPUBytes
+		}
+		return res.Jobs[i].RootPID < res.Jobs[j].RootPID
+	})
+	return res, nil
+}
+
+// launchers start the processes of one job; they count as its root.
+var launchers = map[string]bool{
+	"torchrun": true, "accelerate": true, "deepspeed": true, "mpirun": true,
+	"mpiexec": true, "horovodrun": true, "lightning": true, "python": true,
+}
+
+// boundaries are never part of a job: shells, session and service managers,
+// container shims and SLURM's step daemon.
+var boundaries = map[string]bool{
+	"bash": true, "sh": true, "dash": true, "zsh": true, "fish": true, "tmux": true,
+	"screen": true, "sshd": true, "systemd": true, "init": true, "containerd-shim": true,
+	"containerd-shim-runc-v2": true, "conmon": true, "slurmstepd": true, "tini": true,
+	"dumb-init": true, "docker-init": true, "runc": true, "crun": true, "su": true,
+	"sudo": true, "login": true, "vramguard": true, "catatonit": true,
+}
+
+// program normalises a comm for comparison: python3.11 and python are one
+// program, and PyTorch's renamed threads (pt_main_thread, pt_data_worker)
+// are python.
+func program(comm string) string {
+	if strings.HasPrefix(comm, "pt_") {
+		return "python"
+	}
+	return strings.TrimRight(comm, "0123456789.")
+}
+
+// root climbs from pid to the process its job is rooted at: a supervised
+// run's root wherever it is among the ancestors; otherwise the highest
+// ancestor running the same program (or a launcher such as torchrun) within
+// the same container, pod, SLURM job or unit, stopping at shells, init and
+// runtime shims, and at notebook kernels.
+func (ps *pass) root(pid int) int {
+	for cur := pid; cur > 0; {
+		if _, _, ok := ps.a.run(cur); ok {
+			return cur
+		}
+		in, ok := ps.procs[cur]
+		if !ok {
+			break
+		}
+		cur = in.p.PPID
+	}
+	cur := pid
+	for {
+		if _, ok := KernelID(ps.cmdline(cur)); ok {
+			return cur
+		}
+		in := ps.procs[cur]
+		parent, ok := ps.procs[in.p.PPID]
+		if !ok || parent.p.PID <= 1 {
+			return cur
+		}
+		pc := program(parent.p.Comm)
+		if boundaries[pc] || boundaries[parent.p.Comm] {
+			return cur
+		}
+		if pc != program(in.p.Comm) && !launchers[pc] {
+			return cur
+		}
+		if ps.ctx(parent.p.PID).Scope() != ps.ctx(cur).Scope() {
+			return cur
+		}
+		if s := ps.status(cur).NSpid; len(s) > 1 && s[len(s)-1] == 1 {
+			return cur // a container's init
+		}
+		cur = parent.p.PID
+	}
+}
+
+// job builds the job rooted at r: r and its descendants, except subtrees
+// rooted at another job's root.
+func (ps *pass) job(r int, roots map[int]bool, onGPU map[int][]gpu.Process) Job {
+	root := ps.procs[r]
+	j := Job{RootPID: r, Devices: []int{}, SMUtilPercent: -1, Processes: []Process{}}
+	sim, _ := ps.a.Src.(Simulator)
+	probe, _ := ps.a.Hints.(ProbeHints)
+	devs := map[int]bool{}
+	queue := []int{r}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		in := ps.procs[pid]
+		st := ps.status(pid)
+		p := Process{
+			PID: pid, PPID: in.p.PPID, Comm: in.p.Comm, Cmdline: ps.cmdline(pid), UID: st.UID,
+			RSSBytes: in.p.RSSBytes, StartTicks: in.p.StartTicks, Role: "worker",
+		}
+		if len(st.NSpid) > 1 {
+			p.NSpid, p.ContainerPID = st.NSpid, st.NSpid[len(st.NSpid)-1]
+		}
+		if sim != nil {
+			p.Simulated = sim.Simulated(pid)
+		}
+		for _, g := range onGPU[pid] {
+			p.GPU = append(p.GPU, g)
+			p.GPUBytes += g.UsedBytes
+			devs[g.DeviceIndex] = true
+			if g.SMUtilPercent >= 0 {
+				j.SMUtilPercent = max(j.SMUtilPercent, 0) + g.SMUtilPercent
+			}
+		}
+		if len(p.GPU) > 0 {
+			p.Role = "gpu"
+		}
+		if pid == r {
+			p.Role = "main"
+		}
+		if probe != nil {
+			if al, rs, ok := probe.ProbeMemory(pid); ok {
+				if j.AllocatedBytes == nil {
+					j.AllocatedBytes, j.ReservedBytes = new(uint64), new(uint64)
+				}
+				*j.AllocatedBytes += al
+				*j.ReservedBytes += rs
+			}
+		}
+		j.GPUBytes += p.GPUBytes
+		j.RSSBytes += p.RSSBytes
+		j.Processes = append(j.Processes, p)
+		kids := ps.kids[pid]
+		sort.Ints(kids)
+		for _, k := range kids {
+			if !roots[k] {
+				queue = append(queue, k)
+			}
+		}
+	}
+	for d := range devs {
+		j.Devices = append(j.Devices, d)
+	}
+	sort.Ints(j.Devices)
+	j.SMUtilPercent = min(j.SMUtilPercent, 100)
+
+	j.Context = ps.ctx(r)
+	argv := ps.cmdline(r)
+	j.Name = commandName(root.p.Comm, argv)
+	j.Key = "pid:" + strconv.Itoa(r) + ":" + strconv.FormatUint(root.p.StartTicks, 10)
+	if id, name, ok := ps.a.run(r); ok {
+		j.Kind, j.RunID, j.Key = KindRun, id, "run:"+id
+		if name != "" {
+			j.Name = name
+		}
+	} else if k, ok := KernelID(argv); ok {
+		j.Kind, j.Kernel, j.Key = KindNotebook, k, "notebook:"+k
+		j.Name = "kernel " + shortID(k)
+	} else {
+		switch c := j.Context; {
+		case c.PodUID != "":
+			j.Kind = KindPod
+		case c.ContainerID != "":
+			j.Kind = KindContainer
+		case c.SlurmJob != "":
+			j.Kind = KindSlurm
+		case strings.HasSuffix(c.Unit, ".service"):
+			j.Kind = KindService
+		default:
+			j.Kind = KindProcess
+		}
+	}
+	j.Orphan, j.OrphanReason = ps.orphan(r)
+	return j
+}
+
+// orphan reports whether the job rooted at r has lost its parent job: it was
+// reparented to init (or has no parent) and the process group it was started
+// in has no leader any more, or it is a multiprocessing child whose parent
+// exited.
+func (ps *pass) orphan(r int) (bool, string) {
+	in := ps.procs[r]
+	if in.p.PPID > 1 {
+		if _, ok := ps.procs[in.p.PPID]; ok {
+			return false, ""
+		}
+	}
+	if s := ps.status(r).NSpid; len(s) > 1 && s[len(s)-1] == 1 {
+		return false, "" // a container's init has no parent in its namespace
+	}
+	if pg := in.p.PGID; pg > 0 && pg != in.p.PID {
+		if _, ok := ps.procs[pg]; !ok {
+			return true, fmt.Sprintf("reparented to init; its process group leader %d has exited", pg)
+		}
+	}
+	for _, a := range ps.cmdline(r) {
+		if strings.Contains(a, "multiprocessing.spawn") || strings.Contains(a, "multiprocessing.forkserver") {
+			return true, "a multiprocessing child whose parent has exited"
+		}
+	}
+	return false, ""
+}
+
+// commandName is a short label for a command: the script for an
+// interpreter, else the program.
+func commandName(comm string, argv []string) string {
+	if len(argv) == 0 {
+		return comm
+	}
+	prog := baseName(argv[0])
+	if strings.HasPrefix(program(prog), "python") || launchers[prog] {
+		for i := 1; i < len(argv); i++ {
+			a := argv[i]
+			if a == "-m" && i+1 < len(argv) {
+				return prog + " -m " + argv[i+1]
+			}
+			if a == "-c" {
+				return prog + " -c"
+			}
+			if !strings.HasPrefix(a, "-") {
+				if launchers[baseName(a)] {
+					// python /usr/bin/torchrun ddp.py: name the launcher.
+					return commandName(comm, argv[i:])
+				}
+				return prog + " " + baseName(a)
+			}
+		}
+	}
+	return prog
+}
+
+func baseName(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}
+
+func shortID(s string) string {
+	if len(s) > 8 {
+		return s[:8]
+	}
+	return s
+}

@@ -1,0 +1,281 @@
+package attrib
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/vramguard/vramguard/internal/gpu"
+	"github.com/vramguard/vramguard/internal/procfs"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// A fixture (testdata/*.tree) describes a /proc tree compactly; buildTree
+// writes it out as the real files the kernel would show (stat, status,
+// cgroup, cmdline), so the tests read it through procfs like a live system.
+//
+//	proc PID PPID PGID COMM RSS_KiB [nspid=H,C,...] [uid=N]
+//	cmd PID ARG...
+//	cgroup PID            followed by the file's lines, then "end"
+//	gpu PID DEVICE MiB    a driver record
+//	run PID RUNID NAME    a supervised run's root (OwnerHints)
+//	probe PID ALLOC_MiB RESERVED_MiB
+type fixture struct {
+	root  string
+	gpu   []gpu.Process
+	hints hints
+}
+
+type hints struct {
+	runs  map[int][2]string
+	probe map[int][2]uint64
+}
+
+func (h hints) RunForPID(pid int) (string, string, bool) {
+	r, ok := h.runs[pid]
+	return r[0], r[1], ok
+}
+
+func (h hints) ProbeMemory(pid int) (uint64, uint64, bool) {
+	p, ok := h.probe[pid]
+	return p[0], p[1], ok
+}
+
+func buildTree(t *testing.T, spec string) fixture {
+	t.Helper()
+	f, err := os.Open(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fx := fixture{root: t.TempDir(), hints: hints{runs: map[int][2]string{}, probe: map[int][2]uint64{}}}
+	write := func(pid int, name, content string) {
+		dir := filepath.Join(fx.root, "proc", strconv.Itoa(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	atoi := func(s string) int {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("%s: %q is not a number", spec, s)
+		}
+		return n
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		w := strings.Fields(line)
+		switch w[0] {
+		case "proc":
+			pid, ppid, pgid, comm, rss := atoi(w[1]), atoi(w[2]), atoi(w[3]), w[4], atoi(w[5])
+			nspid, uid := strconv.Itoa(pid), "1000"
+			for _, o := range w[6:] {
+				k, v, _ := strings.Cut(o, "=")
+				switch k {
+				case "nspid":
+					nspid = strings.ReplaceAll(v, ",", "\t")
+				case "uid":
+					uid = v
+				}
+			}
+			pages := uint64(rss) * 1024 / procfs.PageSize
+			write(pid, "stat", fmt.Sprintf("%d (%s) S %d %d %d 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 4 0 %d 1000000 %d 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0\n",
+				pid, comm, ppid, pgid, pgid, 1000+pid, pages))
+			write(pid, "status", fmt.Sprintf("Name:\t%s\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t%d\nNgid:\t0\nPid:\t%d\nPPid:\t%d\nUid:\t%s\t%s\t%s\t%s\nNSpid:\t%s\nVmRSS:\t%d kB\n",
+				comm, pid, pid, ppid, uid, uid, uid, uid, nspid, rss))
+			write(pid, "cmdline", comm+"\x00")
+			write(pid, "cgroup", "0::/user.slice/user-1000.slice/session-3.scope\n")
+		case "cmd":
+			write(atoi(w[1]), "cmdline", strings.Join(w[2:], "\x00")+"\x00")
+		case "cgroup":
+			pid := atoi(w[1])
+			var b strings.Builder
+			for sc.Scan() && strings.TrimSpace(sc.Text()) != "end" {
+				b.WriteString(strings.TrimSpace(sc.Text()) + "\n")
+			}
+			write(pid, "cgroup", b.String())
+		case "gpu":
+			fx.gpu = append(fx.gpu, gpu.Process{PID: atoi(w[1]), DeviceIndex: atoi(w[2]),
+				DeviceUUID: "GPU-" + w[2], UsedBytes: uint64(atoi(w[3])) << 20, SMUtilPercent: -1})
+		case "run":
+			fx.hints.runs[atoi(w[1])] = [2]string{w[2], strings.Join(w[3:], " ")}
+		case "probe":
+			fx.hints.probe[atoi(w[1])] = [2]uint64{uint64(atoi(w[2])) << 20, uint64(atoi(w[3])) << 20}
+		default:
+			t.Fatalf("%s: unknown line %q", spec, line)
+		}
+	}
+	return fx
+}
+
+func TestGolden(t *testing.T) {
+	specs, _ := filepath.Glob("testdata/*.tree")
+	if len(specs) < 8 {
+		t.Fatalf("only %d fixture trees", len(specs))
+	}
+	for _, spec := range specs {
+		name := strings.TrimSuffix(filepath.Base(spec), ".tree")
+		t.Run(name, func(t *testing.T) {
+			fx := buildTree(t, spec)
+			a := Attributor{Src: procfs.FS{Root: fx.root}, Hints: fx.hints}
+			res, err := a.Attribute(fx.gpu)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := json.MarshalIndent(res, "", "  ")
+			got = append(got, '\n')
+			golden := filepath.Join("testdata", name+".golden.json")
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create)", err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("result differs from %s (run with -update after checking):\n%s", golden, got)
+			}
+		})
+	}
+}
+
+func TestNilHints(t *testing.T) {
+	fx := buildTree(t, "testdata/docker-v2.tree")
+	a := Attributor{Src: procfs.FS{Root: fx.root}}
+	if _, err := a.Attribute(fx.gpu); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestKernelID(t *testing.T) {
+	tests := []struct {
+		argv []string
+		want string
+		ok   bool
+	}{
+		{[]string{"/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "/run/user/1000/jupyter/runtime/kernel-3f1c.json"}, "3f1c", true},
+		{[]string{"python", "-m", "ipykernel_launcher", "--f=/home/a/.local/share/jupyter/runtime/kernel-v2-99.json"}, "v2-99", true},
+		{[]string{"python", "-m", "ipykernel", "-f=/tmp/kernel-x.json"}, "x", true},
+		{[]string{"python", "train.py", "-f", "/tmp/kernel-x.json"}, "", false},
+		{[]string{"python", "-m", "ipykernel_launcher"}, "", false},
+		{nil, "", false},
+	}
+	for _, tt := range tests {
+		got, ok := KernelID(tt.argv)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("KernelID(%q) = %q, %v; want %q, %v", tt.argv, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestParseCgroup(t *testing.T) {
+	const id = "4c5b1d0e8a7f6e5d4c3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a2918f7e6d5c"
+	tests := []struct {
+		name, file string
+		want       Context
+	}{
+		{"docker systemd v2", "0::/system.slice/docker-" + id + ".scope\n",
+			Context{Runtime: "docker", ContainerID: id, CgroupVersion: 2}},
+		{"docker cgroupfs v1", "12:memory:/docker/" + id + "\n11:pids:/docker/" + id + "\n1:name=systemd:/docker/" + id + "\n",
+			Context{Runtime: "docker", ContainerID: id, CgroupVersion: 1}},
+		{"k8s containerd systemd", "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b2c3d_4e5f_6789_abcd_ef0123456789.slice/cri-containerd-" + id + ".scope\n",
+			Context{Runtime: "containerd", ContainerID: id, PodUID: "0a1b2c3d-4e5f-6789-abcd-ef0123456789", QoS: "burstable", CgroupVersion: 2}},
+		{"k8s containerd cgroupfs v1", "9:memory:/kubepods/besteffort/pod0a1b2c3d-4e5f-6789-abcd-ef0123456789/" + id + "\n",
+			Context{Runtime: "containerd", ContainerID: id, PodUID: "0a1b2c3d-4e5f-6789-abcd-ef0123456789", QoS: "besteffort", CgroupVersion: 1}},
+		{"k8s guaranteed", "0::/kubepods/pod0a1b2c3d-4e5f-6789-abcd-ef0123456789/" + id + "\n",
+			Context{Runtime: "containerd", ContainerID: id, PodUID: "0a1b2c3d-4e5f-6789-abcd-ef0123456789", QoS: "guaranteed", CgroupVersion: 2}},
+		{"cri-o", "0::/kubepods.slice/kubepods-pod0a1b2c3d_4e5f_6789_abcd_ef0123456789.slice/crio-" + id + ".scope\n",
+			Context{Runtime: "cri-o", ContainerID: id, PodUID: "0a1b2c3d-4e5f-6789-abcd-ef0123456789", QoS: "guaranteed", CgroupVersion: 2}},
+		{"podman rootless", "0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-" + id + ".scope/container\n",
+			Context{Runtime: "podman", ContainerID: id, CgroupVersion: 2}},
+		{"podman cgroupfs", "0::/libpod_parent/libpod-" + id + "\n",
+			Context{Runtime: "podman", ContainerID: id, CgroupVersion: 2}},
+		{"conmon is not the container", "0::/machine.slice/libpod-conmon-" + id + ".scope\n",
+			Context{Unit: "libpod-conmon-" + id + ".scope", CgroupVersion: 2}},
+		{"slurm v1", "7:memory:/slurm/uid_1000/job_4242/step_0/task_0\n3:cpuset:/slurm/uid_1000/job_4242/step_0\n",
+			Context{SlurmJob: "4242", SlurmStep: "0", CgroupVersion: 1}},
+		{"slurm v2", "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n",
+			Context{SlurmJob: "77", SlurmStep: "batch", Unit: "slurmstepd.scope", CgroupVersion: 2}},
+		{"docker in docker", "0::/system.slice/docker-" + id + ".scope/docker/" + id + "\n",
+			Context{Runtime: "docker", ContainerID: id, CgroupVersion: 2}},
+		{"systemd service", "0::/system.slice/trainer.service\n", Context{Unit: "trainer.service", CgroupVersion: 2}},
+		{"user session", "0::/user.slice/user-1000.slice/session-3.scope\n", Context{Unit: "session-3.scope", CgroupVersion: 2}},
+		{"hybrid v1 root memory", "12:memory:/\n0::/system.slice/x.service\n", Context{Unit: "x.service", CgroupVersion: 2}},
+		{"empty", "", Context{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ParseCgroup(procfs.ParseCgroups([]byte(tt.file)))
+			got.Cgroup = ""
+			if got != tt.want {
+				t.Errorf("got  %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCommandName(t *testing.T) {
+	tests := []struct {
+		argv []string
+		want string
+	}{
+		{[]string{"/usr/bin/python3", "-u", "train.py", "--lr", "1"}, "python3 train.py"},
+		{[]string{"python", "-m", "torch.distributed.run", "x.py"}, "python -m torch.distributed.run"},
+		{[]string{"/opt/bin/torchrun", "--nproc-per-node=2", "ddp.py"}, "torchrun ddp.py"},
+		{[]string{"/usr/local/bin/gpu_burn", "60"}, "gpu_burn"},
+		{[]string{"/usr/bin/python3", "/usr/local/bin/torchrun", "--nnodes=1", "ddp.py"}, "torchrun ddp.py"},
+		{nil, "comm"},
+	}
+	for _, tt := range tests {
+		if got := commandName("comm", tt.argv); got != tt.want {
+			t.Errorf("commandName(%q) = %q, want %q", tt.argv, got, tt.want)
+		}
+	}
+}
+
+func TestPIDMap(t *testing.T) {
+	fx := buildTree(t, "testdata/nested-pidns.tree")
+	res, err := (&Attributor{Src: procfs.FS{Root: fx.root}}).Attribute(fx.gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		ctr     string
+		ns, pid int
+		ok      bool
+	}{
+		{"9e8d7c6b", 1, 2101, true},
+		{"9e8d7c6b", 14, 2102, true},
+		{"", 14, 2102, true},
+		{"4c5b", 1, 0, false}, // the outer container's id: not these processes
+		{"9e8d7c6b", 99, 0, false},
+	}
+	for _, tt := range tests {
+		pid, ok := res.HostPID(tt.ctr, tt.ns)
+		if pid != tt.pid || ok != tt.ok {
+			t.Errorf("HostPID(%q, %d) = %d, %v; want %d, %v", tt.ctr, tt.ns, pid, ok, tt.pid, tt.ok)
+		}
+	}
+	if ns, ok := res.ContainerPID(2102); !ok || ns != 14 {
+		t.Errorf("ContainerPID(2102) = %d, %v; want 14", ns, ok)
+	}
+	if _, ok := res.ContainerPID(1); ok {
+		t.Errorf("host init mapped to a container PID")
+	}
+}

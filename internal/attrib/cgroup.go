@@ -1,0 +1,143 @@
+package attrib
+
+import (
+	"regexp"
+	"strings"
+
+	"github.com/vramguard/vramguard/internal/procfs"
+)
+
+// Context is what a process's cgroup says about where it runs.
+type Context struct {
+	// Runtime is the container runtime: docker, containerd, cri-o or podman.
+	Runtime     string `json:"runtime,omitempty"`
+	ContainerID string `json:"container_id,omitempty"`
+	// PodUID is the Kubernetes pod's UID (with dashes, as the API shows it).
+	PodUID string `json:"pod_uid,omitempty"`
+	// QoS is the pod's Kubernetes QoS class cgroup (guaranteed, burstable,
+	// besteffort) when the path shows it.
+	QoS       string `json:"qos,omitempty"`
+	SlurmJob  string `json:"slurm_job,omitempty"`
+	SlurmStep string `json:"slurm_step,omitempty"`
+	// Unit is the innermost systemd unit (.service or .scope) in the path.
+	Unit string `json:"systemd_unit,omitempty"`
+	// Cgroup is the path the context was read from, and CgroupVersion 1 or 2.
+	Cgroup        string `json:"cgroup,omitempty"`
+	CgroupVersion int    `json:"cgroup_version,omitempty"`
+}
+
+// Scope is a key that is equal for processes in the same container, pod,
+// SLURM job or unit; the rollup never climbs across a change of scope.
+func (c Context) Scope() string {
+	switch {
+	case c.ContainerID != "":
+		return "ctr:" + c.ContainerID
+	case c.PodUID != "":
+		return "pod:" + c.PodUID
+	case c.SlurmJob != "":
+		return "slurm:" + c.SlurmJob
+	case c.Unit != "":
+		return "unit:" + c.Unit
+	}
+	return ""
+}
+
+var (
+	hex64 = `([0-9a-f]{64})`
+	// Container scopes and directories, systemd driver first.
+	reCtr = []struct {
+		re      *regexp.Regexp
+		runtime string
+	}{
+		{regexp.MustCompile(`(?:^|/)docker-` + hex64 + `\.scope$`), "docker"},
+		{regexp.MustCompile(`(?:^|/)cri-containerd-` + hex64 + `\.scope$`), "containerd"},
+		{regexp.MustCompile(`(?:^|/)crio-` + hex64 + `\.scope$`), "cri-o"},
+		{regexp.MustCompile(`(?:^|/)libpod-` + hex64 + `\.scope(?:/container)?$`), "podman"},
+		{regexp.MustCompile(`(?:^|/)nerdctl-` + hex64 + `\.scope$`), "containerd"},
+		// cgroupfs driver: /docker/<id>, /libpod_parent/libpod-<id>,
+		// /kubepods/<qos>/pod<uid>/<id> (runtime from elsewhere).
+		{regexp.MustCompile(`(?:^|/)docker/` + hex64 + `$`), "docker"},
+		{regexp.MustCompile(`/libpod-` + hex64 + `(?:/container)?$`), "podman"},
+		{regexp.MustCompile(`/crio-` + hex64 + `$`), "cri-o"},
+		{regexp.MustCompile(`/pod[0-9a-f_-]{36}/` + hex64 + `$`), ""},
+		// containerd without Kubernetes (ctr, nerdctl with cgroupfs).
+		{regexp.MustCompile(`^/(?:default|k8s\.io|moby)/` + hex64 + `$`), "containerd"},
+	}
+	rePod      = regexp.MustCompile(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?(?:/|$)`)
+	reQoS      = regexp.MustCompile(`kubepods[-/](burstable|besteffort)`)
+	reSlurmJob = regexp.MustCompile(`(?:^|/)job_([0-9]+)(?:/|$)`)
+	reSlurmStp = regexp.MustCompile(`(?:^|/)step_([0-9a-z_]+)(?:/|$)`)
+	reUnit     = regexp.MustCompile(`([^/]+\.(?:service|scope))(?:/|$)`)
+	reTrailHex = regexp.MustCompile(hex64)
+)
+
+// ParseCgroup derives the context from /proc/<pid>/cgroup lines. On cgroup v2
+// it reads the unified line; on v1 it prefers the hierarchies that container
+// runtimes and SLURM always place a task in.
+func ParseCgroup(entries []procfs.CgroupEntry) Context {
+	path, version := pickCgroup(entries)
+	c := Context{Cgroup: path, CgroupVersion: version}
+	if path == "" {
+		return c
+	}
+	for _, r := range reCtr {
+		if m := r.re.FindStringSubmatch(path); m != nil {
+			c.ContainerID, c.Runtime = m[1], r.runtime
+			break
+		}
+	}
+	if m := rePod.FindStringSubmatch(path); m != nil && strings.Contains(path, "kubepods") {
+		c.PodUID = strings.ReplaceAll(m[1], "_", "-")
+		c.QoS = "guaranteed"
+		if q := reQoS.FindStringSubmatch(path); q != nil {
+			c.QoS = q[1]
+		}
+		if c.Runtime == "" && c.ContainerID != "" {
+			// cgroupfs driver: the path does not name the runtime. The
+			// kubelet's default since 1.24 is containerd.
+			c.Runtime = "containerd"
+			if strings.Contains(path, "crio") {
+				c.Runtime = "cri-o"
+			}
+		}
+	}
+	if m := reSlurmJob.FindStringSubmatch(path); m != nil && (strings.Contains(path, "slurm")) {
+		c.SlurmJob = m[1]
+		if s := reSlurmStp.FindStringSubmatch(path); s != nil {
+			c.SlurmStep = s[1]
+		}
+	}
+	if ms := reUnit.FindAllStringSubmatch(path, -1); ms != nil && c.ContainerID == "" {
+		c.Unit = ms[len(ms)-1][1]
+	}
+	return c
+}
+
+// pickCgroup chooses the line that carries the most: v2's unified "0::"
+// line when it is the only hierarchy or v1 has nothing better, else v1's
+// memory, pids, cpu or name=systemd hierarchy.
+func pickCgroup(entries []procfs.CgroupEntry) (string, int) {
+	var unified string
+	hasUnified, v1 := false, map[string]string{}
+	for _, e := range entries {
+		if e.ID == 0 && len(e.Controllers) == 0 {
+			unified, hasUnified = e.Path, true
+			continue
+		}
+		for _, c := range e.Controllers {
+			v1[c] = e.Path
+		}
+	}
+	for _, c := range []string{"memory", "pids", "cpu", "name=systemd", "devices", "cpuset"} {
+		if p, ok := v1[c]; ok && p != "/" && p != "" {
+			return p, 1
+		}
+	}
+	if hasUnified {
+		return unified, 2
+	}
+	for _, p := range v1 {
+		return p, 1
+	}
+	return "", 0
+}
