@@ -1,0 +1,262 @@
+// Package sampler is the one place that polls the GPU backend. NVML's process
+// query is expensive (milliseconds, under a driver lock), so one Sampler reads
+// process lists at most once a second, device memory possibly faster, and
+// every reader (top, the agent, the HTTP API) shares its results instead of
+// asking the driver itself. It never signals a process.
+package sampler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/gpu"
+)
+
+// MinProcessInterval is the shortest allowed period between process-list
+// queries.
+const MinProcessInterval = time.Second
+
+// minDeviceInterval bounds device polling; device memory queries are cheap
+// but not free.
+const minDeviceInterval = 100 * time.Millisecond
+
+// minProcess is MinProcessInterval, lowered only by this package's tests.
+var minProcess = MinProcessInterval
+
+// Point is one job's footprint at one time, for sparklines and analysis.
+type Point struct {
+	T        time.Time `json:"t"`
+	GPUBytes uint64    `json:"gpu_bytes"`
+	RSSBytes uint64    `json:"rss_bytes"`
+}
+
+// JobFlagger is the hook through which leak and OOM analysis
+// (internal/analyze) flags jobs: after every process sample it is called for
+// each job with the job's recent history (oldest first, the current point
+// last), and what it returns becomes Job.Flags.
+type JobFlagger func(job *attrib.Job, history []Point, now time.Time) []string
+
+// Config configures a Sampler.
+type Config struct {
+	Backend gpu.Backend
+	// Attributor groups processes into jobs; nil leaves Sample.Attrib empty.
+	Attributor *attrib.Attributor
+	// ProcessInterval is the period of process-list queries (default and
+	// minimum MinProcessInterval).
+	ProcessInterval time.Duration
+	// DeviceInterval is the period of device-memory queries (default
+	// ProcessInterval, minimum 100ms, never slower than ProcessInterval).
+	DeviceInterval time.Duration
+	// History is how long each job's points are kept (default 10 minutes).
+	History time.Duration
+	Now     func() time.Time
+	// FlagJobs is the leak/OOM hook; nil sets no flags.
+	FlagJobs JobFlagger
+}
+
+// Sample is one shared reading. Readers must treat its slices as read-only.
+type Sample struct {
+	// Seq increases with every update (device-only updates included).
+	Seq uint64 `json:"seq"`
+	// Time is when devices were read; ProcessTime when processes were.
+	Time        time.Time      `json:"time"`
+	ProcessTime time.Time      `json:"process_time"`
+	Backend     string         `json:"backend"`
+	Devices     []gpu.Device   `json:"devices"`
+	Processes   []gpu.Process  `json:"-"`
+	Dropped     gpu.DropCounts `json:"dropped"`
+	Attrib      attrib.Result  `json:"-"`
+	// Took is how long the last full sample took (driver, /proc, cgroups).
+	Took time.Duration `json:"took_ns"`
+}
+
+// Sampler polls a backend and shares the results.
+type Sampler struct {
+	cfg Config
+
+	mu      sync.Mutex
+	latest  Sample
+	have    bool
+	changed chan struct{}
+	hist    map[string][]Point
+}
+
+// New returns a Sampler; it does not poll until Run or Refresh.
+func New(cfg Config) (*Sampler, error) {
+	if cfg.Backend == nil {
+		return nil, errors.New("sampler: no backend")
+	}
+	if cfg.ProcessInterval < minProcess {
+		cfg.ProcessInterval = minProcess
+	}
+	if cfg.DeviceInterval == 0 || cfg.DeviceInterval > cfg.ProcessInterval {
+		cfg.DeviceInterval = cfg.ProcessInterval
+	}
+	if cfg.DeviceInterval < minDeviceInterval {
+		cfg.DeviceInterval = minDeviceInterval
+	}
+	if cfg.History <= 0 {
+		cfg.History = 10 * time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Sampler{cfg: cfg, changed: make(chan struct{}), hist: map[string][]Point{}}, nil
+}
+
+// Intervals returns the process and device polling periods in force.
+func (s *Sampler) Intervals() (process, device time.Duration) {
+	return s.cfg.ProcessInterval, s.cfg.DeviceInterval
+}
+
+// Refresh takes a full sample now (devices, processes, attribution),
+// publishes it and returns it.
+func (s *Sampler) Refresh(ctx context.Context) (Sample, error) {
+	start := time.Now()
+	devs, err := s.cfg.Backend.Devices(ctx)
+	if err != nil {
+		return Sample{}, fmt.Errorf("read GPU devices: %w", err)
+	}
+	procs, err := s.cfg.Backend.Processes(ctx)
+	if err != nil {
+		return Sample{}, fmt.Errorf("read GPU processes: %w", err)
+	}
+	now := s.cfg.Now()
+	smp := Sample{Time: now, ProcessTime: now, Backend: s.cfg.Backend.Name(), Devices: devs, Processes: procs}
+	if d, ok := s.cfg.Backend.(gpu.Dropper); ok {
+		smp.Dropped = d.Dropped()
+	}
+	if s.cfg.Attributor != nil {
+		res, err := s.cfg.Attributor.Attribute(procs)
+		if err != nil {
+			return Sample{}, err
+		}
+		smp.Attrib = res
+	} else {
+		smp.Attrib = attrib.Result{Jobs: []attrib.Job{}, Vanished: []gpu.Process{}}
+	}
+	smp.Took = time.Since(start)
+
+	s.mu.Lock()
+	s.record(&smp, now)
+	s.publish(smp)
+	smp = s.latest
+	s.mu.Unlock()
+	return smp, nil
+}
+
+// record appends each job's point to its history, prunes old points and
+// gone jobs, and runs the flag hook. s.mu is held.
+func (s *Sampler) record(smp *Sample, now time.Time) {
+	cut := now.Add(-s.cfg.History)
+	seen := map[string]bool{}
+	for i := range smp.Attrib.Jobs {
+		j := &smp.Attrib.Jobs[i]
+		seen[j.Key] = true
+		h := append(s.hist[j.Key], Point{T: now, GPUBytes: j.GPUBytes, RSSBytes: j.RSSBytes})
+		k := 0
+		for k < len(h) && h[k].T.Before(cut) {
+			k++
+		}
+		h = h[k:]
+		s.hist[j.Key] = h
+		if s.cfg.FlagJobs != nil {
+			j.Flags = s.cfg.FlagJobs(j, append([]Point(nil), h...), now)
+		}
+	}
+	for k, h := range s.hist {
+		if !seen[k] && (len(h) == 0 || h[len(h)-1].T.Before(cut)) {
+			delete(s.hist, k)
+		}
+	}
+}
+
+// publish makes smp the latest sample and wakes readers. s.mu is held.
+func (s *Sampler) publish(smp Sample) {
+	smp.Seq = s.latest.Seq + 1
+	s.latest, s.have = smp, true
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// refreshDevices updates only device memory in the latest sample.
+func (s *Sampler) refreshDevices(ctx context.Context) error {
+	devs, err := s.cfg.Backend.Devices(ctx)
+	if err != nil {
+		return fmt.Errorf("read GPU devices: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	smp := s.latest
+	smp.Devices, smp.Time = devs, s.cfg.Now()
+	s.publish(smp)
+	return nil
+}
+
+// Run polls until ctx ends. A failed poll is returned to the caller through
+// onErr (if not nil) and polling goes on.
+func (s *Sampler) Run(ctx context.Context, onErr func(error)) error {
+	report := func(err error) {
+		if err != nil && onErr != nil && ctx.Err() == nil {
+			onErr(err)
+		}
+	}
+	_, err := s.Refresh(ctx)
+	report(err)
+	proc := time.NewTicker(s.cfg.ProcessInterval)
+	defer proc.Stop()
+	var dev <-chan time.Time
+	if s.cfg.DeviceInterval < s.cfg.ProcessInterval {
+		t := time.NewTicker(s.cfg.DeviceInterval)
+		defer t.Stop()
+		dev = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-proc.C:
+			_, err := s.Refresh(ctx)
+			report(err)
+		case <-dev:
+			report(s.refreshDevices(ctx))
+		}
+	}
+}
+
+// Latest returns the most recent sample, and false before the first.
+func (s *Sampler) Latest() (Sample, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.latest, s.have
+}
+
+// Next waits for a sample newer than seq (0: any) and returns it.
+func (s *Sampler) Next(ctx context.Context, seq uint64) (Sample, error) {
+	for {
+		s.mu.Lock()
+		if s.have && s.latest.Seq > seq {
+			smp := s.latest
+			s.mu.Unlock()
+			return smp, nil
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return Sample{}, ctx.Err()
+		}
+	}
+}
+
+// History returns a copy of the job's points, oldest first.
+func (s *Sampler) History(key string) []Point {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Point(nil), s.hist[key]...)
+}
