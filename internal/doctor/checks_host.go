@@ -279,7 +279,7 @@ func checkNUMA(f *facts) Result {
 			if d.PCIBusID == "" {
 				continue
 			}
-			node, ok := readInt(f.env, "/sys/bus/pci/devices/"+strings.ToLower(d.PCIBusID)+"/numa_node")
+			node, ok := readInt(f.env, "/sys/bus/pci/devices/"+sysfsBusID(d.PCIBusID)+"/numa_node")
 			if !ok || node < 0 {
 				continue
 			}
@@ -331,4 +331,13 @@ func cpuSet(list string) map[int]bool {
 		}
 	}
 	return out
+}
+
+// sysfsBusID turns NVML's "00000000:07:00.0" into sysfs's "0000:07:00.0".
+func sysfsBusID(id string) string {
+	id = strings.ToLower(id)
+	if dom, rest, ok := strings.Cut(id, ":"); ok && len(dom) > 4 {
+		id = dom[len(dom)-4:] + ":" + rest
+	}
+	return id
 }

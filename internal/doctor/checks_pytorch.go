@@ -139,7 +139,7 @@ func checkCUDNN(f *facts) Result {
 		return warnR(ev+"; convolutions fall back to slow kernels or fail",
 			"install the cuDNN that torch expects (pip: nvidia-cudnn-cu"+strings.SplitN(t.CUDA, ".", 2)[0]+"), and check that LD_LIBRARY_PATH does not shadow it")
 	}
-	return okR(fmt.Sprintf("cuDNN %d.%d.%d", t.CUDNN/1000, (t.CUDNN%1000)/100, t.CUDNN%100)).with("cudnn", t.CUDNN)
+	return okR("cuDNN "+cudnnString(t.CUDNN)).with("cudnn", t.CUDNN)
 }
 
 var cudartVersionRE = regexp.MustCompile(`libcudart\.so\.(\d+)(?:\.(\d+))?`)
@@ -279,4 +279,13 @@ func checkFork(f *facts) Result {
 			"keep CUDA out of Dataset/collate_fn, or start workers with DataLoader(..., multiprocessing_context=\"spawn\") or \"forkserver\"")
 	}
 	return okR(fmt.Sprintf("none of the %d running processes forked workers after initialising CUDA%s", len(procs), method))
+}
+
+// cudnnString turns torch.backends.cudnn.version() into "8.9.2" or "9.1.0":
+// cuDNN 8 encodes 1000*major+100*minor+patch, cuDNN 9 10000*major+100*minor+patch.
+func cudnnString(v int) string {
+	if v >= 10000 {
+		return fmt.Sprintf("%d.%d.%d", v/10000, (v%10000)/100, v%100)
+	}
+	return fmt.Sprintf("%d.%d.%d", v/1000, (v%1000)/100, v%100)
 }
