@@ -1,0 +1,107 @@
+package probe
+
+import (
+	"math"
+	"time"
+)
+
+// Message types on the wire (docs/PROBE.md).
+const (
+	TypeHello      = "hello"      // a process started (or was forked) under the probe
+	TypeTorch      = "torch"      // the process finished importing torch
+	TypeSample     = "sample"     // periodic: RSS, steps, per-device allocator stats
+	TypeCkpt       = "ckpt"       // a torch.save finished (or failed)
+	TypeOOM        = "oom"        // a CUDA out-of-memory error
+	TypeError      = "error"      // the probe failed internally and went quiet
+	TypeBye        = "bye"        // the interpreter is exiting normally
+	TypeDisconnect = "disconnect" // synthesised by Listener: the connection closed
+	TypeInvalid    = "invalid"    // synthesised by Listener: a line that is not a message
+)
+
+// Message is one JSON line from a probe. Fields that do not apply to a type
+// are zero; pointer fields are nil when the probe did not send them.
+type Message struct {
+	V    int     `json:"v"`
+	Type string  `json:"type"`
+	PID  int     `json:"pid"`
+	TS   float64 `json:"ts"` // Unix seconds, from the probed process's clock
+
+	// hello
+	PPID       int      `json:"ppid,omitempty"`
+	Argv       []string `json:"argv,omitempty"`
+	Executable string   `json:"executable,omitempty"`
+	Python     string   `json:"python,omitempty"`
+	Probe      string   `json:"probe,omitempty"`
+	RunID      string   `json:"run_id,omitempty"`
+	Hz         float64  `json:"hz,omitempty"`
+	Forked     bool     `json:"forked,omitempty"`
+
+	// hello (when torch was already imported) and torch
+	Torch    string `json:"torch,omitempty"`
+	Version  string `json:"version,omitempty"`
+	StepHook string `json:"step_hook,omitempty"`
+
+	// sample (steps also on ckpt)
+	Seq            int64         `json:"seq,omitempty"`
+	RSSBytes       int64         `json:"rss_bytes,omitempty"`
+	OptimizerSteps int64         `json:"optimizer_steps,omitempty"`
+	UserSteps      int64         `json:"user_steps,omitempty"`
+	CUDA           []DeviceStats `json:"cuda,omitempty"` // also on oom
+	Dropped        int64         `json:"dropped,omitempty"`
+
+	// ckpt
+	Path    string  `json:"path,omitempty"`
+	Bytes   *int64  `json:"bytes,omitempty"`
+	Seconds float64 `json:"seconds,omitempty"`
+	Atomic  bool    `json:"atomic,omitempty"`
+	OK      *bool   `json:"ok,omitempty"`
+
+	// oom
+	Source        string `json:"source,omitempty"` // "observer" or "excepthook"
+	N             int    `json:"n,omitempty"`      // this process's OOM count
+	Device        *int   `json:"device,omitempty"`
+	AllocBytes    *int64 `json:"alloc_bytes,omitempty"`
+	LimitBytes    *int64 `json:"limit_bytes,omitempty"`
+	FreeBytes     *int64 `json:"free_bytes,omitempty"`
+	Text          string `json:"message,omitempty"`
+	SummaryPath   string `json:"summary_path,omitempty"`
+	SnapshotPath  string `json:"snapshot_path,omitempty"`
+	SummaryError  string `json:"summary_error,omitempty"`
+	SnapshotError string `json:"snapshot_error,omitempty"`
+
+	// error (also ckpt when ok is false)
+	Where string `json:"where,omitempty"`
+	Error string `json:"error,omitempty"`
+
+	// Set by Listener, not sent by the probe.
+	PeerPID int    `json:"-"` // from SO_PEERCRED when the connection was accepted
+	Line    string `json:"-"` // the raw line, for TypeInvalid
+}
+
+// Time returns TS as a time.Time.
+func (m Message) Time() time.Time {
+	sec, frac := math.Modf(m.TS)
+	return time.Unix(int64(sec), int64(frac*1e9))
+}
+
+// DeviceStats is one CUDA device's allocator state in one sample.
+// RequestedBytes is nil on torch versions that do not track it (< 2.1);
+// FreeBytes/TotalBytes are nil when mem_get_info failed.
+type DeviceStats struct {
+	Device                 int    `json:"device"`
+	AllocatedBytes         int64  `json:"allocated_bytes"`
+	AllocatedPeakBytes     int64  `json:"allocated_peak_bytes"`
+	ReservedBytes          int64  `json:"reserved_bytes"`
+	ReservedPeakBytes      int64  `json:"reserved_peak_bytes"`
+	ActiveBytes            int64  `json:"active_bytes"`
+	ActivePeakBytes        int64  `json:"active_peak_bytes"`
+	InactiveSplitBytes     int64  `json:"inactive_split_bytes"`
+	InactiveSplitPeakBytes int64  `json:"inactive_split_peak_bytes"`
+	RequestedBytes         *int64 `json:"requested_bytes,omitempty"`
+	RequestedPeakBytes     *int64 `json:"requested_peak_bytes,omitempty"`
+	Segments               int64  `json:"segments"`
+	NumAllocRetries        int64  `json:"num_alloc_retries"`
+	NumOOMs                int64  `json:"num_ooms"`
+	FreeBytes              *int64 `json:"free_bytes,omitempty"`
+	TotalBytes             *int64 `json:"total_bytes,omitempty"`
+}

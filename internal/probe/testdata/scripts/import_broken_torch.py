@@ -1,0 +1,2 @@
+print("before import")
+import torch  # noqa: E402,F401
