@@ -57,6 +57,7 @@ type Config struct {
 	WarmupS          float64 // windows starting this soon after a series' first sample are not judged
 	HalfZMin         float64 // the newer half of a run must reach this Mann–Kendall Z on its own
 	HalfFrac         float64 // and this share of the run's slope
+	CeilZMin         float64 // Mann–Kendall Z of the allocated ceilings that confirms a reserved rise as a leak
 }
 
 // DefaultConfig is the configuration scored in docs/PERFORMANCE.md.
@@ -76,7 +77,8 @@ func DefaultConfig() Config {
 		MinSpanS:         120,
 		WarmupS:          60,
 		HalfZMin:         2,
-		HalfFrac:         0.5,
+		HalfFrac:         0.6,
+		CeilZMin:         2,
 	}
 }
 
@@ -164,6 +166,7 @@ func NewDetector(cfg Config) *Detector {
 	d := &Detector{cfg: cfg, lastT: math.Inf(-1)}
 	c := &d.cfg
 	d.alloc, d.reserved, d.used, d.rss = newTrack(c), newTrack(c), newTrack(c), newTrack(c)
+	d.reserved.monotone, d.used.monotone = true, true
 	n := math.NaN()
 	d.total, d.limit, d.ctx = n, n, n
 	d.split0, d.splitN, d.retries0, d.retriesN = n, n, n, n

@@ -77,6 +77,7 @@ func (d *Detector) ctxOr0() float64 {
 // leak fills r from a latched track.
 func (d *Detector) leak(r *Report, k *track, limit float64, probe bool) {
 	f, _ := k.newest()
+	f = k.withInterval(f)
 	r.Verdict = VerdictLeak
 	r.Series = SeriesUsed
 	if probe {
@@ -84,7 +85,9 @@ func (d *Detector) leak(r *Report, k *track, limit float64, probe bool) {
 	}
 	r.Ambiguous = !probe
 	r.LeakRate = f.tr.slope
-	r.LeakStartT = f.start
+	// the newest finding may see only the newest windows; the one that first
+	// raised the leak saw its beginning
+	r.LeakStartT = math.Min(f.start, k.first.start)
 	r.DetectedAtT = k.detectedAt
 	if d.step0 >= 0 && d.stepN > d.step0 && d.stepTN > d.stepT0 {
 		stepsPerS := float64(d.stepN-d.step0) / (d.stepTN - d.stepT0)
@@ -124,6 +127,7 @@ func (d *Detector) leakFromReserved(r *Report) {
 	if !ok {
 		f = d.corroboration
 	}
+	f = d.reserved.withInterval(f)
 	r.Verdict = VerdictLeak
 	r.Series = SeriesAllocated
 	r.LeakRate = f.tr.slope
@@ -152,6 +156,7 @@ func (d *Detector) cacheGrowth(r *Report) {
 		r.Series = SeriesUsed
 	}
 	f, _ := k.newest()
+	f = k.withInterval(f)
 	r.Verdict = VerdictCacheGrowth
 	d.forecast(r, f, k.lastT, limit)
 	r.Confidence = round2(math.Min(2*normalCDF(f.tr.z)-1, 0.99))

@@ -19,6 +19,18 @@ type trend struct {
 // fitTrend fits y = intercept + slope*x over points (x ascending) with
 // Theil–Sen and scores it with Mann–Kendall. scratch must hold n(n-1)/2 values.
 func fitTrend(x, y []float64, scratch []float64) trend {
+	return fit(x, y, scratch, fitFull)
+}
+
+// How much of a fit to compute: the slope alone is one selection over the
+// pairs; the interval is two more.
+const (
+	fitSlope = iota
+	fitLine  // slope, intercept and residual noise
+	fitFull  // and the slope's confidence interval
+)
+
+func fit(x, y []float64, scratch []float64, what int) trend {
 	n := len(x)
 	tr := trend{n: n}
 	if n < 3 {
@@ -56,12 +68,17 @@ func fitTrend(x, y []float64, scratch []float64) trend {
 	case s < 0:
 		tr.z = float64(s+1) / math.Sqrt(varS)
 	}
-	// Sen's interval: ranks (N -/+ 1.96 sqrt(VarS)) / 2 of the ordered slopes.
-	c := 1.96 * math.Sqrt(varS)
-	lo := (float64(m) - c) / 2
-	hi := (float64(m)+c)/2 + 1
-	tr.lo = rankSelect(sl, int(math.Max(0, math.Floor(lo))))
-	tr.hi = rankSelect(sl, int(math.Min(float64(m-1), math.Floor(hi))))
+	if what == fitSlope {
+		return tr
+	}
+	if what == fitFull {
+		// Sen's interval: ranks (N -/+ 1.96 sqrt(VarS)) / 2 of the ordered slopes.
+		c := 1.96 * math.Sqrt(varS)
+		lo := (float64(m) - c) / 2
+		hi := (float64(m)+c)/2 + 1
+		tr.lo = rankSelect(sl, int(math.Max(0, math.Floor(lo))))
+		tr.hi = rankSelect(sl, int(math.Min(float64(m-1), math.Floor(hi))))
+	}
 	// intercept and residual noise, reusing the scratch space
 	r := scratch[:n]
 	for i := 0; i < n; i++ {
@@ -73,6 +90,35 @@ func fitTrend(x, y []float64, scratch []float64) trend {
 	}
 	tr.noise = 1.4826 * quantileSelect(r, 0.5)
 	return tr
+}
+
+// mannKendallZ is the Mann–Kendall Z of y alone: O(n²) comparisons without
+// a division, so a run that shows no trend is turned down cheaply.
+func mannKendallZ(y []float64) float64 {
+	n := len(y)
+	if n < 3 {
+		return 0
+	}
+	s := 0
+	for i := 0; i < n; i++ {
+		yi := y[i]
+		for _, yj := range y[i+1:] {
+			if yj > yi {
+				s++
+			} else if yj < yi {
+				s--
+			}
+		}
+	}
+	fn := float64(n)
+	sd := math.Sqrt(fn * (fn - 1) * (2*fn + 5) / 18)
+	switch {
+	case s > 0:
+		return float64(s-1) / sd
+	case s < 0:
+		return float64(s+1) / sd
+	}
+	return 0
 }
 
 // at is the fitted value at x.

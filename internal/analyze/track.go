@@ -15,12 +15,17 @@ type finding struct {
 // track follows one series: windows at every tier, and the trend test run
 // each time a window closes.
 type track struct {
-	cfg    *Config
-	tiers  []tier
-	n      int // samples seen
-	firstT float64
-	lastT  float64
-	last   float64
+	cfg   *Config
+	tiers []tier
+	n     int // samples seen
+	// monotone marks a series that holds its peak (reserved, NVML used):
+	// under a stationary job its rises are new records, which come ever more
+	// rarely (about ln(t1/t0) of them between t0 and t1), while a leak pushes
+	// it up at a steady pace
+	monotone bool
+	firstT   float64
+	lastT    float64
+	last     float64
 
 	// per-tier consecutive passes, and the newest passing finding per tier
 	passes []int
@@ -144,6 +149,11 @@ func (k *track) segment(i int) (finding, bool) {
 		if !ok {
 			continue
 		}
+		if s-skip >= 3 && !k.notDecelerating(r, skip, s, f.tr.slope) {
+			// the windows before the run rose faster: growth that is slowing
+			// down (a warm-up settling in), not one that has started
+			continue
+		}
 		f.tier = i
 		f.segT0, f.segT1 = r.at(s).t0, r.at(n-1).t1
 		// amplitude of the step sawtooth from the newest windows
@@ -172,11 +182,27 @@ func (k *track) segment(i int) (finding, bool) {
 	return finding{}, false
 }
 
+// notDecelerating reports whether the windows [from, to) of r, just before a
+// run fitted at slope, rose no faster than slope/HalfFrac.
+func (k *track) notDecelerating(r *ring, from, to int, slope float64) bool {
+	m := 0
+	for j := from; j < to && m < len(k.x); j++ {
+		l := r.at(j)
+		k.x[m], k.y[m] = l.mid(), l.lo
+		m++
+	}
+	pre := fit(k.x[:m], k.y[:m], k.pairs, fitSlope)
+	return pre.slope*k.cfg.HalfFrac <= slope
+}
+
 // judge applies the rising-floor test to one run of windows.
 func (k *track) judge(x, y []float64) (finding, bool) {
-	tr := fitTrend(x, y, k.pairs)
+	if mannKendallZ(y) < k.cfg.ZMin {
+		return finding{}, false
+	}
+	tr := fit(x, y, k.pairs, fitLine)
 	f := finding{tr: tr}
-	if tr.slope <= 0 || tr.lo <= 0 || tr.z < k.cfg.ZMin {
+	if tr.slope <= 0 || tr.z < k.cfg.ZMin {
 		return f, false
 	}
 	span := x[len(x)-1] - x[0]
@@ -197,12 +223,26 @@ func (k *track) judge(x, y []float64) (finding, bool) {
 	if m2-m1 < k.cfg.ConsistFrac*tr.slope*(c2-c1) || m3-m2 < k.cfg.ConsistFrac*tr.slope*(c3-c2) {
 		return f, false
 	}
+	if k.monotone {
+		ups := 0
+		for j := 1; j < n; j++ {
+			if y[j] > y[j-1] {
+				ups++
+			}
+		}
+		t0 := math.Max(x[0]-k.firstT, k.cfg.WindowS)
+		t1 := x[n-1] - k.firstT
+		if float64(ups) < 2+2*math.Log(t1/t0) {
+			return f, false
+		}
+	}
 	// and the newer half must still rise on its own, at a fair share of the
 	// whole run's rate: growth that decelerates (a cache filling up, the
 	// running peak of variable batches) fails here
 	h := n / 2
-	t2 := fitTrend(x[h:], y[h:], k.pairs)
-	if t2.z < k.cfg.HalfZMin || t2.slope < k.cfg.HalfFrac*tr.slope {
+	t1 := fit(x[:h], y[:h], k.pairs, fitSlope)
+	t2 := fit(x[h:], y[h:], k.pairs, fitSlope)
+	if t2.z < k.cfg.HalfZMin || t2.slope < k.cfg.HalfFrac*math.Max(tr.slope, t1.slope) {
 		return f, false
 	}
 	return f, true
@@ -256,6 +296,31 @@ func (k *track) ceilingRises(f finding) bool {
 	if m < k.cfg.MinLevels {
 		return false
 	}
+	tr := fit(k.x[:m], k.y[:m], k.pairs, fitSlope)
+	h := m / 2
+	t2 := fit(k.x[h:m], k.y[h:m], k.pairs, fitSlope)
+	return tr.z >= k.cfg.CeilZMin && tr.slope >= 0.5*f.tr.slope && t2.slope > 0
+}
+
+// withInterval fills f's slope confidence interval by refitting the windows
+// of its run that the tier still holds (the test itself skips the interval:
+// it costs two more selections over every pair).
+func (k *track) withInterval(f finding) finding {
+	r := &k.tiers[f.tier].closed
+	m := 0
+	for j := 0; j < r.count; j++ {
+		l := r.at(j)
+		if l.t0 < f.segT0 || l.t1 > f.segT1 {
+			continue
+		}
+		k.x[m], k.y[m] = l.mid(), l.lo
+		m++
+	}
+	if m < 3 {
+		f.tr.lo, f.tr.hi = f.tr.slope, f.tr.slope
+		return f
+	}
 	tr := fitTrend(k.x[:m], k.y[:m], k.pairs)
-	return tr.z >= 2 && tr.slope >= 0.5*f.tr.slope
+	f.tr.lo, f.tr.hi = math.Min(tr.lo, f.tr.slope), math.Max(tr.hi, f.tr.slope)
+	return f
 }

@@ -1,0 +1,85 @@
+package trace
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/vramguard/vramguard/internal/analyze"
+)
+
+// generator is bench/traces/gen_traces.py: the shared generator plus
+// vramguard's own families; for seed 1 and the original families it writes
+// ../shared/traces/public byte for byte.
+var generator = filepath.Join("..", "..", "..", "bench", "traces", "gen_traces.py")
+
+func generate(t *testing.T, dir string, seed, perFamily int, families string) {
+	t.Helper()
+	cmd := exec.Command("python3", generator, dir, "--seed", fmt.Sprint(seed), "--per-family", fmt.Sprint(perFamily), "--families", families)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, out)
+	}
+}
+
+// TestAcceptance scores the detector on the public traces (regenerated:
+// seed 1, original families, identical to ../shared/traces/public) and on
+// 240 traces of three other seeds over all ten families, and fails when an
+// acceptance threshold is missed.
+func TestAcceptance(t *testing.T) {
+	root := t.TempDir()
+	sets := []struct {
+		seed     int
+		families string
+	}{{1, "original"}, {101, "all"}, {202, "all"}, {303, "all"}}
+	var sc Score
+	for _, s := range sets {
+		dir := filepath.Join(root, fmt.Sprint(s.seed))
+		generate(t, dir, s.seed, 8, s.families)
+		got, err := ScoreDir(dir, analyze.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Merge(got)
+	}
+	if n := len(sc.Results); n < 248 {
+		t.Fatalf("scored %d traces, want >= 248", n)
+	}
+	for _, f := range append(sc.Families, sc.All) {
+		t.Logf("%-16s traces=%3d P=%.3f R=%.3f false_alarms=%d median_delay=%.0fs eta_within_25%%=%d/%d",
+			f.Family, f.Traces, f.Precision, f.Recall, f.FalseAlarms, f.MedianDelay, f.ETAWithin25, f.ETAScored)
+	}
+	for _, m := range Check(sc) {
+		t.Errorf("acceptance: %s", m)
+	}
+}
+
+// TestPublicUnchanged checks that the generator still writes the shared
+// public traces, when ../shared is there to compare with.
+func TestPublicUnchanged(t *testing.T) {
+	pub := filepath.Join("..", "..", "..", "..", "shared", "traces", "public")
+	if _, err := os.Stat(filepath.Join(pub, "labels.json")); err != nil {
+		t.Logf("no %s here: comparing against the copies in testdata only", pub)
+		pub = "testdata"
+	}
+	dir := t.TempDir()
+	generate(t, dir, 1, 8, "original")
+	want, err := ReadLabels(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range want {
+		a, err := os.ReadFile(filepath.Join(pub, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(a) != string(b) {
+			t.Errorf("%s: the generator no longer writes the public trace", name)
+		}
+	}
+}
