@@ -14,7 +14,7 @@ func sprintf(format string, a ...any) string { return fmt.Sprintf(format, a...) 
 // walkLimits bound the traversal of a decoded pickle, which may share
 // subtrees through the memo (a DAG, even a cycle through a list).
 const (
-	maxWalkNodes = 4_000_000
+	maxWalkNodes = 2_000_000
 	maxWalkDepth = 400
 	maxScalars   = 20_000
 )

@@ -19,6 +19,7 @@ type Limits struct {
 	MaxMemo   int   // memo entries
 	MaxStack  int   // values on the stack and in all marks together
 	MaxMarks  int   // nested MARKs
+	MaxDepth  int   // nesting of containers and calls as they are built
 	MaxString int64 // one string/bytes value
 }
 
@@ -30,6 +31,7 @@ var DefaultLimits = Limits{
 	MaxMemo:   5_000_000,
 	MaxStack:  5_000_000,
 	MaxMarks:  10_000,
+	MaxDepth:  1_000,
 	MaxString: 64 << 20,
 }
 
@@ -63,7 +65,7 @@ func Decode(r io.ReaderAt, off, size int64, lim Limits) (*Result, error) {
 	if lim.MaxOps <= 0 {
 		lim = DefaultLimits
 	}
-	d := &decoder{src: src{r: r, pos: off, start: off, size: size, max: lim.MaxBytes}, lim: lim, memo: map[uint64]any{}}
+	d := &decoder{src: src{r: r, pos: off, start: off, size: size, max: lim.MaxBytes}, lim: lim, memo: map[uint64]memoEnt{}}
 	d.res.Protocol = 0
 	err := d.run()
 	d.res.End = d.src.pos
@@ -176,23 +178,52 @@ func (s *src) line() (string, error) {
 }
 
 type decoder struct {
-	src   src
-	lim   Limits
-	stack []any
-	marks []int
-	memo  map[uint64]any
+	src    src
+	lim    Limits
+	stack  []any
+	depths []int // nesting depth of each stack value
+	marks  []int
+	memo   map[uint64]memoEnt
+	// popped is the depth of the last value pop returned, and the largest
+	// depth among the items popMark returned.
+	popped int
 	res   Result
 	opPos int64
 	nbuf  int
 }
 
-type mark struct{}
+type memoEnt struct {
+	v     any
+	depth int
+}
 
-func (d *decoder) push(v any) error {
+func (d *decoder) push(v any) error { return d.pushD(v, 0) }
+
+// pushD pushes a value nested depth levels deep.
+func (d *decoder) pushD(v any, depth int) error {
 	if len(d.stack) >= d.lim.MaxStack {
 		return fmt.Errorf("%w: stack over %d values", ErrLimit, d.lim.MaxStack)
 	}
+	if depth > d.lim.MaxDepth {
+		return fmt.Errorf("%w: nesting deeper than %d", ErrLimit, d.lim.MaxDepth)
+	}
 	d.stack = append(d.stack, v)
+	d.depths = append(d.depths, depth)
+	return nil
+}
+
+// nest pushes a container built from the last popped values.
+func (d *decoder) nest(v any) error { return d.pushD(v, d.popped+1) }
+
+// deepen records that the value on top now holds something of depth.
+func (d *decoder) deepen(depth int) error {
+	i := len(d.depths) - 1
+	if depth+1 > d.depths[i] {
+		if depth+1 > d.lim.MaxDepth {
+			return fmt.Errorf("%w: nesting deeper than %d", ErrLimit, d.lim.MaxDepth)
+		}
+		d.depths[i] = depth + 1
+	}
 	return nil
 }
 
@@ -205,7 +236,9 @@ func (d *decoder) pop() (any, error) {
 		return nil, errors.New("stack underflow")
 	}
 	v := d.stack[len(d.stack)-1]
+	d.popped = d.depths[len(d.depths)-1]
 	d.stack = d.stack[:len(d.stack)-1]
+	d.depths = d.depths[:len(d.depths)-1]
 	return v, nil
 }
 
@@ -229,24 +262,35 @@ func (d *decoder) popMark() ([]any, error) {
 	d.marks = d.marks[:len(d.marks)-1]
 	items := make([]any, len(d.stack)-m)
 	copy(items, d.stack[m:])
+	d.popped = 0
+	for _, x := range d.depths[m:] {
+		if x > d.popped {
+			d.popped = x
+		}
+	}
 	d.stack = d.stack[:m]
+	d.depths = d.depths[:m]
 	return items, nil
 }
 
-func (d *decoder) memoPut(k uint64, v any) error {
+// memoPut stores the value on top of the stack.
+func (d *decoder) memoPut(k uint64) error {
+	if len(d.stack) == 0 || (len(d.marks) > 0 && len(d.stack) == d.marks[len(d.marks)-1]) {
+		return errors.New("stack underflow")
+	}
 	if _, ok := d.memo[k]; !ok && len(d.memo) >= d.lim.MaxMemo {
 		return fmt.Errorf("%w: memo over %d entries", ErrLimit, d.lim.MaxMemo)
 	}
-	d.memo[k] = v
+	d.memo[k] = memoEnt{d.stack[len(d.stack)-1], d.depths[len(d.depths)-1]}
 	return nil
 }
 
 func (d *decoder) memoGet(k uint64) error {
-	v, ok := d.memo[k]
+	e, ok := d.memo[k]
 	if !ok {
 		return fmt.Errorf("memo key %d not defined", k)
 	}
-	return d.push(v)
+	return d.pushD(e.v, e.depth)
 }
 
 func (d *decoder) global(g Global, op string, resolved bool, detail string) {
@@ -360,7 +404,7 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		return d.push(v)
+		return d.pushD(v, d.depths[len(d.depths)-1])
 	case 'N':
 		return d.push(None{})
 	case 0x88:
@@ -539,18 +583,23 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		return d.push(Tuple(items))
+		return d.nest(Tuple(items))
 	case 0x85, 0x86, 0x87:
 		n := int(op-0x85) + 1
 		t := make(Tuple, n)
+		maxd := 0
 		for i := n - 1; i >= 0; i-- {
 			v, err := d.pop()
 			if err != nil {
 				return err
 			}
 			t[i] = v
+			if d.popped > maxd {
+				maxd = d.popped
+			}
 		}
-		return d.push(t)
+		d.popped = maxd
+		return d.nest(t)
 	case ']':
 		return d.push(&List{})
 	case 'l':
@@ -558,7 +607,7 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		return d.push(&List{Items: items})
+		return d.nest(&List{Items: items})
 	case '}':
 		return d.push(&Dict{})
 	case 'd':
@@ -573,7 +622,7 @@ func (d *decoder) step(op byte) error {
 		for i := 0; i < len(items); i += 2 {
 			dict.set(items[i], items[i+1])
 		}
-		return d.push(dict)
+		return d.nest(dict)
 	case 0x8f:
 		return d.push(&Set{})
 	case 0x91:
@@ -581,19 +630,25 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		return d.push(&Set{Items: items, Frozen: true})
+		return d.nest(&Set{Items: items, Frozen: true})
 	case 'a': // APPEND
 		v, err := d.pop()
 		if err != nil {
 			return err
 		}
-		return d.appendTo([]any{v})
+		if err := d.appendTo([]any{v}); err != nil {
+			return err
+		}
+		return d.deepen(d.popped)
 	case 'e': // APPENDS
 		items, err := d.popMark()
 		if err != nil {
 			return err
 		}
-		return d.appendTo(items)
+		if err := d.appendTo(items); err != nil {
+			return err
+		}
+		return d.deepen(d.popped)
 	case 0x90: // ADDITEMS
 		items, err := d.popMark()
 		if err != nil {
@@ -608,17 +663,24 @@ func (d *decoder) step(op byte) error {
 			return fmt.Errorf("ADDITEMS on %T", t)
 		}
 		s.Items = append(s.Items, items...)
-		return nil
+		return d.deepen(d.popped)
 	case 's': // SETITEM
 		v, err := d.pop()
 		if err != nil {
 			return err
 		}
+		vd := d.popped
 		k, err := d.pop()
 		if err != nil {
 			return err
 		}
-		return d.setItems([]any{k, v})
+		if d.popped > vd {
+			vd = d.popped
+		}
+		if err := d.setItems([]any{k, v}); err != nil {
+			return err
+		}
+		return d.deepen(vd)
 	case 'u': // SETITEMS
 		items, err := d.popMark()
 		if err != nil {
@@ -627,7 +689,10 @@ func (d *decoder) step(op byte) error {
 		if len(items)%2 != 0 {
 			return errors.New("SETITEMS with an odd number of items")
 		}
-		return d.setItems(items)
+		if err := d.setItems(items); err != nil {
+			return err
+		}
+		return d.deepen(d.popped)
 	case 'p':
 		l, err := d.src.line()
 		if err != nil {
@@ -637,37 +702,21 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return fmt.Errorf("bad memo key %q", l)
 		}
-		v, err := d.top()
-		if err != nil {
-			return err
-		}
-		return d.memoPut(k, v)
+		return d.memoPut(k)
 	case 'q':
 		b, err := d.src.byte()
 		if err != nil {
 			return err
 		}
-		v, err := d.top()
-		if err != nil {
-			return err
-		}
-		return d.memoPut(uint64(b), v)
+		return d.memoPut(uint64(b))
 	case 'r':
 		k, err := d.u32()
 		if err != nil {
 			return err
 		}
-		v, err := d.top()
-		if err != nil {
-			return err
-		}
-		return d.memoPut(uint64(k), v)
+		return d.memoPut(uint64(k))
 	case 0x94: // MEMOIZE
-		v, err := d.top()
-		if err != nil {
-			return err
-		}
-		return d.memoPut(uint64(len(d.memo)), v)
+		return d.memoPut(uint64(len(d.memo)))
 	case 'g':
 		l, err := d.src.line()
 		if err != nil {
@@ -759,12 +808,13 @@ func (d *decoder) step(op byte) error {
 			return err
 		}
 		d.res.PersIDs++
-		return d.push(PersID{ID: v})
+		return d.nest(PersID{ID: v})
 	case 'R': // REDUCE
 		args, err := d.pop()
 		if err != nil {
 			return err
 		}
+		ad := d.popped
 		fn, err := d.pop()
 		if err != nil {
 			return err
@@ -773,12 +823,14 @@ func (d *decoder) step(op byte) error {
 		if !ok {
 			return fmt.Errorf("REDUCE arguments are %T, not a tuple", args)
 		}
-		return d.push(&Call{Func: fn, Args: t})
+		d.popped = ad
+		return d.nest(&Call{Func: fn, Args: t})
 	case 0x81: // NEWOBJ
 		args, err := d.pop()
 		if err != nil {
 			return err
 		}
+		ad := d.popped
 		cls, err := d.pop()
 		if err != nil {
 			return err
@@ -787,15 +839,20 @@ func (d *decoder) step(op byte) error {
 		if !ok {
 			return fmt.Errorf("NEWOBJ arguments are %T, not a tuple", args)
 		}
-		return d.push(&Call{Func: cls, Args: t, New: true})
+		d.popped = ad
+		return d.nest(&Call{Func: cls, Args: t, New: true})
 	case 0x92: // NEWOBJ_EX
 		kw, err := d.pop()
 		if err != nil {
 			return err
 		}
+		ad := d.popped
 		args, err := d.pop()
 		if err != nil {
 			return err
+		}
+		if d.popped > ad {
+			ad = d.popped
 		}
 		cls, err := d.pop()
 		if err != nil {
@@ -809,7 +866,8 @@ func (d *decoder) step(op byte) error {
 		if !ok {
 			return fmt.Errorf("NEWOBJ_EX keywords are %T, not a dict", kw)
 		}
-		return d.push(&Call{Func: cls, Args: t, Kwargs: kd, New: true})
+		d.popped = ad
+		return d.nest(&Call{Func: cls, Args: t, Kwargs: kd, New: true})
 	case 'i': // INST
 		mod, err := d.src.line()
 		if err != nil {
@@ -825,7 +883,7 @@ func (d *decoder) step(op byte) error {
 		}
 		g := Global{Module: mod, Name: name}
 		d.global(g, "INST", true, "")
-		return d.push(&Call{Func: g, Args: Tuple(items)})
+		return d.nest(&Call{Func: g, Args: Tuple(items)})
 	case 'o': // OBJ
 		items, err := d.popMark()
 		if err != nil {
@@ -834,12 +892,13 @@ func (d *decoder) step(op byte) error {
 		if len(items) == 0 {
 			return errors.New("OBJ without a class")
 		}
-		return d.push(&Call{Func: items[0], Args: Tuple(items[1:])})
+		return d.nest(&Call{Func: items[0], Args: Tuple(items[1:])})
 	case 'b': // BUILD
 		state, err := d.pop()
 		if err != nil {
 			return err
 		}
+		sd := d.popped
 		t, err := d.top()
 		if err != nil {
 			return err
@@ -849,10 +908,10 @@ func (d *decoder) step(op byte) error {
 			// BUILD on a Global or container still means a __setstate__
 			// call; wrap it so the state is kept.
 			d.stack[len(d.stack)-1] = &Call{Func: Global{Module: "<build>", Name: describe(t)}, Args: Tuple{t}, State: state, HasState: true}
-			return nil
+			return d.deepen(sd)
 		}
 		c.State, c.HasState = state, true
-		return nil
+		return d.deepen(sd)
 	default:
 		return fmt.Errorf("unknown opcode")
 	}

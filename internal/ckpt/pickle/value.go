@@ -29,6 +29,7 @@ type List struct{ Items []any }
 type Dict struct {
 	Keys []any
 	Vals []any
+	idx  map[any]int // scalar keys -> position, so SETITEM stays O(1)
 }
 
 // Set is a Python set or frozenset.
@@ -90,23 +91,30 @@ func (d *Dict) Get(key string) (any, bool) {
 }
 
 func (d *Dict) set(k, v any) {
-	// Only scalar keys are compared; anything else is appended, which keeps
-	// decoding linear and is what a report needs.
+	// Only scalar keys are deduplicated; anything else is appended, which
+	// keeps decoding linear and is what a report needs.
 	switch k.(type) {
 	case string, int64, bool, float64:
-		for i, old := range d.Keys {
-			if old == k {
-				d.Vals[i] = v
-				return
-			}
+		if d.idx == nil {
+			d.idx = map[any]int{}
 		}
+		if i, ok := d.idx[k]; ok {
+			d.Vals[i] = v
+			return
+		}
+		d.idx[k] = len(d.Keys)
 	}
 	d.Keys = append(d.Keys, k)
 	d.Vals = append(d.Vals, v)
 }
 
 // KeyString renders a dict key or sequence index as a path element.
-func KeyString(k any) string {
+func KeyString(k any) string { return keyString(k, 0) }
+
+func keyString(k any, depth int) string {
+	if depth > 8 {
+		return "..."
+	}
 	switch v := k.(type) {
 	case string:
 		return v
@@ -129,7 +137,11 @@ func KeyString(k any) string {
 			if i > 0 {
 				s += ","
 			}
-			s += KeyString(e)
+			if i >= 16 {
+				s += "..."
+				break
+			}
+			s += keyString(e, depth+1)
 		}
 		return s + ")"
 	default:
