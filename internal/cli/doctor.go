@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,7 +132,7 @@ func runDoctor(ctx context.Context, f *Factory, o *doctorOptions) error {
 	env := doctor.Env{
 		Root:   o.Root,
 		Getenv: f.Getenv,
-		Statfs: statfsUnder(o.Root),
+		Statfs: doctor.LiveStatfs(o.Root),
 		GPU:    doctorGPU(ctx, o.Root),
 		Python: doctor.ExecPython{},
 		Cwd:    cwd,
@@ -163,14 +162,4 @@ func doctorGPU(_ context.Context, root string) doctor.GPU {
 	// wire it here through doctor.BackendGPU (plus driver/CUDA/persistence
 	// from the nvml package), keeping NoNVML as the ErrNoDriver fallback.
 	return doctor.NoNVML{Root: root}
-}
-
-func statfsUnder(root string) func(string) (doctor.FSInfo, error) {
-	return func(p string) (doctor.FSInfo, error) {
-		info, err := statfs(filepath.Join(root, p))
-		if err != nil {
-			return info, fmt.Errorf("statfs %s: %w", p, err)
-		}
-		return info, nil
-	}
 }
