@@ -106,9 +106,12 @@ func resolvePython(o *doctorOptions) (string, error) {
 }
 
 func runDoctor(ctx context.Context, f *Factory, o *doctorOptions) error {
-	py, err := resolvePython(o)
-	if err != nil {
-		return err
+	py := o.Python
+	var err error
+	if o.Root == "" {
+		if py, err = resolvePython(o); err != nil {
+			return err
+		}
 	}
 	dir := o.Dir
 	if dir != "" {
@@ -125,18 +128,28 @@ func runDoctor(ctx context.Context, f *Factory, o *doctorOptions) error {
 			return Usagef("--dir %s: not a directory", o.Dir)
 		}
 	}
-	cwd, _ := os.Getwd()
-	if py != "" {
-		py = doctor.ResolvePyenvShim(py, cwd, f.Getenv)
-	}
-	env := doctor.Env{
-		Root:   o.Root,
-		Getenv: f.Getenv,
-		Statfs: doctor.LiveStatfs(o.Root),
-		GPU:    doctorGPU(ctx, o.Root),
-		Python: doctor.ExecPython{},
-		Cwd:    cwd,
-		Now:    f.Now,
+	var env doctor.Env
+	if o.Root != "" {
+		// A fixture tree: everything that is not a file comes from its
+		// .doctor/fixture.json.
+		fx, err := doctor.LoadFixture(o.Root)
+		if err != nil {
+			return Usagef("--root %s: %v", o.Root, err)
+		}
+		env = fx.Build(o.Root)
+	} else {
+		cwd, _ := os.Getwd()
+		if py != "" {
+			py = doctor.ResolvePyenvShim(py, cwd, f.Getenv)
+		}
+		env = doctor.Env{
+			Getenv: f.Getenv,
+			Statfs: doctor.LiveStatfs(""),
+			GPU:    doctorGPU(ctx),
+			Python: doctor.ExecPython{},
+			Cwd:    cwd,
+			Now:    f.Now,
+		}
 	}
 	rep := doctor.Run(ctx, env, doctor.Options{Python: py, Dir: dir, Keep: o.Keep, PythonTimeout: o.PythonTimeout})
 	if rep.Python == "" {
@@ -157,9 +170,9 @@ func runDoctor(ctx context.Context, f *Factory, o *doctorOptions) error {
 
 // doctorGPU picks the GPU source. Until an NVML backend is built in, every
 // machine reports "NVML not found" and the GPU checks say n/a.
-func doctorGPU(_ context.Context, root string) doctor.GPU {
+func doctorGPU(_ context.Context) doctor.GPU {
 	// TODO(nvml): when internal/gpu/nvml provides gpu.Open(ctx, "auto"),
 	// wire it here through doctor.BackendGPU (plus driver/CUDA/persistence
 	// from the nvml package), keeping NoNVML as the ErrNoDriver fallback.
-	return doctor.NoNVML{Root: root}
+	return doctor.NoNVML{}
 }

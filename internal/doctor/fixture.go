@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/vramguard/vramguard/internal/gpu"
@@ -105,4 +106,49 @@ func (fx *Fixture) Build(root string) Env {
 		return WriteResult{RenameKept: !fx.RenameCopies}, nil
 	}
 	return e
+}
+
+// ExtractTxtar writes the files of a txtar archive (the format of
+// golang.org/x/tools/txtar: a comment, then "-- name --" lines each
+// followed by that file's content) under dir. In a file named cmdline, "^@"
+// stands for the NUL separators a text archive cannot hold.
+func ExtractTxtar(archive, dir string) error {
+	b, err := os.ReadFile(archive)
+	if err != nil {
+		return err
+	}
+	var name string
+	var body strings.Builder
+	flush := func() error {
+		if name == "" {
+			return nil
+		}
+		content := body.String()
+		body.Reset()
+		if filepath.Base(name) == "cmdline" {
+			content = strings.ReplaceAll(strings.TrimRight(content, "\n"), "^@", "\x00")
+		}
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(p, []byte(content), 0o644)
+	}
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		t := strings.TrimRight(line, "\n")
+		if strings.HasPrefix(t, "-- ") && strings.HasSuffix(t, " --") && len(t) > 6 {
+			if err := flush(); err != nil {
+				return err
+			}
+			name = strings.TrimSpace(t[3 : len(t)-3])
+			if !filepath.IsLocal(name) {
+				return fmt.Errorf("%s: file name %q leaves the tree", archive, name)
+			}
+			continue
+		}
+		if name != "" {
+			body.WriteString(line)
+		}
+	}
+	return flush()
 }

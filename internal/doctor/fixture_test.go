@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -11,37 +10,6 @@ import (
 
 // del as a file's content in a mutation removes the file.
 const del = "\x00delete"
-
-// loadTxtar writes the files of a txtar archive under dir. "^@" in a file
-// named cmdline stands for NUL, which a text archive cannot hold.
-func loadTxtar(t *testing.T, archive, dir string) {
-	t.Helper()
-	b, err := os.ReadFile(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var name string
-	var body bytes.Buffer
-	flush := func() {
-		if name == "" {
-			return
-		}
-		writeFile(t, dir, name, body.String())
-		body.Reset()
-	}
-	for _, line := range strings.SplitAfter(string(b), "\n") {
-		trimmed := strings.TrimRight(line, "\n")
-		if strings.HasPrefix(trimmed, "-- ") && strings.HasSuffix(trimmed, " --") && len(trimmed) > 6 {
-			flush()
-			name = strings.TrimSpace(trimmed[3 : len(trimmed)-3])
-			continue
-		}
-		if name != "" {
-			body.WriteString(line)
-		}
-	}
-	flush()
-}
 
 func writeFile(t *testing.T, root, name, content string) {
 	t.Helper()
@@ -80,7 +48,9 @@ type scenario struct {
 func (s scenario) run(t *testing.T) *Report {
 	t.Helper()
 	root := t.TempDir()
-	loadTxtar(t, filepath.Join("testdata", s.base+".txtar"), root)
+	if err := ExtractTxtar(filepath.Join("testdata", s.base+".txtar"), root); err != nil {
+		t.Fatal(err)
+	}
 	for name, content := range s.files {
 		writeFile(t, root, name, content)
 	}
