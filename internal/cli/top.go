@@ -1,9 +1,123 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"time"
 
-// NewCmdTop is a placeholder until its issue lands.
-func NewCmdTop(f *Factory) *cobra.Command {
-	return &cobra.Command{Use: "top", Short: "(not yet available)", Hidden: true,
-		RunE: func(*cobra.Command, []string) error { return Envf("top is not built yet") }}
+	"github.com/spf13/cobra"
+
+	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/sampler"
+)
+
+// topOptions is what `vramguard top` was asked to do.
+type topOptions struct {
+	GPU            gpuOptions
+	Once           bool
+	JSON           bool
+	Interval       time.Duration
+	DeviceInterval time.Duration
+	Sort           string
+	Filter         string
+	KillGrace      time.Duration
 }
+
+// NewCmdTop builds `vramguard top`.
+func NewCmdTop(f *Factory) *cobra.Command {
+	o := &topOptions{}
+	cmd := &cobra.Command{
+		Use:   "top",
+		Short: "Every GPU process on the machine, grouped into jobs by owner",
+		Long: `top shows every GPU and who holds its memory: supervised runs, notebook
+kernels, Kubernetes pods, containers, SLURM jobs, services and plain
+processes. DataLoader workers and other children count toward the job that
+spawned them and are listed under it.
+
+Keys: up/down move, enter expands a job to its processes, s cycles the sort
+(gpu, rss, pid, name), / filters (enter keeps, esc clears), x kills the
+selected job or process after you confirm with y (SIGTERM, then SIGKILL
+after --kill-grace), q quits.
+
+Without a GPU driver top says so and shows no GPUs; --simulate plays a
+scenario file instead, so you can try it anywhere.`,
+		Example: `  vramguard top
+  vramguard top --simulate examples/scenarios/workstation.json
+  vramguard top --once --json | jq '.jobs[] | {name, gpu_bytes}'
+  vramguard top --once --sort rss --filter python`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runTop(cmd.Context(), f, o)
+		},
+	}
+	addGPUFlags(cmd, &o.GPU.Simulate)
+	fl := cmd.Flags()
+	fl.StringVar(&o.GPU.Backend, "gpu-backend", "auto", "GPU backend: auto, nvml, none or sim:PATH")
+	fl.StringVar(&o.GPU.ProcRoot, "proc-root", "", "directory holding proc/ and sys/ (for fixture trees)")
+	_ = fl.MarkHidden("proc-root")
+	fl.BoolVar(&o.Once, "once", false, "print one snapshot and exit")
+	fl.BoolVar(&o.JSON, "json", false, "with --once: print the snapshot as JSON")
+	fl.DurationVar(&o.Interval, "interval", time.Second, "how often to read process lists (at least 1s)")
+	fl.DurationVar(&o.DeviceInterval, "device-interval", 0, "how often to read device memory (default: --interval)")
+	fl.StringVar(&o.Sort, "sort", "gpu", "sort jobs by gpu, rss, pid or name")
+	fl.StringVar(&o.Filter, "filter", "", "show only jobs whose name, owner or command contains this text")
+	fl.DurationVar(&o.KillGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when killing from top")
+	return cmd
+}
+
+func runTop(ctx context.Context, f *Factory, o *topOptions) error {
+	if !validSort(o.Sort) {
+		return Usagef("--sort %q: want gpu, rss, pid or name", o.Sort)
+	}
+	if o.JSON && !o.Once {
+		return Usagef("--json needs --once (top's screen is interactive)")
+	}
+	if o.Interval < sampler.MinProcessInterval {
+		return Usagef("--interval %v: process lists are read at most once a second (the driver query takes a lock)", o.Interval)
+	}
+	if o.KillGrace < 0 {
+		return Usagef("--kill-grace must not be negative")
+	}
+	if !o.Once && !f.IO.IsTTY {
+		return Usagef("top needs a terminal; use --once (and --json) for scripts")
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	b, note, err := openGPU(ctx, o.GPU.Simulate, o.GPU.Backend)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	s, err := sampler.New(sampler.Config{
+		Backend:         b,
+		Attributor:      &attrib.Attributor{Src: procSource(b, o.GPU.ProcRoot), Hints: topOwnerHints(f)},
+		ProcessInterval: o.Interval,
+		DeviceInterval:  o.DeviceInterval,
+		Now:             f.Now,
+		FlagJobs:        topFlagJobs,
+	})
+	if err != nil {
+		return err
+	}
+	if o.Once {
+		smp, err := s.Refresh(ctx)
+		if err != nil {
+			return Failf("%v", err)
+		}
+		snap := newSnapshot(smp, note, o.Sort, o.Filter)
+		if o.JSON {
+			return f.WriteJSON(snap)
+		}
+		if note != "" {
+			fmt.Fprintln(f.IO.ErrOut, "vramguard:", note)
+		}
+		return writeTopTable(f.IO.Out, snap)
+	}
+	return runTopTUI(ctx, f, o, s, note)
+}
+
+// topFlagJobs is where leak and OOM verdicts from internal/analyze plug into
+// top: it receives each job with its recent history and returns flags such
+// as "leak" or "oom-risk". Until that analysis lands it flags nothing.
+var topFlagJobs sampler.JobFlagger = nil

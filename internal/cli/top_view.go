@@ -1,0 +1,231 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/gpu"
+	"github.com/vramguard/vramguard/internal/sampler"
+)
+
+// topSnapshot is what `top --once --json` prints.
+type topSnapshot struct {
+	Time    time.Time `json:"time"`
+	Backend string    `json:"backend"`
+	// Note says why no GPUs are shown (no driver), when that is the case.
+	Note          string         `json:"note,omitempty"`
+	Devices       []gpu.Device   `json:"devices"`
+	Jobs          []attrib.Job   `json:"jobs"`
+	Vanished      []gpu.Process  `json:"vanished"`
+	VanishedBytes uint64         `json:"vanished_bytes"`
+	Dropped       gpu.DropCounts `json:"dropped"`
+	Scanned       int            `json:"processes_scanned"`
+	TookMS        float64        `json:"sample_ms"`
+}
+
+func newSnapshot(smp sampler.Sample, note, sortBy, filter string) topSnapshot {
+	devs := smp.Devices
+	if devs == nil {
+		devs = []gpu.Device{}
+	}
+	return topSnapshot{
+		Time: smp.Time, Backend: smp.Backend, Note: note, Devices: devs,
+		Jobs:     arrangeJobs(smp.Attrib.Jobs, sortBy, filter),
+		Vanished: nonNilProcs(smp.Attrib.Vanished), VanishedBytes: smp.Attrib.VanishedBytes,
+		Dropped: smp.Dropped, Scanned: smp.Attrib.Scanned, TookMS: float64(smp.Took.Microseconds()) / 1000,
+	}
+}
+
+func nonNilProcs(p []gpu.Process) []gpu.Process {
+	if p == nil {
+		return []gpu.Process{}
+	}
+	return p
+}
+
+var sortKeys = []string{"gpu", "rss", "pid", "name"}
+
+func validSort(s string) bool {
+	for _, k := range sortKeys {
+		if k == s {
+			return true
+		}
+	}
+	return false
+}
+
+// arrangeJobs filters jobs and orders them grouped by owner kind, sorted
+// within each group by sortBy. It returns a new slice.
+func arrangeJobs(jobs []attrib.Job, sortBy, filter string) []attrib.Job {
+	out := make([]attrib.Job, 0, len(jobs))
+	for _, j := range jobs {
+		if matchJob(j, filter) {
+			out = append(out, j)
+		}
+	}
+	sort.SliceStable(out, func(a, b int) bool {
+		x, y := out[a], out[b]
+		if kx, ky := attrib.KindOrder[x.Kind], attrib.KindOrder[y.Kind]; kx != ky {
+			return kx < ky
+		}
+		switch sortBy {
+		case "rss":
+			if x.RSSBytes != y.RSSBytes {
+				return x.RSSBytes > y.RSSBytes
+			}
+		case "pid":
+			return x.RootPID < y.RootPID
+		case "name":
+			if x.Name != y.Name {
+				return x.Name < y.Name
+			}
+		default:
+			if x.GPUBytes != y.GPUBytes {
+				return x.GPUBytes > y.GPUBytes
+			}
+		}
+		return x.RootPID < y.RootPID
+	})
+	return out
+}
+
+// matchJob reports whether filter (case-insensitive) appears in the job's
+// name, owner, kind, or any of its processes' commands or PIDs.
+func matchJob(j attrib.Job, filter string) bool {
+	if filter == "" {
+		return true
+	}
+	f := strings.ToLower(filter)
+	hay := []string{j.Name, j.Kind, ownerLabel(j), j.RunID, j.Kernel, j.Context.ContainerID, j.Context.PodUID}
+	for _, p := range j.Processes {
+		hay = append(hay, p.Comm, strings.Join(p.Cmdline, " "), fmt.Sprint(p.PID))
+	}
+	for _, h := range hay {
+		if strings.Contains(strings.ToLower(h), f) {
+			return true
+		}
+	}
+	return false
+}
+
+// ownerLabel says who owns a job in a few characters.
+func ownerLabel(j attrib.Job) string {
+	c := j.Context
+	switch j.Kind {
+	case attrib.KindRun:
+		return "run " + j.RunID
+	case attrib.KindNotebook:
+		return "kernel " + short(j.Kernel, 8)
+	case attrib.KindPod:
+		return "pod " + short(c.PodUID, 8) + " " + c.Runtime + " " + short(c.ContainerID, 12)
+	case attrib.KindContainer:
+		return c.Runtime + " " + short(c.ContainerID, 12)
+	case attrib.KindSlurm:
+		s := "slurm job " + c.SlurmJob
+		if c.SlurmStep != "" {
+			s += "." + c.SlurmStep
+		}
+		return s
+	case attrib.KindService:
+		return c.Unit
+	}
+	if len(j.Processes) > 0 {
+		return fmt.Sprintf("uid %d", j.Processes[0].UID)
+	}
+	return "process"
+}
+
+var kindTitles = map[string]string{
+	attrib.KindRun: "SUPERVISED RUNS", attrib.KindNotebook: "NOTEBOOKS", attrib.KindPod: "PODS",
+	attrib.KindContainer: "CONTAINERS", attrib.KindSlurm: "SLURM JOBS", attrib.KindService: "SERVICES",
+	attrib.KindProcess: "PROCESSES",
+}
+
+func short(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// human formats bytes in binary units.
+func human(b uint64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	f, u := float64(b), "KMGTPE"
+	i := -1
+	for f >= unit && i < len(u)-1 {
+		f /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", f, u[i])
+}
+
+func allocLabel(j attrib.Job) string {
+	if j.AllocatedBytes == nil {
+		return "-"
+	}
+	return human(*j.AllocatedBytes) + " / " + human(*j.ReservedBytes)
+}
+
+func devicesLabel(d []int) string {
+	s := make([]string, len(d))
+	for i, x := range d {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func deviceLabel(d gpu.Device) string {
+	if d.IsMIG() {
+		return fmt.Sprintf("GPU %d/MIG %d", d.Index, d.MIGIndex)
+	}
+	return fmt.Sprintf("GPU %d", d.Index)
+}
+
+// writeTopTable prints a snapshot for people (top --once without --json).
+func writeTopTable(w io.Writer, s topSnapshot) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEVICE\tNAME\tUSED\tTOTAL\tUTIL")
+	for _, d := range s.Devices {
+		util := "-"
+		if d.UtilPercent >= 0 {
+			util = fmt.Sprintf("%d%%", d.UtilPercent)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", deviceLabel(d), d.Name, human(d.UsedBytes), human(d.TotalBytes), util)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "KIND\tJOB\tOWNER\tPID\tGPUS\tGPU MEM\tALLOC / RESERVED\tRSS\tPROCS\tFLAGS")
+	for _, j := range s.Jobs {
+		flags := strings.Join(j.Flags, ",")
+		if j.Orphan {
+			flags = strings.TrimPrefix(flags+",orphan", ",")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", j.Kind, j.Name, ownerLabel(j), j.RootPID,
+			devicesLabel(j.Devices), human(j.GPUBytes), allocLabel(j), human(j.RSSBytes), len(j.Processes), flags)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeTopFooter(w, s)
+}
+
+func writeTopFooter(w io.Writer, s topSnapshot) error {
+	if len(s.Vanished) > 0 {
+		fmt.Fprintf(w, "\n%d GPU record(s) holding %s belong to PIDs not in /proc (exited, or in a PID namespace this /proc cannot see)\n",
+			len(s.Vanished), human(s.VanishedBytes))
+	}
+	if n := s.Dropped.Total(); n > 0 {
+		_, err := fmt.Fprintf(w, "%d scrambled driver record(s) dropped (bad PID %d, more than the device %d, unknown device %d)\n",
+			n, s.Dropped.BadPID, s.Dropped.OverDevice, s.Dropped.UnknownDevice)
+		return err
+	}
+	return nil
+}
