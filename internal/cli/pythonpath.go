@@ -1,6 +1,67 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"path/filepath"
 
-// NewCmdPythonPath is a placeholder until the probe lands.
-func NewCmdPythonPath(f *Factory) *cobra.Command { return stub("python-path") }
+	"github.com/spf13/cobra"
+
+	"github.com/vramguard/vramguard/internal/probe"
+)
+
+// pythonPathOptions are python-path's flags after parsing.
+type pythonPathOptions struct {
+	JSON bool
+}
+
+// NewCmdPythonPath builds `vramguard python-path`.
+func NewCmdPythonPath(f *Factory) *cobra.Command {
+	return newCmdPythonPath(f, func(o *pythonPathOptions) error { return runPythonPath(f, o) })
+}
+
+func newCmdPythonPath(f *Factory, runF func(*pythonPathOptions) error) *cobra.Command {
+	o := &pythonPathOptions{}
+	cmd := &cobra.Command{
+		Use:   "python-path [--json]",
+		Short: "Print the directory holding vramguard's Python probe, for notebooks and custom launchers",
+		Long: `python-path prints the directory that holds vramguard's in-process probe,
+writing it under the state directory first if this version of vramguard has
+not yet done so. ` + "`vramguard run`" + ` puts it on PYTHONPATH by itself; use this
+command where vramguard does not launch Python:
+
+  - in Jupyter or IPython, put it on sys.path and load the extension: the
+    probe then reports to the machine-wide agent's socket
+    ($VRAMGUARD_HOME/probe.sock, or VRAMGUARD_PROBE_SOCKET when set);
+  - in a launcher of your own, prepend it to PYTHONPATH and set the
+    VRAMGUARD_PROBE_* variables described in docs/PROBE.md.
+
+The directory name carries a digest of the probe's content, so different
+vramguard versions never overwrite each other's probe.`,
+		Example: `  # in a notebook cell
+  import subprocess, sys
+  sys.path.insert(0, subprocess.check_output(["vramguard", "python-path"], text=True).strip())
+  %load_ext vramguard
+
+  # in a shell
+  export PYTHONPATH="$(vramguard python-path):$PYTHONPATH"
+
+  # for scripts
+  vramguard python-path --json | jq -r .path`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return runF(o) },
+	}
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print {\"path\", \"digest\", \"protocol\"} as JSON")
+	return cmd
+}
+
+func runPythonPath(f *Factory, o *pythonPathOptions) error {
+	dir, err := probe.Install(filepath.Join(f.Home(), "probe"))
+	if err != nil {
+		return Failf("%v", err)
+	}
+	if o.JSON {
+		return f.WriteJSON(map[string]any{"path": dir, "digest": probe.Digest(), "protocol": probe.Protocol})
+	}
+	_, err = fmt.Fprintln(f.IO.Out, dir)
+	return err
+}

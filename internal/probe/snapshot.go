@@ -19,17 +19,18 @@ type Site struct {
 	Blocks   int    `json:"blocks"` // how many
 }
 
-// snapshotLimits bound the decode of a snapshot. Snapshots hold plain
-// dicts, lists, strings and ints; a snapshot recorded with the probe's
-// bounded history stays well under these.
-var snapshotLimits = pickle.Limits{
-	MaxBytes:  512 << 20,
-	MaxOps:    200_000_000,
-	MaxMemo:   20_000_000,
-	MaxStack:  20_000_000,
-	MaxMarks:  10_000,
-	MaxString: 16 << 20,
-}
+// snapshotLimits bound the decode of a snapshot: the pickle package's
+// defaults (which grow with it), with room for the larger snapshots a long
+// history produces. Snapshots hold plain dicts, lists, strings and ints.
+var snapshotLimits = func() pickle.Limits {
+	l := pickle.DefaultLimits
+	l.MaxBytes = 512 << 20
+	l.MaxOps = 200_000_000
+	l.MaxMemo = 20_000_000
+	l.MaxStack = 20_000_000
+	l.MaxString = 16 << 20
+	return l
+}()
 
 // TopAllocationSites reads a memory snapshot written at an OOM
 // (torch.cuda.memory._dump_snapshot: a pickle of plain dicts and lists,

@@ -5,24 +5,31 @@
 # sitecustomize the environment already has, so that one is found further
 # along sys.path and run first, exactly as Python would have run it (its
 # errors propagate to site.py, which reports them the way it always does).
-# Then the probe starts; it never raises and never prints.
+# Then the probe starts; it never raises and never prints. Last, this
+# directory leaves sys.path again (the probe is imported by then, and child
+# processes find it through PYTHONPATH), so the job sees the sys.path it
+# would have without vramguard and a later `import sitecustomize` finds the
+# original.
+
+
+import os as _vramguard_os
+
+_VRAMGUARD_DIR = _vramguard_os.path.dirname(_vramguard_os.path.abspath(__file__))
+
+
+def _vramguard_here(p):
+    try:
+        return _vramguard_os.path.samefile(p or ".", _VRAMGUARD_DIR)
+    except (OSError, TypeError, ValueError):
+        return False
 
 
 def _vramguard_chain():
-    import os
     import sys
     from importlib.machinery import PathFinder
     from importlib.util import module_from_spec
 
-    here = os.path.dirname(os.path.abspath(__file__))
-
-    def same(p):
-        try:
-            return os.path.samefile(p or ".", here)
-        except OSError:
-            return False
-
-    rest = [p for p in sys.path if not same(p)]
+    rest = [p for p in sys.path if not _vramguard_here(p)]
     spec = PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return
@@ -34,10 +41,16 @@ def _vramguard_chain():
 
 
 def _vramguard_start():
+    import sys
+
     try:
         from vramguard import _probe
 
         _probe.start_from_env()
+    except BaseException:
+        pass
+    try:
+        sys.path[:] = [p for p in sys.path if not _vramguard_here(p)]
     except BaseException:
         pass
 

@@ -32,6 +32,7 @@ class _State:
         self.samples = self.rec["samples"]
         self.unused = set(self.rec.get("unused_devices", []))
         self.i = 0
+        self.last = 0  # index of the row memory_stats handed out last
         self.initialized = False
         self.observer_api = observer
         self.observers = []
@@ -134,7 +135,8 @@ def memory_stats(device=None):
         return {k: 0 for k in st.samples[0]["memory_stats"]}
     with st.cond:
         row = st.current()
-        st.log(call="memory_stats", device=d, index=min(st.i, len(st.samples) - 1))
+        st.last = min(st.i, len(st.samples) - 1)
+        st.log(call="memory_stats", device=d, index=st.last)
         st.i += 1
         st.calls += 1
         st.cond.notify_all()
@@ -147,7 +149,7 @@ def mem_get_info(device=None):
     st.log(call="mem_get_info", device=d)
     if not st.initialized:
         raise RuntimeError("fakecuda: mem_get_info before CUDA init would create a context")
-    return tuple(st.current()["mem_get_info"])
+    return tuple(st.samples[st.last]["mem_get_info"])
 
 
 def memory_summary(device=None, abbreviated=False):

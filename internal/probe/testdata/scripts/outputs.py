@@ -7,6 +7,7 @@ import torch
 
 print("epoch 0 start")
 print("warning: something to stderr", file=sys.stderr)
+torch.manual_seed(0)
 model = torch.nn.Linear(4, 2)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for i in range(5):
