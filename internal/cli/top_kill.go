@@ -42,7 +42,7 @@ func (r killResult) String() string {
 
 // alive reports whether t still runs (a zombie counts as ended) and is the
 // same process (start time unchanged).
-func alive(fs procfs.FS, t killTarget) (running, same bool) {
+func killAlive(fs procfs.FS, t killTarget) (running, same bool) {
 	p, err := fs.Proc(t.PID)
 	if err != nil {
 		return false, true
@@ -59,7 +59,7 @@ func killProcesses(ctx context.Context, fs procfs.FS, targets []killTarget, grac
 	var res killResult
 	var live []killTarget
 	for _, t := range targets {
-		running, same := alive(fs, t)
+		running, same := killAlive(fs, t)
 		switch {
 		case !same:
 			res.Skipped = append(res.Skipped, t.PID)
@@ -97,7 +97,7 @@ func waitGone(ctx context.Context, fs procfs.FS, ts []killTarget, d time.Duratio
 	for {
 		var left []killTarget
 		for _, t := range ts {
-			if running, same := alive(fs, t); running && same {
+			if running, same := killAlive(fs, t); running && same {
 				left = append(left, t)
 			}
 		}

@@ -47,7 +47,7 @@ func (m *tmuxTop) waitFor(what string, ok func(string) bool) string {
 	return ""
 }
 
-func contains(sub ...string) func(string) bool {
+func screenHas(sub ...string) func(string) bool {
 	return func(s string) bool {
 		for _, x := range sub {
 			if !strings.Contains(s, x) {
@@ -58,7 +58,7 @@ func contains(sub ...string) func(string) bool {
 	}
 }
 
-func lineOf(screen, sub string) int {
+func screenLine(screen, sub string) int {
 	for i, l := range strings.Split(screen, "\n") {
 		if strings.Contains(l, sub) {
 			return i
@@ -113,15 +113,15 @@ func TestTopUnderTmux(t *testing.T) {
 	t.Cleanup(func() { exec.Command("tmux", "-S", m.sock, "kill-server").Run() })
 
 	// Sorted by GPU memory: train.py (20 GiB) above embed.py (2 GiB).
-	s := m.waitFor("the job list", contains("python3 train.py", "python3 embed.py", "sleep", "sort: gpu"))
-	if a, b := lineOf(s, "python3 train.py"), lineOf(s, "python3 embed.py"); a < 0 || a > b {
+	s := m.waitFor("the job list", screenHas("python3 train.py", "python3 embed.py", "sleep", "sort: gpu"))
+	if a, b := screenLine(s, "python3 train.py"), screenLine(s, "python3 embed.py"); a < 0 || a > b {
 		t.Fatalf("sorted by gpu, train.py (line %d) should be above embed.py (line %d):\n%s", a, b, s)
 	}
 
 	// s: sort by host RSS; embed.py (8 GiB) goes above train.py.
 	m.keys("s")
-	s = m.waitFor("the rss sort", contains("sort: rss"))
-	if a, b := lineOf(s, "python3 train.py"), lineOf(s, "python3 embed.py"); a < b {
+	s = m.waitFor("the rss sort", screenHas("sort: rss"))
+	if a, b := screenLine(s, "python3 train.py"), screenLine(s, "python3 embed.py"); a < b {
 		t.Fatalf("sorted by rss, embed.py (line %d) should be above train.py (line %d):\n%s", b, a, s)
 	}
 
@@ -133,18 +133,18 @@ func TestTopUnderTmux(t *testing.T) {
 		return strings.Contains(s, "filter: train") && !strings.Contains(s, "embed.py") && !strings.Contains(s, "sleep")
 	})
 	m.keys("Enter")
-	s = m.waitFor("the expanded job", contains("990002 pt_data_worker", "990003 pt_data_worker", "990001 python3", "main: python3 train.py"))
+	s = m.waitFor("the expanded job", screenHas("990002 pt_data_worker", "990003 pt_data_worker", "990001 python3", "main: python3 train.py"))
 	if n := strings.Count(s, "worker: python3 train.py"); n != 2 {
 		t.Fatalf("want the 2 workers listed one by one under the job, got %d:\n%s", n, s)
 	}
 
 	// Simulated processes are never signalled.
 	m.keys("x")
-	m.waitFor("the refusal", contains("simulated processes are never signalled"))
+	m.waitFor("the refusal", screenHas("simulated processes are never signalled"))
 
 	// Clear the filter; everything is back.
 	m.keys("/", "Escape")
-	m.waitFor("the cleared filter", contains("filter: -", "python3 embed.py", "sleep"))
+	m.waitFor("the cleared filter", screenHas("filter: -", "python3 embed.py", "sleep"))
 
 	// Kill the real sleep: first decline, then confirm.
 	m.keys("/")
@@ -155,23 +155,23 @@ func TestTopUnderTmux(t *testing.T) {
 	})
 	pid := strconv.Itoa(sleep.Process.Pid)
 	m.keys("x")
-	m.waitFor("the confirmation", contains(`Kill job "sleep"`, "PIDs ["+pid+"]", "[y/N]"))
+	m.waitFor("the confirmation", screenHas(`Kill job "sleep"`, "PIDs ["+pid+"]", "[y/N]"))
 	m.keys("n")
-	m.waitFor("the cancellation", contains("kill cancelled"))
+	m.waitFor("the cancellation", screenHas("kill cancelled"))
 	select {
 	case err := <-exited:
 		t.Fatalf("sleep died although the kill was declined: %v", err)
 	default:
 	}
 	m.keys("x")
-	m.waitFor("the confirmation", contains("[y/N]"))
+	m.waitFor("the confirmation", screenHas("[y/N]"))
 	m.keys("y")
 	select {
 	case <-exited:
 	case <-time.After(20 * time.Second):
 		t.Fatalf("sleep %s still running after confirming the kill; screen:\n%s", pid, m.screen())
 	}
-	m.waitFor("the kill report", contains("killed job", "["+pid+"] ended after SIGTERM"))
+	m.waitFor("the kill report", screenHas("killed job", "["+pid+"] ended after SIGTERM"))
 
 	m.keys("q")
 	m.waitFor("top to exit", func(s string) bool { return !strings.Contains(s, "vramguard top") })

@@ -356,9 +356,9 @@ func (m *topModel) rowLine(r topRow) string {
 		}
 		gpuMem := "-"
 		if p.GPUBytes > 0 {
-			gpuMem = human(p.GPUBytes)
+			gpuMem = topBytes(p.GPUBytes)
 		}
-		return fmt.Sprintf("  %-34s %-26s %9s %19s %9s %-12s %s", clip(label, 34), clip(p.Role+": "+cmd, 26), gpuMem, "", human(p.RSSBytes), "", "")
+		return fmt.Sprintf("  %-34s %-26s %9s %19s %9s %-12s %s", topClip(label, 34), topClip(p.Role+": "+cmd, 26), gpuMem, "", topBytes(p.RSSBytes), "", "")
 	}
 	marker := "▸"
 	if m.expanded[j.Key] {
@@ -369,11 +369,11 @@ func (m *topModel) rowLine(r topRow) string {
 		flags = append(flags, "ORPHAN")
 	}
 	name := fmt.Sprintf("%s %s [%d]", marker, j.Name, len(j.Processes))
-	return fmt.Sprintf("  %-34s %-26s %9s %19s %9s %-12s %s", clip(name, 34), clip(ownerLabel(*j), 26), human(j.GPUBytes),
-		allocLabel(*j), human(j.RSSBytes), sparkline(m.s.History(j.Key), 12), strings.Join(flags, ","))
+	return fmt.Sprintf("  %-34s %-26s %9s %19s %9s %-12s %s", topClip(name, 34), topClip(ownerLabel(*j), 26), topBytes(j.GPUBytes),
+		allocLabel(*j), topBytes(j.RSSBytes), sparkline(m.s.History(j.Key), 12), strings.Join(flags, ","))
 }
 
-func clip(s string, n int) string {
+func topClip(s string, n int) string {
 	r := []rune(s)
 	if len(r) > n {
 		return string(r[:n-1]) + "…"
@@ -393,8 +393,8 @@ func deviceBar(d gpu.Device, width int) string {
 	if d.UtilPercent >= 0 {
 		util = fmt.Sprintf("util %d%%", d.UtilPercent)
 	}
-	return fmt.Sprintf("%-12s %-34s [%s] %9s / %-9s %3.0f%%  %s", deviceLabel(d), clip(d.Name, 34), bar,
-		human(d.UsedBytes), human(d.TotalBytes), frac*100, util)
+	return fmt.Sprintf("%-12s %-34s [%s] %9s / %-9s %3.0f%%  %s", deviceLabel(d), topClip(d.Name, 34), bar,
+		topBytes(d.UsedBytes), topBytes(d.TotalBytes), frac*100, util)
 }
 
 var sparkRunes = []rune("▁▂▃▄▅▆▇█")
@@ -428,4 +428,3 @@ func sparkline(h []sampler.Point, width int) string {
 	}
 	return b.String()
 }
-

@@ -120,11 +120,11 @@ func ownerLabel(j attrib.Job) string {
 	case attrib.KindRun:
 		return "run " + j.RunID
 	case attrib.KindNotebook:
-		return "kernel " + short(j.Kernel, 8)
+		return "kernel " + topShort(j.Kernel, 8)
 	case attrib.KindPod:
-		return "pod " + short(c.PodUID, 8) + " " + c.Runtime + " " + short(c.ContainerID, 12)
+		return "pod " + topShort(c.PodUID, 8) + " " + c.Runtime + " " + topShort(c.ContainerID, 12)
 	case attrib.KindContainer:
-		return c.Runtime + " " + short(c.ContainerID, 12)
+		return c.Runtime + " " + topShort(c.ContainerID, 12)
 	case attrib.KindSlurm:
 		s := "slurm job " + c.SlurmJob
 		if c.SlurmStep != "" {
@@ -146,7 +146,7 @@ var kindTitles = map[string]string{
 	attrib.KindProcess: "PROCESSES",
 }
 
-func short(s string, n int) string {
+func topShort(s string, n int) string {
 	if len(s) > n {
 		return s[:n]
 	}
@@ -154,7 +154,7 @@ func short(s string, n int) string {
 }
 
 // human formats bytes in binary units.
-func human(b uint64) string {
+func topBytes(b uint64) string {
 	const unit = 1024
 	if b < unit {
 		return fmt.Sprintf("%d B", b)
@@ -172,7 +172,7 @@ func allocLabel(j attrib.Job) string {
 	if j.AllocatedBytes == nil {
 		return "-"
 	}
-	return human(*j.AllocatedBytes) + " / " + human(*j.ReservedBytes)
+	return topBytes(*j.AllocatedBytes) + " / " + topBytes(*j.ReservedBytes)
 }
 
 func devicesLabel(d []int) string {
@@ -199,7 +199,7 @@ func writeTopTable(w io.Writer, s topSnapshot) error {
 		if d.UtilPercent >= 0 {
 			util = fmt.Sprintf("%d%%", d.UtilPercent)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", deviceLabel(d), d.Name, human(d.UsedBytes), human(d.TotalBytes), util)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", deviceLabel(d), d.Name, topBytes(d.UsedBytes), topBytes(d.TotalBytes), util)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "KIND\tJOB\tOWNER\tPID\tGPUS\tGPU MEM\tALLOC / RESERVED\tRSS\tPROCS\tFLAGS")
@@ -209,7 +209,7 @@ func writeTopTable(w io.Writer, s topSnapshot) error {
 			flags = strings.TrimPrefix(flags+",orphan", ",")
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", j.Kind, j.Name, ownerLabel(j), j.RootPID,
-			devicesLabel(j.Devices), human(j.GPUBytes), allocLabel(j), human(j.RSSBytes), len(j.Processes), flags)
+			devicesLabel(j.Devices), topBytes(j.GPUBytes), allocLabel(j), topBytes(j.RSSBytes), len(j.Processes), flags)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -220,7 +220,7 @@ func writeTopTable(w io.Writer, s topSnapshot) error {
 func writeTopFooter(w io.Writer, s topSnapshot) error {
 	if len(s.Vanished) > 0 {
 		fmt.Fprintf(w, "\n%d GPU record(s) holding %s belong to PIDs not in /proc (exited, or in a PID namespace this /proc cannot see)\n",
-			len(s.Vanished), human(s.VanishedBytes))
+			len(s.Vanished), topBytes(s.VanishedBytes))
 	}
 	if n := s.Dropped.Total(); n > 0 {
 		_, err := fmt.Fprintf(w, "%d scrambled driver record(s) dropped (bad PID %d, more than the device %d, unknown device %d)\n",

@@ -1,0 +1,175 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/attrib"
+)
+
+func topFactory(tty bool) (*Factory, *bytes.Buffer, *bytes.Buffer) {
+	out, errOut := &bytes.Buffer{}, &bytes.Buffer{}
+	f := &Factory{
+		IO:     IOStreams{In: strings.NewReader(""), Out: out, ErrOut: errOut, IsTTY: tty},
+		Now:    func() time.Time { return time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC) },
+		Getenv: func(string) string { return "" },
+	}
+	return f, out, errOut
+}
+
+func runTopCmd(t *testing.T, tty bool, args ...string) (string, string, error) {
+	t.Helper()
+	f, out, errOut := topFactory(tty)
+	cmd := NewCmdTop(f)
+	cmd.SetArgs(args)
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func topExitCode(err error) int {
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+func TestTopBadUsage(t *testing.T) {
+	tests := []struct {
+		name string
+		tty  bool
+		args []string
+		code int
+		want string
+	}{
+		{"bad sort", false, []string{"--once", "--sort", "vram"}, ExitUsage, "--sort"},
+		{"json without once", false, []string{"--json"}, ExitUsage, "--json needs --once"},
+		{"interval too short", false, []string{"--once", "--interval", "200ms"}, ExitUsage, "at most once a second"},
+		{"missing scenario", false, []string{"--once", "--simulate", "/nonexistent.json"}, ExitUsage, "read scenario"},
+		{"bad backend", false, []string{"--once", "--gpu-backend", "cuda"}, ExitUsage, "want auto, nvml, none or sim:PATH"},
+		{"simulate and backend", false, []string{"--once", "--simulate", "x.json", "--gpu-backend", "nvml"}, ExitUsage, "cannot be used together"},
+		{"nvml without driver", false, []string{"--once", "--gpu-backend", "nvml"}, ExitEnv, "no NVIDIA driver found"},
+		{"no terminal", false, nil, ExitUsage, "needs a terminal"},
+		{"negative grace", true, []string{"--kill-grace", "-1s"}, ExitUsage, "kill-grace"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := runTopCmd(t, tt.tty, tt.args...)
+			if topExitCode(err) != tt.code || err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v (exit %d), want exit %d mentioning %q", err, topExitCode(err), tt.code, tt.want)
+			}
+		})
+	}
+}
+
+// Without a driver, auto shows no GPUs, exits 0 and says why.
+func TestTopWithoutDriverSaysSo(t *testing.T) {
+	out, _, err := runTopCmd(t, false, "--once", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap map[string]any
+	if err := json.Unmarshal([]byte(out), &snap); err != nil {
+		t.Fatal(err)
+	}
+	if snap["backend"] != "none" || !strings.Contains(snap["note"].(string), "no NVIDIA driver found") {
+		t.Fatalf("backend %v note %v", snap["backend"], snap["note"])
+	}
+	_, errOut, err := runTopCmd(t, false, "--once")
+	if err != nil || !strings.Contains(errOut, "no NVIDIA driver found") {
+		t.Fatalf("human output: err %v, stderr %q", err, errOut)
+	}
+}
+
+func TestTopOnceJSONSimulated(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "proc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runTopCmd(t, false, "--once", "--json", "--proc-root", root,
+		"--simulate", "../../examples/scenarios/leak-and-orphans.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap struct {
+		Backend       string `json:"backend"`
+		Devices       []map[string]any
+		Jobs          []attrib.Job
+		Vanished      []map[string]any
+		VanishedBytes uint64 `json:"vanished_bytes"`
+		Dropped       map[string]int
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	if err := dec.Decode(&snap); err != nil {
+		t.Fatal(err)
+	}
+	if snap.Backend != "sim" || len(snap.Devices) != 1 {
+		t.Fatalf("backend %q, %d devices", snap.Backend, len(snap.Devices))
+	}
+	if len(snap.Jobs) != 3 {
+		t.Fatalf("%d jobs, want the leaky trainer and two orphans: %s", len(snap.Jobs), out)
+	}
+	lead := snap.Jobs[0]
+	if lead.Name != "python3 train_leaky.py" || len(lead.Processes) != 2 || lead.Processes[1].Role != "worker" {
+		t.Errorf("first job %q with %d processes; want the trainer with its worker", lead.Name, len(lead.Processes))
+	}
+	if !snap.Jobs[1].Orphan || !snap.Jobs[2].Orphan {
+		t.Errorf("orphans not flagged: %+v %+v", snap.Jobs[1], snap.Jobs[2])
+	}
+	if len(snap.Vanished) != 1 || snap.VanishedBytes != 3<<30 {
+		t.Errorf("vanished %v (%d bytes), want PID 4194000 with 3 GiB", snap.Vanished, snap.VanishedBytes)
+	}
+	if snap.Dropped["bad_pid"] != 2 || snap.Dropped["over_device"] != 1 {
+		t.Errorf("dropped %v, want 2 bad PIDs and 1 over the device", snap.Dropped)
+	}
+	for _, key := range []string{`"devices"`, `"jobs"`, `"processes"`} {
+		if !strings.Contains(out, key) {
+			t.Errorf("JSON lacks %s", key)
+		}
+	}
+}
+
+func TestArrangeJobs(t *testing.T) {
+	jobs := []attrib.Job{
+		{Key: "a", Kind: attrib.KindProcess, Name: "alpha", RootPID: 30, GPUBytes: 1, RSSBytes: 9},
+		{Key: "b", Kind: attrib.KindProcess, Name: "beta", RootPID: 20, GPUBytes: 5, RSSBytes: 1},
+		{Key: "c", Kind: attrib.KindRun, Name: "gamma", RootPID: 40, GPUBytes: 2, RSSBytes: 2},
+		{Key: "d", Kind: attrib.KindPod, Name: "delta", RootPID: 10, GPUBytes: 3, RSSBytes: 3,
+			Processes: []attrib.Process{{PID: 11, Cmdline: []string{"python", "serve.py"}}}},
+	}
+	keys := func(js []attrib.Job) string {
+		var s string
+		for _, j := range js {
+			s += j.Key
+		}
+		return s
+	}
+	tests := []struct{ sort, filter, want string }{
+		{"gpu", "", "cdba"},
+		{"rss", "", "cdab"},
+		{"pid", "", "cdba"},
+		{"name", "", "cdab"},
+		{"gpu", "ALPHA", "a"},
+		{"gpu", "serve", "d"},
+		{"gpu", "11", "d"},
+		{"gpu", "run", "c"},
+		{"gpu", "nothing", ""},
+	}
+	for _, tt := range tests {
+		if got := keys(arrangeJobs(jobs, tt.sort, tt.filter)); got != tt.want {
+			t.Errorf("arrangeJobs(%s, %q) = %s, want %s", tt.sort, tt.filter, got, tt.want)
+		}
+	}
+}
