@@ -21,6 +21,7 @@ type Entry struct {
 	Size    int64     `json:"size"`
 	Step    *int64    `json:"step,omitempty"`  // when known from metadata
 	Epoch   *int64    `json:"epoch,omitempty"` // when known from metadata
+	Tensors int       `json:"tensors"`
 	// Metrics are the top-level numeric scalars other than step and epoch
 	// (loss, accuracy, best_metric, ...).
 	Metrics map[string]float64 `json:"metrics,omitempty"`
@@ -102,7 +103,7 @@ func Scan(dir string) ([]Entry, error) {
 
 func entryOf(r *Report) Entry {
 	e := Entry{Path: r.Path, Format: r.Format, Layout: r.Layout, Valid: r.Valid, Reason: r.Reason,
-		ModTime: r.ModTime, Size: r.Size, Step: r.Step, Epoch: r.Epoch}
+		ModTime: r.ModTime, Size: r.Size, Step: r.Step, Epoch: r.Epoch, Tensors: len(r.Tensors)}
 	for k, v := range r.Scalars {
 		if strings.Contains(k, ".") && !strings.HasPrefix(k, "__metadata__") {
 			continue
@@ -167,7 +168,8 @@ func SortNewestFirst(es []Entry) {
 }
 
 // Latest scans dir (recursively, MaxScanDepth levels) and returns the newest
-// valid checkpoint — by step or epoch when the valid candidates all carry it,
+// valid checkpoint (plain pickles count only when they hold tensors, a step
+// or an epoch) — by step or epoch when the valid candidates all carry it,
 // else by modification time — and the invalid entries that are newer than it
 // (a torn save, a truncated copy), which a resume must not pick. best is nil
 // when there is no valid checkpoint. err only for an unreadable dir.
@@ -179,10 +181,20 @@ func Latest(dir string) (best *Entry, skippedNewer []Entry, err error) {
 	return pickLatest(es)
 }
 
+// Resumable reports whether an entry can be a resume point: a plain pickle
+// holding no tensors and no step or epoch (a dataset cache, a config) is a
+// pickle, not a checkpoint.
+func (e *Entry) Resumable() bool {
+	if e.Format == FormatPickle && e.Valid {
+		return e.Tensors > 0 || e.Step != nil || e.Epoch != nil
+	}
+	return true
+}
+
 func pickLatest(es []Entry) (*Entry, []Entry, error) {
 	var valid []Entry
 	for _, e := range es {
-		if e.Valid {
+		if e.Valid && e.Resumable() {
 			valid = append(valid, e)
 		}
 	}

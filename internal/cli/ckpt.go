@@ -1,9 +1,390 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
 
-// NewCmdCkpt is a placeholder until its issue lands.
+	"github.com/spf13/cobra"
+
+	"github.com/vramguard/vramguard/internal/ckpt"
+)
+
+// NewCmdCkpt builds `vramguard ckpt` and its subcommands.
 func NewCmdCkpt(f *Factory) *cobra.Command {
-	return &cobra.Command{Use: "ckpt", Short: "(not yet available)", Hidden: true,
-		RunE: func(*cobra.Command, []string) error { return Envf("ckpt is not built yet") }}
+	cmd := &cobra.Command{
+		Use:   "ckpt <command>",
+		Short: "Inspect, verify, pick, prune and scan checkpoints without Python",
+		Long: `ckpt reads PyTorch checkpoints without Python and without loading tensors:
+torch zip (torch.save since 1.6), the legacy format, safetensors,
+torch.distributed.checkpoint directories, HF Trainer checkpoint-N
+directories, Lightning .ckpt and plain pickles. Formats are recognised by
+their bytes, never by file names, and only the metadata is read.
+
+Pickles are decoded symbolically: nothing in a checkpoint is ever executed.
+
+Exit status: 0 ok, 1 the check failed (invalid checkpoint, nothing found,
+dangerous pickle), 2 bad usage or unreadable input.`,
+		Example: `  vramguard ckpt ls runs/exp1                 # every checkpoint, newest first
+  vramguard ckpt inspect last.pt --json        # tensors, scalars, resume memory
+  vramguard ckpt verify --deep last.pt         # CRC of every record
+  python train.py --resume "$(vramguard ckpt latest runs/exp1)"
+  vramguard ckpt prune runs/exp1 --keep-last 3 --keep-best 1 --metric val_loss --mode min
+  vramguard ckpt scan downloaded.bin           # refuse pickles that run code`,
+	}
+	cmd.AddCommand(newCmdCkptLs(f), newCmdCkptInspect(f), newCmdCkptVerify(f), newCmdCkptLatest(f),
+		newCmdCkptPrune(f), newCmdCkptScan(f))
+	return cmd
+}
+
+// unreadable maps an input error to exit 2.
+func ckptInputErr(err error) error {
+	var ue *ckpt.UnreadableError
+	if errors.As(err, &ue) {
+		return &ExitError{Code: ExitUsage, Err: err}
+	}
+	return err
+}
+
+func newCmdCkptLs(f *Factory) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls DIR [--json]",
+		Short: "List every checkpoint under DIR, newest first",
+		Long: `ls lists every checkpoint under DIR (up to 6 levels deep), newest first: by
+step or epoch when every checkpoint records it, else by modification time.
+Each line shows the format, size, time, step/epoch, metric scalars found in
+the checkpoint (loss, accuracy, ...) and whether its structure is sound.
+Only metadata is read.`,
+		Example: `  vramguard ckpt ls runs/exp1
+  vramguard ckpt ls runs/ --json | jq -r '.[] | select(.valid|not) | .path'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			es, err := ckpt.Scan(args[0])
+			if err != nil {
+				return ckptInputErr(err)
+			}
+			if asJSON {
+				if es == nil {
+					es = []ckpt.Entry{}
+				}
+				return f.WriteJSON(es)
+			}
+			renderEntries(f, es)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print entries as JSON")
+	return cmd
+}
+
+func newCmdCkptInspect(f *Factory) *cobra.Command {
+	var asJSON bool
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "inspect FILE|DIR [--json]",
+		Short: "Show a checkpoint's tensors, scalars, size and the GPU memory a resume needs",
+		Long: `inspect reports a checkpoint's format, tensors (path, dtype, shape, bytes),
+scalars (every int, float, string and bool in the object: epoch, step, loss,
+metrics, hyper-parameters), total tensor bytes and unique storage bytes
+(views and tied weights count once), parameter count, an estimate of the GPU
+memory a resume needs (parameters, gradients, optimizer state), the Python
+globals the pickle references and any findings. It reads the zip directory
+and the pickle, not the tensors.
+
+Paths join dict keys and sequence indexes with "."; dtypes are torch's names.`,
+		Example: `  vramguard ckpt inspect last.pt
+  vramguard ckpt inspect last.pt --json | jq '.scalars.epoch'
+  vramguard ckpt inspect runs/checkpoint-500          # HF Trainer directory`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			rep, err := ckpt.Inspect(args[0], ckpt.Options{Structure: true})
+			if err != nil {
+				return ckptInputErr(err)
+			}
+			if asJSON {
+				return f.WriteJSON(rep)
+			}
+			renderReport(f, rep, limit)
+			if !rep.Valid {
+				return Silent(ExitFailed)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cmd.Flags().IntVar(&limit, "limit", 40, "tensors and scalars to show (0 for all); --json shows all")
+	return cmd
+}
+
+func newCmdCkptVerify(f *Factory) *cobra.Command {
+	var deep, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "verify FILE|DIR [--deep] [--json]",
+		Short: "Check a checkpoint's structure, and with --deep the CRC of every record",
+		Long: `verify checks structure: the zip central directory, one root folder, every
+storage record present with the size the pickle implies, view bounds,
+safetensors offsets against the file length, the DCP .metadata commit
+marker, HF trainer_state.json. --deep also reads every byte: the CRC-32 of
+every zip record, every storage of a legacy file, every safetensors byte
+range and DCP item, with a progress bar on stderr when it is a terminal.
+
+DIR may be a checkpoint directory (DCP, HF) or a directory of checkpoints,
+in which case every checkpoint under it is verified.
+
+Exit status: 0 valid, 1 invalid (with the reason), 2 unreadable input.`,
+		Example: `  vramguard ckpt verify last.pt && cp last.pt /backup/
+  vramguard ckpt verify --deep runs/exp1`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return runCkptVerify(f, args[0], deep, asJSON)
+		},
+	}
+	cmd.Flags().BoolVar(&deep, "deep", false, "read every byte and check CRCs")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print results as JSON")
+	return cmd
+}
+
+type verifyResult struct {
+	Path   string `json:"path"`
+	Format string `json:"format"`
+	Valid  bool   `json:"valid"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func runCkptVerify(f *Factory, path string, deep, asJSON bool) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("stat %s: %w", path, err)}
+	}
+	var paths []string
+	if st.IsDir() {
+		rep, err := ckpt.Inspect(path, ckpt.Options{Structure: true})
+		if err != nil {
+			return ckptInputErr(err)
+		}
+		if rep.Format != "" {
+			paths = []string{path}
+		} else {
+			es, err := ckpt.Scan(path)
+			if err != nil {
+				return ckptInputErr(err)
+			}
+			if len(es) == 0 {
+				return Failf("no checkpoint under %s", path)
+			}
+			for _, e := range es {
+				paths = append(paths, e.Path)
+			}
+		}
+	} else {
+		paths = []string{path}
+	}
+	var results []verifyResult
+	bad := 0
+	for _, p := range paths {
+		opt := ckpt.Options{Deep: deep, Structure: true}
+		var bar *progressBar
+		if deep {
+			bar = newProgressBar(f, p)
+			if bar != nil {
+				opt.Progress = bar.add
+			}
+		}
+		rep, err := ckpt.Inspect(p, opt)
+		bar.done()
+		if err != nil {
+			return ckptInputErr(err)
+		}
+		results = append(results, verifyResult{Path: p, Format: rep.Format, Valid: rep.Valid, Reason: rep.Reason})
+		if !rep.Valid {
+			bad++
+		}
+	}
+	if asJSON {
+		if err := f.WriteJSON(results); err != nil {
+			return err
+		}
+	} else {
+		for _, r := range results {
+			if r.Valid {
+				fmt.Fprintf(f.IO.Out, "ok       %s (%s)\n", r.Path, r.Format)
+			} else {
+				format := r.Format
+				if format == "" {
+					format = "unknown format"
+				}
+				fmt.Fprintf(f.IO.Out, "INVALID  %s (%s): %s\n", r.Path, format, r.Reason)
+			}
+		}
+	}
+	if bad > 0 {
+		return Silent(ExitFailed)
+	}
+	return nil
+}
+
+func newCmdCkptLatest(f *Factory) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "latest DIR",
+		Short: "Print the path of the newest valid checkpoint under DIR",
+		Long: `latest prints the path of the newest valid checkpoint under DIR: by step or
+epoch when the checkpoints record it, else by modification time. Newer
+checkpoints that are invalid (a torn torch.save, a truncated copy) are
+skipped and named on stderr. Exit 1 when there is no valid checkpoint, so
+a resume line can fall back to starting fresh.`,
+		Example: `  python train.py ${CKPT:+--resume "$CKPT"}   # with CKPT=$(vramguard ckpt latest runs/exp1)
+  if ckpt=$(vramguard ckpt latest runs/exp1); then python train.py --resume "$ckpt"; else python train.py; fi`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			best, skipped, err := ckpt.Latest(args[0])
+			if err != nil {
+				return ckptInputErr(err)
+			}
+			if asJSON {
+				if skipped == nil {
+					skipped = []ckpt.Entry{}
+				}
+				if err := f.WriteJSON(map[string]any{"latest": best, "skipped_newer": skipped}); err != nil {
+					return err
+				}
+			} else {
+				for _, s := range skipped {
+					fmt.Fprintf(f.IO.ErrOut, "vramguard: skipped %s: %s\n", s.Path, s.Reason)
+				}
+				if best != nil {
+					fmt.Fprintln(f.IO.Out, best.Path)
+				}
+			}
+			if best == nil {
+				if !asJSON {
+					return Failf("no valid checkpoint under %s", args[0])
+				}
+				return Silent(ExitFailed)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the choice and the skipped entries as JSON")
+	return cmd
+}
+
+func newCmdCkptPrune(f *Factory) *cobra.Command {
+	var pol ckpt.PrunePolicy
+	var apply, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "prune DIR --keep-last N [--keep-best K --metric NAME --mode min|max] [--keep-every N] [--apply]",
+		Short: "Delete old checkpoints by a retention policy (dry run unless --apply)",
+		Long: `prune plans which checkpoints under DIR to delete and, with --apply, deletes
+them. Without --apply nothing is touched.
+
+It never deletes the newest valid checkpoint, the best one by --metric, or
+anything newer than the newest valid one. Invalid checkpoints older than
+the newest valid one are deleted unless a rule keeps them. The report names
+the rule that keeps each checkpoint and the space the deletions free.`,
+		Example: `  vramguard ckpt prune runs/exp1 --keep-last 3
+  vramguard ckpt prune runs/exp1 --keep-last 2 --keep-best 1 --metric val_loss --mode min --apply
+  vramguard ckpt prune runs/exp1 --keep-last 1 --keep-every 1000 --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if !c.Flags().Changed("keep-last") && !c.Flags().Changed("keep-best") && !c.Flags().Changed("keep-every") {
+				return Usagef("say what to keep: --keep-last N, --keep-best K --metric NAME, or --keep-every N")
+			}
+			if pol.Metric != "" && pol.Mode == "" {
+				return Usagef("--metric needs --mode min or --mode max")
+			}
+			if err := pol.Validate(); err != nil {
+				return Usagef("%v", err)
+			}
+			plan, err := ckpt.Prune(args[0], pol, apply)
+			if err != nil {
+				if plan == nil {
+					return ckptInputErr(err)
+				}
+				return Failf("%v", err)
+			}
+			if asJSON {
+				return f.WriteJSON(plan)
+			}
+			renderPlan(f, plan)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&pol.KeepLast, "keep-last", 0, "keep the N newest valid checkpoints")
+	fl.IntVar(&pol.KeepBest, "keep-best", 0, "keep the K best checkpoints by --metric")
+	fl.StringVar(&pol.Metric, "metric", "", "scalar that ranks checkpoints (loss, val_acc, eval_loss, ...)")
+	fl.StringVar(&pol.Mode, "mode", "", "min or max: which way --metric is better")
+	fl.IntVar(&pol.KeepEvery, "keep-every", 0, "keep checkpoints whose step (else epoch) is a multiple of N")
+	fl.BoolVar(&apply, "apply", false, "delete; without it prune only reports")
+	fl.BoolVar(&asJSON, "json", false, "print the plan as JSON")
+	return cmd
+}
+
+func newCmdCkptScan(f *Factory) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "scan FILE|DIR [--json]",
+		Short: "Report pickle globals that could run code when the checkpoint is loaded",
+		Long: `scan lists every Python global a checkpoint's pickles reference, without
+running them, and classifies each: safe (on an allowlist derived from
+PyTorch's weights-only unpickler, plus collections and numpy array
+reconstruction), dangerous (os, subprocess, builtins eval/exec/getattr/
+__import__/open, runpy, importlib, marshal, pickle, socket, shutil, ctypes,
+...; or a reference that cannot be resolved statically) or unknown (your
+own classes, for instance: torch.load would import and call them).
+
+Every file is scanned whatever its name or extension, every pickle in it
+(also a second pickle after the first STOP), and zip records are scanned
+even when their CRC is bad or the central directory is missing.
+
+Exit 1 when anything dangerous is found.`,
+		Example: `  vramguard ckpt scan downloaded/pytorch_model.bin
+  vramguard ckpt scan ~/models --json | jq '.[] | select(.dangerous > 0) | .path'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			results, err := ckpt.ScanPath(args[0])
+			if err != nil {
+				return ckptInputErr(err)
+			}
+			dangerous := 0
+			for _, r := range results {
+				dangerous += r.Dangerous
+			}
+			if asJSON {
+				if results == nil {
+					results = []*ckpt.ScanResult{}
+				}
+				if err := f.WriteJSON(results); err != nil {
+					return err
+				}
+			} else {
+				renderScan(f, results)
+			}
+			if dangerous > 0 {
+				return Silent(ExitFailed)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print results as JSON")
+	return cmd
+}
+
+func sortedScalarKeys(m map[string]any) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool {
+		di, dj := strings.Count(ks[i], "."), strings.Count(ks[j], ".")
+		if di != dj {
+			return di < dj
+		}
+		return ks[i] < ks[j]
+	})
+	return ks
 }

@@ -187,9 +187,9 @@ type decoder struct {
 	// popped is the depth of the last value pop returned, and the largest
 	// depth among the items popMark returned.
 	popped int
-	res   Result
-	opPos int64
-	nbuf  int
+	res    Result
+	opPos  int64
+	nbuf   int
 }
 
 type memoEnt struct {

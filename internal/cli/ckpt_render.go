@@ -1,0 +1,247 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/ckpt"
+)
+
+// ckptBytes renders a byte count for people (binary units).
+func ckptBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func optInt(p *int64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprint(*p)
+}
+
+func renderEntries(f *Factory, es []ckpt.Entry) {
+	if len(es) == 0 {
+		fmt.Fprintln(f.IO.Out, "no checkpoints")
+		return
+	}
+	tw := tabwriter.NewWriter(f.IO.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PATH\tFORMAT\tSIZE\tMODIFIED\tSTEP\tEPOCH\tMETRICS\tSTATUS")
+	for _, e := range es {
+		status := "ok"
+		if !e.Valid {
+			status = "INVALID: " + e.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Path, e.Format, ckptBytes(e.Size),
+			e.ModTime.Local().Format("2006-01-02 15:04"), optInt(e.Step), optInt(e.Epoch), metricsString(e.Metrics), status)
+	}
+	tw.Flush()
+}
+
+func metricsString(m map[string]float64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var parts []string
+	for i, k := range ks {
+		if i == 4 {
+			parts = append(parts, fmt.Sprintf("+%d", len(ks)-4))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s=%.4g", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func renderReport(f *Factory, r *ckpt.Report, limit int) {
+	w := f.IO.Out
+	status := "valid"
+	if !r.Valid {
+		status = "INVALID: " + r.Reason
+	}
+	layout := ""
+	if r.Layout != "" {
+		layout = " (" + r.Layout + ")"
+	}
+	fmt.Fprintf(w, "%s\n  format:    %s%s\n  status:    %s\n  size:      %s\n", r.Path, r.Format, layout, status, ckptBytes(r.Size))
+	if r.Step != nil || r.Epoch != nil {
+		fmt.Fprintf(w, "  step:      %s   epoch: %s\n", optInt(r.Step), optInt(r.Epoch))
+	}
+	fmt.Fprintf(w, "  tensors:   %d, %s (unique storage %s), %d parameters\n", len(r.Tensors), ckptBytes(r.TensorBytes), ckptBytes(r.StorageBytes), r.Parameters)
+	e := r.Resume
+	fmt.Fprintf(w, "  resume:    ~%s on the GPU (parameters %s, gradients %s, optimizer %s, buffers %s; activations not included)\n",
+		ckptBytes(e.Total), ckptBytes(e.Parameters), ckptBytes(e.Gradients), ckptBytes(e.Optimizer), ckptBytes(e.Buffers))
+	fmt.Fprintf(w, "  read:      %s of %s\n", ckptBytes(r.BytesRead), ckptBytes(r.Size))
+	if len(r.Scalars) > 0 {
+		fmt.Fprintln(w, "\nSCALARS")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for i, k := range sortedScalarKeys(r.Scalars) {
+			if limit > 0 && i == limit {
+				fmt.Fprintf(tw, "  ... %d more (--limit 0 or --json)\n", len(r.Scalars)-limit)
+				break
+			}
+			fmt.Fprintf(tw, "  %s\t%v\n", k, r.Scalars[k])
+		}
+		tw.Flush()
+	}
+	if len(r.Tensors) > 0 {
+		fmt.Fprintln(w, "\nTENSORS")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for i, t := range r.Tensors {
+			if limit > 0 && i == limit {
+				fmt.Fprintf(tw, "  ... %d more (--limit 0 or --json)\n", len(r.Tensors)-limit)
+				break
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%v\t%s\n", t.Path, t.DType, t.Shape, ckptBytes(t.Bytes))
+		}
+		tw.Flush()
+	}
+	if len(r.Globals) > 0 {
+		fmt.Fprintf(w, "\nGLOBALS\n  %s\n", strings.Join(r.Globals, "\n  "))
+	}
+	if len(r.Findings) > 0 {
+		fmt.Fprintf(w, "\nFINDINGS\n  %s\n", strings.Join(r.Findings, "\n  "))
+	}
+}
+
+func renderPlan(f *Factory, p *ckpt.PrunePlan) {
+	w := f.IO.Out
+	if len(p.Items) == 0 {
+		fmt.Fprintln(w, "no checkpoints")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ACTION\tPATH\tSIZE\tSTEP\tEPOCH\tWHY")
+	for _, it := range p.Items {
+		action := "keep"
+		if !it.Keep {
+			action = "delete"
+			if p.Applied {
+				action = "deleted"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", action, it.Path, ckptBytes(it.Size), optInt(it.Step), optInt(it.Epoch), strings.Join(it.Why, "; "))
+	}
+	tw.Flush()
+	if p.Applied {
+		fmt.Fprintf(w, "\nfreed %s\n", ckptBytes(p.FreedBytes))
+	} else {
+		fmt.Fprintf(w, "\ndry run: would free %s; add --apply to delete\n", ckptBytes(p.FreedBytes))
+	}
+}
+
+func renderScan(f *Factory, rs []*ckpt.ScanResult) {
+	w := f.IO.Out
+	if len(rs) == 0 {
+		fmt.Fprintln(w, "no pickles found")
+		return
+	}
+	for _, r := range rs {
+		verdict := "ok"
+		switch {
+		case r.Dangerous > 0:
+			verdict = fmt.Sprintf("DANGEROUS (%d)", r.Dangerous)
+		case r.Unknown > 0:
+			verdict = fmt.Sprintf("unknown globals (%d)", r.Unknown)
+		case r.Pickles == 0:
+			verdict = "no pickle"
+		}
+		format := r.Format
+		if format == "" {
+			format = "unknown format"
+		}
+		fmt.Fprintf(w, "%s  %s  [%s, %d pickles]\n", verdict, r.Path, format, r.Pickles)
+		for _, h := range r.Hits {
+			if h.Verdict == ckpt.VerdictSafe {
+				continue
+			}
+			fmt.Fprintf(w, "  %-9s %s  (%s at byte %d of %s) %s\n", h.Verdict, h.Global, h.Opcode, h.Offset, h.Record, h.Reason)
+		}
+		for _, e := range r.Errors {
+			fmt.Fprintf(w, "  note: %s\n", e)
+		}
+	}
+}
+
+// progressBar draws verify --deep progress on stderr when it is a terminal.
+type progressBar struct {
+	w     io.Writer
+	name  string
+	total int64
+	done_ int64
+	last  time.Time
+	now   func() time.Time
+}
+
+// progressMin is the file size below which no bar is drawn.
+const progressMin = 64 << 20
+
+func newProgressBar(f *Factory, path string) *progressBar {
+	if f.IO.ErrOut != os.Stderr || !isTerminal(os.Stderr.Fd()) {
+		return nil
+	}
+	total := int64(0)
+	if st, err := os.Stat(path); err == nil {
+		if st.IsDir() {
+			filepath.Walk(path, func(_ string, info os.FileInfo, err error) error {
+				if err == nil && info.Mode().IsRegular() {
+					total += info.Size()
+				}
+				return nil
+			})
+		} else {
+			total = st.Size()
+		}
+	}
+	if total < progressMin {
+		return nil
+	}
+	return &progressBar{w: f.IO.ErrOut, name: filepath.Base(path), total: total, now: f.Now}
+}
+
+func (b *progressBar) add(n int64) {
+	b.done_ += n
+	if t := b.now(); t.Sub(b.last) >= 100*time.Millisecond || b.done_ >= b.total {
+		b.last = t
+		b.draw()
+	}
+}
+
+func (b *progressBar) draw() {
+	frac := float64(b.done_) / float64(b.total)
+	if frac > 1 {
+		frac = 1
+	}
+	const width = 30
+	fill := int(frac * width)
+	fmt.Fprintf(b.w, "\r%s [%s%s] %3.0f%% %s/%s", b.name, strings.Repeat("=", fill), strings.Repeat(" ", width-fill),
+		frac*100, ckptBytes(b.done_), ckptBytes(b.total))
+}
+
+// done clears the bar; safe on a nil bar.
+func (b *progressBar) done() {
+	if b == nil {
+		return
+	}
+	b.draw()
+	fmt.Fprint(b.w, "\n")
+}
