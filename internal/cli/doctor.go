@@ -168,11 +168,7 @@ func runDoctor(ctx context.Context, f *Factory, o *doctorOptions) error {
 	return nil
 }
 
-// doctorGPU picks the GPU source. Until an NVML backend is built in, every
-// machine reports "NVML not found" and the GPU checks say n/a.
-func doctorGPU(_ context.Context) doctor.GPU {
-	// TODO(nvml): when internal/gpu/nvml provides gpu.Open(ctx, "auto"),
-	// wire it here through doctor.BackendGPU (plus driver/CUDA/persistence
-	// from the nvml package), keeping NoNVML as the ErrNoDriver fallback.
-	return doctor.NoNVML{}
-}
+// doctorGPU picks the GPU source: the NVML backend, which reports
+// gpu.ErrNoDriver on a machine without the driver (the GPU checks then say
+// n/a).
+func doctorGPU(_ context.Context) doctor.GPU { return doctor.NVML{} }

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/procfs"
 )
 
@@ -25,8 +26,8 @@ func checkNVML(f *facts) Result {
 	if f.gpuErr != nil {
 		if noDriver(f.gpuErr) {
 			ev := "NVML not found (libnvidia-ml.so.1 could not be loaded): no NVIDIA driver here, so the GPU checks do not apply"
-			if msg := f.gpuErr.Error(); strings.Contains(msg, "exists but") {
-				ev = msg
+			if msg := f.gpuErr.Error(); msg != gpu.ErrNoDriver.Error() {
+				ev = "NVML not available: " + msg + "; the GPU checks do not apply"
 			}
 			return naR(ev)
 		}
