@@ -192,6 +192,10 @@ func deviceLabel(d gpu.Device) string {
 
 // writeTopTable prints a snapshot for people (top --once without --json).
 func writeTopTable(w io.Writer, s topSnapshot) error {
+	if len(s.Devices) == 0 && len(s.Jobs) == 0 {
+		_, err := fmt.Fprintln(w, "no GPUs")
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DEVICE\tNAME\tUSED\tTOTAL\tUTIL")
 	for _, d := range s.Devices {
