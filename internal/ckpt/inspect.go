@@ -242,7 +242,11 @@ func inspectLegacy(r io.ReaderAt, size int64, rep *Report, opt Options) {
 // readAll reads n bytes at off, for the deep pass over formats without CRCs:
 // it proves the bytes are there and readable.
 func readAll(r io.ReaderAt, off, n int64, progress func(int64)) error {
-	buf := make([]byte, 1<<20)
+	bs := int64(1 << 20)
+	if n < bs {
+		bs = n
+	}
+	buf := make([]byte, bs)
 	for n > 0 {
 		k := int64(len(buf))
 		if k > n {
