@@ -14,7 +14,11 @@ import (
 func statePickle(n int, rows, cols int64) []byte {
 	var b bytes.Buffer
 	i32 := func(v int64) { b.WriteByte('J'); binary.Write(&b, binary.LittleEndian, int32(v)) }
-	str := func(s string) { b.WriteByte('X'); binary.Write(&b, binary.LittleEndian, uint32(len(s))); b.WriteString(s) }
+	str := func(s string) {
+		b.WriteByte('X')
+		binary.Write(&b, binary.LittleEndian, uint32(len(s)))
+		b.WriteString(s)
+	}
 	b.WriteString("\x80\x02ccollections\nOrderedDict\n)R(")
 	for i := 0; i < n; i++ {
 		str(fmt.Sprintf("layers.%d.weight", i))

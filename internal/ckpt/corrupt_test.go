@@ -89,7 +89,10 @@ func TestGarbageInputs(t *testing.T) {
 		{"random", random, "not a checkpoint"},
 		{"text", []byte("epoch 3 loss 0.25\nthis is a log line\n"), "not a checkpoint"},
 		{"json", []byte(`{"epoch": 3}`), "not a checkpoint"},
-		{"zip of logs", func() []byte { b, _ := os.ReadFile("testdata/torch/training.pt"); return bytes.Replace(b, []byte("training/"), []byte("training_"), -1) }(), "not a checkpoint"},
+		{"zip of logs", func() []byte {
+			b, _ := os.ReadFile("testdata/torch/training.pt")
+			return bytes.Replace(b, []byte("training/"), []byte("training_"), -1)
+		}(), "not a checkpoint"},
 		{"pickle magic only", []byte("\x80\x02"), "truncated"},
 		{"safetensors bad json", safetensorsBytes(`{"a": nope}`, nil), "JSON"},
 		{"safetensors overlap", safetensorsBytes(`{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}}`, make([]byte, 6)), "overlap"},
