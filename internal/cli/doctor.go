@@ -72,7 +72,7 @@ fails, 2 for bad input. Check ids and the --json layout are in docs/DOCTOR.md.`,
 	fl.IntVar(&o.Keep, "keep", 3, "how many checkpoints the job keeps (sizes the free-space check)")
 	fl.BoolVar(&o.JSON, "json", false, "print the report as JSON (schema in docs/DOCTOR.md)")
 	fl.DurationVar(&o.PythonTimeout, "python-timeout", 15*time.Second, "give up on `import torch` after this long")
-	fl.StringVar(&o.Root, "root", "", "examine the system tree under this directory instead of / (fixtures)")
+	fl.StringVar(&o.Root, "root", "", "examine a fixture tree (a directory or a .txtar archive) instead of /")
 	_ = fl.MarkHidden("root")
 	return cmd
 }
@@ -108,6 +108,18 @@ func resolvePython(o *doctorOptions) (string, error) {
 func runDoctor(ctx context.Context, f *Factory, o *doctorOptions) error {
 	py := o.Python
 	var err error
+	if strings.HasSuffix(o.Root, ".txtar") {
+		// A fixture archive: unpack it for this run.
+		tmp, err := os.MkdirTemp("", "vramguard-doctor-root-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		if err := doctor.ExtractTxtar(o.Root, tmp); err != nil {
+			return Usagef("--root %s: %v", o.Root, err)
+		}
+		o.Root = tmp
+	}
 	if o.Root == "" {
 		if py, err = resolvePython(o); err != nil {
 			return err
