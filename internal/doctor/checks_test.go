@@ -1,6 +1,8 @@
 package doctor
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -244,6 +246,14 @@ func TestChecks(t *testing.T) {
 		{"numa single", "host.numa", scenario{base: "container"}, OK, "1 NUMA node", ""},
 		{"numa wrong node", "host.numa", scenario{base: "baremetal", files: map[string]string{"proc/self/status": "Cpus_allowed_list:\t32-63\n"}}, Warn, "GPU 0 is on NUMA node 0 but this process may only run on CPUs 32-63", "numactl"},
 		{"numa balancing", "host.numa", scenario{base: "baremetal", files: map[string]string{"proc/sys/kernel/numa_balancing": "1\n"}}, Warn, "numa_balancing=1", "numa_balancing=0"},
+		// n/a where the input cannot be read
+		{"cudart n/a", "pytorch.cudart", scenario{base: "baremetal", fx: func(fx *Fixture) { fx.Torch.Importable = false }}, NA, "", ""},
+		{"fork n/a", "pytorch.fork", scenario{base: "baremetal", files: map[string]string{"proc": del}}, NA, "cannot list processes", ""},
+		{"space no dir", "storage.space", scenario{base: "baremetal", opts: func(o *Options) { o.Dir = "" }}, NA, "no --dir", "--dir"},
+		{"overcommit n/a", "host.overcommit", scenario{base: "baremetal", files: map[string]string{"proc/sys/vm/overcommit_memory": del}}, NA, "", ""},
+		{"swap n/a", "host.swap", scenario{base: "baremetal", files: map[string]string{"proc/meminfo": del}}, NA, "", ""},
+		{"nofile n/a", "host.nofile", scenario{base: "baremetal", files: map[string]string{"proc/self/limits": del}}, NA, "", ""},
+		{"memlock n/a", "host.memlock", scenario{base: "baremetal", files: map[string]string{"proc/self/limits": del}}, NA, "", ""},
 	}
 	covered := map[string]map[Status]bool{}
 	for _, tt := range tests {
@@ -288,22 +298,22 @@ var statesOf = map[string][]Status{
 	"pytorch.import":     {OK, Fail},
 	"pytorch.cuda":       {OK, Warn, Fail, NA},
 	"pytorch.cudnn":      {OK, Warn, NA},
-	"pytorch.cudart":     {OK, Warn, Fail},
+	"pytorch.cudart":     {OK, Warn, Fail, NA},
 	"pytorch.alloc_conf": {OK, Warn, Fail},
-	"pytorch.fork":       {OK, Warn},
+	"pytorch.fork":       {OK, Warn, NA},
 	"container.detect":   {OK},
 	"container.shm":      {OK, Warn, Fail},
 	"container.memory":   {OK, Warn, Fail},
 	"container.cpu":      {OK, Warn, Fail},
 	"container.pidns":    {OK, Warn, NA},
 	"storage.ephemeral":  {OK, Warn, Fail, NA},
-	"storage.space":      {OK, Warn, Fail},
+	"storage.space":      {OK, Warn, Fail, NA},
 	"storage.writable":   {OK, Warn, Fail, NA},
 	"repro.lock":         {OK, Warn},
-	"host.overcommit":    {OK, Warn, Fail},
-	"host.swap":          {OK, Warn, Fail},
-	"host.nofile":        {OK, Warn, Fail},
-	"host.memlock":       {OK, Fail},
+	"host.overcommit":    {OK, Warn, Fail, NA},
+	"host.swap":          {OK, Warn, Fail, NA},
+	"host.nofile":        {OK, Warn, Fail, NA},
+	"host.memlock":       {OK, Fail, NA},
 	"host.numa":          {OK, Warn},
 }
 
@@ -315,5 +325,34 @@ func TestStatesOfCoversEveryCheck(t *testing.T) {
 	}
 	if len(statesOf) != len(CheckIDs()) {
 		t.Errorf("statesOf lists %d checks, there are %d", len(statesOf), len(CheckIDs()))
+	}
+}
+
+// TestDocsListStates keeps docs/DOCTOR.md's table of states in step with
+// statesOf (and so with the tests above).
+func TestDocsListStates(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "DOCTOR.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, "|")
+		if len(f) < 4 || !strings.HasPrefix(strings.TrimSpace(f[1]), "`") {
+			continue
+		}
+		id := strings.Trim(strings.TrimSpace(f[1]), "`")
+		if _, isCheck := statesOf[id]; isCheck {
+			documented[id] = strings.TrimSpace(f[2])
+		}
+	}
+	for _, id := range CheckIDs() {
+		var want []string
+		for _, s := range statesOf[id] {
+			want = append(want, string(s))
+		}
+		if got := documented[id]; got != strings.Join(want, ", ") {
+			t.Errorf("docs/DOCTOR.md lists %s as %q, the tests cover %q", id, got, strings.Join(want, ", "))
+		}
 	}
 }
