@@ -85,63 +85,38 @@ func TestFakeCUDA(t *testing.T) {
 			}
 			calls := readFakeLog(t, log)
 
-			// Every CUDA sample carries the replayed dictionary the fake
-			// handed out for it, field by field; device 1 was never used,
-			// so it is neither reported nor asked for mem_get_info (which
-			// would create a CUDA context on it).
-			var statCalls []fakeCall
+			// Every CUDA sample carries, field by field, one of the replayed
+			// dictionaries the fake handed out (sampler and OOM handler may
+			// interleave, so not necessarily in order); device 1 was never
+			// used, so it is neither reported nor asked for mem_get_info
+			// (which would create a CUDA context on it).
+			handed := map[int]bool{}
 			for _, c := range calls {
 				if c.Call == "memory_stats" {
-					statCalls = append(statCalls, c)
+					handed[c.Index] = true
 				}
 				if c.Call == "mem_get_info" && c.Device != 0 {
 					t.Errorf("mem_get_info called for unused device %d", c.Device)
 				}
 			}
-			var cudaMsgs []DeviceStats
+			rows := map[int]bool{}
 			for _, m := range msgs {
-				if (m.Type == TypeSample || m.Type == TypeOOM) && len(m.CUDA) > 0 {
-					if len(m.CUDA) != 1 || m.CUDA[0].Device != 0 {
-						t.Errorf("want device 0 only, got %+v", m.CUDA)
-					}
-					cudaMsgs = append(cudaMsgs, m.CUDA[0])
+				if (m.Type != TypeSample && m.Type != TypeOOM) || len(m.CUDA) == 0 {
+					continue
 				}
+				if len(m.CUDA) != 1 || m.CUDA[0].Device != 0 {
+					t.Errorf("want device 0 only, got %+v", m.CUDA)
+					continue
+				}
+				k := matchRow(rec, m.CUDA[0])
+				if k < 0 || !handed[k] {
+					b, _ := json.Marshal(m.CUDA[0])
+					t.Errorf("%s message carries stats that match no replayed row handed out (%d): %s", m.Type, k, b)
+				}
+				rows[k] = true
 			}
-			if len(cudaMsgs) < 3 || len(cudaMsgs) > len(statCalls) {
-				t.Fatalf("%d CUDA samples for %d memory_stats calls", len(cudaMsgs), len(statCalls))
-			}
-			// Messages arrive in the order memory_stats was called (one
-			// connection; sampler and OOM event share it).
-			for i, d := range cudaMsgs {
-				st := rec.Samples[statCalls[i].Index].MemoryStats
-				mg := rec.Samples[statCalls[i].Index].MemGetInfo
-				checks := []struct {
-					name string
-					got  int64
-					key  string
-				}{
-					{"allocated", d.AllocatedBytes, "allocated_bytes.all.current"},
-					{"allocated_peak", d.AllocatedPeakBytes, "allocated_bytes.all.peak"},
-					{"reserved", d.ReservedBytes, "reserved_bytes.all.current"},
-					{"reserved_peak", d.ReservedPeakBytes, "reserved_bytes.all.peak"},
-					{"active", d.ActiveBytes, "active_bytes.all.current"},
-					{"inactive_split", d.InactiveSplitBytes, "inactive_split_bytes.all.current"},
-					{"inactive_split_peak", d.InactiveSplitPeakBytes, "inactive_split_bytes.all.peak"},
-					{"segments", d.Segments, "segment.all.current"},
-					{"retries", d.NumAllocRetries, "num_alloc_retries"},
-					{"ooms", d.NumOOMs, "num_ooms"},
-				}
-				for _, c := range checks {
-					if c.got != st[c.key] {
-						t.Errorf("sample %d %s = %d, recording %s = %d", i, c.name, c.got, c.key, st[c.key])
-					}
-				}
-				if d.RequestedBytes == nil || *d.RequestedBytes != st["requested_bytes.all.current"] {
-					t.Errorf("sample %d requested_bytes = %v", i, d.RequestedBytes)
-				}
-				if d.FreeBytes == nil || *d.FreeBytes != mg[0] || d.TotalBytes == nil || *d.TotalBytes != mg[1] {
-					t.Errorf("sample %d mem_get_info = %v/%v, want %v", i, d.FreeBytes, d.TotalBytes, mg)
-				}
+			if len(rows) < 3 {
+				t.Errorf("CUDA stats from %d distinct replayed rows, want >= 3", len(rows))
 			}
 
 			ooms := byType(msgs, r.pid, TypeOOM)
@@ -205,4 +180,31 @@ func TestFakeCUDA(t *testing.T) {
 			}
 		})
 	}
+}
+
+// matchRow returns the index of the recorded row whose memory_stats and
+// mem_get_info the device stats reproduce exactly, or -1.
+func matchRow(rec recording, d DeviceStats) int {
+	for k, row := range rec.Samples {
+		st, mg := row.MemoryStats, row.MemGetInfo
+		ok := d.AllocatedBytes == st["allocated_bytes.all.current"] &&
+			d.AllocatedPeakBytes == st["allocated_bytes.all.peak"] &&
+			d.ReservedBytes == st["reserved_bytes.all.current"] &&
+			d.ReservedPeakBytes == st["reserved_bytes.all.peak"] &&
+			d.ActiveBytes == st["active_bytes.all.current"] &&
+			d.ActivePeakBytes == st["active_bytes.all.peak"] &&
+			d.InactiveSplitBytes == st["inactive_split_bytes.all.current"] &&
+			d.InactiveSplitPeakBytes == st["inactive_split_bytes.all.peak"] &&
+			d.Segments == st["segment.all.current"] &&
+			d.NumAllocRetries == st["num_alloc_retries"] &&
+			d.NumOOMs == st["num_ooms"] &&
+			d.RequestedBytes != nil && *d.RequestedBytes == st["requested_bytes.all.current"] &&
+			d.RequestedPeakBytes != nil && *d.RequestedPeakBytes == st["requested_bytes.all.peak"] &&
+			d.FreeBytes != nil && *d.FreeBytes == mg[0] &&
+			d.TotalBytes != nil && *d.TotalBytes == mg[1]
+		if ok {
+			return k
+		}
+	}
+	return -1
 }

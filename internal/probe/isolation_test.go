@@ -38,7 +38,6 @@ func TestOutputUnchanged(t *testing.T) {
 		name   string
 		socket func(t *testing.T) (string, *Listener)
 	}{
-		{"missing", func(t *testing.T) (string, *Listener) { return filepath.Join(dir, "nope.sock"), nil }},
 		{"refused", func(t *testing.T) (string, *Listener) { return refused, nil }},
 		{"listening", func(t *testing.T) (string, *Listener) { l := listen(t); return l.Path(), l }},
 	}
@@ -65,6 +64,27 @@ func TestOutputUnchanged(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// No socket file at all: a job that never imports torch behaves the same.
+func TestOutputUnchangedMissingSocket(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	code := "import sys, os\nprint('out', sys.argv[1:])\nprint('err', file=sys.stderr)\nos.fork() or sys.exit(0)\nos.wait()\nsys.exit(3)\n"
+	script := filepath.Join(dir, "job.py")
+	if err := os.WriteFile(script, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := runPython(t, baseEnv(), nil, script, "a", "b")
+	env := Env(baseEnv(), probeDir(t), Options{Socket: filepath.Join(dir, "nope.sock"), RunDir: dir})
+	r := runPython(t, env, nil, script, "a", "b")
+	if base.code != 3 || r.code != base.code || !bytes.Equal(r.stdout, base.stdout) || !bytes.Equal(r.stderr, base.stderr) {
+		t.Errorf("with probe: exit %d stdout %q stderr %q\nwithout:    exit %d stdout %q stderr %q",
+			r.code, r.stdout, r.stderr, base.code, base.stdout, base.stderr)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "stacks-*")); len(m) > 1 {
+		t.Errorf("stack files left behind: %v", m) // the forked child exits through sys.exit, the parent too
 	}
 }
 

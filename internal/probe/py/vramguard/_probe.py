@@ -406,6 +406,8 @@ class _Probe:
         return msg
 
     def cuda_stats(self):
+        if not _torch_done:
+            return None  # torch absent or still importing: torch.cuda may be half-built
         tc = sys.modules.get("torch.cuda")
         if tc is None or not tc.is_initialized():
             return None

@@ -32,7 +32,9 @@ class _State:
         self.samples = self.rec["samples"]
         self.unused = set(self.rec.get("unused_devices", []))
         self.i = 0
-        self.last = 0  # index of the row memory_stats handed out last
+        # The row memory_stats last handed out, per thread: the probe's
+        # sampler and an OOM handler in the main thread may interleave.
+        self.tls = threading.local()
         self.initialized = False
         self.observer_api = observer
         self.observers = []
@@ -135,8 +137,8 @@ def memory_stats(device=None):
         return {k: 0 for k in st.samples[0]["memory_stats"]}
     with st.cond:
         row = st.current()
-        st.last = min(st.i, len(st.samples) - 1)
-        st.log(call="memory_stats", device=d, index=st.last)
+        st.tls.last = min(st.i, len(st.samples) - 1)
+        st.log(call="memory_stats", device=d, index=st.tls.last)
         st.i += 1
         st.calls += 1
         st.cond.notify_all()
@@ -149,7 +151,7 @@ def mem_get_info(device=None):
     st.log(call="mem_get_info", device=d)
     if not st.initialized:
         raise RuntimeError("fakecuda: mem_get_info before CUDA init would create a context")
-    return tuple(st.samples[st.last]["mem_get_info"])
+    return tuple(st.samples[getattr(st.tls, "last", 0)]["mem_get_info"])
 
 
 def memory_summary(device=None, abbreviated=False):
