@@ -8,10 +8,9 @@ import (
 	"errors"
 	"fmt"
 
-	"os/signal"
-	"syscall"
-
 	"github.com/spf13/cobra"
+
+	"github.com/vramguard/vramguard/internal/supervise"
 )
 
 // Version is set at build time with -ldflags "-X ...cli.Version=...".
@@ -60,12 +59,13 @@ func Silent(code int) error { return &ExitError{Code: code} }
 
 // Main runs the CLI and returns the process exit code.
 func Main(args []string) int {
+	if len(args) > 0 && args[0] == supervise.ShimCommand {
+		return supervise.RunShim(args[1:])
+	}
 	f := NewFactory()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGPIPE)
-	defer stop()
 	root := NewCmdRoot(f)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	err := root.ExecuteContext(context.Background())
 	return exitCode(f, err)
 }
 

@@ -1,0 +1,286 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vramguard/vramguard/internal/cgroup"
+	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/supervise"
+)
+
+// RunOptions are the flags of `vramguard run`.
+type RunOptions struct {
+	Name           string
+	MemoryLimit    string
+	Restart        string
+	MaxRestarts    int
+	Backoff        time.Duration
+	BackoffMax     time.Duration
+	StableAfter    time.Duration
+	ResumeFrom     string
+	StallTimeout   time.Duration
+	StopTimeout    time.Duration
+	SampleInterval time.Duration
+	Detach         bool
+	JSON           bool
+	detachedID     string
+	Command        []string
+}
+
+// NewCmdRun builds `vramguard run`.
+func NewCmdRun(f *Factory) *cobra.Command {
+	o := &RunOptions{}
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- COMMAND [ARGS...]",
+		Short: "Run a job under supervision: logs, memory, a post-mortem, restarts",
+		Long: `Run COMMAND under supervision.
+
+Its output passes through to the terminal and is kept, a timestamp per line, in
+$VRAMGUARD_HOME/runs/RUN/attempt-N.log. The memory of its whole process tree
+(DataLoader workers included), its cgroup and its GPU memory are sampled. When it
+ends, vramguard explains how (see docs/FAILURES.md for every reason) and what to
+change. No process of the job outlives it, even if vramguard itself is killed.
+
+Exit status: the job's own (a job killed by signal N gives 128+N); 2 for bad
+usage; 3 when --memory-limit cannot be applied here.`,
+		Example: `  # supervise a training script
+  vramguard run -- python train.py --epochs 10
+
+  # cap host memory like docker --memory, restart on crashes, resume from the newest valid checkpoint
+  vramguard run --memory-limit 16g --restart on-failure --resume-from ckpts/ -- python train.py --resume {resume}
+
+  # keep running after the terminal closes, then follow and stop it
+  vramguard run --detach --name bert -- python train.py
+  vramguard logs -f bert
+  vramguard stop bert`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return Usagef("no command given: vramguard run [flags] -- COMMAND [ARGS...]")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Command = args
+			return runRun(cmd.Context(), f, o)
+		},
+	}
+	fl := cmd.Flags()
+	fl.SetInterspersed(false)
+	fl.StringVar(&o.Name, "name", "", "label for the run (use it wherever a RUN is asked for)")
+	fl.StringVar(&o.MemoryLimit, "memory-limit", "", "cap host memory of the whole job at SIZE (e.g. 16g), like docker --memory")
+	fl.StringVar(&o.Restart, "restart", "never", "restart policy: never, on-failure or always")
+	fl.IntVar(&o.MaxRestarts, "max-restarts", 3, "restart at most N times")
+	fl.DurationVar(&o.Backoff, "backoff", time.Second, "first restart delay; doubles each restart, with jitter")
+	fl.DurationVar(&o.BackoffMax, "backoff-max", 5*time.Minute, "longest restart delay")
+	fl.DurationVar(&o.StableAfter, "stable-after", 10*time.Second, "a failure sooner than this after start is a startup failure and is not retried (on-failure)")
+	fl.StringVar(&o.ResumeFrom, "resume-from", "", "before each attempt, find the newest valid checkpoint under DIR: exported as VRAMGUARD_RESUME and substituted for {resume} in the arguments")
+	fl.DurationVar(&o.StallTimeout, "stall-timeout", 0, "kill the job (reason stalled) after D without output, CPU use or progress; 0 disables")
+	fl.DurationVar(&o.StopTimeout, "stop-timeout", 30*time.Second, "after Ctrl-C or stop, kill the job if it has not ended within D")
+	fl.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "how often to sample memory")
+	fl.BoolVar(&o.Detach, "detach", false, "run in the background, surviving the terminal; prints the run id")
+	fl.BoolVar(&o.JSON, "json", false, "print the post-mortem (or, with --detach, the run id) as JSON on stdout")
+	fl.StringVar(&o.detachedID, "detached-run-id", "", "")
+	fl.MarkHidden("detached-run-id")
+	return cmd
+}
+
+func newRunID(now time.Time) string {
+	var b [3]byte
+	rand.Read(b[:])
+	return now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
+}
+
+func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
+	switch o.Restart {
+	case supervise.RestartNever, supervise.RestartOnFailure, supervise.RestartAlways:
+	default:
+		return Usagef("invalid --restart %q: use never, on-failure or always", o.Restart)
+	}
+	if o.MaxRestarts < 0 {
+		return Usagef("--max-restarts must be 0 or more")
+	}
+	var limit uint64
+	if o.MemoryLimit != "" {
+		var err error
+		if limit, err = parseBytes(o.MemoryLimit); err != nil {
+			return Usagef("--memory-limit: %v", err)
+		}
+		if limit < 4<<20 {
+			return Usagef("--memory-limit %s is too small: give at least 4m", o.MemoryLimit)
+		}
+	}
+	if o.ResumeFrom != "" {
+		if st, err := os.Stat(o.ResumeFrom); err != nil || !st.IsDir() {
+			return Usagef("--resume-from %s: not a directory", o.ResumeFrom)
+		}
+	}
+	if _, err := exec.LookPath(o.Command[0]); err != nil {
+		return Usagef("cannot run %q: %v", o.Command[0], err)
+	}
+	if o.Detach {
+		return detach(ctx, f, o)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return Envf("find the vramguard executable: %v", err)
+	}
+	st, err := f.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	if limit > 0 {
+		// Refuse before starting anything when no cgroup can be had.
+		probe := fmt.Sprintf("vramguard-check-%d", os.Getpid())
+		g, err := cgroup.Create(probe, limit)
+		if err != nil {
+			return Envf("--memory-limit: %v", err)
+		}
+		g.Remove()
+	}
+
+	id := o.detachedID
+	if id == "" {
+		id = newRunID(f.Now())
+	}
+	me, _ := procfs.FS{}.Proc(os.Getpid())
+	cwd, _ := os.Getwd()
+	run := &store.Run{ID: id, Name: o.Name, Command: o.Command, Cwd: cwd, Status: store.StatusRunning,
+		StartedAt: f.Now(), SupervisorPID: os.Getpid(), SupervisorStart: me.StartTicks,
+		Detached: o.detachedID != "", Dir: supervise.RunDir(f.Home(), id)}
+	if err := st.CreateRun(ctx, run); err != nil {
+		return err
+	}
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	so := supervise.Options{
+		RunID: id, Name: o.Name, Command: o.Command, Env: os.Environ(), RunDir: run.Dir,
+		Store: st, Proc: procfs.FS{}, Cgroup: cgroup.Reader{},
+		Notify: f.IO.ErrOut, Signals: sigs,
+		SampleInterval: o.SampleInterval, MemoryLimit: limit,
+		Restart: o.Restart, MaxRestarts: o.MaxRestarts, BackoffInitial: o.Backoff, BackoffMax: o.BackoffMax,
+		StableAfter: o.StableAfter, ResumeFrom: o.ResumeFrom, StallTimeout: o.StallTimeout, StopTimeout: o.StopTimeout,
+		Detached: o.detachedID != "", Self: self, Logger: f.Logger(), Now: f.Now,
+	}
+	if !so.Detached {
+		so.Stdin, so.Stdout, so.Stderr = f.IO.In, f.IO.Out, f.IO.ErrOut
+	}
+	if o.JSON {
+		so.Notify = discardNotify{}
+		so.Stdout = f.IO.ErrOut // keep stdout for the JSON document
+	}
+	res, err := supervise.Run(ctx, so)
+	if err != nil {
+		st.FinishRun(context.WithoutCancel(ctx), id, store.StatusFinished, "start_failed", 1, f.Now(), nil)
+		if strings.Contains(err.Error(), "memory cgroup") {
+			return Envf("%v", err)
+		}
+		return Failf("%v", err)
+	}
+	if o.JSON {
+		if err := f.WriteJSON(res.Postmortem); err != nil {
+			return err
+		}
+	}
+	return Silent(res.ExitStatus)
+}
+
+type discardNotify struct{}
+
+func (discardNotify) Write(p []byte) (int, error) { return len(p), nil }
+
+// detach starts a background supervisor in its own session and returns
+// once its run is recorded.
+func detach(ctx context.Context, f *Factory, o *RunOptions) error {
+	self, err := os.Executable()
+	if err != nil {
+		return Envf("find the vramguard executable: %v", err)
+	}
+	id := newRunID(f.Now())
+	dir := supervise.RunDir(f.Home(), id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Envf("create %s: %v", dir, err)
+	}
+	args := []string{"--home", f.Home(), "run", "--detached-run-id", id}
+	args = append(args, detachArgs(os.Args, o)...)
+	logf, err := os.OpenFile(filepath.Join(dir, "supervisor.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return Envf("%v", err)
+	}
+	defer logf.Close()
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	cmd := exec.Command(self, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return Failf("start the background supervisor: %v", err)
+	}
+	pid := cmd.Process.Pid
+	cmd.Process.Release()
+	st, err := f.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if r, err := st.Resolve(ctx, id); err == nil && r.ID == id {
+			break
+		}
+		if time.Now().After(deadline) || !supervise.Alive(procfs.FS{}, pid, 0) {
+			b, _ := os.ReadFile(filepath.Join(dir, "supervisor.log"))
+			return Failf("the background supervisor did not start: %s", strings.TrimSpace(string(b)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if o.JSON {
+		return f.WriteJSON(map[string]any{"id": id, "name": o.Name, "supervisor_pid": pid, "dir": dir})
+	}
+	fmt.Fprintln(f.IO.Out, id)
+	fmt.Fprintf(f.IO.ErrOut, "vramguard: running in the background as %s\n  follow: vramguard logs -f %s\n  stop:   vramguard stop %s\n", id, id, id)
+	return nil
+}
+
+// detachArgs rebuilds the run flags for the background supervisor, without
+// --detach and --json.
+func detachArgs(argv []string, o *RunOptions) []string {
+	var out []string
+	add := func(flag, v string) { out = append(out, "--"+flag+"="+v) }
+	if o.Name != "" {
+		add("name", o.Name)
+	}
+	if o.MemoryLimit != "" {
+		add("memory-limit", o.MemoryLimit)
+	}
+	add("restart", o.Restart)
+	add("max-restarts", fmt.Sprint(o.MaxRestarts))
+	add("backoff", o.Backoff.String())
+	add("backoff-max", o.BackoffMax.String())
+	add("stable-after", o.StableAfter.String())
+	if o.ResumeFrom != "" {
+		abs, _ := filepath.Abs(o.ResumeFrom)
+		add("resume-from", abs)
+	}
+	add("stall-timeout", o.StallTimeout.String())
+	add("stop-timeout", o.StopTimeout.String())
+	add("sample-interval", o.SampleInterval.String())
+	return append(append(out, "--"), o.Command...)
+}

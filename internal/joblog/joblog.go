@@ -1,0 +1,266 @@
+// Package joblog writes and reads a job's output log: every chunk the job
+// wrote, split at newlines, one record per line with the time it arrived and
+// the stream it came from. Records keep the bytes exactly (binary, partial
+// lines and 10 MB lines included), so Decode reproduces the job's output
+// byte for byte.
+//
+// Record format, one per line of the file:
+//
+//	2026-11-29T17:38:57.123456Z o| text of a complete line
+//	2026-11-29T17:38:57.123456Z e+ a partial chunk (no newline followed it yet)
+//
+// 'o' is stdout and 'e' stderr; '|' ends a line of the job's output and '+'
+// continues into the next record of the same stream.
+package joblog
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// TimeLayout is the fixed-width record timestamp.
+const TimeLayout = "2006-01-02T15:04:05.000000Z"
+
+const prefixLen = len(TimeLayout) + 4 // "TS sF "
+
+// Writer appends records to a log file. It is safe for concurrent use by the
+// two stream copiers.
+type Writer struct {
+	mu  sync.Mutex
+	f   *os.File
+	w   *bufio.Writer
+	now func() time.Time
+	err error
+}
+
+// Create opens path for appending records.
+func Create(path string, now func() time.Time) (*Writer, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create log %s: %w", path, err)
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Writer{f: f, w: bufio.NewWriterSize(f, 256<<10), now: now}, nil
+}
+
+// Write records chunk as read from stream ('o' or 'e'). flush asks for the
+// buffer to reach the file now (the copier sets it when the pipe is drained).
+func (lw *Writer) Write(stream byte, chunk []byte, flush bool) error {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if lw.err != nil {
+		return lw.err
+	}
+	var tsBuf [40]byte
+	ts := lw.now().UTC().AppendFormat(tsBuf[:0], TimeLayout)
+	for len(chunk) > 0 {
+		i := bytes.IndexByte(chunk, '\n')
+		flag := byte('|')
+		line := chunk
+		if i >= 0 {
+			line, chunk = chunk[:i], chunk[i+1:]
+		} else {
+			flag, chunk = '+', nil
+		}
+		lw.w.Write(ts)
+		lw.w.Write([]byte{' ', stream, flag, ' '})
+		lw.w.Write(line)
+		lw.w.WriteByte('\n')
+	}
+	if flush {
+		lw.err = lw.w.Flush()
+	}
+	return lw.err
+}
+
+// Note writes a line of vramguard's own (restart notices) as stream 'v'.
+func (lw *Writer) Note(msg string) error {
+	return lw.Write('v', []byte(msg+"\n"), true)
+}
+
+// Close flushes and closes the file.
+func (lw *Writer) Close() error {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	err := lw.w.Flush()
+	if cerr := lw.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Record is one decoded record.
+type Record struct {
+	Time    time.Time
+	Stream  byte // 'o', 'e' or 'v'
+	Partial bool
+	Data    []byte // without the newline
+}
+
+// Options select what Decode writes.
+type Options struct {
+	// Timestamps prefixes each output line with the time its first byte
+	// arrived.
+	Timestamps bool
+	// Streams limits output to these streams ("oe" by default; 'v' adds
+	// vramguard's own notes).
+	Streams string
+}
+
+// Reader decodes records from a log.
+type Reader struct {
+	br *bufio.Reader
+}
+
+// NewReader reads records from r.
+func NewReader(r io.Reader) *Reader { return &Reader{br: bufio.NewReaderSize(r, 256<<10)} }
+
+// ErrIncomplete is returned by Next at a record that is not yet fully written;
+// a follower retries once more data arrives.
+var ErrIncomplete = errors.New("incomplete record")
+
+// Next returns the next record, io.EOF at a clean end, or ErrIncomplete
+// with the bytes of a record whose newline is not written yet (a log still
+// being written); Follow handles live files.
+func (r *Reader) Next() (Record, []byte, error) {
+	line, err := r.br.ReadBytes('\n')
+	if err != nil {
+		if err == io.EOF && len(line) > 0 {
+			return Record{}, line, ErrIncomplete
+		}
+		return Record{}, nil, err
+	}
+	rec, perr := parse(line[:len(line)-1])
+	return rec, nil, perr
+}
+
+func parse(b []byte) (Record, error) {
+	if len(b) < prefixLen || b[len(TimeLayout)] != ' ' || b[prefixLen-1] != ' ' {
+		return Record{}, fmt.Errorf("malformed log record %q", truncate(b))
+	}
+	t, err := time.Parse(TimeLayout, string(b[:len(TimeLayout)]))
+	if err != nil {
+		return Record{}, fmt.Errorf("malformed log time: %w", err)
+	}
+	return Record{Time: t, Stream: b[len(TimeLayout)+1], Partial: b[len(TimeLayout)+2] == '+', Data: b[prefixLen:]}, nil
+}
+
+func truncate(b []byte) []byte {
+	if len(b) > 60 {
+		return b[:60]
+	}
+	return b
+}
+
+// Decoder turns records back into output, keeping per-stream state so a
+// line split across records gets one timestamp.
+type Decoder struct {
+	opts    Options
+	midLine map[byte]bool
+}
+
+// NewDecoder returns a decoder with opts.
+func NewDecoder(opts Options) *Decoder {
+	if opts.Streams == "" {
+		opts.Streams = "oe"
+	}
+	return &Decoder{opts: opts, midLine: map[byte]bool{}}
+}
+
+// Write writes rec's bytes to w.
+func (d *Decoder) Write(w io.Writer, rec Record) error {
+	if bytes.IndexByte([]byte(d.opts.Streams), rec.Stream) < 0 {
+		return nil
+	}
+	if d.opts.Timestamps && !d.midLine[rec.Stream] {
+		if _, err := io.WriteString(w, rec.Time.Local().Format("2006-01-02 15:04:05.000 ")); err != nil {
+			return err
+		}
+	}
+	if _, err := w.Write(rec.Data); err != nil {
+		return err
+	}
+	d.midLine[rec.Stream] = rec.Partial
+	if !rec.Partial {
+		_, err := w.Write([]byte{'\n'})
+		return err
+	}
+	return nil
+}
+
+// Decode writes the output recorded in the log r to w.
+func Decode(r io.Reader, w io.Writer, opts Options) error {
+	rd := NewReader(r)
+	dec := NewDecoder(opts)
+	bw := bufio.NewWriterSize(w, 256<<10)
+	defer bw.Flush()
+	for {
+		rec, _, err := rd.Next()
+		if err == io.EOF || err == ErrIncomplete {
+			return bw.Flush()
+		}
+		if err != nil {
+			return err
+		}
+		if err := dec.Write(bw, rec); err != nil {
+			return err
+		}
+	}
+}
+
+// Follow writes the log at path to w as it grows, until done reports true
+// and the file has been read to its end. poll is the wait between reads.
+func Follow(path string, w io.Writer, opts Options, poll time.Duration, done func() bool, stop <-chan struct{}) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	dec := NewDecoder(opts)
+	var pending []byte
+	buf := make([]byte, 256<<10)
+	for {
+		finished := done()
+		n, rerr := f.Read(buf)
+		if n > 0 {
+			pending = append(pending, buf[:n]...)
+			for {
+				i := bytes.IndexByte(pending, '\n')
+				if i < 0 {
+					break
+				}
+				rec, err := parse(pending[:i])
+				if err != nil {
+					return err
+				}
+				if err := dec.Write(w, rec); err != nil {
+					return err
+				}
+				pending = pending[i+1:]
+			}
+			if len(pending) == 0 {
+				pending = nil
+			}
+			continue
+		}
+		if rerr != nil && rerr != io.EOF {
+			return rerr
+		}
+		if finished {
+			return nil
+		}
+		select {
+		case <-stop:
+			return nil
+		case <-time.After(poll):
+		}
+	}
+}

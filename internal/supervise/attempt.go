@@ -1,0 +1,568 @@
+package supervise
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/cgroup"
+	"github.com/vramguard/vramguard/internal/ckpt"
+	"github.com/vramguard/vramguard/internal/diagnose"
+	"github.com/vramguard/vramguard/internal/joblog"
+	"github.com/vramguard/vramguard/internal/store"
+)
+
+// attempt runs the command once and returns its post-mortem.
+func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
+	o := s.o
+	start := o.Now()
+	pm := &Postmortem{RunID: o.RunID, Name: o.Name, Command: o.Command, Attempt: n, StartedAt: start}
+	s.attempts = append(s.attempts, pm)
+	pm.LogPath = filepath.Join(o.RunDir, fmt.Sprintf("attempt-%d.log", n))
+
+	argv := append([]string(nil), o.Command...)
+	env := jobEnv(o.Env, o.RunID, n)
+	if o.ResumeFrom != "" {
+		pm.Resume = s.findResume()
+		for i := range argv {
+			argv[i] = strings.ReplaceAll(argv[i], "{resume}", pm.Resume.From)
+		}
+		env = setEnv(env, "VRAMGUARD_RESUME", pm.Resume.From)
+		if pm.Resume.From != "" {
+			s.notifyf("attempt %d resumes from %s", n, pm.Resume.From)
+		}
+		for _, sk := range pm.Resume.Skipped {
+			s.notifyf("skipped checkpoint %s: %s", sk.Path, sk.Reason)
+			s.event(ctx, n, "resume_skipped", sk.Path+": "+sk.Reason, sk)
+		}
+	}
+	for _, h := range o.Hooks {
+		env = h.Env(env, n)
+	}
+
+	if err := o.Store.StartAttempt(context.WithoutCancel(ctx), &store.Attempt{RunID: o.RunID, N: n, StartedAt: start, LogPath: pm.LogPath, ResumeFrom: resumeFrom(pm)}); err != nil {
+		return nil, err
+	}
+	lw, err := joblog.Create(pm.LogPath, o.Now)
+	if err != nil {
+		return nil, err
+	}
+	defer lw.Close()
+
+	var group *cgroup.Group
+	if o.MemoryLimit > 0 {
+		group, err = cgroup.Create(fmt.Sprintf("vramguard-%s-%d", o.RunID, n), o.MemoryLimit)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			group.Kill(2 * time.Second)
+			group.Remove()
+		}()
+	}
+
+	in := diagnose.Input{}
+	a := &running{s: s, pm: pm, n: n, lw: lw, group: group, tail: joblog.NewTail(200)}
+	if err := a.start(argv, env); err != nil {
+		in.StartErr = err
+		in.ExitCode = 127
+	} else {
+		for _, h := range o.Hooks {
+			h.Started(n, a.jobPID)
+		}
+		o.Store.SetAttemptPID(context.WithoutCancel(ctx), o.RunID, n, a.jobPID)
+		o.Store.SetJobPID(context.WithoutCancel(ctx), o.RunID, a.jobPID)
+		a.watch(ctx)
+		in = a.input()
+	}
+	in.Tail = a.tail.Lines()
+	v := diagnose.Classify(in)
+	pm.Verdict = v
+	pm.EndedAt = o.Now()
+	pm.DurationS = pm.EndedAt.Sub(start).Seconds()
+	pm.Memory = a.mem
+	for _, h := range o.Hooks {
+		h.Finish(pm)
+	}
+	if pm.Resume != nil && len(pm.Resume.Skipped) > 0 {
+		for _, sk := range pm.Resume.Skipped {
+			pm.Evidence = append(pm.Evidence, fmt.Sprintf("resume: skipped newer checkpoint %s (%s)", sk.Path, sk.Reason))
+		}
+	}
+	b, _ := json.Marshal(pm)
+	if err := o.Store.FinishAttempt(context.WithoutCancel(ctx), o.RunID, n, pm.EndedAt, pm.ExitCode, pm.Reason, b); err != nil {
+		o.Logger.Warn("store attempt", "err", err)
+	}
+	s.event(ctx, n, "exit", fmt.Sprintf("attempt %d ended: %s", n, pm.Reason), map[string]any{"reason": pm.Reason, "exit_code": pm.ExitCode})
+	return pm, nil
+}
+
+func resumeFrom(pm *Postmortem) string {
+	if pm.Resume == nil {
+		return ""
+	}
+	return pm.Resume.From
+}
+
+// findResume picks the newest checkpoint that passes the structural check.
+func (s *supervisor) findResume() *Resume {
+	r := &Resume{Dir: s.o.ResumeFrom, Skipped: []SkippedCkpt{}}
+	best, skipped, err := ckpt.Latest(s.o.ResumeFrom)
+	if err != nil {
+		s.notifyf("cannot look for checkpoints in %s: %v", s.o.ResumeFrom, err)
+		return r
+	}
+	for _, e := range skipped {
+		r.Skipped = append(r.Skipped, SkippedCkpt{Path: e.Path, Reason: e.Reason})
+	}
+	if best != nil {
+		r.From = best.Path
+	}
+	return r
+}
+
+func jobEnv(base []string, runID string, n int) []string {
+	env := append([]string(nil), base...)
+	if getEnv(env, "PYTHONUNBUFFERED") == "" {
+		env = setEnv(env, "PYTHONUNBUFFERED", "1")
+	}
+	env = setEnv(env, "VRAMGUARD_RUN_ID", runID)
+	env = setEnv(env, "VRAMGUARD_ATTEMPT", strconv.Itoa(n))
+	return env
+}
+
+func getEnv(env []string, k string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], k+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func setEnv(env []string, k, v string) []string {
+	out := env[:0:0]
+	for _, e := range env {
+		if !strings.HasPrefix(e, k+"=") {
+			out = append(out, e)
+		}
+	}
+	return append(out, k+"="+v)
+}
+
+// running is one attempt in flight.
+type running struct {
+	s     *supervisor
+	pm    *Postmortem
+	n     int
+	lw    *joblog.Writer
+	group *cgroup.Group
+	tail  *joblog.Tail
+
+	shim     *exec.Cmd
+	shimPID  int
+	jobPID   int
+	status   *bufio.Reader
+	statusR  *os.File
+	copies   sync.WaitGroup
+	shimDone chan error
+
+	mu            sync.Mutex
+	lastOutput    time.Time
+	lastCPU       uint64
+	lastCPUTime   time.Time
+	seen          map[int]bool
+	mem           MemStats
+	oomStart      uint64
+	cgDir         string
+	cgVersion     int
+	interrupted   bool
+	stalled       bool
+	stallDesc     string
+	stacks        []string
+	final         statusMsg
+	haveFinal     bool
+	startedUptime float64
+}
+
+// start launches the shim and waits for it to report the job's PID.
+func (a *running) start(argv, env []string) error {
+	o := a.s.o
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	args := []string{ShimCommand}
+	if a.group != nil && a.group.ProcsFile() != "" {
+		args = append(args, "--cgroup-procs", a.group.ProcsFile())
+	}
+	args = append(append(args, "--"), argv...)
+	path := o.Self
+	if a.group != nil && len(a.group.Wrap) > 0 {
+		args = append(append(append([]string(nil), a.group.Wrap[1:]...), o.Self), args...)
+		path = a.group.Wrap[0]
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Env = env
+	cmd.Dir = o.Dir
+	cmd.Stdout, cmd.Stderr = outW, errW
+	if o.Stdin != nil {
+		cmd.Stdin = o.Stdin
+	}
+	cmd.ExtraFiles = []*os.File{stW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGUSR1}
+	a.startedUptime = uptime()
+
+	// PR_SET_PDEATHSIG fires when the thread that forked exits, so the
+	// shim is started and waited for on one locked OS thread.
+	started := make(chan error, 1)
+	a.shimDone = make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		a.shimDone <- cmd.Wait()
+	}()
+	err = <-started
+	outW.Close()
+	errW.Close()
+	stW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		stR.Close()
+		return fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	a.shim = cmd
+	a.shimPID = cmd.Process.Pid
+	a.lastOutput = o.Now()
+	a.copies.Add(2)
+	activity := func(int) {
+		a.mu.Lock()
+		a.lastOutput = o.Now()
+		a.mu.Unlock()
+	}
+	go func() { defer a.copies.Done(); joblog.Copy(a.lw, 'o', outR, o.Stdout, a.tail, activity); outR.Close() }()
+	go func() { defer a.copies.Done(); joblog.Copy(a.lw, 'e', errR, o.Stderr, a.tail, activity); errR.Close() }()
+
+	a.statusR = stR
+	a.status = bufio.NewReader(stR)
+	line, err := a.status.ReadBytes('\n')
+	var m statusMsg
+	if err != nil || json.Unmarshal(line, &m) != nil {
+		<-a.shimDone
+		a.copies.Wait()
+		return fmt.Errorf("start %s: the job did not start", argv[0])
+	}
+	if m.Event == "start_error" {
+		<-a.shimDone
+		a.copies.Wait()
+		return fmt.Errorf("start %s: %s", argv[0], m.Error)
+	}
+	a.jobPID = m.PID
+	a.seen = map[int]bool{m.PID: true}
+	if a.group != nil && a.group.Dir != "" {
+		a.cgDir, a.cgVersion = a.group.Dir, a.group.Version
+	} else if dir, v, err := o.Cgroup.MemoryDir(a.jobPID); err == nil {
+		a.cgDir, a.cgVersion = dir, v
+	}
+	if a.cgDir != "" {
+		if m, err := cgroup.ReadMemory(a.cgDir, a.cgVersion); err == nil {
+			a.oomStart = m.OOMKills
+		}
+	}
+	return nil
+}
+
+// watch samples the job and handles signals until the shim exits.
+func (a *running) watch(ctx context.Context) {
+	o := a.s.o
+	tick := time.NewTicker(o.SampleInterval)
+	defer tick.Stop()
+	var stopTimer <-chan time.Time
+	finalCh := make(chan statusMsg, 1)
+	go func() {
+		line, err := a.status.ReadBytes('\n')
+		var m statusMsg
+		if err == nil && json.Unmarshal(line, &m) == nil {
+			finalCh <- m
+		}
+		close(finalCh)
+		a.statusR.Close()
+	}()
+	a.sample(ctx)
+	killAll := func() { _ = syscall.Kill(a.shimPID, syscall.SIGUSR1) }
+	for {
+		select {
+		case err := <-a.shimDone:
+			_ = err
+			if m, ok := <-finalCh; ok {
+				a.final, a.haveFinal = m, true
+			}
+			a.waitCopies()
+			a.sample(ctx)
+			return
+		case sig, ok := <-o.Signals:
+			if !ok {
+				o.Signals = nil
+				continue
+			}
+			if sig == syscall.SIGHUP && o.Detached {
+				continue
+			}
+			if a.interrupted || a.s.interrupted {
+				a.s.notifyf("killing the job")
+				killAll()
+				continue
+			}
+			a.interrupted, a.s.interrupted = true, true
+			fwd := sig.(syscall.Signal)
+			if fwd == syscall.SIGHUP {
+				fwd = syscall.SIGTERM
+			}
+			a.s.notifyf("stopping the job (%s forwarded; again to kill it, or it is killed in %s)", diagnose.SignalName(fwd), o.StopTimeout)
+			a.s.event(ctx, a.n, "stop", "stopped by "+diagnose.SignalName(sig.(syscall.Signal)), nil)
+			_ = syscall.Kill(a.shimPID, fwd)
+			stopTimer = time.After(o.StopTimeout)
+		case <-stopTimer:
+			a.s.notifyf("the job did not stop within %s; killing it", o.StopTimeout)
+			killAll()
+		case <-tick.C:
+			a.sample(ctx)
+			if a.stallCheck(ctx) {
+				killAll()
+			}
+		}
+	}
+}
+
+// waitCopies waits for the output copiers; pipes close once every process of
+// the job is gone, which the shim guarantees.
+func (a *running) waitCopies() {
+	done := make(chan struct{})
+	go func() { a.copies.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		a.s.o.Logger.Warn("output pipes still open 10s after the job ended")
+	}
+}
+
+// stallCheck reports whether the job stalled; it collects stacks first.
+func (a *running) stallCheck(ctx context.Context) bool {
+	o := a.s.o
+	if o.StallTimeout <= 0 || a.stalled || a.interrupted {
+		return false
+	}
+	now := o.Now()
+	a.mu.Lock()
+	last := a.lastOutput
+	if a.lastCPUTime.After(last) {
+		last = a.lastCPUTime
+	}
+	a.mu.Unlock()
+	for _, h := range o.Hooks {
+		if p := h.Progress(); p.After(last) {
+			last = p
+		}
+	}
+	idle := now.Sub(last)
+	if idle < o.StallTimeout {
+		return false
+	}
+	a.stalled = true
+	a.stallDesc = fmt.Sprintf("no output, no CPU time used by any of its processes and no training progress for %s (--stall-timeout %s)", idle.Round(time.Second), o.StallTimeout)
+	a.s.notifyf("the job stalled: %s", a.stallDesc)
+	a.s.event(ctx, a.n, "stalled", a.stallDesc, nil)
+	a.stacks = a.collectStacks()
+	return true
+}
+
+// StackSignal asks the probe inside Python processes to dump their stacks.
+const StackSignal = syscall.SIGUSR2
+
+// collectStacks asks probed Python processes for their stacks (the probe
+// registers faulthandler on StackSignal and writes stacks-<pid>.txt into the
+// run directory) and reads what arrives within two seconds.
+func (a *running) collectStacks() []string {
+	o := a.s.o
+	if len(o.Hooks) == 0 {
+		return nil
+	}
+	_ = syscall.Kill(a.shimPID, StackSignal)
+	deadline := time.Now().Add(2 * time.Second)
+	var out []string
+	for time.Now().Before(deadline) {
+		files, _ := filepath.Glob(filepath.Join(o.RunDir, fmt.Sprintf("stacks-%d-*.txt", a.n)))
+		if len(files) > 0 {
+			time.Sleep(200 * time.Millisecond)
+			for _, f := range files {
+				if b, err := os.ReadFile(f); err == nil && len(b) > 0 {
+					out = append(out, fmt.Sprintf("Python stacks (%s):\n%s", filepath.Base(f), strings.TrimSpace(string(b))))
+				}
+			}
+			return out
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return out
+}
+
+// input gathers the evidence for diagnose once the attempt ended.
+func (a *running) input() diagnose.Input {
+	in := diagnose.Input{Interrupted: a.interrupted && !a.stalled, Stalled: a.stalled, StallDesc: a.stallDesc, Stacks: a.stacks}
+	if a.haveFinal {
+		in.ExitCode = a.final.ExitCode
+		in.Signal = syscall.Signal(a.final.Signal)
+	} else {
+		in.ExitCode = 1
+		in.Signal = syscall.SIGKILL
+	}
+	if a.cgDir != "" {
+		if m, err := cgroup.ReadMemory(a.cgDir, a.cgVersion); err == nil {
+			if m.OOMKills > a.oomStart {
+				in.OOMKills = int(m.OOMKills - a.oomStart)
+				a.mem.CgroupOOMKills = m.OOMKills - a.oomStart
+			}
+			if m.Peak > a.mem.PeakCgroup && a.group != nil {
+				a.mem.PeakCgroup = m.Peak
+			}
+		}
+	}
+	if in.OOMKills == 0 && (in.Signal == syscall.SIGKILL || a.final.ExitCode != 0) {
+		in.KernelOOM = kernelOOM(a.seen, a.startedUptime)
+	}
+	in.PeakRSS = a.mem.PeakRSS
+	if a.mem.PeakCgroup > in.PeakRSS {
+		in.PeakRSS = a.mem.PeakCgroup
+	}
+	in.Limit, in.LimitSource = a.mem.Limit, a.mem.LimitSource
+	return in
+}
+
+// sample reads the job's process tree, its cgroup and its GPU memory.
+func (a *running) sample(ctx context.Context) {
+	o := a.s.o
+	all, err := o.Proc.All()
+	if err != nil || a.shimPID == 0 {
+		return
+	}
+	tree := treeBelow(all, a.shimPID)
+	var rss, cpu uint64
+	type pinfo struct {
+		PID  int    `json:"pid"`
+		PPID int    `json:"ppid"`
+		Comm string `json:"comm"`
+		RSS  uint64 `json:"rss_bytes"`
+		GPU  uint64 `json:"gpu_bytes,omitempty"`
+	}
+	procs := make([]pinfo, 0, len(tree))
+	inTree := make(map[int]int, len(tree))
+	for _, p := range tree {
+		if p.State == "Z" {
+			continue
+		}
+		rss += p.RSSBytes
+		cpu += p.CPUTicks
+		inTree[p.PID] = len(procs)
+		procs = append(procs, pinfo{PID: p.PID, PPID: p.PPID, Comm: p.Comm, RSS: p.RSSBytes})
+	}
+	if len(procs) == 0 {
+		return
+	}
+	now := o.Now()
+	x := &store.Sample{Attempt: a.n, T: now, RSS: rss, NProcs: len(procs), CPUTicks: cpu}
+	a.mu.Lock()
+	for pid := range inTree {
+		a.seen[pid] = true
+	}
+	if cpu != a.lastCPU {
+		a.lastCPU, a.lastCPUTime = cpu, now
+	}
+	if rss > a.mem.PeakRSS {
+		a.mem.PeakRSS = rss
+	}
+	if len(procs) > a.mem.PeakProcs {
+		a.mem.PeakProcs = len(procs)
+	}
+	a.mu.Unlock()
+	if a.cgDir != "" {
+		if m, err := cgroup.ReadMemory(a.cgDir, a.cgVersion); err == nil {
+			u, l := m.Usage, m.Limit
+			x.CgroupUsage = &u
+			if l > 0 {
+				x.CgroupLimit = &l
+				a.mem.Limit, a.mem.LimitSource = l, "cgroup"
+				if a.group != nil {
+					a.mem.LimitSource = "--memory-limit"
+				}
+			}
+			if u > a.mem.PeakCgroup {
+				a.mem.PeakCgroup = u
+			}
+		}
+	}
+	if a.mem.Limit == 0 {
+		if mi, err := o.Proc.MemInfo(); err == nil {
+			a.mem.Limit, a.mem.LimitSource = mi.Total, "host"
+		}
+	}
+	if gp, err := o.GPU.Processes(ctx); err == nil && len(gp) > 0 {
+		var used uint64
+		for _, g := range gp {
+			if i, ok := inTree[g.PID]; ok {
+				used += g.UsedBytes
+				procs[i].GPU += g.UsedBytes
+			}
+		}
+		x.GPUUsed = &used
+		if used > a.mem.PeakGPU {
+			a.mem.PeakGPU = used
+		}
+	}
+	a.mem.Samples++
+	if keepSample(a.mem.Samples) {
+		if len(procs) > 64 {
+			procs = procs[:64]
+		}
+		x.Procs, _ = json.Marshal(procs)
+		if err := o.Store.AddSample(context.WithoutCancel(ctx), o.RunID, x); err != nil {
+			o.Logger.Warn("store sample", "err", err)
+		}
+		o.Store.UpdatePeaks(context.WithoutCancel(ctx), o.RunID, a.mem.PeakRSS, a.mem.PeakGPU)
+	}
+}
+
+// keepSample downsamples long runs: every sample for the first 3600, then
+// every 10th up to 36000, then every 60th.
+func keepSample(n int) bool {
+	switch {
+	case n <= 3600:
+		return true
+	case n <= 36000:
+		return n%10 == 0
+	}
+	return n%60 == 0
+}

@@ -1,0 +1,187 @@
+package supervise
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vramguard/vramguard/internal/procfs"
+)
+
+// ShimCommand is the hidden subcommand that runs the shim.
+const ShimCommand = "__shim"
+
+// The shim sits between the supervisor and the job:
+//
+//	vramguard run (supervisor) ── vramguard __shim ── job (own process group)
+//
+// It is the job's parent and a child subreaper, so every descendant of the
+// job, even one that started its own session, stays below it. It dies with
+// the supervisor (PR_SET_PDEATHSIG delivers SIGUSR1), and whenever it ends
+// it kills every process below it first: no process of a job outlives
+// vramguard, even a SIGKILLed vramguard.
+
+// statusMsg is one line the shim writes on its status pipe (fd 3).
+type statusMsg struct {
+	Event    string `json:"event"` // started, start_error, exit
+	PID      int    `json:"pid,omitempty"`
+	ExitCode int    `json:"exit_code"`
+	Signal   int    `json:"signal,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// RunShim is the shim's main: args are [--cgroup-procs FILE] -- CMD ARGS.
+// It returns the shim's own exit code.
+func RunShim(args []string) int {
+	var procsFile string
+	for len(args) > 0 && args[0] != "--" {
+		if args[0] == "--cgroup-procs" && len(args) > 1 {
+			procsFile = args[1]
+			args = args[2:]
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "vramguard __shim: unknown argument %q\n", args[0])
+		return 2
+	}
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "vramguard __shim: no command")
+		return 2
+	}
+	argv := args[1:]
+	status := os.NewFile(3, "status")
+	report := func(m statusMsg) {
+		b, _ := json.Marshal(m)
+		status.Write(append(b, '\n'))
+	}
+	parent := os.Getppid()
+	// Die with the supervisor: SIGUSR1 means "kill everything and go".
+	unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGUSR1), 0, 0, 0)
+	unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	if os.Getppid() != parent || parent == 1 {
+		return 1 // the supervisor is already gone
+	}
+	if procsFile != "" {
+		if err := os.WriteFile(procsFile, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			report(statusMsg{Event: "start_error", Error: "join memory cgroup: " + err.Error()})
+			return 1
+		}
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		report(statusMsg{Event: "start_error", Error: err.Error()})
+		return 1
+	}
+	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		report(statusMsg{Event: "start_error", Error: err.Error()})
+		return 1
+	}
+	job := proc.Pid
+	report(statusMsg{Event: "started", PID: job})
+	// The OOM killer should pick the job, never the shim that cleans up.
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
+
+	type exit struct {
+		pid int
+		ws  syscall.WaitStatus
+	}
+	// Reap every child (orphans reparent to us); only the job's end matters.
+	exits := make(chan exit, 1)
+	go func() {
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, 0, nil)
+			if err != nil {
+				if errors.Is(err, syscall.EINTR) {
+					continue
+				}
+				if errors.Is(err, syscall.ECHILD) {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				return
+			}
+			if pid == job {
+				exits <- exit{pid, ws}
+			}
+		}
+	}()
+
+	var final *statusMsg
+	for final == nil {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGUSR1 {
+				killTree(os.Getpid(), job)
+				return 1
+			}
+			// Forward to the job's process group (DataLoader workers
+			// included); a worker in another session gets it via the tree.
+			_ = syscall.Kill(-job, s.(syscall.Signal))
+			if s == syscall.SIGUSR2 {
+				signalTree(os.Getpid(), job, syscall.SIGUSR2)
+			}
+		case e := <-exits:
+			m := statusMsg{Event: "exit", PID: job, ExitCode: e.ws.ExitStatus()}
+			if e.ws.Signaled() {
+				m.Signal = int(e.ws.Signal())
+				m.ExitCode = -1
+			}
+			final = &m
+		}
+	}
+	// The job's main process is gone: end whatever it left behind.
+	killTree(os.Getpid(), job)
+	report(*final)
+	return 0
+}
+
+// signalTree sends sig to every descendant of root.
+func signalTree(root, job int, sig syscall.Signal) {
+	all, err := procfs.FS{}.All()
+	if err != nil {
+		return
+	}
+	for _, p := range procfs.Tree(all, root)[1:] {
+		_ = syscall.Kill(p.PID, sig)
+	}
+}
+
+// killTree ends every descendant of root: SIGTERM to the job's group and the
+// tree, a short grace, then SIGKILL until nothing is left. Only children of
+// root are reaped here; orphans reparent to root (a subreaper), so the tree
+// shrinks to nothing.
+func killTree(root, job int) {
+	_ = syscall.Kill(-job, syscall.SIGKILL)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		all, err := procfs.FS{}.All()
+		if err != nil {
+			return
+		}
+		live := 0
+		for _, p := range procfs.Tree(all, root)[1:] {
+			if p.State != "Z" {
+				live++
+				_ = syscall.Kill(p.PID, syscall.SIGKILL)
+			}
+		}
+		if live == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

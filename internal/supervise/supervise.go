@@ -1,0 +1,308 @@
+// Package supervise runs a job and watches it: its own process group below
+// a subreaping shim (and its own memory cgroup when asked), every byte of its
+// output logged with timestamps, its process tree's memory sampled, its
+// death classified, its restarts decided, and nothing of it left running
+// afterwards. It writes to the store and to the writers it is given; it never
+// touches the terminal directly.
+package supervise
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/cgroup"
+	"github.com/vramguard/vramguard/internal/diagnose"
+	"github.com/vramguard/vramguard/internal/gpu"
+	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/store"
+)
+
+// Restart policies.
+const (
+	RestartNever     = "never"
+	RestartOnFailure = "on-failure"
+	RestartAlways    = "always"
+)
+
+// Options configure one supervised run.
+type Options struct {
+	RunID   string
+	Name    string
+	Command []string
+	// Env is the job's base environment (os.Environ() normally).
+	Env []string
+	Dir string // working directory; "" for the current one
+	// RunDir holds the run's logs and artefacts.
+	RunDir string
+	Store  *store.Store
+	GPU    gpu.Backend
+	Proc   procfs.FS
+	Cgroup cgroup.Reader
+
+	// Stdin is given to the job (nil: /dev/null). Stdout and Stderr receive
+	// the job's output as it arrives (nil: log only). Notify receives
+	// vramguard's own lines (post-mortem, restarts).
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Notify         io.Writer
+	// Signals delivers the supervisor's own SIGINT/SIGTERM/SIGHUP.
+	Signals <-chan os.Signal
+
+	SampleInterval time.Duration
+	MemoryLimit    uint64
+	Restart        string
+	MaxRestarts    int
+	BackoffInitial time.Duration
+	BackoffMax     time.Duration
+	// StableAfter is how long an attempt must run before its failure is
+	// retried; earlier failures are startup failures.
+	StableAfter  time.Duration
+	ResumeFrom   string
+	StallTimeout time.Duration
+	// StopTimeout is how long a stopped job gets after SIGTERM/SIGINT before
+	// it is killed.
+	StopTimeout time.Duration
+	Detached    bool
+
+	// Self is the vramguard executable that runs the shim.
+	Self   string
+	Logger *slog.Logger
+	Now    func() time.Time
+	// Hooks let other packages (the probe) add to an attempt.
+	Hooks []Hook
+}
+
+// Hook extends an attempt: Env may add variables before start; Progress
+// reports activity (e.g. optimizer steps) for stall detection; Finish may
+// add to the post-mortem.
+type Hook interface {
+	Env(env []string, attempt int) []string
+	Started(attempt, pid int)
+	Progress() time.Time
+	Finish(pm *Postmortem)
+}
+
+// Result is how a whole run ended.
+type Result struct {
+	ExitStatus int
+	Postmortem *Postmortem
+}
+
+func (o *Options) defaults() {
+	if o.SampleInterval <= 0 {
+		o.SampleInterval = time.Second
+	}
+	if o.Restart == "" {
+		o.Restart = RestartNever
+	}
+	if o.BackoffInitial <= 0 {
+		o.BackoffInitial = time.Second
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = 5 * time.Minute
+	}
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = 30 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.GPU == nil {
+		o.GPU = gpu.None{}
+	}
+	if o.Notify == nil {
+		o.Notify = io.Discard
+	}
+}
+
+// Run supervises the job until it ends for good (no more restarts) and
+// returns how it ended. The run must already exist in the store.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	o.defaults()
+	if err := os.MkdirAll(o.RunDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create run directory: %w", err)
+	}
+	s := &supervisor{o: o}
+	var pm *Postmortem
+	for n := 1; ; n++ {
+		var err error
+		pm, err = s.attempt(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		restart, why := s.shouldRestart(pm, n)
+		if why != "" {
+			pm.RestartDecision = why
+		}
+		if !restart {
+			break
+		}
+		delay := backoff(o.BackoffInitial, o.BackoffMax, n)
+		msg := fmt.Sprintf("attempt %d ended (%s); restarting in %s (attempt %d of at most %d)",
+			n, pm.Reason, delay.Round(100*time.Millisecond), n+1, o.MaxRestarts+1)
+		s.notifyf("%s", msg)
+		s.event(ctx, n, "restart", msg, nil)
+		if s.interruptibleSleep(delay) {
+			pm.RestartDecision = "stopped by the user while waiting to restart"
+			break
+		}
+	}
+	end := o.Now()
+	pm.Attempts = len(s.attempts)
+	b, _ := json.Marshal(pm)
+	if err := o.Store.FinishRun(context.WithoutCancel(ctx), o.RunID, store.StatusFinished, pm.Reason, pm.ExitCode, end, b); err != nil {
+		return nil, err
+	}
+	s.printPostmortem(pm)
+	return &Result{ExitStatus: pm.ExitCode, Postmortem: pm}, nil
+}
+
+type supervisor struct {
+	o           Options
+	attempts    []*Postmortem
+	interrupted bool
+}
+
+func (s *supervisor) notifyf(format string, a ...any) {
+	fmt.Fprintf(s.o.Notify, "vramguard: "+format+"\n", a...)
+}
+
+func (s *supervisor) event(ctx context.Context, attempt int, kind, msg string, data any) {
+	var raw json.RawMessage
+	if data != nil {
+		raw, _ = json.Marshal(data)
+	}
+	if err := s.o.Store.AddEvent(context.WithoutCancel(ctx), &store.Event{RunID: s.o.RunID, Attempt: attempt, T: s.o.Now(), Kind: kind, Message: msg, Data: raw}); err != nil {
+		s.o.Logger.Warn("store event", "err", err)
+	}
+}
+
+// shouldRestart applies the restart policy to an ended attempt.
+func (s *supervisor) shouldRestart(pm *Postmortem, n int) (bool, string) {
+	o := s.o
+	switch {
+	case s.interrupted || pm.Reason == diagnose.Interrupted:
+		return false, ""
+	case o.Restart == RestartNever:
+		return false, ""
+	case pm.Reason == diagnose.Success && o.Restart != RestartAlways:
+		return false, ""
+	case n > o.MaxRestarts:
+		return false, fmt.Sprintf("not restarted: --max-restarts %d reached", o.MaxRestarts)
+	case o.Restart == RestartAlways:
+		return true, ""
+	case diagnose.Deterministic(pm.Reason):
+		return false, fmt.Sprintf("not restarted: %s fails the same way every time (use --restart always to retry anyway)", pm.Reason)
+	case pm.DurationS < o.StableAfter.Seconds():
+		return false, fmt.Sprintf("not restarted: it failed %.1fs after starting, before --stable-after %s, so it counts as a startup failure", pm.DurationS, o.StableAfter)
+	}
+	return true, ""
+}
+
+// backoff is exponential from initial, capped at max, with jitter in
+// [d/2, d] so restarts of many jobs do not synchronise.
+func backoff(initial, max time.Duration, n int) time.Duration {
+	d := initial
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	half := d / 2
+	if half <= 0 {
+		return d
+	}
+	return half + time.Duration(rand.Int63n(int64(half)+1))
+}
+
+// interruptibleSleep waits d; it returns true if the user stopped the run.
+func (s *supervisor) interruptibleSleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return false
+		case sig, ok := <-s.o.Signals:
+			if !ok {
+				continue
+			}
+			if sig == syscall.SIGHUP && s.o.Detached {
+				continue
+			}
+			s.interrupted = true
+			return true
+		}
+	}
+}
+
+// printPostmortem writes the short post-mortem for people.
+func (s *supervisor) printPostmortem(pm *Postmortem) {
+	w := s.o.Notify
+	if pm.Reason == diagnose.Success {
+		fmt.Fprintf(w, "vramguard: run %s finished successfully after %s%s\n", pm.RunID, fmtDur(pm.DurationS), memSuffix(pm))
+		return
+	}
+	fmt.Fprintf(w, "\n── vramguard post-mortem: run %s", pm.RunID)
+	if pm.Name != "" {
+		fmt.Fprintf(w, " (%s)", pm.Name)
+	}
+	fmt.Fprintf(w, ", attempt %d ──\n", pm.Attempt)
+	fmt.Fprintf(w, "reason:   %s — %s\n", pm.Reason, pm.Summary)
+	fmt.Fprintf(w, "ran for:  %s%s, exit status %d\n", fmtDur(pm.DurationS), memSuffix(pm), pm.ExitCode)
+	if len(pm.Evidence) > 0 {
+		fmt.Fprintln(w, "evidence:")
+		for _, e := range pm.Evidence {
+			fmt.Fprintf(w, "  • %s\n", strings.ReplaceAll(e, "\n", "\n    "))
+		}
+	}
+	if pm.Resume != nil {
+		for _, sk := range pm.Resume.Skipped {
+			fmt.Fprintf(w, "  • resume skipped %s: %s\n", sk.Path, sk.Reason)
+		}
+	}
+	if len(pm.Advice) > 0 {
+		fmt.Fprintln(w, "what to change:")
+		for _, a := range pm.Advice {
+			fmt.Fprintf(w, "  • %s\n", a)
+		}
+	}
+	if pm.RestartDecision != "" {
+		fmt.Fprintf(w, "restart:  %s\n", pm.RestartDecision)
+	}
+	fmt.Fprintf(w, "more:     vramguard explain %s    vramguard logs %s\n", pm.RunID, pm.RunID)
+}
+
+func memSuffix(pm *Postmortem) string {
+	if pm.Memory.PeakRSS == 0 {
+		return ""
+	}
+	return ", peak host memory " + diagnose.HumanBytes(pm.Memory.PeakRSS)
+}
+
+func fmtDur(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// RunDir is where a run's files live under the state directory.
+func RunDir(home, id string) string { return filepath.Join(home, "runs", id) }
