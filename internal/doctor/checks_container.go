@@ -147,7 +147,8 @@ func checkCPULimit(f *facts) Result {
 	r := okR(ev).with("host_cpus", host).with("effective_cpus", eff)
 	switch {
 	case eff < 1:
-		r = failR(ev+": less than one CPU; the Python loop and data loading will starve the GPU", fix).with("effective_cpus", eff)
+		r = failR(ev+": less than one CPU; the Python loop and data loading will starve the GPU",
+			"give the job at least one whole CPU per GPU plus one per DataLoader worker (docker run --cpus=4, Kubernetes resources.limits.cpu)").with("effective_cpus", eff)
 	case host > 0 && eff < float64(host):
 		r = warnR(ev+fmt.Sprintf(": os.cpu_count() still says %d, so num_workers and thread pools sized from it oversubscribe and get throttled", host), fix).
 			with("effective_cpus", eff)

@@ -171,7 +171,7 @@ func TestChecks(t *testing.T) {
 		// container.cpu
 		{"cpu unlimited", "container.cpu", scenario{base: "baremetal"}, OK, "no CPU limit; 64 CPUs", ""},
 		{"cpu quota", "container.cpu", scenario{base: "container", files: map[string]string{"sys/fs/cgroup/cpu.max": "200000 100000\n"}}, Warn, "CPU quota 2 CPUs (/sys/fs/cgroup/cpu.max) on a host with 16 CPUs", "num_workers<=2"},
-		{"cpu half", "container.cpu", scenario{base: "container", files: map[string]string{"sys/fs/cgroup/cpu.max": "50000 100000\n"}}, Fail, "0.50 CPUs", ""},
+		{"cpu half", "container.cpu", scenario{base: "container", files: map[string]string{"sys/fs/cgroup/cpu.max": "50000 100000\n"}}, Fail, "0.50 CPUs", "--cpus"},
 		{"cpu v1 quota", "container.cpu", scenario{base: "baremetal", files: map[string]string{
 			"proc/self/cgroup":                                       "3:cpu,cpuacct:/docker/abc\n0::/\n",
 			"sys/fs/cgroup/cgroup.controllers":                       del,
