@@ -51,8 +51,8 @@ func openGPU(ctx context.Context, simulate, spec string) (b gpu.Backend, note st
 	}
 	if r := backends.Reason(b); r != "" {
 		note = r
-		if errors.Is(err, gpu.ErrNoDriver) || r == gpu.ErrNoDriver.Error() || spec == "" || spec == "auto" {
-			note = r + "; showing no GPUs (try --simulate examples/scenarios/workstation.json)"
+		if spec == "" || spec == "auto" {
+			note += "; showing no GPUs (try --simulate examples/scenarios/workstation.json)"
 		}
 	}
 	return b, note, nil
