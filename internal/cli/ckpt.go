@@ -92,7 +92,7 @@ metrics, hyper-parameters), total tensor bytes and unique storage bytes
 (views and tied weights count once), parameter count, an estimate of the GPU
 memory a resume needs (parameters, gradients, optimizer state), the Python
 globals the pickle references and any findings. It reads the zip directory
-and the pickle, not the tensors.
+and the pickle, not the tensors. Exit 1 when the checkpoint is invalid.
 
 Paths join dict keys and sequence indexes with "."; dtypes are torch's names.`,
 		Example: `  vramguard ckpt inspect last.pt
@@ -105,9 +105,12 @@ Paths join dict keys and sequence indexes with "."; dtypes are torch's names.`,
 				return ckptInputErr(err)
 			}
 			if asJSON {
-				return f.WriteJSON(rep)
+				if err := f.WriteJSON(rep); err != nil {
+					return err
+				}
+			} else {
+				renderReport(f, rep, limit)
 			}
-			renderReport(f, rep, limit)
 			if !rep.Valid {
 				return Silent(ExitFailed)
 			}
