@@ -27,6 +27,7 @@ import shutil
 import struct
 import sys
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -101,6 +102,10 @@ def describe(obj):
     def walk(v, p):
         if isinstance(v, torch.Tensor):
             tensor(p, v)
+        elif isinstance(v, np.ndarray):
+            tensors.append({"path": p, "dtype": str(v.dtype), "shape": list(v.shape), "bytes": v.nbytes})
+        elif isinstance(v, np.generic):
+            scalars[p] = v.item()
         elif isinstance(v, nn.Module):
             for k, t in v.state_dict(keep_vars=True).items():
                 tensor(join(p, k), t)
@@ -214,6 +219,9 @@ def main():
     save("nested.pt", {"a": [torch.ones(2), (torch.zeros(3, dtype=torch.int64), {"deep": {"x": torch.ones(1, 1)}})],
                        "b": collections.OrderedDict(k=torch.ones(4, dtype=torch.float16)), 7: "seven",
                        "flags": [True, False], "cfg": {"lr": 0.01, "name": "run-1", "layers": [64, 32]}})
+    # 6b. numpy arrays and scalars next to tensors
+    save("numpy.pt", {"arr": np.arange(6, dtype=np.float32).reshape(2, 3), "ids": np.array([1, 2, 3]),
+                      "best": np.float64(0.125), "count": np.int64(9), "w": torch.ones(2)})
     # 7. a whole pickled nn.Module
     save("module.pt", net, layout="module")
     # 8. Lightning-style .ckpt

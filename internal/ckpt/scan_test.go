@@ -71,7 +71,7 @@ func TestScanMalicious(t *testing.T) {
 
 func TestScanBenign(t *testing.T) {
 	for _, p := range []string{"testdata/malicious/benign.pt", "testdata/torch/training.pt", "testdata/torch/legacy.pt",
-		"testdata/torch/dtypes.pt", "testdata/torch/model.safetensors", "testdata/torch/lightning.ckpt", "testdata/torch/plain0.pkl"} {
+		"testdata/torch/dtypes.pt", "testdata/torch/numpy.pt", "testdata/torch/model.safetensors", "testdata/torch/lightning.ckpt", "testdata/torch/plain0.pkl"} {
 		res, err := ScanFile(p)
 		if err != nil {
 			t.Fatal(err)
