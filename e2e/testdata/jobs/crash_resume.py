@@ -1,0 +1,21 @@
+# A training loop that checkpoints every step and crashes at a random step
+# until it reaches the end; it resumes from the path given as argv[2].
+import os, random, sys, time, torch
+ckdir, resume = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
+total = 12
+step = 0
+if resume:
+    step = torch.load(resume)["step"]
+    print(f"resumed from {resume} at step {step}", flush=True)
+random.seed(os.getpid())
+crash_at = step + random.randint(2, 5)
+while step < total:
+    step += 1
+    torch.save({"step": step, "w": torch.randn(64)}, os.path.join(ckdir, f"ckpt-{step:04d}.pt"))
+    if step == crash_at and step < total:
+        print(f"crashing at step {step}", flush=True)
+        # A crash mid-save leaves a truncated newest file behind.
+        with open(os.path.join(ckdir, f"ckpt-{step+1:04d}.pt"), "wb") as f:
+            f.write(b"PK\x03\x04" + b"\0" * 100)
+        os._exit(1)
+print(f"done at step {step}", flush=True)

@@ -1,0 +1,3 @@
+# A CPU-only PyTorch asked for CUDA: "Torch not compiled with CUDA enabled".
+import torch
+torch.zeros(1).cuda()
