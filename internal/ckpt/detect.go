@@ -13,7 +13,6 @@ package ckpt
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -70,7 +69,7 @@ func detectFile(r io.ReaderAt, size int64) string {
 			return FormatTorchLegacy
 		}
 		return FormatPickle
-	case isTar(head, r):
+	case isTar(r):
 		return FormatTorchTar
 	case isProto01Pickle(r, size, head[0]):
 		return FormatPickle
@@ -103,7 +102,7 @@ func isLegacyHead(head []byte) bool {
 	return false
 }
 
-func isTar(head []byte, r io.ReaderAt) bool {
+func isTar(r io.ReaderAt) bool {
 	var blk [512]byte
 	if n, _ := r.ReadAt(blk[:], 0); n < 512 {
 		return false
@@ -159,11 +158,9 @@ func hasSuffixFile(dir, suffix string) bool {
 	return false
 }
 
-// errUnreadable marks errors opening or reading the input itself, which the
-// CLI reports with exit 2 rather than as an invalid checkpoint.
-var errUnreadable = errors.New("unreadable")
-
-// UnreadableError wraps an I/O failure on the input.
+// UnreadableError wraps a failure to open or read the input itself (missing,
+// permission denied, an I/O error), which the CLI reports with exit 2 rather
+// than as an invalid checkpoint.
 type UnreadableError struct{ Err error }
 
 func (e *UnreadableError) Error() string { return e.Err.Error() }

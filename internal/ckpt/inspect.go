@@ -85,12 +85,6 @@ func Verify(path string, deep bool) (*Report, error) {
 	return Inspect(path, Options{Deep: deep, Structure: true})
 }
 
-// ioErr reports whether err is a real I/O failure (not EOF or a format error).
-func ioErr(err error) bool {
-	var pe *os.PathError
-	return errors.As(err, &pe)
-}
-
 func inspectReader(r io.ReaderAt, size int64, rep *Report, opt Options) error {
 	defer rep.finish()
 	if size == 0 {

@@ -405,9 +405,6 @@ func (w *walker) tensor(c *pickle.Call, path, fn, role string, param bool) {
 	off, _ := a[1].(int64)
 	shape, ok1 := intTuple(a[2])
 	stride, ok2 := intTuple(a[3])
-	if fn == "torch._utils._rebuild_qtensor" {
-		ok2 = ok2 && true
-	}
 	if !ok1 || !ok2 || len(shape) != len(stride) {
 		w.bad = append(w.bad, fmt.Sprintf("%s: malformed size/stride", path))
 		return
