@@ -136,3 +136,30 @@ func TestCkptPruneApply(t *testing.T) {
 		}
 	}
 }
+
+func TestCkptProgressBar(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := &progressBar{w: &buf, name: "big.pt", total: 4 << 30, now: func() time.Time { return now }}
+	b.add(1 << 30) // first call draws
+	b.add(1 << 30) // same instant: throttled
+	now = now.Add(time.Second)
+	b.add(2 << 30) // done: draws
+	b.done()
+	out := buf.String()
+	if strings.Count(out, "\r") != 3 {
+		t.Errorf("want 3 redraws (first, last, done), got %q", out)
+	}
+	for _, s := range []string{" 25% 1.0 GiB/4.0 GiB", "100% 4.0 GiB/4.0 GiB", "big.pt ["} {
+		if !strings.Contains(out, s) {
+			t.Errorf("bar lacks %q: %q", s, out)
+		}
+	}
+	var nilBar *progressBar
+	nilBar.done() // no panic on nil
+	// Not a terminal: no bar at all.
+	f := &Factory{IO: IOStreams{ErrOut: &buf}, Now: time.Now}
+	if newProgressBar(f, "../ckpt/testdata/torch/training.pt") != nil {
+		t.Error("bar created for a non-terminal stderr")
+	}
+}
