@@ -4,13 +4,21 @@ import os, signal, sys
 total = int(sys.argv[1]) << 20
 line = 0
 written = 0
-out = sys.stdout.buffer
+fd = sys.stdout.fileno()
+
+def write_all(b):
+    # os.write may write less than asked when the pipe is full and a signal
+    # arrives; keep going so the job itself loses nothing.
+    view = memoryview(b)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
 while written < total:
     chunk = b"".join(b"line %09d %s\n" % (line + i, b"x" * 80) for i in range(1000))
     line += 1000
-    out.write(chunk)
+    write_all(chunk)
     written += len(chunk)
-out.flush()
 sys.stderr.write("wrote %d lines\n" % line)
 sys.stderr.flush()
 os.kill(os.getpid(), signal.SIGKILL)

@@ -14,8 +14,12 @@ while step < total:
     torch.save({"step": step, "w": torch.randn(64)}, os.path.join(ckdir, f"ckpt-{step:04d}.pt"))
     if step == crash_at and step < total:
         print(f"crashing at step {step}", flush=True)
-        # A crash mid-save leaves a truncated newest file behind.
-        with open(os.path.join(ckdir, f"ckpt-{step+1:04d}.pt"), "wb") as f:
-            f.write(b"PK\x03\x04" + b"\0" * 100)
+        # A crash mid-save leaves a truncated newest file behind: the next
+        # save's first half, without its zip central directory.
+        nxt = os.path.join(ckdir, f"ckpt-{step+1:04d}.pt")
+        torch.save({"step": step + 1, "w": torch.randn(64)}, nxt)
+        data = open(nxt, "rb").read()
+        with open(nxt, "wb") as f:
+            f.write(data[: len(data) // 2])
         os._exit(1)
 print(f"done at step {step}", flush=True)
