@@ -157,3 +157,13 @@ func dumpMessages(t *testing.T, msgs []Message) {
 		t.Logf("%s", b)
 	}
 }
+
+func pythonCmd(t *testing.T, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, python, args...)
+	cmd.Env = env
+	cmd.Dir = t.TempDir()
+	return cmd
+}

@@ -33,6 +33,7 @@ type Message struct {
 	Python     string   `json:"python,omitempty"`
 	Probe      string   `json:"probe,omitempty"`
 	RunID      string   `json:"run_id,omitempty"`
+	Attempt    int      `json:"attempt,omitempty"`
 	Hz         float64  `json:"hz,omitempty"`
 	Forked     bool     `json:"forked,omitempty"`
 

@@ -54,6 +54,7 @@ const (
 	EnvOOMSnapshot = "VRAMGUARD_OOM_SNAPSHOT"
 	EnvAtomicSave  = "VRAMGUARD_ATOMIC_SAVE"
 	EnvRunID       = "VRAMGUARD_RUN_ID"
+	EnvAttempt     = "VRAMGUARD_ATTEMPT"
 )
 
 // AgentSocketName is the socket, under the vramguard state directory, that
@@ -68,6 +69,11 @@ type Options struct {
 	OOMSnapshot bool    // record memory history (bounded) and dump it at OOM
 	AtomicSave  bool    // torch.save to a path: stage, fsync, rename
 	RunID       string
+	// Attempt, when above 0, goes into the names of the files the probe
+	// writes: RunDir/stacks-<attempt>-<pid>.txt and
+	// RunDir/oom-<attempt>-<pid>-<n>.{txt,pickle}; without it they are
+	// stacks-<pid>.txt and oom-<pid>-<n>.*.
+	Attempt int
 }
 
 // Files returns the embedded probe's files, relative to the probe directory.
@@ -158,6 +164,7 @@ func Env(env []string, probeDir string, o Options) []string {
 		EnvOOMSnapshot: boolEnv(o.OOMSnapshot),
 		EnvAtomicSave:  boolEnv(o.AtomicSave),
 		EnvRunID:       o.RunID,
+		EnvAttempt:     strconv.Itoa(max(o.Attempt, 0)),
 	}
 	pythonPath := probeDir
 	out := make([]string, 0, len(env)+len(set)+1)
@@ -175,7 +182,7 @@ func Env(env []string, probeDir string, o Options) []string {
 		out = append(out, kv)
 	}
 	out = append(out, "PYTHONPATH="+pythonPath)
-	for _, k := range []string{EnvSocket, EnvHz, EnvRunDir, EnvOOMSnapshot, EnvAtomicSave, EnvRunID} {
+	for _, k := range []string{EnvSocket, EnvHz, EnvRunDir, EnvOOMSnapshot, EnvAtomicSave, EnvRunID, EnvAttempt} {
 		out = append(out, k+"="+set[k])
 	}
 	return out
@@ -195,7 +202,7 @@ func boolEnv(b bool) string {
 	return "0"
 }
 
-// RemoveEmptyStackFiles deletes the empty stacks-<pid>.txt files that
+// RemoveEmptyStackFiles deletes the empty stacks-*.txt files that
 // processes which never got StackSignal leave in runDir (a process that ends
 // through os._exit, as multiprocessing workers do, cannot remove its own).
 func RemoveEmptyStackFiles(runDir string) error {

@@ -25,21 +25,21 @@ func TestEnv(t *testing.T) {
 			in:   []string{"HOME=/h", "PATH=/bin"},
 			o:    Options{Socket: "/s/p.sock"},
 			want: []string{"HOME=/h", "PATH=/bin", "PYTHONPATH=/probe", "VRAMGUARD_PROBE_SOCKET=/s/p.sock", "VRAMGUARD_PROBE_HZ=1",
-				"VRAMGUARD_RUN_DIR=", "VRAMGUARD_OOM_SNAPSHOT=0", "VRAMGUARD_ATOMIC_SAVE=0", "VRAMGUARD_RUN_ID="},
+				"VRAMGUARD_RUN_DIR=", "VRAMGUARD_OOM_SNAPSHOT=0", "VRAMGUARD_ATOMIC_SAVE=0", "VRAMGUARD_RUN_ID=", "VRAMGUARD_ATTEMPT=0"},
 		},
 		{
 			name: "prepends to PYTHONPATH, replaces stale probe variables, caps Hz",
 			in:   []string{"PYTHONPATH=/a:/b", "VRAMGUARD_PROBE_HZ=3", "VRAMGUARD_RUN_ID=old", "X=1"},
-			o:    Options{Socket: "/s", Hz: 50, RunDir: "/r", OOMSnapshot: true, AtomicSave: true, RunID: "new"},
+			o:    Options{Socket: "/s", Hz: 50, RunDir: "/r", OOMSnapshot: true, AtomicSave: true, RunID: "new", Attempt: 2},
 			want: []string{"X=1", "PYTHONPATH=/probe:/a:/b", "VRAMGUARD_PROBE_SOCKET=/s", "VRAMGUARD_PROBE_HZ=20",
-				"VRAMGUARD_RUN_DIR=/r", "VRAMGUARD_OOM_SNAPSHOT=1", "VRAMGUARD_ATOMIC_SAVE=1", "VRAMGUARD_RUN_ID=new"},
+				"VRAMGUARD_RUN_DIR=/r", "VRAMGUARD_OOM_SNAPSHOT=1", "VRAMGUARD_ATOMIC_SAVE=1", "VRAMGUARD_RUN_ID=new", "VRAMGUARD_ATTEMPT=2"},
 		},
 		{
 			name: "empty PYTHONPATH; fractional Hz",
 			in:   []string{"PYTHONPATH="},
 			o:    Options{Hz: 0.5},
 			want: []string{"PYTHONPATH=/probe", "VRAMGUARD_PROBE_SOCKET=", "VRAMGUARD_PROBE_HZ=0.5",
-				"VRAMGUARD_RUN_DIR=", "VRAMGUARD_OOM_SNAPSHOT=0", "VRAMGUARD_ATOMIC_SAVE=0", "VRAMGUARD_RUN_ID="},
+				"VRAMGUARD_RUN_DIR=", "VRAMGUARD_OOM_SNAPSHOT=0", "VRAMGUARD_ATOMIC_SAVE=0", "VRAMGUARD_RUN_ID=", "VRAMGUARD_ATTEMPT=0"},
 		},
 	}
 	for _, tc := range cases {

@@ -34,6 +34,7 @@ ENV_RUN_DIR = "VRAMGUARD_RUN_DIR"
 ENV_OOM_SNAPSHOT = "VRAMGUARD_OOM_SNAPSHOT"
 ENV_ATOMIC_SAVE = "VRAMGUARD_ATOMIC_SAVE"
 ENV_RUN_ID = "VRAMGUARD_RUN_ID"
+ENV_ATTEMPT = "VRAMGUARD_ATTEMPT"
 
 DEFAULT_HZ = 1.0
 MAX_HZ = 20.0
@@ -132,6 +133,13 @@ class _Config:
         self.oom_snapshot = False
         self.atomic_save = False
         self.run_id = ""
+        self.attempt = 0
+
+    def file_prefix(self, kind, pid):
+        """RUN_DIR/<kind>-[<attempt>-]<pid>"""
+        if self.attempt > 0:
+            return os.path.join(self.run_dir, "%s-%d-%d" % (kind, self.attempt, pid))
+        return os.path.join(self.run_dir, "%s-%d" % (kind, pid))
 
     @classmethod
     def from_env(cls, env):
@@ -142,6 +150,10 @@ class _Config:
         c.oom_snapshot = env.get(ENV_OOM_SNAPSHOT, "") not in ("", "0")
         c.atomic_save = env.get(ENV_ATOMIC_SAVE, "") not in ("", "0")
         c.run_id = env.get(ENV_RUN_ID, "")
+        try:
+            c.attempt = max(int(env.get(ENV_ATTEMPT) or 0), 0)
+        except ValueError:
+            c.attempt = 0
         return c
 
 
@@ -295,6 +307,7 @@ class _Probe:
                 "python": "%d.%d.%d" % sys.version_info[:3],
                 "probe": VERSION,
                 "run_id": cfg.run_id,
+                "attempt": cfg.attempt,
                 "hz": cfg.hz,
                 "forked": forked,
             }
@@ -444,7 +457,7 @@ class _Probe:
         try:
             if signal.getsignal(STACK_SIGNAL) not in (signal.SIG_DFL, None):
                 return  # the job (or a notebook) already uses it
-            path = os.path.join(self.cfg.run_dir, "stacks-%d.txt" % self.pid)
+            path = self.cfg.file_prefix("stacks", self.pid) + ".txt"
             f = open(path, "a")
             faulthandler.register(STACK_SIGNAL, file=f, all_threads=True, chain=False)
             self.stack_file = f
@@ -827,7 +840,7 @@ def _on_oom(source, device=None, alloc=None, limit=None, free=None, message=None
         ev["message"] = message[:2000]
     tc = sys.modules.get("torch.cuda")
     if p.cfg.run_dir and n <= MAX_OOM_DUMPS:
-        base = os.path.join(p.cfg.run_dir, "oom-%d-%d" % (p.pid, n))
+        base = "%s-%d" % (p.cfg.file_prefix("oom", p.pid), n)
         try:
             text = tc.memory_summary(device)
             with open(base + ".txt", "w") as f:

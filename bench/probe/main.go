@@ -1,0 +1,170 @@
+// Command probe-bench measures what vramguard's in-process probe costs a CPU
+// training loop: the same loop (train.py) without the probe and with it at
+// 1 Hz and 20 Hz, interleaved round by round so drift on a shared machine
+// hits every configuration alike. It prints a Markdown table of medians.
+//
+//	go run ./bench/probe -runs 9 -steps 300
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/probe"
+)
+
+type config struct {
+	name string
+	hz   float64 // 0: no probe
+}
+
+type run struct {
+	loop, wall, cpu time.Duration
+	samples         int
+}
+
+func main() {
+	runs := flag.Int("runs", 9, "rounds; each runs every configuration once")
+	steps := flag.Int("steps", 300, "optimizer steps per run")
+	python := flag.String("python", "/usr/bin/python3", "interpreter with torch")
+	flag.Parse()
+	if err := bench(*runs, *steps, *python); err != nil {
+		fmt.Fprintln(os.Stderr, "probe-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func bench(runs, steps int, python string) error {
+	tmp, err := os.MkdirTemp("", "vgbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	dir, err := probe.Install(tmp)
+	if err != nil {
+		return err
+	}
+	l, err := probe.Listen(filepath.Join(tmp, "p.sock"))
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	var mu sync.Mutex
+	cond := sync.NewCond(&mu)
+	samples := map[int]int{}
+	gone := map[int]bool{}
+	go func() {
+		for m := range l.Messages() {
+			mu.Lock()
+			switch m.Type {
+			case probe.TypeSample:
+				samples[m.PID]++
+			case probe.TypeDisconnect:
+				gone[m.PID] = true
+				cond.Broadcast()
+			}
+			mu.Unlock()
+		}
+	}()
+	// samplesOf waits until pid's connection has closed and returns how many
+	// samples it sent.
+	samplesOf := func(pid int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		for !gone[pid] {
+			cond.Wait()
+		}
+		return samples[pid]
+	}
+	script, err := filepath.Abs("bench/probe/train.py")
+	if err != nil {
+		return err
+	}
+	configs := []config{{"without probe", 0}, {"probe 1 Hz", 1}, {"probe 20 Hz", 20}}
+	res := make([][]run, len(configs))
+	base := []string{"PATH=/usr/bin:/bin", "HOME=" + tmp, "OMP_NUM_THREADS=1"}
+	for r := range runs {
+		for k := range configs {
+			i := (k + r) % len(configs) // rotate the order every round
+			c := configs[i]
+			env := base
+			if c.hz > 0 {
+				env = probe.Env(base, dir, probe.Options{Socket: l.Path(), Hz: c.hz})
+			}
+			cmd := exec.Command(python, script, fmt.Sprint(steps))
+			cmd.Env = env
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			start := time.Now()
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("%s: %v\n%s", c.name, err, errb.String())
+			}
+			wall := time.Since(start)
+			var rep struct {
+				LoopS float64 `json:"loop_s"`
+			}
+			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+				return fmt.Errorf("%s: %v: %q", c.name, err, out.String())
+			}
+			ps := cmd.ProcessState
+			n := 0
+			if c.hz > 0 {
+				n = samplesOf(ps.Pid())
+			}
+			res[i] = append(res[i], run{
+				loop:    time.Duration(rep.LoopS * float64(time.Second)),
+				wall:    wall,
+				cpu:     ps.UserTime() + ps.SystemTime(),
+				samples: n,
+			})
+			fmt.Fprintf(os.Stderr, "round %d %-14s loop %.3fs cpu %.3fs\n", r+1, c.name, rep.LoopS, (ps.UserTime() + ps.SystemTime()).Seconds())
+		}
+	}
+	med := func(rs []run, f func(run) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	loop := func(r run) float64 { return r.loop.Seconds() }
+	cpu := func(r run) float64 { return r.cpu.Seconds() }
+	wall := func(r run) float64 { return r.wall.Seconds() }
+	// Paired: each round's probe run against that round's run without it.
+	paired := func(i int, f func(run) float64) float64 {
+		rs := make([]run, len(res[i]))
+		for j := range res[i] {
+			rs[j] = run{loop: time.Duration(float64(time.Second) * (f(res[i][j])/f(res[0][j]) - 1))}
+		}
+		return med(rs, loop)
+	}
+	fmt.Printf("%d rounds x %d steps (%s, %s)\n\n", runs, steps, python, time.Now().UTC().Format("2006-01-02"))
+	fmt.Println("| configuration | median loop (s) | loop vs without (median of medians) | loop vs without (median of paired rounds) | median process CPU (s) | CPU vs without | median wall incl. start (s) | samples per run |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for i, c := range configs {
+		pct := func(a, b float64) string { return fmt.Sprintf("%+.2f%%", (a/b-1)*100) }
+		lv, cv := "–", "–"
+		pv := "–"
+		if i > 0 {
+			lv = pct(med(res[i], loop), med(res[0], loop))
+			cv = pct(med(res[i], cpu), med(res[0], cpu))
+			pv = fmt.Sprintf("%+.2f%%", paired(i, loop)*100)
+		}
+		fmt.Printf("| %s | %.3f | %s | %s | %.3f | %s | %.3f | %s |\n", c.name, med(res[i], loop), lv, pv, med(res[i], cpu), cv, med(res[i], wall),
+			strings.TrimSpace(fmt.Sprint(med(res[i], func(r run) float64 { return float64(r.samples) }))))
+	}
+	return nil
+}
