@@ -36,6 +36,8 @@ type RunOptions struct {
 	SampleInterval time.Duration
 	Detach         bool
 	JSON           bool
+	Simulate       string
+	GPUBackend     string
 	detachedID     string
 	Command        []string
 }
@@ -92,6 +94,8 @@ usage; 3 when --memory-limit cannot be applied here.`,
 	fl.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "how often to sample memory")
 	fl.BoolVar(&o.Detach, "detach", false, "run in the background, surviving the terminal; prints the run id")
 	fl.BoolVar(&o.JSON, "json", false, "print the post-mortem (or, with --detach, the run id) as JSON on stdout")
+	fl.StringVar(&o.GPUBackend, "gpu-backend", "auto", "where GPU memory is read: auto, nvml, none or sim:SCENARIO")
+	addGPUFlags(cmd, &o.Simulate)
 	fl.StringVar(&o.detachedID, "detached-run-id", "", "")
 	fl.MarkHidden("detached-run-id")
 	return cmd
@@ -133,6 +137,14 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	if o.Detach {
 		return detach(ctx, f, o)
 	}
+	gb, note, err := openGPU(ctx, o.Simulate, o.GPUBackend)
+	if err != nil {
+		return err
+	}
+	defer gb.Close()
+	if note != "" {
+		f.Logger().Info("gpu", "note", note)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return Envf("find the vramguard executable: %v", err)
@@ -172,7 +184,7 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 
 	so := supervise.Options{
 		RunID: id, Name: o.Name, Command: o.Command, Env: os.Environ(), RunDir: run.Dir,
-		Store: st, Proc: procfs.FS{}, Cgroup: cgroup.Reader{},
+		Store: st, GPU: gb, Proc: procfs.FS{}, Cgroup: cgroup.Reader{},
 		Notify: f.IO.ErrOut, Signals: sigs,
 		SampleInterval: o.SampleInterval, MemoryLimit: limit,
 		Restart: o.Restart, MaxRestarts: o.MaxRestarts, BackoffInitial: o.Backoff, BackoffMax: o.BackoffMax,
@@ -282,5 +294,10 @@ func detachArgs(argv []string, o *RunOptions) []string {
 	add("stall-timeout", o.StallTimeout.String())
 	add("stop-timeout", o.StopTimeout.String())
 	add("sample-interval", o.SampleInterval.String())
+	add("gpu-backend", o.GPUBackend)
+	if o.Simulate != "" {
+		abs, _ := filepath.Abs(o.Simulate)
+		add("simulate", abs)
+	}
 	return append(append(out, "--"), o.Command...)
 }

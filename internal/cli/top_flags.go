@@ -70,4 +70,4 @@ func procSource(b gpu.Backend, root string) attrib.ProcSource {
 
 // topOwnerHints supplies supervised runs' root PIDs to attribution. The run
 // store wires itself in here; nil knows no runs.
-var topOwnerHints = func(*Factory) attrib.OwnerHints { return nil }
+var topOwnerHints = runOwnerHints

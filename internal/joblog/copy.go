@@ -6,64 +6,80 @@ import (
 	"sync"
 )
 
-// Tail keeps the last lines of output from both streams, in arrival order,
-// for the post-mortem. Lines longer than maxLine are cut.
+// Tail keeps the end of the output from both streams, in arrival order,
+// for the post-mortem. Add only copies bytes (it runs on the hot path);
+// Lines splits them when the post-mortem asks.
 type Tail struct {
-	mu      sync.Mutex
-	lines   []string
-	max     int
-	partial map[byte]*strings.Builder
+	mu     sync.Mutex
+	chunks []tailChunk
+	size   int
+	max    int
 }
 
-const maxLine = 4096
+type tailChunk struct {
+	stream byte
+	data   []byte
+}
+
+const (
+	maxLine   = 4096    // longer lines are cut in Lines
+	tailBytes = 1 << 20 // raw bytes kept across both streams
+)
 
 // NewTail keeps the last n lines.
-func NewTail(n int) *Tail { return &Tail{max: n, partial: map[byte]*strings.Builder{}} }
+func NewTail(n int) *Tail { return &Tail{max: n} }
 
 // Add feeds a chunk of stream s.
 func (t *Tail) Add(s byte, chunk []byte) {
+	if len(chunk) > tailBytes {
+		chunk = chunk[len(chunk)-tailBytes:]
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	b := t.partial[s]
-	if b == nil {
-		b = &strings.Builder{}
-		t.partial[s] = b
-	}
-	for _, c := range chunk {
-		if c == '\n' || c == '\r' {
-			if b.Len() > 0 || c == '\n' {
-				t.push(b.String())
-			}
-			b.Reset()
-			continue
-		}
-		if b.Len() < maxLine {
-			b.WriteByte(c)
-		}
+	t.chunks = append(t.chunks, tailChunk{s, append([]byte(nil), chunk...)})
+	t.size += len(chunk)
+	for len(t.chunks) > 1 && t.size-len(t.chunks[0].data) >= tailBytes {
+		t.size -= len(t.chunks[0].data)
+		t.chunks[0] = tailChunk{}
+		t.chunks = t.chunks[1:]
 	}
 }
 
-func (t *Tail) push(s string) {
-	t.lines = append(t.lines, s)
-	if len(t.lines) > 2*t.max {
-		t.lines = append(t.lines[:0], t.lines[len(t.lines)-t.max:]...)
-	}
-}
-
-// Lines returns the kept lines, including unterminated ones.
+// Lines returns the last lines (unterminated ones included); a carriage
+// return ends a line too, so progress bars do not merge into one.
 func (t *Tail) Lines() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := append([]string(nil), t.lines...)
-	for _, s := range []byte{'o', 'e'} {
-		if b := t.partial[s]; b != nil && b.Len() > 0 {
-			out = append(out, b.String())
+	var lines []string
+	partial := map[byte]*strings.Builder{}
+	for _, c := range t.chunks {
+		b := partial[c.stream]
+		if b == nil {
+			b = &strings.Builder{}
+			partial[c.stream] = b
+		}
+		for _, ch := range c.data {
+			if ch == '\n' || ch == '\r' {
+				if b.Len() > 0 || ch == '\n' {
+					lines = append(lines, b.String())
+				}
+				b.Reset()
+				continue
+			}
+			if b.Len() < maxLine {
+				b.WriteByte(ch)
+			}
 		}
 	}
-	if len(out) > t.max {
-		out = out[len(out)-t.max:]
+	for _, s := range []byte{'o', 'e'} {
+		if b := partial[s]; b != nil && b.Len() > 0 {
+			lines = append(lines, b.String())
+		}
 	}
-	return out
+	if len(lines) > t.max {
+		lines = lines[len(lines)-t.max:]
+	}
+	return lines
 }
 
 // Copy reads stream s from r until EOF: each chunk goes to the log first,

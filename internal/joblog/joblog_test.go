@@ -76,3 +76,17 @@ func TestMalformed(t *testing.T) {
 		t.Error("garbage decoded without error")
 	}
 }
+
+func BenchmarkCopy(b *testing.B) {
+	line := []byte("epoch 1 step 123 loss 0.123456 lr 0.0003 grad_norm 1.2345 tokens/s 12345.6 ......................\n")
+	chunk := bytes.Repeat(line, (64<<10)/len(line))
+	path := filepath.Join(b.TempDir(), "b.log")
+	lw, _ := Create(path, nil)
+	defer lw.Close()
+	tail := NewTail(200)
+	b.SetBytes(int64(len(chunk)))
+	for i := 0; i < b.N; i++ {
+		lw.Write('o', chunk, false)
+		tail.Add('o', chunk)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/vramguard/vramguard/internal/cgroup"
 	"github.com/vramguard/vramguard/internal/ckpt"
 	"github.com/vramguard/vramguard/internal/diagnose"
+	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/joblog"
 	"github.com/vramguard/vramguard/internal/store"
 )
@@ -193,6 +194,8 @@ type running struct {
 	final         statusMsg
 	haveFinal     bool
 	startedUptime float64
+	gpuAt         time.Time
+	gpuProcs      []gpu.Process
 }
 
 // start launches the shim and waits for it to report the job's PID.
@@ -529,7 +532,13 @@ func (a *running) sample(ctx context.Context) {
 			a.mem.Limit, a.mem.LimitSource = mi.Total, "host"
 		}
 	}
-	if gp, err := o.GPU.Processes(ctx); err == nil && len(gp) > 0 {
+	// NVML's process query is expensive and takes a driver lock: at most
+	// once a second, whatever the sample interval.
+	if now.Sub(a.gpuAt) >= time.Second {
+		a.gpuAt = now
+		a.gpuProcs, _ = o.GPU.Processes(ctx)
+	}
+	if gp := a.gpuProcs; len(gp) > 0 {
 		var used uint64
 		for _, g := range gp {
 			if i, ok := inTree[g.PID]; ok {
