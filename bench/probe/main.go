@@ -33,17 +33,18 @@ type run struct {
 }
 
 func main() {
-	runs := flag.Int("runs", 9, "rounds; each runs every configuration once")
+	runs := flag.Int("runs", 9, "rounds; each runs every configuration once (0: skip the training loop)")
+	pairs := flag.Int("pairs", 20, "in-process on/off block pairs per rate (0: skip)")
 	steps := flag.Int("steps", 300, "optimizer steps per run")
 	python := flag.String("python", "/usr/bin/python3", "interpreter with torch")
 	flag.Parse()
-	if err := bench(*runs, *steps, *python); err != nil {
+	if err := bench(*runs, *steps, *pairs, *python); err != nil {
 		fmt.Fprintln(os.Stderr, "probe-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func bench(runs, steps int, python string) error {
+func bench(runs, steps, pairs int, python string) error {
 	tmp, err := os.MkdirTemp("", "vgbench-")
 	if err != nil {
 		return err
@@ -129,6 +130,109 @@ func bench(runs, steps int, python string) error {
 			fmt.Fprintf(os.Stderr, "round %d %-14s loop %.3fs cpu %.3fs\n", r+1, c.name, rep.LoopS, (ps.UserTime() + ps.SystemTime()).Seconds())
 		}
 	}
+	if runs > 0 {
+		printLoop(configs, res, runs, steps, python)
+	}
+	if pairs > 0 {
+		if err := inproc(python, script, dir, l, base, pairs); err != nil {
+			return err
+		}
+	}
+	return micro(python, script, dir, l, base)
+}
+
+// inproc prints inproc.py's paired on/off blocks within one process.
+func inproc(python, trainScript, dir string, l *probe.Listener, base []string, pairs int) error {
+	cmd := exec.Command(python, filepath.Join(filepath.Dir(trainScript), "inproc.py"), fmt.Sprint(pairs))
+	cmd.Env = probe.Env(base, dir, probe.Options{Socket: l.Path(), Hz: 1})
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("inproc.py: %v", err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(out, &m); err != nil {
+		return fmt.Errorf("inproc.py: %v: %q", err, out)
+	}
+	type side struct {
+		Median float64 `json:"median_pct"`
+		Min    float64 `json:"min_pct"`
+		Max    float64 `json:"max_pct"`
+		Pairs  int     `json:"pairs"`
+	}
+	var n int
+	json.Unmarshal(m["steps_per_block"], &n)
+	fmt.Printf("\nIn one process, blocks of %d steps alternating sampler on/off (the step hook stays installed):\n\n", n)
+	fmt.Println("| rate | pairs | median slowdown | min | max |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: |")
+	for _, k := range []string{"1 Hz", "20 Hz"} {
+		var s side
+		if err := json.Unmarshal(m[k], &s); err != nil {
+			return fmt.Errorf("inproc.py %s: %v", k, err)
+		}
+		fmt.Printf("| %s | %d | %+.2f%% | %+.2f%% | %+.2f%% |\n", k, s.Pairs, s.Median, s.Min, s.Max)
+	}
+	return nil
+}
+
+// micro prints per-operation costs (micro.py inside a probed process) and
+// interpreter start-up with and without the probe.
+func micro(python, trainScript, dir string, l *probe.Listener, base []string) error {
+	env := probe.Env(base, dir, probe.Options{Socket: l.Path(), Hz: 1})
+	cmd := exec.Command(python, filepath.Join(filepath.Dir(trainScript), "micro.py"))
+	cmd.Env = env
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("micro.py: %v", err)
+	}
+	var m struct {
+		Torch      string  `json:"torch"`
+		StepHook   string  `json:"step_hook"`
+		SampleUS   float64 `json:"sample_us"`
+		StepHookNS float64 `json:"step_hook_ns"`
+	}
+	if err := json.Unmarshal(out, &m); err != nil {
+		return fmt.Errorf("micro.py: %v: %q", err, out)
+	}
+	start := func(withProbe bool, code string) (float64, error) {
+		var ts []float64
+		for range 15 {
+			c := exec.Command(python, "-c", code)
+			c.Env = base
+			if withProbe {
+				c.Env = env
+			}
+			t0 := time.Now()
+			if err := c.Run(); err != nil {
+				return 0, err
+			}
+			ts = append(ts, time.Since(t0).Seconds()*1000)
+		}
+		slices.Sort(ts)
+		return ts[len(ts)/2], nil
+	}
+	fmt.Printf("\nPer-operation costs inside a probed process (torch %s, step hook %s):\n\n", m.Torch, m.StepHook)
+	fmt.Println("| operation | cost | share of one core |")
+	fmt.Println("| --- | ---: | ---: |")
+	fmt.Printf("| one sample (RSS, counters, CUDA check, JSON, send) | %.0f µs | %.4f%% at 1 Hz, %.3f%% at 20 Hz |\n", m.SampleUS, m.SampleUS/1e4, m.SampleUS*20/1e4)
+	fmt.Printf("| optimizer step hook | %.0f ns per step | %.4f%% at 1000 steps/s |\n", m.StepHookNS, m.StepHookNS*1000/1e7)
+	fmt.Print("\nInterpreter start-up, median of 15 (ms):\n\n")
+	fmt.Println("| command | without probe | with probe | difference |")
+	fmt.Println("| --- | ---: | ---: | ---: |")
+	for _, code := range []string{"pass", "import torch"} {
+		a, err := start(false, code)
+		if err != nil {
+			return err
+		}
+		b, err := start(true, code)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("| python -c '%s' | %.1f | %.1f | %+.1f |\n", code, a, b, b-a)
+	}
+	return nil
+}
+
+func printLoop(configs []config, res [][]run, runs, steps int, python string) {
 	med := func(rs []run, f func(run) float64) float64 {
 		v := make([]float64, len(rs))
 		for i, r := range rs {
@@ -166,5 +270,4 @@ func bench(runs, steps int, python string) error {
 		fmt.Printf("| %s | %.3f | %s | %s | %.3f | %s | %.3f | %s |\n", c.name, med(res[i], loop), lv, pv, med(res[i], cpu), cv, med(res[i], wall),
 			strings.TrimSpace(fmt.Sprint(med(res[i], func(r run) float64 { return float64(r.samples) }))))
 	}
-	return nil
 }

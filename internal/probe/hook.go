@@ -2,6 +2,7 @@ package probe
 
 import (
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 
@@ -116,6 +117,19 @@ func (h *Hook) LastCheckpoint() (t time.Time, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lastCkpt, !h.lastCkpt.IsZero()
+}
+
+// PIDs lists the probed processes whose connection is open now: where to
+// send StackSignal (a process without the probe would die of it).
+func (h *Hook) PIDs() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]int, 0, len(h.open))
+	for p := range h.open {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Summary returns a copy of the current attempt's summary.

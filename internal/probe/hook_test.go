@@ -51,6 +51,9 @@ func TestHook(t *testing.T) {
 		h.cond.Wait()
 	}
 	h.mu.Unlock()
+	if p := h.PIDs(); len(p) != 1 || p[0] != 500 {
+		t.Errorf("PIDs %v", p)
+	}
 	// Finish must wait for this connection to close: close it from another
 	// goroutine once Finish is waiting (it cannot return before).
 	pm := &supervise.Postmortem{}
