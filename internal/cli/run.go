@@ -38,6 +38,7 @@ type RunOptions struct {
 	JSON           bool
 	Simulate       string
 	GPUBackend     string
+	Kernel         bool
 	detachedID     string
 	Command        []string
 }
@@ -96,6 +97,7 @@ usage; 3 when --memory-limit cannot be applied here.`,
 	fl.BoolVar(&o.JSON, "json", false, "print the post-mortem (or, with --detach, the run id) as JSON on stdout")
 	fl.StringVar(&o.GPUBackend, "gpu-backend", "auto", "where GPU memory is read: auto, nvml, none or sim:SCENARIO")
 	addGPUFlags(cmd, &o.Simulate)
+	fl.BoolVar(&o.Kernel, "kernel", false, "the job is a Jupyter kernel: each restart of the same kernel becomes an attempt of one run (set by `vramguard jupyter install`)")
 	fl.StringVar(&o.detachedID, "detached-run-id", "", "")
 	fl.MarkHidden("detached-run-id")
 	return cmd
@@ -137,18 +139,6 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	if o.Detach {
 		return detach(ctx, f, o)
 	}
-	gb, note, err := openGPU(ctx, o.Simulate, o.GPUBackend)
-	if err != nil {
-		return err
-	}
-	defer gb.Close()
-	if note != "" {
-		f.Logger().Info("gpu", "note", note)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return Envf("find the vramguard executable: %v", err)
-	}
 	st, err := f.openStore(ctx)
 	if err != nil {
 		return err
@@ -169,6 +159,9 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	if id == "" {
 		id = newRunID(f.Now())
 	}
+	if o.Kernel {
+		return runKernel(ctx, f, o, st, limit, id)
+	}
 	me, _ := procfs.FS{}.Proc(os.Getpid())
 	cwd, _ := os.Getwd()
 	run := &store.Run{ID: id, Name: o.Name, Command: o.Command, Cwd: cwd, Status: store.StatusRunning,
@@ -177,19 +170,37 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	if err := st.CreateRun(ctx, run); err != nil {
 		return err
 	}
+	return superviseRun(ctx, f, o, st, run, limit, 1)
+}
 
+// superviseRun supervises a recorded run from attempt first on and maps the
+// outcome to vramguard's exit status.
+func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, run *store.Run, limit uint64, first int) error {
+	self, err := os.Executable()
+	if err != nil {
+		return Envf("find the vramguard executable: %v", err)
+	}
+	gb, note, err := openGPU(ctx, o.Simulate, o.GPUBackend)
+	if err != nil {
+		return err
+	}
+	defer gb.Close()
+	if note != "" {
+		f.Logger().Info("gpu", "note", note)
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
+	id := run.ID
 	so := supervise.Options{
-		RunID: id, Name: o.Name, Command: o.Command, Env: os.Environ(), RunDir: run.Dir,
+		RunID: id, Name: run.Name, Command: o.Command, Env: os.Environ(), RunDir: run.Dir, FirstAttempt: first,
 		Store: st, GPU: gb, Proc: procfs.FS{}, Cgroup: cgroup.Reader{},
 		Notify: f.IO.ErrOut, Signals: sigs,
 		SampleInterval: o.SampleInterval, MemoryLimit: limit,
 		Restart: o.Restart, MaxRestarts: o.MaxRestarts, BackoffInitial: o.Backoff, BackoffMax: o.BackoffMax,
 		StableAfter: o.StableAfter, ResumeFrom: o.ResumeFrom, StallTimeout: o.StallTimeout, StopTimeout: o.StopTimeout,
-		Detached: o.detachedID != "", Self: self, Logger: f.Logger(), Now: f.Now,
+		Detached: run.Detached, Self: self, Logger: f.Logger(), Now: f.Now,
 	}
 	if !so.Detached {
 		so.Stdin, so.Stdout, so.Stderr = f.IO.In, f.IO.Out, f.IO.ErrOut

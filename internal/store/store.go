@@ -560,3 +560,14 @@ func ptrU(n sql.NullInt64) *uint64 {
 	v := uint64(n.Int64)
 	return &v
 }
+
+// ReopenRun marks a finished run as running again under a new supervisor,
+// for a run that continues with more attempts (a restarted Jupyter kernel).
+func (s *Store) ReopenRun(ctx context.Context, id string, pid int, start uint64) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE runs SET status=?, supervisor_pid=?, supervisor_start=?, ended_at=NULL WHERE id=?`,
+		StatusRunning, pid, int64(start), id)
+	if err != nil {
+		return fmt.Errorf("reopen run %s: %w", id, err)
+	}
+	return nil
+}

@@ -43,10 +43,13 @@ type Options struct {
 	Dir string // working directory; "" for the current one
 	// RunDir holds the run's logs and artefacts.
 	RunDir string
-	Store  *store.Store
-	GPU    gpu.Backend
-	Proc   procfs.FS
-	Cgroup cgroup.Reader
+	// FirstAttempt numbers the first attempt (1 for a new run; more when a
+	// run continues, e.g. a restarted Jupyter kernel).
+	FirstAttempt int
+	Store        *store.Store
+	GPU          gpu.Backend
+	Proc         procfs.FS
+	Cgroup       cgroup.Reader
 
 	// Stdin is given to the job (nil: /dev/null). Stdout and Stderr receive
 	// the job's output as it arrives (nil: log only). Notify receives
@@ -136,13 +139,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	s := &supervisor{o: o}
 	var pm *Postmortem
-	for n := 1; ; n++ {
+	first := max(o.FirstAttempt, 1)
+	for n := first; ; n++ {
 		var err error
 		pm, err = s.attempt(ctx, n)
 		if err != nil {
 			return nil, err
 		}
-		restart, why := s.shouldRestart(pm, n)
+		restart, why := s.shouldRestart(pm, n-first+1)
 		if why != "" {
 			pm.RestartDecision = why
 		}
@@ -150,8 +154,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			break
 		}
 		delay := backoff(o.BackoffInitial, o.BackoffMax, n)
-		msg := fmt.Sprintf("attempt %d ended (%s); restarting in %s (attempt %d of at most %d)",
-			n, pm.Reason, delay.Round(100*time.Millisecond), n+1, o.MaxRestarts+1)
+		msg := fmt.Sprintf("attempt %d ended (%s); restarting in %s (restart %d of at most %d)",
+			n, pm.Reason, delay.Round(100*time.Millisecond), n-first+1, o.MaxRestarts)
 		s.notifyf("%s", msg)
 		s.event(ctx, n, "restart", msg, nil)
 		if s.interruptibleSleep(delay) {
@@ -160,7 +164,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	end := o.Now()
-	pm.Attempts = len(s.attempts)
+	pm.Attempts = first - 1 + len(s.attempts)
 	b, _ := json.Marshal(pm)
 	if err := o.Store.FinishRun(context.WithoutCancel(ctx), o.RunID, store.StatusFinished, pm.Reason, pm.ExitCode, end, b); err != nil {
 		return nil, err
