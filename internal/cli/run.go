@@ -32,6 +32,7 @@ type RunOptions struct {
 	StableAfter    time.Duration
 	ResumeFrom     string
 	StallTimeout   time.Duration
+	OOMWarning     time.Duration
 	StopTimeout    time.Duration
 	SampleInterval time.Duration
 	Detach         bool
@@ -91,6 +92,7 @@ usage; 3 when --memory-limit cannot be applied here.`,
 	fl.DurationVar(&o.StableAfter, "stable-after", 10*time.Second, "a failure sooner than this after start is a startup failure and is not retried (on-failure)")
 	fl.StringVar(&o.ResumeFrom, "resume-from", "", "before each attempt, find the newest valid checkpoint under DIR: exported as VRAMGUARD_RESUME and substituted for {resume} in the arguments")
 	fl.DurationVar(&o.StallTimeout, "stall-timeout", 0, "kill the job (reason stalled) after D without output, CPU use or progress; 0 disables")
+	fl.DurationVar(&o.OOMWarning, "oom-warning", 10*time.Minute, "alert when the memory forecast says the job runs out within D (leaks are alerted too)")
 	fl.DurationVar(&o.StopTimeout, "stop-timeout", 30*time.Second, "after Ctrl-C or stop, kill the job if it has not ended within D")
 	fl.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "how often to sample memory")
 	fl.BoolVar(&o.Detach, "detach", false, "run in the background, surviving the terminal; prints the run id")
@@ -200,7 +202,7 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 		SampleInterval: o.SampleInterval, MemoryLimit: limit,
 		Restart: o.Restart, MaxRestarts: o.MaxRestarts, BackoffInitial: o.Backoff, BackoffMax: o.BackoffMax,
 		StableAfter: o.StableAfter, ResumeFrom: o.ResumeFrom, StallTimeout: o.StallTimeout, StopTimeout: o.StopTimeout,
-		Detached: run.Detached, Self: self, Logger: f.Logger(), Now: f.Now,
+		OOMWarning: o.OOMWarning, Detached: run.Detached, Self: self, Logger: f.Logger(), Now: f.Now,
 	}
 	if !so.Detached {
 		so.Stdin, so.Stdout, so.Stderr = f.IO.In, f.IO.Out, f.IO.ErrOut
@@ -304,6 +306,7 @@ func detachArgs(argv []string, o *RunOptions) []string {
 	}
 	add("stall-timeout", o.StallTimeout.String())
 	add("stop-timeout", o.StopTimeout.String())
+	add("oom-warning", o.OOMWarning.String())
 	add("sample-interval", o.SampleInterval.String())
 	add("gpu-backend", o.GPUBackend)
 	if o.Simulate != "" {

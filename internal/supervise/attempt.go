@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vramguard/vramguard/internal/analyze"
 	"github.com/vramguard/vramguard/internal/cgroup"
 	"github.com/vramguard/vramguard/internal/ckpt"
 	"github.com/vramguard/vramguard/internal/diagnose"
@@ -196,6 +198,46 @@ type running struct {
 	startedUptime float64
 	gpuAt         time.Time
 	gpuProcs      []gpu.Process
+	live          *live
+}
+
+// analyse feeds the online leak detector and reports its alerts: a line on
+// the terminal and an event, once per episode.
+func (a *running) analyse(ctx context.Context, now time.Time, rss uint64, x *store.Sample) {
+	o := a.s.o
+	if a.live == nil {
+		a.live = newLive(o.OOMWarning.Seconds())
+	}
+	s := analyze.NaNSample(now.Sub(a.pm.StartedAt).Seconds())
+	s.RSS = float64(rss)
+	if a.mem.Limit > 0 {
+		s.Limit = float64(a.mem.Limit)
+	}
+	if x.GPUUsed != nil && *x.GPUUsed > 0 {
+		s.Used = float64(*x.GPUUsed)
+	}
+	for _, h := range o.Hooks {
+		if pm, ok := h.(ProbeMemory); ok {
+			if al, re, is, rt, ok := pm.ProbeMemory(); ok {
+				s.Allocated, s.Reserved, s.InactiveSplit, s.AllocRetries = al, re, is, rt
+				v1, v2 := uint64(al), uint64(re)
+				x.Allocated, x.Reserved = &v1, &v2
+			}
+		}
+	}
+	for _, al := range a.live.observe(s) {
+		a.s.notifyf("%s", al.Message)
+		a.s.event(ctx, a.n, string(al.Kind), al.Message, map[string]any{
+			"verdict": al.Report.Verdict, "series": al.Report.Series, "leak_rate_bytes_per_s": finite(al.Report.LeakRate),
+			"oom_eta_s": finite(al.Report.OOMETA), "confidence": al.Report.Confidence, "evidence": al.Report.Evidence})
+	}
+}
+
+func finite(v float64) any {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return v
 }
 
 // start launches the shim and waits for it to report the job's PID.
@@ -551,6 +593,7 @@ func (a *running) sample(ctx context.Context) {
 			a.mem.PeakGPU = used
 		}
 	}
+	a.analyse(ctx, now, rss, x)
 	a.mem.Samples++
 	if keepSample(a.mem.Samples) {
 		if len(procs) > 64 {

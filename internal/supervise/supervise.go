@@ -71,6 +71,9 @@ type Options struct {
 	StableAfter  time.Duration
 	ResumeFrom   string
 	StallTimeout time.Duration
+	// OOMWarning raises an alert when the OOM forecast falls below it
+	// (default 10 minutes).
+	OOMWarning time.Duration
 	// StopTimeout is how long a stopped job gets after SIGTERM/SIGINT before
 	// it is killed.
 	StopTimeout time.Duration
