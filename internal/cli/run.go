@@ -40,6 +40,11 @@ type RunOptions struct {
 	Simulate       string
 	GPUBackend     string
 	Kernel         bool
+	NoProbe        bool
+	ProbeHz        float64
+	OOMSnapshot    bool
+	AtomicSave     bool
+	UnsavedWarning time.Duration
 	detachedID     string
 	Command        []string
 }
@@ -99,6 +104,11 @@ usage; 3 when --memory-limit cannot be applied here.`,
 	fl.BoolVar(&o.JSON, "json", false, "print the post-mortem (or, with --detach, the run id) as JSON on stdout")
 	fl.StringVar(&o.GPUBackend, "gpu-backend", "auto", "where GPU memory is read: auto, nvml, none or sim:SCENARIO")
 	addGPUFlags(cmd, &o.Simulate)
+	fl.BoolVar(&o.NoProbe, "no-probe", false, "do not inject the in-process probe into Python children")
+	fl.Float64Var(&o.ProbeHz, "probe-hz", 1, "probe sample rate inside the job, 1 to 20 per second")
+	fl.BoolVar(&o.OOMSnapshot, "oom-snapshot", false, "record CUDA allocation history (bounded) and dump a snapshot at an OOM; explain shows the largest allocation sites")
+	fl.BoolVar(&o.AtomicSave, "atomic-save", false, "make torch.save write a temporary file, fsync and rename, so a crash mid-save keeps the previous checkpoint")
+	fl.DurationVar(&o.UnsavedWarning, "unsaved-warning", 30*time.Minute, "warn when the job has trained this long since its last checkpoint (0 disables)")
 	fl.BoolVar(&o.Kernel, "kernel", false, "the job is a Jupyter kernel: each restart of the same kernel becomes an attempt of one run (set by `vramguard jupyter install`)")
 	fl.StringVar(&o.detachedID, "detached-run-id", "", "")
 	fl.MarkHidden("detached-run-id")
@@ -116,6 +126,9 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	case supervise.RestartNever, supervise.RestartOnFailure, supervise.RestartAlways:
 	default:
 		return Usagef("invalid --restart %q: use never, on-failure or always", o.Restart)
+	}
+	if o.ProbeHz <= 0 || o.ProbeHz > 20 {
+		return Usagef("--probe-hz must be above 0 and at most 20")
 	}
 	if o.MaxRestarts < 0 {
 		return Usagef("--max-restarts must be 0 or more")
@@ -211,6 +224,13 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 		so.Notify = discardNotify{}
 		so.Stdout = f.IO.ErrOut // keep stdout for the JSON document
 	}
+	if !o.NoProbe {
+		if h, closeProbe := probeHook(f, o, run); h != nil {
+			defer closeProbe()
+			so.Hooks = append(so.Hooks, h)
+		}
+	}
+	so.UnsavedWarning = o.UnsavedWarning
 	res, err := supervise.Run(ctx, so)
 	if err != nil {
 		st.FinishRun(context.WithoutCancel(ctx), id, store.StatusFinished, "start_failed", 1, f.Now(), nil)
@@ -307,6 +327,17 @@ func detachArgs(argv []string, o *RunOptions) []string {
 	add("stall-timeout", o.StallTimeout.String())
 	add("stop-timeout", o.StopTimeout.String())
 	add("oom-warning", o.OOMWarning.String())
+	add("unsaved-warning", o.UnsavedWarning.String())
+	add("probe-hz", fmt.Sprint(o.ProbeHz))
+	if o.NoProbe {
+		out = append(out, "--no-probe")
+	}
+	if o.OOMSnapshot {
+		out = append(out, "--oom-snapshot")
+	}
+	if o.AtomicSave {
+		out = append(out, "--atomic-save")
+	}
 	add("sample-interval", o.SampleInterval.String())
 	add("gpu-backend", o.GPUBackend)
 	if o.Simulate != "" {

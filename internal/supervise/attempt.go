@@ -199,6 +199,7 @@ type running struct {
 	gpuAt         time.Time
 	gpuProcs      []gpu.Process
 	live          *live
+	unsavedWarned time.Time
 }
 
 // analyse feeds the online leak detector and reports its alerts: a line on
@@ -396,6 +397,7 @@ func (a *running) watch(ctx context.Context) {
 			killAll()
 		case <-tick.C:
 			a.sample(ctx)
+			a.unsavedCheck(ctx, o.Now())
 			if a.stallCheck(ctx) {
 				killAll()
 			}
@@ -448,31 +450,86 @@ func (a *running) stallCheck(ctx context.Context) bool {
 // StackSignal asks the probe inside Python processes to dump their stacks.
 const StackSignal = syscall.SIGUSR2
 
+// StackTargets is implemented by a Hook that knows which processes can take
+// StackSignal (the probed Python processes); any other process would die of
+// it, so nothing else is signalled.
+type StackTargets interface {
+	PIDs() []int
+}
+
 // collectStacks asks probed Python processes for their stacks (the probe
-// registers faulthandler on StackSignal and writes stacks-<pid>.txt into the
-// run directory) and reads what arrives within two seconds.
+// registers faulthandler on StackSignal and writes
+// stacks-<attempt>-<pid>.txt into the run directory) and reads what arrives
+// within two seconds.
 func (a *running) collectStacks() []string {
 	o := a.s.o
-	if len(o.Hooks) == 0 {
+	var pids []int
+	for _, h := range o.Hooks {
+		if st, ok := h.(StackTargets); ok {
+			pids = append(pids, st.PIDs()...)
+		}
+	}
+	if len(pids) == 0 {
 		return nil
 	}
-	_ = syscall.Kill(a.shimPID, StackSignal)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, StackSignal)
+	}
 	deadline := time.Now().Add(2 * time.Second)
-	var out []string
+	pattern := filepath.Join(o.RunDir, fmt.Sprintf("stacks-%d-*.txt", a.n))
 	for time.Now().Before(deadline) {
-		files, _ := filepath.Glob(filepath.Join(o.RunDir, fmt.Sprintf("stacks-%d-*.txt", a.n)))
-		if len(files) > 0 {
-			time.Sleep(200 * time.Millisecond)
-			for _, f := range files {
-				if b, err := os.ReadFile(f); err == nil && len(b) > 0 {
-					out = append(out, fmt.Sprintf("Python stacks (%s):\n%s", filepath.Base(f), strings.TrimSpace(string(b))))
-				}
-			}
-			return out
+		files, _ := filepath.Glob(pattern)
+		if len(files) >= len(pids) {
+			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	time.Sleep(100 * time.Millisecond) // let the last writer finish
+	files, _ := filepath.Glob(pattern)
+	var out []string
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && len(b) > 0 {
+			out = append(out, fmt.Sprintf("Python stacks (%s):\n%s", filepath.Base(f), strings.TrimSpace(string(b))))
+		}
+	}
 	return out
+}
+
+// CheckpointClock is implemented by a Hook that sees checkpoints being saved.
+type CheckpointClock interface {
+	LastCheckpoint() (time.Time, bool)
+}
+
+// unsavedCheck warns, once per checkpoint, when the job has trained for
+// longer than UnsavedWarning since its last checkpoint (or its start).
+func (a *running) unsavedCheck(ctx context.Context, now time.Time) {
+	o := a.s.o
+	if o.UnsavedWarning <= 0 {
+		return
+	}
+	since := a.pm.StartedAt
+	var progress time.Time
+	for _, h := range o.Hooks {
+		if c, ok := h.(CheckpointClock); ok {
+			if t, ok := c.LastCheckpoint(); ok && t.After(since) {
+				since = t
+			}
+		}
+		if p := h.Progress(); p.After(progress) {
+			progress = p
+		}
+	}
+	// Only training counts: the job must have made progress after the save.
+	if progress.IsZero() || !progress.After(since) || now.Sub(since) < o.UnsavedWarning {
+		return
+	}
+	if a.unsavedWarned.Equal(since) {
+		return
+	}
+	a.unsavedWarned = since
+	msg := fmt.Sprintf("%s of training since the last checkpoint (--unsaved-warning %s): a crash now loses it all", now.Sub(since).Round(time.Second), o.UnsavedWarning)
+	a.s.notifyf("%s", msg)
+	a.s.event(ctx, a.n, "unsaved_work", msg, map[string]any{"since": since, "seconds": now.Sub(since).Seconds()})
 }
 
 // input gathers the evidence for diagnose once the attempt ended.

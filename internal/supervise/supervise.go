@@ -74,6 +74,9 @@ type Options struct {
 	// OOMWarning raises an alert when the OOM forecast falls below it
 	// (default 10 minutes).
 	OOMWarning time.Duration
+	// UnsavedWarning warns when training ran this long since the last
+	// checkpoint (0 disables; needs a Hook that sees checkpoints).
+	UnsavedWarning time.Duration
 	// StopTimeout is how long a stopped job gets after SIGTERM/SIGINT before
 	// it is killed.
 	StopTimeout time.Duration

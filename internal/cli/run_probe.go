@@ -1,0 +1,32 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/vramguard/vramguard/internal/probe"
+	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/supervise"
+)
+
+// probeHook installs the probe and listens for it. A failure never stops the
+// job: it is logged and the job runs unprobed.
+func probeHook(f *Factory, o *RunOptions, run *store.Run) (supervise.Hook, func()) {
+	log := f.Logger()
+	dir, err := probe.Install(filepath.Join(f.Home(), "probe"))
+	if err != nil {
+		log.Warn("probe not installed; the job runs without it", "err", err)
+		return nil, nil
+	}
+	// Unix socket paths are short (107 bytes): keep it out of deep homes.
+	sock := filepath.Join(os.TempDir(), fmt.Sprintf("vramguard-%d", os.Getuid()), run.ID+".sock")
+	l, err := probe.Listen(sock)
+	if err != nil {
+		log.Warn("probe socket unavailable; the job runs without the probe", "err", err)
+		return nil, nil
+	}
+	h := probe.NewHook(dir, l, probe.Options{Socket: sock, Hz: o.ProbeHz, RunDir: run.Dir,
+		OOMSnapshot: o.OOMSnapshot, AtomicSave: o.AtomicSave, RunID: run.ID}, f.Now)
+	return h, func() { l.Close() }
+}
