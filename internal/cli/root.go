@@ -132,6 +132,9 @@ var commands = []func(*Factory) *cobra.Command{
 	NewCmdTop,
 	NewCmdDoctor,
 	NewCmdPythonPath,
+	NewCmdServe,
+	NewCmdJupyter,
+	NewCmdKernels,
 }
 
 // stdinIsTTY reports whether fd is a terminal.

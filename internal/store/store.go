@@ -91,6 +91,8 @@ var migrations = []string{
 		procs TEXT NOT NULL DEFAULT ''
 	);
 	CREATE INDEX samples_run ON samples(run_id, t);`,
+	agentSchema,
+	kernelsSchema,
 }
 
 // Open opens (creating if needed) the database in dir and migrates it.

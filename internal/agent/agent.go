@@ -1,0 +1,682 @@
+// Package agent is the machine-wide daemon behind `vramguard serve`: it
+// follows the one shared sampler (internal/sampler) and the probes that
+// connect to its socket, keeps every job's memory timeline in the store
+// (downsampled and bounded by a retention), judges each timeline with the
+// online leak detector, raises alerts (log, webhook), and serves all of it
+// over HTTP: a JSON API, Prometheus metrics and an embedded dashboard.
+//
+// It never polls the GPU itself, never signals a process unless an
+// authenticated request asks it to, and never trusts a probe about a
+// process other than the one on the other end of its connection.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/analyze"
+	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/gpu"
+	"github.com/vramguard/vramguard/internal/probe"
+	"github.com/vramguard/vramguard/internal/sampler"
+	"github.com/vramguard/vramguard/internal/store"
+)
+
+// Event kinds. Those in alertKinds are also alerts.
+const (
+	EventStart       = "start"        // a job appeared on a GPU
+	EventExit        = "exit"         // a job left, nothing says it failed
+	EventDied        = "died"         // a job left after an OOM, a failed run, or without its probe's goodbye
+	EventRestart     = "restart"      // a supervised run started a new attempt
+	EventOOM         = "oom"          // the probe saw a CUDA out-of-memory error
+	EventCheckpoint  = "checkpoint"   // the probe saw torch.save finish
+	EventLeak        = "leak"         // the leak detector found a leak
+	EventOOMForecast = "oom_forecast" // the OOM forecast fell below the threshold
+	EventUnsaved     = "unsaved_work" // a job has run long without a checkpoint
+	EventNote        = "note"         // posted through the API
+)
+
+var alertKinds = map[string]bool{EventDied: true, EventLeak: true, EventOOMForecast: true, EventUnsaved: true}
+
+// Config configures an Agent.
+type Config struct {
+	Sampler *sampler.Sampler
+	Store   *store.Store
+	// Probes delivers probe messages (probe.Listener.Messages()); nil: none.
+	Probes <-chan probe.Message
+	// Hints must be the attributor's OwnerHints, so probe figures reach jobs.
+	Hints     *Hints
+	Retention Retention
+	Alerts    AlertConfig
+	// Simulated reports PIDs that a scenario made up (never signalled).
+	Simulated func(pid int) bool
+	Now       func() time.Time
+	Log       *slog.Logger
+	Version   string
+}
+
+// jobState is what the agent knows of one job.
+type jobState struct {
+	Job       attrib.Job
+	ID        int64
+	FirstSeen time.Time
+	LastSeen  time.Time
+	Limit     uint64 // total memory of the job's devices
+	Labels    Labels
+	LastCkpt  time.Time
+	Report    *analyze.Report
+	OOMs      int
+	ProbeSeen bool
+	ProbeBye  bool
+	unsavedAt time.Time
+
+	det *analyze.Detector
+	al  *analyze.Alerter
+}
+
+// Labels are the job's Prometheus labels.
+type Labels struct {
+	Job       string `json:"job"`
+	Kind      string `json:"kind"`
+	Container string `json:"container"`
+	Pod       string `json:"pod"`
+	Namespace string `json:"namespace"`
+	Notebook  string `json:"notebook"`
+}
+
+func labelsOf(j *attrib.Job) Labels {
+	return Labels{Job: j.Name, Kind: j.Kind, Container: shortID(j.Context.ContainerID), Pod: j.Context.PodUID, Notebook: j.Kernel}
+}
+
+func shortID(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+// Agent is the running daemon state.
+type Agent struct {
+	cfg    Config
+	tl     *Timelines
+	alerts *Alerts
+	log    *slog.Logger
+	start  time.Time
+
+	mu        sync.RWMutex
+	latest    sampler.Sample
+	have      bool
+	jobs      map[string]*jobState
+	lastErr   error
+	lastErrAt time.Time
+	samples   uint64
+	probeRej  uint64
+	probeMsgs uint64
+	lastTouch time.Time
+	evSeq     int64
+	evCh      chan struct{}
+}
+
+// New returns an Agent; it does nothing until Run.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Sampler == nil || cfg.Store == nil {
+		return nil, fmt.Errorf("agent: sampler and store are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Hints == nil {
+		cfg.Hints = NewHints(nil)
+	}
+	if cfg.Simulated == nil {
+		cfg.Simulated = func(int) bool { return false }
+	}
+	a := &Agent{
+		cfg:   cfg,
+		tl:    NewTimelines(cfg.Store, cfg.Retention),
+		log:   cfg.Log,
+		start: cfg.Now(),
+		jobs:  map[string]*jobState{},
+		evCh:  make(chan struct{}),
+	}
+	a.alerts = NewAlerts(cfg.Alerts, cfg.Log, cfg.Now)
+	return a, nil
+}
+
+// Timelines returns the agent's timeline store.
+func (a *Agent) Timelines() *Timelines { return a.tl }
+
+// Alerts returns the alert dispatcher.
+func (a *Agent) Alerts() *Alerts { return a.alerts }
+
+// Run follows the sampler and the probes until ctx ends, then stores what
+// is buffered. The sampler itself must be run by the caller.
+func (a *Agent) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	if a.cfg.Probes != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.followProbes(ctx) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); a.alerts.Run(ctx) }()
+	a.prune(ctx)
+	lastPrune := time.Now()
+	var seq uint64
+	for {
+		s, err := a.cfg.Sampler.Next(ctx, seq)
+		if err != nil {
+			wg.Wait()
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return a.tl.Close(cctx)
+		}
+		seq = s.Seq
+		if s.ProcessTime.Equal(s.Time) {
+			a.Ingest(ctx, s)
+		} else {
+			a.mu.Lock()
+			a.latest.Devices, a.latest.Time = s.Devices, s.Time
+			a.mu.Unlock()
+		}
+		if time.Since(lastPrune) > 10*time.Minute {
+			lastPrune = time.Now()
+			a.prune(ctx)
+		}
+	}
+}
+
+func (a *Agent) prune(ctx context.Context) {
+	if err := a.tl.Prune(ctx, a.cfg.Now()); err != nil && ctx.Err() == nil {
+		a.log.Warn("prune timelines", "err", err)
+	}
+}
+
+// SamplerError records a failed poll (for /healthz and the success metric).
+func (a *Agent) SamplerError(err error) {
+	a.mu.Lock()
+	a.lastErr, a.lastErrAt = err, a.cfg.Now()
+	a.mu.Unlock()
+	a.log.Warn("sample", "err", err)
+}
+
+// Ingest takes one full sample: updates jobs, timelines, detectors, and
+// raises the events and alerts that follow. Run calls it for every sample;
+// tests and benchmarks may call it directly.
+func (a *Agent) Ingest(ctx context.Context, smp sampler.Sample) {
+	now := smp.ProcessTime
+	totals := map[int]uint64{}
+	for _, d := range smp.Devices {
+		if _, ok := totals[d.Index]; !ok {
+			totals[d.Index] = d.TotalBytes
+		}
+	}
+	var evs []*store.AgentEvent
+	var touch []int64
+	a.mu.Lock()
+	seen := make(map[string]bool, len(smp.Attrib.Jobs))
+	for i := range smp.Attrib.Jobs {
+		j := smp.Attrib.Jobs[i]
+		seen[j.Key] = true
+		js := a.jobs[j.Key]
+		if js == nil {
+			js = &jobState{FirstSeen: now, det: analyze.NewDetector(analyze.DefaultConfig()), al: analyze.NewAlerter(a.cfg.Alerts.analyzer())}
+			a.jobs[j.Key] = js
+			evs = append(evs, a.jobEvent(&j, now, EventStart, fmt.Sprintf("%s %s started (pid %d)", j.Kind, j.Name, j.RootPID), nil))
+		} else if j.RootPID != js.Job.RootPID && j.Kind == attrib.KindRun {
+			evs = append(evs, a.jobEvent(&j, now, EventRestart, fmt.Sprintf("run %s restarted (pid %d -> %d)", j.Name, js.Job.RootPID, j.RootPID), nil))
+			js.det = analyze.NewDetector(analyze.DefaultConfig())
+			js.FirstSeen = now
+		}
+		var limit uint64
+		for _, d := range j.Devices {
+			limit += totals[d]
+		}
+		js.Job, js.LastSeen, js.Limit, js.Labels = j, now, limit, labelsOf(&j)
+		if js.ID == 0 {
+			info, _ := json.Marshal(map[string]any{"labels": js.Labels, "devices": j.Devices, "limit_bytes": limit, "root_pid": j.RootPID})
+			id, err := a.cfg.Store.UpsertAgentJob(ctx, &store.AgentJob{Key: j.Key, Kind: j.Kind, Name: j.Name, Info: info, FirstSeen: js.FirstSeen, LastSeen: now})
+			if err != nil {
+				a.log.Warn("record job", "job", j.Key, "err", err)
+			}
+			js.ID = id
+		} else {
+			touch = append(touch, js.ID)
+		}
+		p := Point{T: now.UnixMilli(), GPU: int64(j.GPUBytes), RSS: int64(j.RSSBytes), Alloc: -1, Reserved: -1}
+		if j.AllocatedBytes != nil {
+			p.Alloc = int64(*j.AllocatedBytes)
+		}
+		if j.ReservedBytes != nil {
+			p.Reserved = int64(*j.ReservedBytes)
+		}
+		if js.ID != 0 {
+			a.tl.Add(js.ID, p)
+		}
+		evs = append(evs, a.judge(js, p, now)...)
+		for _, pr := range j.Processes {
+			if st, ok := a.cfg.Hints.probe(pr.PID); ok {
+				js.ProbeSeen = true
+				if st.ckpt.After(js.LastCkpt) {
+					js.LastCkpt = st.ckpt
+				}
+			}
+		}
+		evs = append(evs, a.unsaved(js, now)...)
+	}
+	for key, js := range a.jobs {
+		if seen[key] {
+			continue
+		}
+		evs = append(evs, a.ended(ctx, js, now))
+		if js.ID != 0 {
+			a.tl.End(js.ID)
+			if err := a.cfg.Store.EndAgentJob(ctx, js.ID, now); err != nil {
+				a.log.Warn("record job end", "job", key, "err", err)
+			}
+		}
+		delete(a.jobs, key)
+	}
+	a.latest, a.have = smp, true
+	a.samples++
+	doTouch := now.Sub(a.lastTouch) >= time.Minute
+	if doTouch {
+		a.lastTouch = now
+	}
+	a.mu.Unlock()
+
+	if doTouch {
+		if err := a.cfg.Store.TouchAgentJobs(ctx, touch, now); err != nil {
+			a.log.Warn("record jobs", "err", err)
+		}
+	}
+	if err := a.tl.Flush(ctx); err != nil && ctx.Err() == nil {
+		a.log.Warn("store timelines", "err", err)
+	}
+	a.emit(ctx, evs)
+}
+
+// judge feeds the detector and returns the alerts its report raises.
+// a.mu is held.
+func (a *Agent) judge(js *jobState, p Point, now time.Time) []*store.AgentEvent {
+	s := analyze.NaNSample(now.Sub(js.FirstSeen).Seconds())
+	s.Used, s.RSS = float64(p.GPU), float64(p.RSS)
+	if js.Limit > 0 {
+		s.Total = float64(js.Limit)
+	}
+	if p.Alloc >= 0 {
+		s.Allocated = float64(p.Alloc)
+	}
+	if p.Reserved >= 0 {
+		s.Reserved = float64(p.Reserved)
+	}
+	if !js.det.Add(s) {
+		return nil
+	}
+	r := js.det.Report()
+	js.Report = &r
+	var evs []*store.AgentEvent
+	for _, al := range js.al.Observe(r) {
+		kind := EventLeak
+		if al.Kind == analyze.AlertOOM {
+			kind = EventOOMForecast
+		}
+		data := map[string]any{"verdict": r.Verdict, "series": r.Series, "confidence": finite(r.Confidence)}
+		if v := finite(r.LeakRate); v != nil {
+			data["leak_bytes_per_s"] = v
+		}
+		if v := finite(r.OOMETA); v != nil {
+			data["oom_eta_s"] = v
+		}
+		evs = append(evs, a.jobEvent(&js.Job, now, kind, al.Message, data))
+	}
+	return evs
+}
+
+// unsaved raises unsaved_work once per stretch: a job the probe watches
+// that has run longer than UnsavedAfter since its last checkpoint (or its
+// start). a.mu is held.
+func (a *Agent) unsaved(js *jobState, now time.Time) []*store.AgentEvent {
+	after := a.cfg.Alerts.UnsavedAfter
+	if after <= 0 || !js.ProbeSeen {
+		return nil
+	}
+	since := js.FirstSeen
+	if js.LastCkpt.After(since) {
+		since = js.LastCkpt
+	}
+	if now.Sub(since) < after || !js.unsavedAt.Before(since) {
+		return nil
+	}
+	js.unsavedAt = now
+	what := "no checkpoint since it started"
+	if !js.LastCkpt.IsZero() {
+		what = "last checkpoint " + js.LastCkpt.Format(time.RFC3339)
+	}
+	return []*store.AgentEvent{a.jobEvent(&js.Job, now, EventUnsaved,
+		fmt.Sprintf("%s has run %s without saving (%s)", js.Job.Name, now.Sub(since).Round(time.Second), what), nil)}
+}
+
+// ended says how a job that left the GPU ended. a.mu is held.
+func (a *Agent) ended(ctx context.Context, js *jobState, now time.Time) *store.AgentEvent {
+	j := &js.Job
+	var why []string
+	if js.OOMs > 0 {
+		why = append(why, fmt.Sprintf("after %d CUDA out-of-memory error(s)", js.OOMs))
+	}
+	if js.ProbeSeen && !js.ProbeBye {
+		why = append(why, "without its probe saying goodbye")
+	}
+	if j.RunID != "" {
+		if r, err := a.cfg.Store.Resolve(ctx, j.RunID); err == nil && r.Status != store.StatusRunning {
+			if r.ExitCode != nil && *r.ExitCode != 0 {
+				why = append(why, fmt.Sprintf("run %s ended %s (exit %d)", r.ID, r.Reason, *r.ExitCode))
+			}
+		}
+	}
+	dur := now.Sub(js.FirstSeen).Round(time.Second)
+	if len(why) > 0 {
+		return a.jobEvent(j, now, EventDied, fmt.Sprintf("%s %s died %s, after %s", j.Kind, j.Name, strings.Join(why, "; "), dur), nil)
+	}
+	return a.jobEvent(j, now, EventExit, fmt.Sprintf("%s %s left the GPU after %s", j.Kind, j.Name, dur), nil)
+}
+
+func (a *Agent) jobEvent(j *attrib.Job, t time.Time, kind, msg string, data map[string]any) *store.AgentEvent {
+	e := &store.AgentEvent{JobKey: j.Key, JobName: j.Name, T: t, Kind: kind, Message: msg}
+	if data != nil {
+		e.Data, _ = json.Marshal(data)
+	}
+	return e
+}
+
+// AddEvent records an event (from the API or a test) and dispatches it.
+func (a *Agent) AddEvent(ctx context.Context, e *store.AgentEvent) error {
+	if e.T.IsZero() {
+		e.T = a.cfg.Now()
+	}
+	if err := a.cfg.Store.AddAgentEvent(ctx, e); err != nil {
+		return err
+	}
+	a.notify(e)
+	return nil
+}
+
+func (a *Agent) emit(ctx context.Context, evs []*store.AgentEvent) {
+	for _, e := range evs {
+		if err := a.cfg.Store.AddAgentEvent(ctx, e); err != nil {
+			a.log.Warn("record event", "kind", e.Kind, "err", err)
+			continue
+		}
+		a.notify(e)
+	}
+}
+
+func (a *Agent) notify(e *store.AgentEvent) {
+	if alertKinds[e.Kind] {
+		a.alerts.Raise(e)
+	}
+	a.mu.Lock()
+	a.evSeq = max(a.evSeq, e.ID)
+	close(a.evCh)
+	a.evCh = make(chan struct{})
+	a.mu.Unlock()
+}
+
+// WaitEvent returns when an event newer than id exists or ctx ends.
+func (a *Agent) WaitEvent(ctx context.Context, id int64) {
+	a.mu.RLock()
+	if a.evSeq > id {
+		a.mu.RUnlock()
+		return
+	}
+	ch := a.evCh
+	a.mu.RUnlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+}
+
+// followProbes reads probe messages. A message about another PID than the
+// connection's peer is refused: a probe may report only about itself.
+func (a *Agent) followProbes(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-a.cfg.Probes:
+			if !ok {
+				return
+			}
+			a.probeMessage(ctx, m)
+		}
+	}
+}
+
+func (a *Agent) probeMessage(ctx context.Context, m probe.Message) {
+	if m.Type == probe.TypeInvalid || (m.PID != 0 && m.PID != m.PeerPID) || m.PeerPID == 0 {
+		a.mu.Lock()
+		a.probeRej++
+		a.mu.Unlock()
+		a.log.Warn("probe message refused", "type", m.Type, "pid", m.PID, "peer_pid", m.PeerPID)
+		return
+	}
+	a.mu.Lock()
+	a.probeMsgs++
+	a.mu.Unlock()
+	pid := m.PeerPID
+	now := a.cfg.Now()
+	switch m.Type {
+	case probe.TypeSample:
+		var alloc, res int64
+		for _, d := range m.CUDA {
+			alloc += d.AllocatedBytes
+			res += d.ReservedBytes
+		}
+		a.cfg.Hints.update(pid, func(s *probeState) { s.alloc, s.reserved, s.has, s.t = uint64(alloc), uint64(res), len(m.CUDA) > 0, now })
+	case probe.TypeHello, probe.TypeTorch:
+		a.cfg.Hints.update(pid, func(s *probeState) { s.t = now })
+	case probe.TypeBye:
+		a.cfg.Hints.update(pid, func(s *probeState) { s.bye = true })
+		a.withJobOf(pid, func(js *jobState) { js.ProbeBye = true })
+	case probe.TypeDisconnect:
+		a.cfg.Hints.forget(pid)
+	case probe.TypeCkpt:
+		if m.OK != nil && !*m.OK {
+			return
+		}
+		a.cfg.Hints.update(pid, func(s *probeState) { s.ckpt = now })
+		var e *store.AgentEvent
+		a.withJobOf(pid, func(js *jobState) {
+			js.LastCkpt = now
+			msg := fmt.Sprintf("%s saved %s", js.Job.Name, m.Path)
+			data := map[string]any{"path": m.Path, "pid": pid}
+			if m.Bytes != nil {
+				data["bytes"] = *m.Bytes
+			}
+			e = a.jobEvent(&js.Job, now, EventCheckpoint, msg, data)
+		})
+		if e != nil {
+			a.emit(ctx, []*store.AgentEvent{e})
+		}
+	case probe.TypeOOM:
+		var e *store.AgentEvent
+		a.withJobOf(pid, func(js *jobState) {
+			js.OOMs++
+			data := map[string]any{"pid": pid, "source": m.Source}
+			if m.AllocBytes != nil {
+				data["alloc_bytes"] = *m.AllocBytes
+			}
+			if m.Device != nil {
+				data["device"] = *m.Device
+			}
+			e = a.jobEvent(&js.Job, now, EventOOM, fmt.Sprintf("%s: CUDA out of memory in pid %d", js.Job.Name, pid), data)
+		})
+		if e != nil {
+			a.emit(ctx, []*store.AgentEvent{e})
+		}
+	}
+}
+
+// withJobOf calls fn with the job holding pid, if there is one.
+func (a *Agent) withJobOf(pid int, fn func(*jobState)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, js := range a.jobs {
+		for _, p := range js.Job.Processes {
+			if p.PID == pid {
+				fn(js)
+				return
+			}
+		}
+	}
+}
+
+// Snapshot is a consistent copy of the agent's live state.
+type Snapshot struct {
+	Time      time.Time
+	Have      bool
+	Backend   string
+	Devices   []gpu.Device
+	Dropped   gpu.DropCounts
+	Took      time.Duration
+	Jobs      []JobView
+	Vanished  uint64
+	Samples   uint64
+	LastErr   error
+	LastErrAt time.Time
+	ProbeRej  uint64
+	ProbeMsgs uint64
+	Started   time.Time
+}
+
+// JobView is one live job as the API shows it.
+type JobView struct {
+	Key       string          `json:"key"`
+	Kind      string          `json:"kind"`
+	Name      string          `json:"name"`
+	RootPID   int             `json:"root_pid"`
+	PIDs      []int           `json:"pids"`
+	RunID     string          `json:"run_id,omitempty"`
+	Labels    Labels          `json:"labels"`
+	Devices   []int           `json:"devices"`
+	GPUBytes  uint64          `json:"gpu_bytes"`
+	RSSBytes  uint64          `json:"rss_bytes"`
+	Alloc     *uint64         `json:"allocated_bytes,omitempty"`
+	Reserved  *uint64         `json:"reserved_bytes,omitempty"`
+	Limit     uint64          `json:"limit_bytes"`
+	FirstSeen time.Time       `json:"first_seen"`
+	LastCkpt  *time.Time      `json:"last_checkpoint,omitempty"`
+	CkptAgeS  *float64        `json:"seconds_since_checkpoint,omitempty"`
+	Verdict   string          `json:"verdict,omitempty"`
+	Leak      bool            `json:"leak"`
+	OOMETA    *float64        `json:"oom_eta_s,omitempty"`
+	Report    json.RawMessage `json:"report,omitempty"`
+	Orphan    bool            `json:"orphan,omitempty"`
+	Live      bool            `json:"live"`
+	EndedAt   *time.Time      `json:"ended_at,omitempty"`
+	id        int64
+}
+
+// Snapshot returns the live state.
+func (a *Agent) Snapshot() Snapshot {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	s := Snapshot{Time: a.latest.Time, Have: a.have, Backend: a.latest.Backend, Devices: a.latest.Devices,
+		Dropped: a.latest.Dropped, Took: a.latest.Took, Vanished: a.latest.Attrib.VanishedBytes, Samples: a.samples,
+		LastErr: a.lastErr, LastErrAt: a.lastErrAt, ProbeRej: a.probeRej, ProbeMsgs: a.probeMsgs, Started: a.start}
+	now := a.latest.ProcessTime
+	for _, js := range a.jobs {
+		s.Jobs = append(s.Jobs, js.view(now))
+	}
+	sort.Slice(s.Jobs, func(i, j int) bool {
+		if s.Jobs[i].GPUBytes != s.Jobs[j].GPUBytes {
+			return s.Jobs[i].GPUBytes > s.Jobs[j].GPUBytes
+		}
+		return s.Jobs[i].Key < s.Jobs[j].Key
+	})
+	return s
+}
+
+func (js *jobState) view(now time.Time) JobView {
+	j := &js.Job
+	v := JobView{Key: j.Key, Kind: j.Kind, Name: j.Name, RootPID: j.RootPID, RunID: j.RunID, Labels: js.Labels,
+		Devices: j.Devices, GPUBytes: j.GPUBytes, RSSBytes: j.RSSBytes, Alloc: j.AllocatedBytes, Reserved: j.ReservedBytes,
+		Limit: js.Limit, FirstSeen: js.FirstSeen, Orphan: j.Orphan, Live: true, id: js.ID}
+	for _, p := range j.Processes {
+		v.PIDs = append(v.PIDs, p.PID)
+	}
+	if !js.LastCkpt.IsZero() {
+		t := js.LastCkpt
+		age := now.Sub(t).Seconds()
+		v.LastCkpt, v.CkptAgeS = &t, &age
+	}
+	if r := js.Report; r != nil {
+		v.Verdict = string(r.Verdict)
+		v.Leak = r.Verdict == analyze.VerdictLeak
+		if eta := finite(r.OOMETA); eta != nil {
+			v.OOMETA = eta
+		}
+		v.Report, _ = json.Marshal(reportJSON(r))
+	}
+	return v
+}
+
+// reportJSON is a detector report with NaN turned into absent fields.
+func reportJSON(r *analyze.Report) map[string]any {
+	m := map[string]any{"verdict": r.Verdict, "series": r.Series, "ambiguous": r.Ambiguous,
+		"confidence": finite(r.Confidence), "evidence": r.Evidence, "advice": r.Advice, "samples": r.Samples}
+	for k, v := range map[string]float64{"leak_bytes_per_s": r.LeakRate, "leak_start_s": r.LeakStartT,
+		"detected_at_s": r.DetectedAtT, "oom_eta_s": r.OOMETA, "oom_eta_low_s": r.OOMETALow, "oom_eta_high_s": r.OOMETAHigh, "limit_bytes": r.Limit} {
+		if f := finite(v); f != nil {
+			m[k] = f
+		}
+	}
+	return m
+}
+
+func finite(f float64) *float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return nil
+	}
+	return &f
+}
+
+// jobID returns the store id of a live job, or looks it up among stored
+// ones.
+func (a *Agent) jobID(ctx context.Context, key string, since time.Time) (int64, *store.AgentJob, error) {
+	a.mu.RLock()
+	js := a.jobs[key]
+	a.mu.RUnlock()
+	if js != nil && js.ID != 0 {
+		return js.ID, nil, nil
+	}
+	jobs, err := a.cfg.Store.AgentJobs(ctx, since)
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, j := range jobs {
+		if j.Key == key {
+			return j.ID, j, nil
+		}
+	}
+	return 0, nil, nil
+}
+
+func pidList(pids []int) string {
+	s := make([]string, len(pids))
+	for i, p := range pids {
+		s[i] = strconv.Itoa(p)
+	}
+	return strings.Join(s, ",")
+}

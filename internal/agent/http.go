@@ -1,0 +1,560 @@
+package agent
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/vramguard/vramguard/internal/agent/web"
+	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/supervise"
+)
+
+// ErrTokenRequired is returned by CheckListen for a non-loopback address
+// without a token.
+var ErrTokenRequired = errors.New("listening beyond loopback needs a token (--token or --token-file)")
+
+// CheckListen refuses to serve a non-loopback address without a token. An
+// address without a host ("":9345) or with a host name that is not
+// "localhost" counts as non-loopback.
+func CheckListen(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen address %q: %w", addr, err)
+	}
+	if token != "" || IsLoopback(host) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", addr, ErrTokenRequired)
+}
+
+// IsLoopback reports whether host names only the loopback interface.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Handler returns the agent's HTTP handler: the dashboard at /, the JSON API
+// under /api/v1/, /metrics and /healthz. Every request that is not GET or
+// HEAD under /api/v1/ must carry the token (Authorization: Bearer TOKEN);
+// without it the answer is 401 before any routing. An empty token disables
+// every mutating endpoint.
+func (a *Agent) Handler(token string) http.Handler {
+	mux := http.NewServeMux()
+	reg := a.Registry()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError}))
+	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.HandleFunc("GET /api/v1/status", a.apiStatus)
+	mux.HandleFunc("GET /api/v1/devices", a.apiDevices)
+	mux.HandleFunc("GET /api/v1/jobs", a.apiJobs)
+	mux.HandleFunc("GET /api/v1/jobs/{key}", a.apiJob)
+	mux.HandleFunc("GET /api/v1/timelines", a.apiTimelines)
+	mux.HandleFunc("GET /api/v1/events", a.apiEvents)
+	mux.HandleFunc("GET /api/v1/alerts", a.apiAlerts)
+	mux.HandleFunc("GET /api/v1/runs", a.apiRuns)
+	mux.HandleFunc("GET /api/v1/runs/{id}", a.apiRun)
+	mux.HandleFunc("POST /api/v1/events", a.apiPostEvent)
+	mux.HandleFunc("POST /api/v1/jobs/{key}/kill", a.apiKill)
+	mux.HandleFunc("POST /api/v1/runs/{id}/stop", a.apiStop)
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
+	})
+	sub, _ := fs.Sub(web.Assets, "static")
+	files := http.FileServer(http.FS(sub))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
+	return secure(token, mux)
+}
+
+// secure answers 401 to a mutating API request without the token, before
+// the mux sees it, and sets headers every answer carries.
+func secure(token string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:")
+		if strings.HasPrefix(r.URL.Path, "/api/") && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			got := []byte(r.Header.Get("Authorization"))
+			if token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+				h.Set("WWW-Authenticate", `Bearer realm="vramguard"`)
+				writeErr(w, http.StatusUnauthorized, "this request needs the agent's token (Authorization: Bearer TOKEN)")
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(true)
+	_ = enc.Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, code int, format string, a ...any) {
+	writeJSON(w, code, map[string]string{"error": fmt.Sprintf(format, a...)})
+}
+
+func (a *Agent) healthz(w http.ResponseWriter, r *http.Request) {
+	s := a.Snapshot()
+	proc, _ := a.cfg.Sampler.Intervals()
+	age := time.Since(s.Time)
+	switch {
+	case !s.Have:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "starting"})
+	case age > 5*proc+5*time.Second:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "stale", "sample_age_s": age.Seconds()})
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "sample_age_s": age.Seconds(), "backend": s.Backend})
+	}
+}
+
+func (a *Agent) apiStatus(w http.ResponseWriter, r *http.Request) {
+	s := a.Snapshot()
+	proc, _ := a.cfg.Sampler.Intervals()
+	ret := a.tl.Retention()
+	var lastErr string
+	if s.LastErr != nil {
+		lastErr = s.LastErr.Error()
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"version": a.cfg.Version, "backend": s.Backend, "started": s.Started, "sample_time": s.Time,
+		"interval_s": proc.Seconds(), "samples": s.Samples, "last_error": lastErr, "now": a.cfg.Now(),
+		"retention": map[string]any{"fine_s": ret.Fine.Seconds(), "coarse_s": ret.Coarse.Seconds(), "coarse_step_s": ret.CoarseStep.Seconds(), "max_bytes": ret.MaxBytes},
+	})
+}
+
+func (a *Agent) apiDevices(w http.ResponseWriter, r *http.Request) {
+	s := a.Snapshot()
+	out := make([]map[string]any, 0, len(s.Devices))
+	for _, d := range s.Devices {
+		var jobs []string
+		for _, j := range s.Jobs {
+			for _, i := range j.Devices {
+				if i == d.Index {
+					jobs = append(jobs, j.Key)
+				}
+			}
+		}
+		out = append(out, map[string]any{"index": d.Index, "uuid": d.UUID, "name": d.Name, "total_bytes": d.TotalBytes,
+			"used_bytes": d.UsedBytes, "free_bytes": d.FreeBytes, "util_percent": d.UtilPercent, "mig_parent": d.ParentUUID, "jobs": jobs})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"time": s.Time, "backend": s.Backend, "devices": out})
+}
+
+// parseRange reads ?range=DURATION (default 1h) or ?from=&to= (RFC 3339 or
+// Unix ms) and returns [from, to].
+func (a *Agent) parseRange(r *http.Request) (time.Time, time.Time, error) {
+	q := r.URL.Query()
+	to := a.cfg.Now()
+	if v := q.Get("to"); v != "" {
+		t, err := parseTime(v)
+		if err != nil {
+			return time.Time{}, time.Time{}, fmt.Errorf("to: %w", err)
+		}
+		to = t
+	}
+	from := to.Add(-time.Hour)
+	if v := q.Get("range"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return time.Time{}, time.Time{}, fmt.Errorf("range %q: want a duration such as 15m or 24h", v)
+		}
+		from = to.Add(-d)
+	}
+	if v := q.Get("from"); v != "" {
+		t, err := parseTime(v)
+		if err != nil {
+			return time.Time{}, time.Time{}, fmt.Errorf("from: %w", err)
+		}
+		from = t
+	}
+	if !from.Before(to) {
+		return time.Time{}, time.Time{}, errors.New("from must be before to")
+	}
+	return from, to, nil
+}
+
+func parseTime(v string) (time.Time, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.UnixMilli(n), nil
+	}
+	return time.Parse(time.RFC3339, v)
+}
+
+// jobsIn lists live jobs and the stored ones seen in [from, to].
+func (a *Agent) jobsIn(ctx context.Context, from time.Time) ([]JobView, error) {
+	s := a.Snapshot()
+	out := s.Jobs
+	live := map[string]bool{}
+	for _, j := range out {
+		live[j.Key] = true
+	}
+	stored, err := a.cfg.Store.AgentJobs(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range stored {
+		if live[j.Key] {
+			continue
+		}
+		v := JobView{Key: j.Key, Kind: j.Kind, Name: j.Name, FirstSeen: j.FirstSeen, EndedAt: j.EndedAt, id: j.ID}
+		var info struct {
+			Labels  Labels `json:"labels"`
+			Devices []int  `json:"devices"`
+			Limit   uint64 `json:"limit_bytes"`
+			RootPID int    `json:"root_pid"`
+		}
+		_ = json.Unmarshal(j.Info, &info)
+		v.Labels, v.Devices, v.Limit, v.RootPID = info.Labels, info.Devices, info.Limit, info.RootPID
+		if v.EndedAt == nil {
+			t := j.LastSeen
+			v.EndedAt = &t
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (a *Agent) apiJobs(w http.ResponseWriter, r *http.Request) {
+	from, _, err := a.parseRange(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	jobs, err := a.jobsIn(r.Context(), from)
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	if jobs == nil {
+		jobs = []JobView{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"time": a.Snapshot().Time, "jobs": jobs})
+}
+
+func (a *Agent) apiJob(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	for _, j := range a.Snapshot().Jobs {
+		if j.Key == key {
+			writeJSON(w, http.StatusOK, j)
+			return
+		}
+	}
+	jobs, err := a.jobsIn(r.Context(), time.Time{})
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	for _, j := range jobs {
+		if j.Key == key {
+			writeJSON(w, http.StatusOK, j)
+			return
+		}
+	}
+	writeErr(w, http.StatusNotFound, "no job %q", key)
+}
+
+// Timeline is one job's memory over a range, as columns (what uPlot takes).
+type Timeline struct {
+	Key      string    `json:"key"`
+	Name     string    `json:"name"`
+	Kind     string    `json:"kind"`
+	Limit    uint64    `json:"limit_bytes"`
+	Live     bool      `json:"live"`
+	StepS    float64   `json:"step_s"`
+	T        []float64 `json:"t"` // Unix seconds
+	GPU      []int64   `json:"gpu"`
+	RSS      []int64   `json:"rss"`
+	Alloc    []*int64  `json:"alloc"`
+	Reserved []*int64  `json:"reserved"`
+}
+
+// apiTimelines answers ?range= (or from/to) [&job=KEY ...] [&points=N]:
+// every job's (or the named jobs') timeline over the range, with the
+// range's events.
+func (a *Agent) apiTimelines(w http.ResponseWriter, r *http.Request) {
+	from, to, err := a.parseRange(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	maxPts := 2000
+	if v := r.URL.Query().Get("points"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 10 || n > 100000 {
+			writeErr(w, http.StatusBadRequest, "points %q: want 10..100000", v)
+			return
+		}
+		maxPts = n
+	}
+	want := map[string]bool{}
+	for _, k := range r.URL.Query()["job"] {
+		want[k] = true
+	}
+	ctx := r.Context()
+	jobs, err := a.jobsIn(ctx, from)
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	out := []Timeline{}
+	res := ResFine
+	for _, j := range jobs {
+		if len(want) > 0 && !want[j.Key] {
+			continue
+		}
+		if j.id == 0 {
+			continue
+		}
+		pts, rs, err := a.tl.Query(ctx, j.id, from, to, maxPts)
+		if err != nil {
+			writeErr(w, http.StatusInternalServerError, "%v", err)
+			return
+		}
+		res = rs
+		tl := Timeline{Key: j.Key, Name: j.Name, Kind: j.Kind, Limit: j.Limit, Live: j.Live,
+			T: make([]float64, len(pts)), GPU: make([]int64, len(pts)), RSS: make([]int64, len(pts)),
+			Alloc: make([]*int64, len(pts)), Reserved: make([]*int64, len(pts))}
+		for i, p := range pts {
+			tl.T[i] = float64(p.T) / 1000
+			tl.GPU[i], tl.RSS[i] = p.GPU, p.RSS
+			if p.Alloc >= 0 {
+				v := p.Alloc
+				tl.Alloc[i] = &v
+			}
+			if p.Reserved >= 0 {
+				v := p.Reserved
+				tl.Reserved[i] = &v
+			}
+		}
+		out = append(out, tl)
+	}
+	step, _ := a.cfg.Sampler.Intervals()
+	if res == ResCoarse {
+		step = a.tl.Retention().CoarseStep
+	}
+	for i := range out {
+		out[i].StepS = step.Seconds()
+	}
+	evs, err := a.cfg.Store.AgentEvents(ctx, store.AgentEventFilter{Since: from, Limit: 5000})
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	if evs == nil {
+		evs = []*store.AgentEvent{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"from": from, "to": to, "timelines": out, "events": evs})
+}
+
+// apiEvents answers ?after=ID [&job=KEY] [&range=] [&limit=N] [&wait=DUR]:
+// with wait, it holds the request until an event newer than after exists
+// (at most 30 s), for live updates without polling.
+func (a *Agent) apiEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.AgentEventFilter{JobKey: q.Get("job"), Limit: 500}
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, "after %q: want an event id", v)
+			return
+		}
+		f.AfterID = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			writeErr(w, http.StatusBadRequest, "limit %q: want a positive number", v)
+			return
+		}
+		f.Limit = n
+	}
+	if q.Get("range") != "" {
+		from, _, err := a.parseRange(r)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		f.Since = from
+	}
+	if v := q.Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, "wait %q: want a duration", v)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), min(d, 30*time.Second))
+		a.WaitEvent(ctx, f.AfterID)
+		cancel()
+	}
+	evs, err := a.cfg.Store.AgentEvents(r.Context(), f)
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	if evs == nil {
+		evs = []*store.AgentEvent{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"events": evs})
+}
+
+func (a *Agent) apiAlerts(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"recent": a.alerts.Recent(), "stats": a.alerts.Stats()})
+}
+
+func (a *Agent) apiRuns(w http.ResponseWriter, r *http.Request) {
+	runs, err := a.cfg.Store.Runs(r.Context(), 100)
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	if runs == nil {
+		runs = []*store.Run{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"runs": runs})
+}
+
+func (a *Agent) apiRun(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	run, err := a.cfg.Store.Resolve(ctx, r.PathValue("id"))
+	if errors.Is(err, store.ErrNotFound) {
+		writeErr(w, http.StatusNotFound, "no run %q", r.PathValue("id"))
+		return
+	}
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	atts, _ := a.cfg.Store.Attempts(ctx, run.ID)
+	evs, _ := a.cfg.Store.Events(ctx, run.ID)
+	writeJSON(w, http.StatusOK, map[string]any{"run": run, "postmortem": run.Postmortem, "attempts": atts, "events": evs})
+}
+
+// apiPostEvent records a note on the timeline: {"job_key": ..., "message": ...}.
+func (a *Agent) apiPostEvent(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		JobKey  string `json:"job_key"`
+		Message string `json:"message"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&body); err != nil {
+		writeErr(w, http.StatusBadRequest, "body: %v", err)
+		return
+	}
+	if strings.TrimSpace(body.Message) == "" {
+		writeErr(w, http.StatusBadRequest, "message is empty")
+		return
+	}
+	e := &store.AgentEvent{JobKey: body.JobKey, Kind: EventNote, Message: body.Message}
+	for _, j := range a.Snapshot().Jobs {
+		if j.Key == body.JobKey {
+			e.JobName = j.Name
+		}
+	}
+	if err := a.AddEvent(r.Context(), e); err != nil {
+		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, e)
+}
+
+// apiKill sends SIGTERM (or ?signal=KILL) to a live job's root process,
+// after checking it is still the process the sampler saw.
+func (a *Agent) apiKill(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	var job *JobView
+	for _, j := range a.Snapshot().Jobs {
+		if j.Key == key {
+			job = &j
+		}
+	}
+	if job == nil {
+		writeErr(w, http.StatusNotFound, "no live job %q", key)
+		return
+	}
+	sig := syscall.SIGTERM
+	switch r.URL.Query().Get("signal") {
+	case "", "TERM":
+	case "KILL":
+		sig = syscall.SIGKILL
+	default:
+		writeErr(w, http.StatusBadRequest, "signal must be TERM or KILL")
+		return
+	}
+	if a.cfg.Simulated(job.RootPID) {
+		writeErr(w, http.StatusConflict, "pid %d belongs to a simulated scenario; nothing to signal", job.RootPID)
+		return
+	}
+	a.mu.RLock()
+	js := a.jobs[key]
+	var ticks uint64
+	if js != nil {
+		for _, p := range js.Job.Processes {
+			if p.PID == job.RootPID {
+				ticks = p.StartTicks
+			}
+		}
+	}
+	a.mu.RUnlock()
+	if !supervise.Alive(procfs.FS{}, job.RootPID, ticks) {
+		writeErr(w, http.StatusConflict, "pid %d is no longer the job's process", job.RootPID)
+		return
+	}
+	if err := syscall.Kill(job.RootPID, sig); err != nil {
+		writeErr(w, http.StatusInternalServerError, "signal pid %d: %v", job.RootPID, err)
+		return
+	}
+	_ = a.AddEvent(r.Context(), &store.AgentEvent{JobKey: key, JobName: job.Name, Kind: EventNote,
+		Message: fmt.Sprintf("%s sent to pid %d through the API", sig, job.RootPID)})
+	writeJSON(w, http.StatusAccepted, map[string]any{"pid": job.RootPID, "signal": sig.String()})
+}
+
+// apiStop asks a supervised run's supervisor to stop it (as `vramguard
+// stop` does): SIGTERM to the supervisor, which stops the whole job.
+func (a *Agent) apiStop(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	run, err := a.cfg.Store.Resolve(ctx, r.PathValue("id"))
+	if errors.Is(err, store.ErrNotFound) {
+		writeErr(w, http.StatusNotFound, "no run %q", r.PathValue("id"))
+		return
+	}
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	if run.Status != store.StatusRunning || !supervise.Alive(procfs.FS{}, run.SupervisorPID, run.SupervisorStart) {
+		writeErr(w, http.StatusConflict, "run %s is not running", run.ID)
+		return
+	}
+	if err := syscall.Kill(run.SupervisorPID, syscall.SIGTERM); err != nil {
+		writeErr(w, http.StatusInternalServerError, "signal the supervisor of %s: %v", run.ID, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"run": run.ID, "supervisor_pid": run.SupervisorPID})
+}

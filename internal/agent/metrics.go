@@ -1,0 +1,161 @@
+package agent
+
+import (
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Registry returns a private Prometheus registry with the agent's metrics
+// (read from its live state at scrape time, so a job's series vanish with
+// it), the Go runtime's and the process's own.
+func (a *Agent) Registry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &collector{a: a})
+	return reg
+}
+
+// jobLabels name a job's series. The job's name is "job_name", not "job":
+// Prometheus owns "job" (the scrape job) and would rename ours.
+var jobLabels = []string{"job_name", "kind", "container", "pod", "namespace", "notebook"}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("vramguard_"+name, help, labels, nil)
+}
+
+var (
+	dBuild      = desc("build_info", "vramguard version and the GPU backend in use.", "version", "backend")
+	dDevTotal   = desc("device_memory_total_bytes", "Total memory of a GPU.", "gpu", "uuid", "name")
+	dDevUsed    = desc("device_memory_used_bytes", "Memory in use on a GPU.", "gpu", "uuid", "name")
+	dDevUtil    = desc("device_utilization_ratio", "SM utilisation of a GPU over the driver's last sample period (0-1).", "gpu", "uuid", "name")
+	dJobGPU     = desc("job_gpu_memory_bytes", "GPU memory held by a job's processes, as the driver reports it.", jobLabels...)
+	dJobRSS     = desc("job_rss_bytes", "Host resident memory of a job's process tree.", jobLabels...)
+	dJobAlloc   = desc("job_torch_allocated_bytes", "PyTorch allocated memory of a job (from the probe).", jobLabels...)
+	dJobRes     = desc("job_torch_reserved_bytes", "PyTorch reserved memory of a job (from the probe).", jobLabels...)
+	dJobLimit   = desc("job_memory_limit_bytes", "Total memory of the GPUs a job uses.", jobLabels...)
+	dJobLeak    = desc("job_leak_detected", "1 when the leak detector's verdict for a job is a leak.", jobLabels...)
+	dJobETA     = desc("job_oom_eta_seconds", "Forecast time until a job runs out of GPU memory at its current trend; absent when nothing rises.", jobLabels...)
+	dJobCkpt    = desc("job_seconds_since_checkpoint", "Seconds since a job's last checkpoint the probe saw.", jobLabels...)
+	dJobUptime  = desc("job_seconds", "Seconds since the agent first saw a job.", jobLabels...)
+	dJobInfo    = desc("job_info", "A job's identity: key, root PID and PIDs (only here, never on other series).", append(append([]string{}, jobLabels...), "key", "root_pid", "pids", "run_id")...)
+	dJobs       = desc("jobs", "Jobs holding GPU memory.")
+	dVanished   = desc("vanished_memory_bytes", "GPU memory held by PIDs that no longer exist.")
+	dDropped    = desc("dropped_process_records", "Scrambled process records the driver returned in the last sample.", "reason")
+	dSamples    = desc("samples_total", "Full samples taken.")
+	dAge        = desc("sample_age_seconds", "Seconds since the last full sample.")
+	dCollDur    = desc("collector_duration_seconds", "How long a collector took: sampler is the last GPU+/proc sample, metrics this scrape.", "collector")
+	dCollOK     = desc("collector_success", "1 when a collector's last run succeeded.", "collector")
+	dAlerts     = desc("alerts_total", "Alerts raised, by kind.", "kind")
+	dWebhookOK  = desc("webhook_deliveries_total", "Alerts delivered to the webhook.")
+	dWebhookErr = desc("webhook_failures_total", "Webhook POST attempts that failed.")
+	dWebhookDr  = desc("webhook_dropped_total", "Alerts given up on or pushed out of the full queue.")
+	dWebhookQ   = desc("webhook_queue_length", "Alerts waiting for the webhook.")
+	dProbeMsgs  = desc("probe_messages_total", "Probe messages accepted.")
+	dProbeRej   = desc("probe_messages_refused_total", "Probe messages refused (about another PID than the sender, or malformed).")
+)
+
+type collector struct{ a *Agent }
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{dBuild, dDevTotal, dDevUsed, dDevUtil, dJobGPU, dJobRSS, dJobAlloc, dJobRes, dJobLimit,
+		dJobLeak, dJobETA, dJobCkpt, dJobUptime, dJobInfo, dJobs, dVanished, dDropped, dSamples, dAge, dCollDur, dCollOK,
+		dAlerts, dWebhookOK, dWebhookErr, dWebhookDr, dWebhookQ, dProbeMsgs, dProbeRej} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	start := time.Now()
+	s := c.a.Snapshot()
+	g := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	ctr := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+	}
+	g(dBuild, 1, c.a.cfg.Version, s.Backend)
+	for _, d := range s.Devices {
+		idx := strconv.Itoa(d.Index)
+		if d.IsMIG() {
+			idx += "/" + strconv.Itoa(d.MIGIndex)
+		}
+		g(dDevTotal, float64(d.TotalBytes), idx, d.UUID, d.Name)
+		g(dDevUsed, float64(d.UsedBytes), idx, d.UUID, d.Name)
+		if d.UtilPercent >= 0 {
+			g(dDevUtil, float64(d.UtilPercent)/100, idx, d.UUID, d.Name)
+		}
+	}
+	jobs := append([]JobView(nil), s.Jobs...)
+	sort.Slice(jobs, func(a, b int) bool {
+		if !jobs[a].FirstSeen.Equal(jobs[b].FirstSeen) {
+			return jobs[a].FirstSeen.Before(jobs[b].FirstSeen)
+		}
+		return jobs[a].Key < jobs[b].Key
+	})
+	seen := map[[6]string]int{}
+	for _, j := range jobs {
+		// Two jobs may look alike (two "python3 train.py" processes); a
+		// series must still be unique, so the later one gets a #n suffix.
+		name := j.Labels.Job
+		id := [6]string{name, j.Labels.Kind, j.Labels.Container, j.Labels.Pod, j.Labels.Namespace, j.Labels.Notebook}
+		if n := seen[id]; n > 0 {
+			name += "#" + strconv.Itoa(n+1)
+		}
+		seen[id]++
+		l := []string{name, j.Labels.Kind, j.Labels.Container, j.Labels.Pod, j.Labels.Namespace, j.Labels.Notebook}
+		g(dJobGPU, float64(j.GPUBytes), l...)
+		g(dJobRSS, float64(j.RSSBytes), l...)
+		if j.Alloc != nil {
+			g(dJobAlloc, float64(*j.Alloc), l...)
+		}
+		if j.Reserved != nil {
+			g(dJobRes, float64(*j.Reserved), l...)
+		}
+		if j.Limit > 0 {
+			g(dJobLimit, float64(j.Limit), l...)
+		}
+		leak := 0.0
+		if j.Leak {
+			leak = 1
+		}
+		g(dJobLeak, leak, l...)
+		if j.OOMETA != nil {
+			g(dJobETA, *j.OOMETA, l...)
+		}
+		if j.CkptAgeS != nil {
+			g(dJobCkpt, *j.CkptAgeS, l...)
+		}
+		g(dJobUptime, s.Time.Sub(j.FirstSeen).Seconds(), l...)
+		g(dJobInfo, 1, append(l, j.Key, strconv.Itoa(j.RootPID), pidList(j.PIDs), j.RunID)...)
+	}
+	g(dJobs, float64(len(s.Jobs)))
+	g(dVanished, float64(s.Vanished))
+	g(dDropped, float64(s.Dropped.BadPID), "bad_pid")
+	g(dDropped, float64(s.Dropped.OverDevice), "over_device")
+	g(dDropped, float64(s.Dropped.UnknownDevice), "unknown_device")
+	ctr(dSamples, float64(s.Samples))
+	if s.Have {
+		g(dAge, time.Since(s.Time).Seconds())
+	}
+	ok := 0.0
+	if s.Have && (s.LastErr == nil || s.LastErrAt.Before(s.Time)) {
+		ok = 1
+	}
+	g(dCollDur, s.Took.Seconds(), "sampler")
+	g(dCollOK, ok, "sampler")
+	st := c.a.alerts.Stats()
+	for _, k := range []string{EventDied, EventLeak, EventOOMForecast, EventUnsaved} {
+		ctr(dAlerts, float64(st.Raised[k]), k)
+	}
+	ctr(dWebhookOK, float64(st.Delivered))
+	ctr(dWebhookErr, float64(st.Failed))
+	ctr(dWebhookDr, float64(st.Dropped))
+	g(dWebhookQ, float64(st.Queued))
+	ctr(dProbeMsgs, float64(s.ProbeMsgs))
+	ctr(dProbeRej, float64(s.ProbeRej))
+	g(dCollDur, time.Since(start).Seconds(), "metrics")
+	g(dCollOK, 1, "metrics")
+}

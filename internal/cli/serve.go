@@ -1,0 +1,263 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vramguard/vramguard/internal/agent"
+	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/probe"
+	"github.com/vramguard/vramguard/internal/sampler"
+	"github.com/vramguard/vramguard/internal/store"
+)
+
+type serveOptions struct {
+	GPU          gpuOptions
+	Listen       string
+	Token        string
+	TokenFile    string
+	Interval     time.Duration
+	KeepFine     time.Duration
+	KeepCoarse   time.Duration
+	CoarseStep   time.Duration
+	MaxDisk      string
+	Webhook      string
+	OOMThreshold time.Duration
+	UnsavedAfter time.Duration
+	ProbeSocket  string
+	JSON         bool
+}
+
+// NewCmdServe builds `vramguard serve`.
+func NewCmdServe(f *Factory) *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Watch every GPU job on the machine: dashboard, JSON API, Prometheus metrics, alerts",
+		Long: `serve is the machine-wide agent. One sampler reads every GPU process (and
+supervised runs, and Python processes that load the probe and report to its
+socket); each job's memory timeline is kept in the state directory (every
+sample for --keep-fine, the per-minute peak for --keep-coarse, at most
+--max-disk), judged by the leak detector, and served over HTTP:
+
+  /            the dashboard: devices, jobs, a memory plot per job with its
+               events (OOM, checkpoint, restart, leak alert, death), runs
+               and their post-mortems; live
+  /api/v1/     JSON: status, devices, jobs, timelines, events, alerts, runs
+  /metrics     Prometheus metrics (per device and per job)
+  /healthz     200 while samples are fresh
+
+It listens on 127.0.0.1 unless --listen says otherwise; any other address
+needs a token (--token or --token-file). Requests that change anything
+(POST /api/v1/events, /api/v1/jobs/KEY/kill, /api/v1/runs/ID/stop) need the
+token as "Authorization: Bearer TOKEN" whatever the address.
+
+Alerts (leak found, OOM forecast nearer than --oom-threshold, job died,
+unsaved work) go to the log and, with --webhook, as a JSON POST with
+retries. See docs/SERVE.md.`,
+		Example: `  vramguard serve
+  vramguard serve --simulate examples/scenarios/workstation.json
+  vramguard serve --listen 0.0.0.0:9345 --token-file /etc/vramguard/token
+  vramguard serve --webhook https://hooks.example.com/gpu --oom-threshold 15m
+  curl -s localhost:9345/api/v1/jobs | jq '.jobs[] | {name, gpu_bytes}'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runServe(cmd.Context(), f, o)
+		},
+	}
+	addGPUFlags(cmd, &o.GPU.Simulate)
+	fl := cmd.Flags()
+	fl.StringVar(&o.GPU.Backend, "gpu-backend", "auto", "GPU backend: auto, nvml, none or sim:PATH")
+	fl.StringVar(&o.GPU.ProcRoot, "proc-root", "", "directory holding proc/ and sys/ (for fixture trees)")
+	_ = fl.MarkHidden("proc-root")
+	fl.StringVar(&o.Listen, "listen", "127.0.0.1:9345", "address to serve HTTP on (beyond loopback needs --token)")
+	fl.StringVar(&o.Token, "token", "", "token for mutating requests (visible in ps; prefer --token-file)")
+	fl.StringVar(&o.TokenFile, "token-file", "", "file holding the token")
+	fl.DurationVar(&o.Interval, "interval", time.Second, "how often to sample (at least 1s)")
+	fl.DurationVar(&o.KeepFine, "keep-fine", 24*time.Hour, "how long every sample is kept")
+	fl.DurationVar(&o.KeepCoarse, "keep-coarse", 30*24*time.Hour, "how long per-step peaks are kept")
+	fl.DurationVar(&o.CoarseStep, "coarse-step", time.Minute, "resolution of the long-term timelines")
+	fl.StringVar(&o.MaxDisk, "max-disk", "1GiB", "bound on stored timelines (oldest go first); 0 for none")
+	fl.StringVar(&o.Webhook, "webhook", "", "URL that receives each alert as a JSON POST")
+	fl.DurationVar(&o.OOMThreshold, "oom-threshold", 10*time.Minute, "alert when a job's forecast OOM is nearer than this")
+	fl.DurationVar(&o.UnsavedAfter, "unsaved-after", 2*time.Hour, "alert when a probed job has gone this long without a checkpoint (0: never)")
+	fl.StringVar(&o.ProbeSocket, "probe-socket", "", `probe socket (default: probe.sock in the state directory; "none" to not listen)`)
+	fl.BoolVar(&o.JSON, "json", false, "print the startup line (address, socket) as JSON")
+	return cmd
+}
+
+// serveSignals are the signals that stop serve cleanly.
+var serveSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
+
+func (o *serveOptions) token() (string, error) {
+	if o.Token != "" && o.TokenFile != "" {
+		return "", Usagef("--token and --token-file cannot be used together")
+	}
+	if o.TokenFile == "" {
+		return o.Token, nil
+	}
+	b, err := os.ReadFile(o.TokenFile)
+	if err != nil {
+		return "", Usagef("--token-file: %v", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", Usagef("--token-file %s is empty", o.TokenFile)
+	}
+	return t, nil
+}
+
+func (o *serveOptions) check() (agent.Retention, error) {
+	var r agent.Retention
+	if o.Interval < sampler.MinProcessInterval {
+		return r, Usagef("--interval %v: process lists are read at most once a second", o.Interval)
+	}
+	if o.KeepFine <= 0 || o.KeepCoarse <= 0 || o.CoarseStep <= 0 {
+		return r, Usagef("--keep-fine, --keep-coarse and --coarse-step must be positive")
+	}
+	if o.CoarseStep < o.Interval || o.CoarseStep%time.Second != 0 {
+		return r, Usagef("--coarse-step %v: want whole seconds, at least --interval", o.CoarseStep)
+	}
+	if o.OOMThreshold <= 0 || o.UnsavedAfter < 0 {
+		return r, Usagef("--oom-threshold must be positive and --unsaved-after not negative")
+	}
+	max, err := parseBytes(o.MaxDisk)
+	if err != nil {
+		return r, Usagef("--max-disk: %v", err)
+	}
+	if o.Webhook != "" && !strings.HasPrefix(o.Webhook, "http://") && !strings.HasPrefix(o.Webhook, "https://") {
+		return r, Usagef("--webhook %q: want an http:// or https:// URL", o.Webhook)
+	}
+	return agent.Retention{Fine: o.KeepFine, Coarse: o.KeepCoarse, CoarseStep: o.CoarseStep, MaxBytes: int64(max)}, nil
+}
+
+func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ret, err := o.check()
+	if err != nil {
+		return err
+	}
+	token, err := o.token()
+	if err != nil {
+		return err
+	}
+	if err := agent.CheckListen(o.Listen, token); err != nil {
+		if errors.Is(err, agent.ErrTokenRequired) {
+			return Usagef("refusing to listen on %s without a token: pass --token-file (or --token), or listen on 127.0.0.1", o.Listen)
+		}
+		return Usagef("--listen: %v", err)
+	}
+	ctx, stop := signal.NotifyContext(ctx, serveSignals...)
+	defer stop()
+	log := f.Logger()
+
+	b, note, err := openGPU(ctx, o.GPU.Simulate, o.GPU.Backend)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if note != "" {
+		fmt.Fprintln(f.IO.ErrOut, "vramguard:", note)
+	}
+	st, err := store.Open(f.Home())
+	if err != nil {
+		return Envf("%v", err)
+	}
+	defer st.Close()
+
+	hints := agent.NewHints(runOwnerHints(f))
+	src := procSource(b, o.GPU.ProcRoot)
+	simulated := func(int) bool { return false }
+	if s, ok := src.(attrib.Simulator); ok {
+		simulated = s.Simulated
+	}
+	smp, err := sampler.New(sampler.Config{
+		Backend:         b,
+		Attributor:      &attrib.Attributor{Src: src, Hints: hints},
+		ProcessInterval: o.Interval,
+		Now:             f.Now,
+	})
+	if err != nil {
+		return err
+	}
+	cfg := agent.Config{
+		Sampler: smp, Store: st, Hints: hints, Retention: ret, Simulated: simulated, Now: f.Now, Log: log, Version: Version,
+		Alerts: agent.AlertConfig{OOMThreshold: o.OOMThreshold, UnsavedAfter: o.UnsavedAfter, Webhook: o.Webhook},
+	}
+	sock := o.ProbeSocket
+	if sock == "" {
+		sock = probe.DefaultSocket(f.Home())
+	}
+	if sock != "none" {
+		l, err := probe.Listen(sock)
+		if err != nil {
+			return Envf("%v", err)
+		}
+		defer l.Close()
+		cfg.Probes = l.Messages()
+	}
+	ag, err := agent.New(cfg)
+	if err != nil {
+		return err
+	}
+	if h, err := os.Hostname(); err == nil {
+		ag.Alerts().Host = h
+	}
+
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return Envf("listen on %s: %v", o.Listen, err)
+	}
+	srv := &http.Server{Handler: ag.Handler(token), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	addr := ln.Addr().String()
+	if o.JSON {
+		_ = f.WriteJSON(map[string]any{"listen": addr, "url": "http://" + addr + "/", "probe_socket": sock, "home": f.Home(), "backend": b.Name()})
+	} else {
+		fmt.Fprintf(f.IO.Out, "vramguard serve: dashboard at http://%s/ (metrics /metrics, API /api/v1/), probe socket %s\n", addr, sock)
+	}
+
+	errc := make(chan error, 2)
+	agentDone := make(chan error, 1)
+	go func() { errc <- smp.Run(ctx, ag.SamplerError) }()
+	go func() { agentDone <- ag.Run(ctx) }()
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	var first error
+	select {
+	case <-ctx.Done():
+	case first = <-errc:
+	case first = <-agentDone:
+		agentDone <- nil
+	}
+	stop()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	// Wait for the agent to store what it buffered.
+	select {
+	case err := <-agentDone:
+		if first == nil && err != nil && !errors.Is(err, context.Canceled) {
+			first = err
+		}
+	case <-sctx.Done():
+	}
+	if first != nil && !errors.Is(first, context.Canceled) {
+		return Failf("serve: %v", first)
+	}
+	return nil
+}
