@@ -26,8 +26,8 @@ def _vramguard_here(p):
 
 def _vramguard_chain():
     import sys
+    from importlib._bootstrap import module_from_spec  # importlib.util costs more to import
     from importlib.machinery import PathFinder
-    from importlib.util import module_from_spec
 
     rest = [p for p in sys.path if not _vramguard_here(p)]
     spec = PathFinder.find_spec("sitecustomize", rest)

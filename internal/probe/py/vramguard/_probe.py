@@ -16,14 +16,19 @@ Standard library only. The wire format is documented in docs/PROBE.md.
 """
 
 import atexit
-import functools
-import json
 import os
-import signal
-import socket
 import sys
 import threading
 import time
+
+# The C modules: socket.py would also import selectors, math and select,
+# and signal.py imports enum, each costing every probed process start-up time.
+try:
+    import _signal as signal
+    import _socket as socket
+except ImportError:  # pragma: no cover
+    import signal
+    import socket
 
 PROTOCOL = 1
 VERSION = "0.1.0"
@@ -58,6 +63,7 @@ _p = None  # the running probe of this process, or None
 _start_lock = threading.Lock()
 _hooks_installed = False  # import hook, fork hooks, atexit: once per interpreter
 _torch_done = False  # torch patched (or deliberately left alone)
+_torch_lock = threading.Lock()
 
 
 def step(n=1):
@@ -231,8 +237,6 @@ class _Conn:
             del self.buf[:n]
 
     def flush(self, timeout):
-        import select
-
         deadline = time.monotonic() + timeout
         if not self.lock.acquire(timeout=timeout):
             return
@@ -242,6 +246,8 @@ class _Conn:
                 left = deadline - time.monotonic()
                 if not self.buf or left <= 0:
                     break
+                import select
+
                 select.select([], [self.sock], [], left)
         except (OSError, ValueError):
             self._die()
@@ -368,7 +374,7 @@ class _Probe:
         msg["v"] = PROTOCOL
         msg["pid"] = self.pid
         msg["ts"] = time.time()
-        conn.send(json.dumps(msg, separators=(",", ":"), default=str).encode() + b"\n")
+        conn.send(_dumps(msg).encode("utf-8", "surrogateescape") + b"\n")
 
     def reporting(self):
         conn = self.conn
@@ -402,6 +408,13 @@ class _Probe:
             self.fail("sample", e)
 
     def sample(self):
+        if not _torch_done:
+            # Safety net for interpreters whose import system does not
+            # signal the end of torch's import the way _TorchSpec expects.
+            torch = sys.modules.get("torch")
+            spec = getattr(torch, "__spec__", None)
+            if torch is not None and getattr(spec, "_initializing", None) is False:
+                _on_torch_imported(torch)
         self.seq += 1
         msg = {
             "type": "sample",
@@ -520,6 +533,33 @@ def _argv():
         return list(getattr(sys, "argv", []))[:64]
 
 
+# A JSON encoder for the probe's own messages (dicts, lists, str, int, float,
+# bool, None): importing the json package costs a process more start-up time
+# than the probe's whole remaining work.
+_ESC = {i: "\\u%04x" % i for i in range(0x20)}
+_ESC.update({ord('"'): '\\"', ord("\\"): "\\\\", ord("\n"): "\\n", ord("\t"): "\\t", ord("\r"): "\\r"})
+
+
+def _dumps(v):
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, int):
+        return str(int(v))
+    if isinstance(v, float):
+        return repr(v) if v == v and v not in (float("inf"), float("-inf")) else "null"
+    if isinstance(v, str):
+        return '"' + v.translate(_ESC) + '"'
+    if isinstance(v, dict):
+        return "{" + ",".join(_dumps(str(k)) + ":" + _dumps(x) for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_dumps(x) for x in v) + "]"
+    return _dumps(str(v))
+
+
 def _err(exc):
     return ("%s: %s" % (type(exc).__name__, exc))[:2000]
 
@@ -622,8 +662,9 @@ def _after_fork_parent():
 
 
 def _after_fork_child():
-    global _p, _optimizer_steps, _user_steps, _start_lock
+    global _p, _optimizer_steps, _user_steps, _start_lock, _torch_lock
     _start_lock = threading.Lock()
+    _torch_lock = threading.Lock()
     old = _p
     if old is None:
         return
@@ -656,9 +697,14 @@ def _at_exit():
 
 def _on_torch_imported(torch):
     global _torch_done
-    if _torch_done:
-        return
-    _torch_done = True
+    if not _torch_lock.acquire(blocking=False):
+        return  # the other path (import hook or sampler) is doing it
+    try:
+        if _torch_done:
+            return
+        _torch_done = True
+    finally:
+        _torch_lock.release()
     p = _p
     if p is None:
         return
@@ -898,6 +944,8 @@ def _patch_save(torch):
 
 
 def _wrap_save(orig):
+    import functools
+
     @functools.wraps(orig)
     def save(obj, f, *args, **kwargs):
         p = _p
