@@ -483,7 +483,9 @@ func (a *Agent) probeMessage(ctx context.Context, m probe.Message) {
 			alloc += d.AllocatedBytes
 			res += d.ReservedBytes
 		}
-		a.cfg.Hints.update(pid, func(s *probeState) { s.alloc, s.reserved, s.has, s.t = uint64(alloc), uint64(res), len(m.CUDA) > 0, now })
+		a.cfg.Hints.update(pid, func(s *probeState) {
+			s.alloc, s.reserved, s.has, s.t = uint64(alloc), uint64(res), len(m.CUDA) > 0, now
+		})
 	case probe.TypeHello, probe.TypeTorch:
 		a.cfg.Hints.update(pid, func(s *probeState) { s.t = now })
 	case probe.TypeBye:

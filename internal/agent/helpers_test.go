@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/gpu/sim"
+	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/sampler"
+	"github.com/vramguard/vramguard/internal/store"
+)
+
+// clock is a fake clock tests advance by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// rig is an agent playing a scenario against a fake clock; step takes one
+// sample per call, as the sampler's loop would once a second.
+type rig struct {
+	t     *testing.T
+	clk   *clock
+	smp   *sampler.Sampler
+	ag    *Agent
+	st    *store.Store
+	srv   *httptest.Server
+	token string
+}
+
+func newRig(t *testing.T, scenario string, cfg Config) *rig {
+	t.Helper()
+	sc, err := sim.Parse([]byte(scenario), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
+	b := sim.New(sc, sim.WithClock(clk.Now))
+	host := b.Host(procfs.FS{})
+	hints := NewHints(nil)
+	hints.now = clk.Now
+	smp, err := sampler.New(sampler.Config{Backend: b, Attributor: &attrib.Attributor{Src: host, Hints: hints}, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := openStore(t)
+	cfg.Sampler, cfg.Store, cfg.Hints, cfg.Now, cfg.Simulated, cfg.Version = smp, st, hints, clk.Now, host.Simulated, "test"
+	ag, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, clk: clk, smp: smp, ag: ag, st: st, token: "s3cret"}
+	r.srv = httptest.NewServer(ag.Handler(r.token))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *rig) step(n int) {
+	r.t.Helper()
+	for range n {
+		s, err := r.smp.Refresh(context.Background())
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		r.ag.Ingest(context.Background(), s)
+		r.clk.Add(time.Second)
+	}
+}
+
+func (r *rig) do(method, path, token, body string) (int, string) {
+	r.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = stringsReader(body)
+	}
+	req, err := http.NewRequest(method, r.srv.URL+path, rd)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
