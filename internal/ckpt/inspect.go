@@ -51,6 +51,10 @@ func Inspect(path string, opt Options) (*Report, error) {
 	if st.IsDir() {
 		return inspectDir(path, opt)
 	}
+	if !st.Mode().IsRegular() {
+		// A FIFO or device would block or never end.
+		return nil, &UnreadableError{fmt.Errorf("%s is not a regular file", path)}
+	}
 	f, size, err := openFile(path)
 	if err != nil {
 		return nil, err

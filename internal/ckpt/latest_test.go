@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -152,5 +153,22 @@ func TestLatest(t *testing.T) {
 func TestLatestUnreadable(t *testing.T) {
 	if _, _, err := Latest(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Fatal("Latest on a missing dir: want an error")
+	}
+}
+
+func TestInspectNotRegular(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Inspect(p, Options{}); err == nil {
+		t.Fatal("Inspect on a FIFO: want an error")
+	}
+	if _, err := ScanPath(p); err == nil {
+		t.Fatal("ScanPath on a FIFO: want an error")
+	}
+	es, err := Scan(filepath.Dir(p))
+	if err != nil || len(es) != 0 {
+		t.Fatalf("Scan over a FIFO: %v %v", es, err)
 	}
 }

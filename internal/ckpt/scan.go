@@ -341,6 +341,9 @@ func ScanPath(path string) ([]*ScanResult, error) {
 		return nil, &UnreadableError{fmt.Errorf("stat %s: %w", path, err)}
 	}
 	if !st.IsDir() {
+		if !st.Mode().IsRegular() {
+			return nil, &UnreadableError{fmt.Errorf("%s is not a regular file", path)}
+		}
 		r, err := ScanFile(path)
 		if err != nil {
 			return nil, err
