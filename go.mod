@@ -3,6 +3,7 @@ module github.com/vramguard/vramguard
 go 1.26.8
 
 require (
+	github.com/coder/websocket v1.8.14
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/sys v0.50.0
 )

@@ -2,12 +2,253 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
+	"github.com/vramguard/vramguard/internal/diagnose"
+	"github.com/vramguard/vramguard/internal/jupyter"
+	"github.com/vramguard/vramguard/internal/probe"
+	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/supervise"
 )
 
-// runKernel supervises a Jupyter kernel (run --kernel). Placeholder until the
-// Jupyter integration lands.
+// Variables between `run --kernel` and the kernel it starts.
+const (
+	// envPreviousDeath carries the one line the kernel shows in its notebook
+	// (probe: vramguard/jupyter_notice.py).
+	envPreviousDeath = "VRAMGUARD_PREVIOUS_DEATH"
+	// envSessionName is the notebook path jupyter_server gives a kernel.
+	envSessionName = "JPY_SESSION_NAME"
+	// noticeExtension loads the notice into IPython's kernel.
+	noticeExtension = "--IPKernelApp.extra_extensions=vramguard.jupyter_notice"
+)
+
+// runKernel supervises a Jupyter kernel (run --kernel). Jupyter starts a new
+// process for every restart of a kernel, with the same connection file: the
+// kernel id in it finds the run of the earlier processes, which is reopened
+// so that restarts become attempts of one run. When the kernel's (or, for a
+// new kernel, its notebook's) previous attempt died, the new kernel says so
+// in the notebook through the probe.
 func runKernel(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, limit uint64, id string) error {
-	return Envf("--kernel is not built yet")
+	kid, ok := jupyter.ConnectionKernelID(o.Command)
+	if !ok {
+		return Usagef("--kernel: the command names no connection file (-f .../kernel-ID.json); install the kernelspec with `vramguard jupyter install`")
+	}
+	notebook := kernelNotebook(os.Getenv(envSessionName))
+	me, _ := procfs.FS{}.Proc(os.Getpid())
+	now := f.Now()
+
+	var run *store.Run
+	first := 1
+	var prev *store.Kernel // whose death to announce
+	if k, err := st.KernelByID(ctx, kid); err == nil {
+		if r, err := st.Resolve(ctx, k.RunID); err == nil && r.ID == k.RunID {
+			atts, err := st.Attempts(ctx, r.ID)
+			if err != nil {
+				return Failf("read attempts of %s: %v", r.ID, err)
+			}
+			if len(atts) > 0 {
+				first = atts[len(atts)-1].N + 1
+			}
+			if err := st.ReopenRun(ctx, r.ID, os.Getpid(), me.StartTicks); err != nil {
+				return Failf("%v", err)
+			}
+			run, prev = r, k
+			if notebook == "" {
+				notebook = k.Notebook
+			}
+		}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return Failf("look up kernel %s: %v", kid, err)
+	}
+	if run == nil {
+		cwd, _ := os.Getwd()
+		run = &store.Run{ID: id, Name: o.Name, Command: o.Command, Cwd: cwd, Status: store.StatusRunning,
+			StartedAt: now, SupervisorPID: os.Getpid(), SupervisorStart: me.StartTicks, Dir: supervise.RunDir(f.Home(), id)}
+		if err := st.CreateRun(ctx, run); err != nil {
+			return Failf("%v", err)
+		}
+		if notebook != "" {
+			if k, err := st.LatestKernelForNotebook(ctx, notebook, kid); err == nil {
+				prev = k
+			}
+		}
+	}
+	if err := st.SetKernel(ctx, kid, run.ID, notebook, now); err != nil {
+		return Failf("%v", err)
+	}
+	if prev != nil {
+		if line, n := deathNotice(ctx, st, prev, f.HomeFlag); line != "" {
+			o.Command = withNotice(o.Command)
+			os.Setenv(envPreviousDeath, line)
+			st.SetKernelNoticed(ctx, prev.KernelID, n)
+			fmt.Fprintf(f.IO.ErrOut, "vramguard: kernel %s: %s\n", kid, line)
+		}
+	}
+	if err := kernelProbeEnv(f); err != nil {
+		f.Logger().Warn("probe", "err", err)
+	}
+	if notebook == "" {
+		go recordNotebook(ctx, f, kid, o.Command)
+	}
+	return superviseRun(ctx, f, o, st, run, limit, first)
+}
+
+// kernelNotebook makes the session path jupyter_server gives a kernel
+// absolute: it is relative to the server's root, and the kernel starts in
+// the notebook's directory.
+func kernelNotebook(session string) string {
+	if session == "" || filepath.IsAbs(session) {
+		return session
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(cwd, filepath.Base(session))
+}
+
+// deathNotice is the line a notebook's next kernel shows when the last
+// attempt of k's run died and no kernel has said so yet, with that attempt.
+func deathNotice(ctx context.Context, st *store.Store, k *store.Kernel, home string) (string, int) {
+	atts, err := st.Attempts(ctx, k.RunID)
+	if err != nil || len(atts) == 0 {
+		return "", 0
+	}
+	a := atts[len(atts)-1]
+	if a.N <= k.Noticed || !isDeath(a.Reason) {
+		return "", 0
+	}
+	var v diagnose.Verdict
+	json.Unmarshal(a.Verdict, &v)
+	explain := "vramguard explain " + k.RunID
+	if home != "" {
+		explain = "vramguard --home " + shellQuote(home) + " explain " + k.RunID
+	}
+	what := a.Reason
+	if s := strings.TrimSpace(v.Summary); s != "" {
+		if len(s) > 160 {
+			s = s[:157] + "..."
+		}
+		what += " (" + s + ")"
+	}
+	return fmt.Sprintf("the previous kernel of this notebook died: %s. Details: %s", what, explain), a.N
+}
+
+// isDeath tells a kernel that died from one that was shut down or
+// restarted on purpose.
+func isDeath(reason string) bool {
+	switch reason {
+	case "", diagnose.Success, diagnose.Interrupted:
+		return false
+	}
+	return true
+}
+
+// withNotice makes an IPython kernel load the notice extension; other
+// kernels are left alone (they cannot show it).
+func withNotice(argv []string) []string {
+	ipy := false
+	for _, a := range argv {
+		if strings.Contains(a, "ipykernel") {
+			ipy = true
+		}
+		if a == noticeExtension {
+			return argv
+		}
+	}
+	if !ipy {
+		return argv
+	}
+	return append(append([]string(nil), argv...), noticeExtension)
+}
+
+// kernelProbeEnv puts the probe into the kernel's environment (the
+// supervisor passes its own environment on). It reports to the machine-wide
+// agent's socket unless a socket is already set.
+func kernelProbeEnv(f *Factory) error {
+	dir, err := probe.Install(filepath.Join(f.Home(), "probe"))
+	if err != nil {
+		return err
+	}
+	sock := os.Getenv(probe.EnvSocket)
+	if sock == "" {
+		sock = probe.DefaultSocket(f.Home())
+	}
+	env := probe.Env(os.Environ(), dir, probe.Options{Socket: sock, Hz: 1, RunDir: os.Getenv(probe.EnvRunDir)})
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if os.Getenv(k) != v {
+			os.Setenv(k, v)
+		}
+	}
+	return nil
+}
+
+// recordNotebook asks the running servers which notebook kernel kid serves,
+// for a few seconds after start (the session is recorded once the kernel is
+// up), and keeps the answer so the notebook's next kernel can find this one.
+func recordNotebook(ctx context.Context, f *Factory, kid string, argv []string) {
+	home, _ := os.UserHomeDir()
+	dirs := jupyter.RuntimeDirs(os.Getenv, home, false)
+	for _, a := range argv {
+		if strings.HasSuffix(a, "kernel-"+kid+".json") {
+			// Connection files live in the server's runtime directory.
+			_, file, _ := strings.Cut(a, "=")
+			if file == "" {
+				file = a
+			}
+			dirs = append([]string{filepath.Dir(file)}, dirs...)
+			break
+		}
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for range 30 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		servers, _ := jupyter.Discover(dirs)
+		for _, s := range servers {
+			ss, err := jupyter.NewClient(s, 2*time.Second).Sessions(ctx)
+			if err != nil {
+				continue
+			}
+			for _, se := range ss {
+				if se.Kernel.ID != kid || se.Path == "" {
+					continue
+				}
+				nb := se.Path
+				if s.RootDir != "" && !filepath.IsAbs(nb) {
+					nb = filepath.Join(s.RootDir, nb)
+				}
+				st, err := store.Open(f.Home())
+				if err != nil {
+					return
+				}
+				defer st.Close()
+				if k, err := st.KernelByID(ctx, kid); err == nil {
+					st.SetKernel(ctx, kid, k.RunID, nb, k.Updated)
+				}
+				return
+			}
+		}
+	}
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

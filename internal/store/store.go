@@ -92,6 +92,7 @@ var migrations = []string{
 	);
 	CREATE INDEX samples_run ON samples(run_id, t);`,
 	agentSchema,
+	kernelsSchema,
 }
 
 // Open opens (creating if needed) the database in dir and migrates it.

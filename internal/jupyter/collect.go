@@ -1,0 +1,165 @@
+package jupyter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/attrib"
+)
+
+// Entry is one kernel as `vramguard kernels` shows it: which notebook it
+// serves, its process, its memory and its activity.
+type Entry struct {
+	// Notebook is the notebook's absolute path when the server's root is
+	// known, else the path as the server gives it; "" for a kernel without
+	// a session (a console, or one started through /api/kernels).
+	Notebook   string `json:"notebook"`
+	Path       string `json:"path"`
+	KernelID   string `json:"kernel_id"`
+	KernelName string `json:"kernel_name"`
+	SessionID  string `json:"session_id,omitempty"`
+	Server     string `json:"server"`
+	// PID is the kernel process (host PID); 0 when it was not found (a
+	// kernel on another machine, or starting).
+	PID          int   `json:"pid"`
+	ContainerPID int   `json:"container_pid,omitempty"`
+	PIDs         []int `json:"pids"`
+	// GPUBytes is the driver's figure for the kernel and its workers.
+	GPUBytes uint64 `json:"gpu_bytes"`
+	// AllocatedBytes and ReservedBytes are PyTorch's own figures when the
+	// probe reports them.
+	AllocatedBytes *uint64   `json:"allocated_bytes,omitempty"`
+	ReservedBytes  *uint64   `json:"reserved_bytes,omitempty"`
+	RSSBytes       uint64    `json:"rss_bytes"`
+	ExecutionState string    `json:"execution_state"`
+	LastActivity   time.Time `json:"last_activity"`
+	IdleS          float64   `json:"idle_s"`
+	Connections    int       `json:"connections"`
+	Supervised     bool      `json:"supervised"`
+	// RunID is the vramguard run that supervises the kernel, when known.
+	RunID string `json:"run_id,omitempty"`
+
+	server *Server
+}
+
+// Server is the server the entry came from (for actions).
+func (e *Entry) ServerInfo() *Server { return e.server }
+
+// Collector joins what the servers say with what /proc and the GPU say.
+type Collector struct {
+	Servers []Server
+	Procs   ProcSource
+	// Jobs are the GPU-holding process trees from attrib; a kernel is
+	// charged every job rooted at it or at one of its descendants.
+	Jobs    []attrib.Job
+	Now     func() time.Time
+	Timeout time.Duration
+}
+
+// Collect lists the kernels of every server. A server that does not answer
+// is reported in the error while the others are still listed.
+func (c *Collector) Collect(ctx context.Context) ([]Entry, error) {
+	now := time.Now
+	if c.Now != nil {
+		now = c.Now
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	procs, err := KernelProcs(c.Procs)
+	if err != nil {
+		return nil, fmt.Errorf("scan processes: %w", err)
+	}
+	var out []Entry
+	var errs []error
+	for i := range c.Servers {
+		s := &c.Servers[i]
+		cl := NewClient(*s, timeout)
+		kernels, err := cl.Kernels(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		sessions, err := cl.Sessions(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		byKernel := map[string]Session{}
+		for _, se := range sessions {
+			byKernel[se.Kernel.ID] = se
+		}
+		for _, k := range kernels {
+			e := Entry{KernelID: k.ID, KernelName: k.Name, ExecutionState: k.ExecutionState,
+				LastActivity: k.LastActivity, Connections: k.Connections, Server: cl.Endpoint(""), server: s, PIDs: []int{}}
+			if !k.LastActivity.IsZero() {
+				e.IdleS = max(0, now().Sub(k.LastActivity).Seconds())
+			}
+			if se, ok := byKernel[k.ID]; ok {
+				e.SessionID, e.Path = se.ID, se.Path
+				e.Notebook = se.Path
+				if s.RootDir != "" && !filepath.IsAbs(se.Path) {
+					e.Notebook = filepath.Join(s.RootDir, se.Path)
+				}
+			}
+			if kp, ok := procs[k.ID]; ok {
+				e.PID, e.ContainerPID, e.Supervised = kp.PID, kp.ContainerPID, kp.Supervised
+				e.RSSBytes = kp.RSS()
+				in := map[int]bool{}
+				for _, p := range kp.Tree {
+					in[p.PID] = true
+					e.PIDs = append(e.PIDs, p.PID)
+				}
+				for _, j := range c.Jobs {
+					if !in[j.RootPID] {
+						continue
+					}
+					e.GPUBytes += j.GPUBytes
+					if j.AllocatedBytes != nil {
+						if e.AllocatedBytes == nil {
+							e.AllocatedBytes, e.ReservedBytes = new(uint64), new(uint64)
+						}
+						*e.AllocatedBytes += *j.AllocatedBytes
+						*e.ReservedBytes += *j.ReservedBytes
+					}
+				}
+			}
+			out = append(out, e)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].GPUBytes != out[j].GPUBytes {
+			return out[i].GPUBytes > out[j].GPUBytes
+		}
+		if out[i].Notebook != out[j].Notebook {
+			return out[i].Notebook < out[j].Notebook
+		}
+		return out[i].KernelID < out[j].KernelID
+	})
+	if out == nil {
+		out = []Entry{}
+	}
+	return out, errors.Join(errs...)
+}
+
+// Act sends one action (interrupt, restart or shutdown) for e to its server.
+func Act(ctx context.Context, e *Entry, action string, timeout time.Duration) error {
+	if e.server == nil {
+		return fmt.Errorf("kernel %s: no server known", e.KernelID)
+	}
+	cl := NewClient(*e.server, timeout)
+	switch action {
+	case "interrupt":
+		return cl.Interrupt(ctx, e.KernelID)
+	case "restart":
+		return cl.Restart(ctx, e.KernelID)
+	case "shutdown":
+		return cl.Shutdown(ctx, e.SessionID, e.KernelID)
+	}
+	return fmt.Errorf("unknown action %q", action)
+}

@@ -1,0 +1,631 @@
+package jupyter_test
+
+// The integration test runs Debian's jupyter-server (packages jupyter-server
+// and python3-ipykernel) with vramguard's kernelspec, executes cells over the
+// kernel protocol and drives a kernel into a real OOM kill under a cgroup
+// memory limit (root, or a delegated cgroup, is needed for that).
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/vramguard/vramguard/internal/jupyter"
+)
+
+const python = "/usr/bin/python3"
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// vramguardBin builds the binary once per test process.
+func vramguardBin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "vramguard-jupyter-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "vramguard")
+		out, err := exec.Command("go", "build", "-o", binPath, "../../cmd/vramguard").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("build vramguard: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// lab is one isolated Jupyter installation: its own data, runtime and
+// config directories, notebook root and vramguard state.
+type lab struct {
+	t                                 *testing.T
+	bin                               string
+	data, runtime, config, root, home string
+	ipython                           string
+	server                            *exec.Cmd
+	serverLog                         *bytes.Buffer
+	client                            *jupyter.Client
+	token                             string
+}
+
+func newLab(t *testing.T) *lab {
+	t.Helper()
+	for _, p := range []string{"jupyter-server", python} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Fatalf("%s not found: install the Debian packages jupyter-server and python3-ipykernel", p)
+		}
+	}
+	if err := exec.Command(python, "-c", "import ipykernel_launcher").Run(); err != nil {
+		t.Fatalf("%s cannot import ipykernel: install python3-ipykernel", python)
+	}
+	d := t.TempDir()
+	l := &lab{t: t, bin: vramguardBin(t), data: filepath.Join(d, "data"), config: filepath.Join(d, "config"),
+		root: filepath.Join(d, "notebooks"), home: filepath.Join(d, "state"), ipython: filepath.Join(d, "ipython")}
+	l.runtime = filepath.Join(l.data, "runtime")
+	for _, p := range []string{l.data, l.config, l.root, l.home, l.ipython, filepath.Join(l.root, "sub")} {
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l
+}
+
+func (l *lab) env() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "JUPYTER_") || strings.HasPrefix(k, "VRAMGUARD_") || k == "IPYTHONDIR" || k == "XDG_DATA_HOME" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "JUPYTER_DATA_DIR="+l.data, "JUPYTER_RUNTIME_DIR="+l.runtime, "JUPYTER_CONFIG_DIR="+l.config,
+		"JUPYTER_PATH="+l.data, "IPYTHONDIR="+l.ipython, "VRAMGUARD_HOME="+l.home, "JUPYTER_PLATFORM_DIRS=0")
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// vg runs vramguard with the lab's environment.
+func (l *lab) vg(args ...string) result {
+	l.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, l.bin, args...)
+	cmd.Env = l.env()
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		l.t.Fatalf("vramguard %v: %v", args, err)
+	}
+	return result{so.String(), se.String(), code}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startServer starts jupyter-server with token auth on a free loopback port
+// and waits until its API answers.
+func (l *lab) startServer() {
+	t := l.t
+	t.Helper()
+	var b [16]byte
+	rand.Read(b[:])
+	l.token = hex.EncodeToString(b[:])
+	port := freePort(t)
+	cmd := exec.Command("jupyter-server", "--no-browser", "--allow-root",
+		"--ServerApp.ip=127.0.0.1", "--ServerApp.port="+strconv.Itoa(port), "--ServerApp.port_retries=0",
+		"--ServerApp.token="+l.token, "--ServerApp.root_dir="+l.root,
+		"--KernelRestarter.time_to_dead=0.5", "--MappingKernelManager.cull_idle_timeout=0")
+	cmd.Env = l.env()
+	cmd.Dir = l.root
+	l.serverLog = &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = l.serverLog, l.serverLog
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	l.server = cmd
+	t.Cleanup(func() {
+		l.stopServer()
+		if t.Failed() {
+			t.Logf("jupyter-server log:\n%s", l.serverLog.String())
+		}
+	})
+	file := filepath.Join(l.runtime, fmt.Sprintf("jpserver-%d.json", cmd.Process.Pid))
+	waitFor(t, 30*time.Second, "the server's runtime file and API", func() bool {
+		s, err := jupyter.ParseServerFile(file)
+		if err != nil {
+			return false
+		}
+		l.client = jupyter.NewClient(s, 5*time.Second)
+		return l.client.Do(context.Background(), http.MethodGet, "api/status", nil, nil) == nil
+	})
+}
+
+func (l *lab) stopServer() {
+	if l.server == nil || l.server.ProcessState != nil {
+		return
+	}
+	l.server.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { l.server.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		syscall.Kill(-l.server.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kernelConn speaks the Jupyter messaging protocol over the server's
+// /api/kernels/<id>/channels WebSocket.
+type kernelConn struct {
+	t       *testing.T
+	c       *websocket.Conn
+	session string
+}
+
+func (l *lab) connect(kernelID string) *kernelConn {
+	t := l.t
+	t.Helper()
+	var b [8]byte
+	rand.Read(b[:])
+	session := hex.EncodeToString(b[:])
+	u := strings.Replace(l.client.Endpoint("api/kernels/"+kernelID+"/channels"), "http://", "ws://", 1) + "?session_id=" + session
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"token " + l.token}}})
+	if err != nil {
+		t.Fatalf("connect to kernel %s: %v", kernelID, err)
+	}
+	c.SetReadLimit(64 << 20)
+	kc := &kernelConn{t: t, c: c, session: session}
+	t.Cleanup(func() { c.Close(websocket.StatusNormalClosure, "") })
+	return kc
+}
+
+type message struct {
+	Channel      string         `json:"channel"`
+	Header       map[string]any `json:"header"`
+	ParentHeader map[string]any `json:"parent_header"`
+	MsgType      string         `json:"msg_type"`
+	Content      map[string]any `json:"content"`
+}
+
+// execution is what one execute_request produced.
+type execution struct {
+	status string // execute_reply status: ok, error, aborted
+	ename  string
+	stdout string
+	stderr string
+	// restarting is set when the kernel died during the cell.
+	restarting bool
+}
+
+func (k *kernelConn) send(code string) string {
+	k.t.Helper()
+	var b [8]byte
+	rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	msg := map[string]any{
+		"header": map[string]any{"msg_id": id, "username": "test", "session": k.session, "msg_type": "execute_request",
+			"version": "5.3", "date": time.Now().UTC().Format(time.RFC3339Nano)},
+		"parent_header": map[string]any{}, "metadata": map[string]any{}, "buffers": []any{}, "channel": "shell",
+		"content": map[string]any{"code": code, "silent": false, "store_history": true, "user_expressions": map[string]any{},
+			"allow_stdin": false, "stop_on_error": true},
+	}
+	b2, _ := json.Marshal(msg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := k.c.Write(ctx, websocket.MessageText, b2); err != nil {
+		k.t.Fatalf("send execute_request: %v", err)
+	}
+	return id
+}
+
+// wait reads messages until the cell id is done (its execute_reply and its
+// idle status both seen) or the kernel restarts.
+func (k *kernelConn) wait(id string, d time.Duration) execution {
+	k.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var ex execution
+	replied, idle := false, false
+	for !(replied && idle) {
+		_, b, err := k.c.Read(ctx)
+		if err != nil {
+			k.t.Fatalf("waiting for cell %s: %v (so far: %+v)", id, err, ex)
+		}
+		var m message
+		if err := json.Unmarshal(b, &m); err != nil {
+			continue
+		}
+		if m.MsgType == "" && m.Header != nil {
+			m.MsgType, _ = m.Header["msg_type"].(string)
+		}
+		if m.MsgType == "status" {
+			if st, _ := m.Content["execution_state"].(string); st == "restarting" || st == "dead" {
+				ex.restarting = true
+				return ex
+			}
+		}
+		if pid, _ := m.ParentHeader["msg_id"].(string); pid != id {
+			continue
+		}
+		switch m.MsgType {
+		case "stream":
+			text, _ := m.Content["text"].(string)
+			if m.Content["name"] == "stderr" {
+				ex.stderr += text
+			} else {
+				ex.stdout += text
+			}
+		case "error":
+			ex.ename, _ = m.Content["ename"].(string)
+		case "execute_reply":
+			ex.status, _ = m.Content["status"].(string)
+			replied = true
+		case "status":
+			if m.Content["execution_state"] == "idle" {
+				idle = true
+			}
+		}
+	}
+	return ex
+}
+
+func (k *kernelConn) run(code string) execution {
+	k.t.Helper()
+	ex := k.wait(k.send(code), 60*time.Second)
+	if ex.restarting {
+		k.t.Fatalf("the kernel died running %q", code)
+	}
+	if ex.status != "ok" {
+		k.t.Fatalf("cell %q: status %q %s\nstderr: %s", code, ex.status, ex.ename, ex.stderr)
+	}
+	return ex
+}
+
+// kernelEntry is the part of `vramguard kernels --json` the test checks.
+type kernelEntry struct {
+	Notebook       string   `json:"notebook"`
+	KernelID       string   `json:"kernel_id"`
+	PID            int      `json:"pid"`
+	PIDs           []int    `json:"pids"`
+	GPUBytes       *uint64  `json:"gpu_bytes"`
+	RSSBytes       *uint64  `json:"rss_bytes"`
+	ExecutionState string   `json:"execution_state"`
+	IdleS          *float64 `json:"idle_s"`
+	Supervised     bool     `json:"supervised"`
+	RunID          string   `json:"run_id"`
+}
+
+func (l *lab) kernels() map[string]kernelEntry {
+	l.t.Helper()
+	r := l.vg("kernels", "--json", "--gpu-backend", "none", "--runtime-dir", l.runtime)
+	if r.code != 0 {
+		l.t.Fatalf("kernels --json: exit %d: %s", r.code, r.stderr)
+	}
+	var es []kernelEntry
+	if err := json.Unmarshal([]byte(r.stdout), &es); err != nil {
+		l.t.Fatalf("kernels --json is not a JSON list: %v\n%s", err, r.stdout)
+	}
+	out := map[string]kernelEntry{}
+	for _, e := range es {
+		if e.GPUBytes == nil || e.RSSBytes == nil || e.IdleS == nil {
+			l.t.Fatalf("kernels --json: an entry lacks gpu_bytes, rss_bytes or idle_s: %s", r.stdout)
+		}
+		out[e.KernelID] = e
+	}
+	return out
+}
+
+func (l *lab) explain(run string) map[string]any {
+	l.t.Helper()
+	r := l.vg("explain", "--json", run)
+	if r.code != 0 {
+		l.t.Fatalf("explain %s: exit %d: %s", run, r.code, r.stderr)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil {
+		l.t.Fatalf("explain --json: %v", err)
+	}
+	return m
+}
+
+func attemptReasons(m map[string]any) []string {
+	var out []string
+	l, _ := m["attempts_detail"].([]any)
+	for _, a := range l {
+		am, _ := a.(map[string]any)
+		r, _ := am["reason"].(string)
+		out = append(out, r)
+	}
+	return out
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// selfReport is what a kernel says of itself: its pid and resident memory.
+const selfReport = `import os; print(os.getpid(), int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE'))`
+
+func parseSelf(t *testing.T, out string) (int, uint64) {
+	t.Helper()
+	f := strings.Fields(out)
+	if len(f) != 2 {
+		t.Fatalf("unexpected self report %q", out)
+	}
+	pid, _ := strconv.Atoi(f[0])
+	rss, _ := strconv.ParseUint(f[1], 10, 64)
+	return pid, rss
+}
+
+func within(got, want uint64, frac float64) bool {
+	d := float64(got) - float64(want)
+	if d < 0 {
+		d = -d
+	}
+	return d <= frac*float64(want)
+}
+
+// TestJupyterKernels is the acceptance test of the Jupyter integration.
+func TestJupyterKernels(t *testing.T) {
+	l := newLab(t)
+	const limit = "256m"
+
+	// The kernelspec, as Jupyter itself sees it.
+	if r := l.vg("jupyter", "install", "--user", "--python", python, "--memory-limit", limit, "--", "--sample-interval", "100ms"); r.code != 0 {
+		t.Fatalf("jupyter install: exit %d: %s", r.code, r.stderr)
+	}
+	specs := l.kernelspecs()
+	if !strings.Contains(specs, `"vramguard"`) {
+		t.Fatalf("Jupyter does not list the vramguard kernelspec: %s", specs)
+	}
+
+	l.startServer()
+	ctx := context.Background()
+	sa, err := l.client.CreateSession(ctx, "a.ipynb", "vramguard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := l.client.CreateSession(ctx, "sub/b.ipynb", "vramguard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ka, kb := l.connect(sa.Kernel.ID), l.connect(sb.Kernel.ID)
+
+	// Host memory in both notebooks: A holds ~120 MiB, B ~40 MiB.
+	ka.run("big = b'a' * (120 << 20)")
+	kb.run("small = b'b' * (40 << 20)")
+	pidA, rssA := parseSelf(t, ka.run(selfReport).stdout)
+	pidB, rssB := parseSelf(t, kb.run(selfReport).stdout)
+
+	ks := l.kernels()
+	for _, c := range []struct {
+		name string
+		s    jupyter.Session
+		pid  int
+		rss  uint64
+		min  uint64
+	}{
+		{"a.ipynb", sa, pidA, rssA, 120 << 20},
+		{"sub/b.ipynb", sb, pidB, rssB, 40 << 20},
+	} {
+		e, ok := ks[c.s.Kernel.ID]
+		if !ok {
+			t.Fatalf("kernels --json lacks the kernel of %s", c.name)
+		}
+		if want := filepath.Join(l.root, c.name); e.Notebook != want {
+			t.Errorf("%s: notebook %q, want %q", c.name, e.Notebook, want)
+		}
+		if e.PID != c.pid {
+			t.Errorf("%s: pid %d, the kernel says it is %d", c.name, e.PID, c.pid)
+		}
+		if *e.RSSBytes < c.min || !within(*e.RSSBytes, c.rss, 0.25) {
+			t.Errorf("%s: rss_bytes %d, the kernel says %d (at least %d)", c.name, *e.RSSBytes, c.rss, c.min)
+		}
+		if *e.GPUBytes != 0 {
+			t.Errorf("%s: gpu_bytes %d without a GPU backend", c.name, *e.GPUBytes)
+		}
+		if e.ExecutionState != "idle" || *e.IdleS < 0 {
+			t.Errorf("%s: state %q idle_s %v", c.name, e.ExecutionState, *e.IdleS)
+		}
+		if !e.Supervised || e.RunID == "" {
+			t.Errorf("%s: not shown as supervised by a run: %+v", c.name, e)
+		}
+	}
+	runA := ks[sa.Kernel.ID].RunID
+	t.Logf("a.ipynb: kernel pid %d rss %d (vramguard: %d); b.ipynb: pid %d rss %d (vramguard: %d)",
+		pidA, rssA, *ks[sa.Kernel.ID].RSSBytes, pidB, rssB, *ks[sb.Kernel.ID].RSSBytes)
+
+	// A real OOM kill in A under the kernelspec's memory limit.
+	ex := ka.wait(ka.send("boom = b'c' * (400 << 20)"), 60*time.Second)
+	if !ex.restarting {
+		t.Fatalf("the kernel survived allocating past its %s limit: %+v", limit, ex)
+	}
+	waitFor(t, 30*time.Second, "Jupyter to restart the killed kernel", func() bool {
+		e, ok := l.kernels()[sa.Kernel.ID]
+		return ok && e.PID != 0 && e.PID != pidA && e.ExecutionState == "idle"
+	})
+	m := l.explain(runA)
+	t.Logf("run %s attempts: %v", runA, attemptReasons(m))
+	if reasons := attemptReasons(m); len(reasons) < 2 || reasons[0] != "host_oom_killed" {
+		t.Fatalf("run %s: attempt reasons %v, want host_oom_killed then the restarted kernel", runA, reasons)
+	}
+	if e := l.kernels()[sa.Kernel.ID]; e.RunID != runA {
+		t.Errorf("the restarted kernel is run %q, want the same run %q", e.RunID, runA)
+	}
+	if alive(pidA) {
+		t.Errorf("the killed kernel %d is still alive", pidA)
+	}
+
+	// The next kernel of that notebook says why, once, in the notebook.
+	ka2 := l.connect(sa.Kernel.ID)
+	first := ka2.run("1 + 1")
+	t.Logf("first cell after the OOM kill, stderr: %q", first.stderr)
+	if !strings.Contains(first.stderr, "host_oom_killed") || !strings.Contains(first.stderr, "vramguard --home "+l.home+" explain "+runA) {
+		t.Errorf("the restarted kernel's first cell did not show the notice; stderr %q", first.stderr)
+	}
+	if again := ka2.run("2 + 2"); strings.Contains(again.stderr, "vramguard") {
+		t.Errorf("the notice was shown twice: %q", again.stderr)
+	}
+	if ka2.run("import os; print(os.environ.get('VRAMGUARD_PREVIOUS_DEATH'))").stdout != "None\n" {
+		t.Errorf("the notice's variable leaks into the notebook's environment")
+	}
+
+	// Selection lists and does nothing without --yes.
+	r := l.vg("kernels", "shutdown", "--idle-longer-than", "0s", "--runtime-dir", l.runtime, "--gpu-backend", "none")
+	if r.code != 0 || !strings.Contains(r.stdout, "would shutdown") || !strings.Contains(r.stdout, "b.ipynb") {
+		t.Fatalf("shutdown --idle-longer-than 0s: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := l.vg("kernels", "shutdown", "--holding-gpu", "--yes", "--runtime-dir", l.runtime, "--gpu-backend", "none"); r.code != 0 || !strings.Contains(r.stderr, "no kernel matches") {
+		t.Fatalf("shutdown --holding-gpu without GPU memory: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if len(l.kernels()) != 2 {
+		t.Fatalf("a listing-only selection shut kernels down")
+	}
+
+	// Interrupt a running cell in A.
+	id := ka2.send("import time; time.sleep(120)")
+	waitFor(t, 20*time.Second, "A to be busy", func() bool { return l.kernels()[sa.Kernel.ID].ExecutionState == "busy" })
+	if r := l.vg("kernels", "interrupt", "a.ipynb", "--runtime-dir", l.runtime, "--gpu-backend", "none"); r.code != 0 {
+		t.Fatalf("kernels interrupt: exit %d: %s", r.code, r.stderr)
+	}
+	if ex := ka2.wait(id, 20*time.Second); ex.ename != "KeyboardInterrupt" {
+		t.Fatalf("interrupted cell: %+v, want KeyboardInterrupt", ex)
+	}
+
+	// Shut the idle kernel B down by its notebook.
+	r = l.vg("kernels", "shutdown", "b.ipynb", "--runtime-dir", l.runtime, "--gpu-backend", "none")
+	if r.code != 0 {
+		t.Fatalf("kernels shutdown b.ipynb: exit %d: %s", r.code, r.stderr)
+	}
+	kernels, err := l.client.Kernels(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range kernels {
+		if k.ID == sb.Kernel.ID {
+			t.Fatalf("kernel of b.ipynb still listed by the server after shutdown")
+		}
+	}
+	waitFor(t, 15*time.Second, "B's kernel process to exit", func() bool { return !alive(pidB) })
+	runB := ks[sb.Kernel.ID].RunID
+	waitFor(t, 15*time.Second, "B's run to finish", func() bool { return l.explain(runB)["status"] == "finished" })
+	if reasons := attemptReasons(l.explain(runB)); len(reasons) != 1 || reasons[0] != "success" {
+		t.Errorf("B's run after shutdown: attempts %v, want one that ended with success", reasons)
+	}
+	if _, ok := l.kernels()[sb.Kernel.ID]; ok {
+		t.Errorf("kernels still lists B after its shutdown")
+	}
+
+	// Uninstalled, nothing of vramguard is left where Jupyter looks.
+	l.stopServer()
+	if r := l.vg("jupyter", "uninstall", "--user"); r.code != 0 {
+		t.Fatalf("jupyter uninstall: exit %d: %s", r.code, r.stderr)
+	}
+	if specs := l.kernelspecs(); strings.Contains(specs, "vramguard") {
+		t.Errorf("Jupyter still lists a vramguard kernelspec: %s", specs)
+	}
+	for _, dir := range append(l.jupyterPaths(), l.data, l.config) {
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			if strings.Contains(strings.ToLower(d.Name()), "vramguard") {
+				t.Errorf("left behind: %s", p)
+			}
+			if d.Type().IsRegular() {
+				if b, err := os.ReadFile(p); err == nil && bytes.Contains(bytes.ToLower(b), []byte("vramguard")) {
+					t.Errorf("left behind: %s mentions vramguard", p)
+				}
+			}
+			return nil
+		})
+	}
+}
+
+// kernelspecs is Jupyter's own list of kernelspecs (JSON).
+func (l *lab) kernelspecs() string {
+	l.t.Helper()
+	cmd := exec.Command(python, "-c", "import json; from jupyter_client.kernelspec import KernelSpecManager as M; print(json.dumps(M().find_kernel_specs()))")
+	cmd.Env = l.env()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		l.t.Fatalf("list kernelspecs: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// jupyterPaths are the data directories Jupyter searches.
+func (l *lab) jupyterPaths() []string {
+	l.t.Helper()
+	cmd := exec.Command(python, "-c", "import json; from jupyter_core.paths import jupyter_path; print(json.dumps(jupyter_path()))")
+	cmd.Env = l.env()
+	out, err := cmd.Output()
+	if err != nil {
+		l.t.Fatalf("jupyter_path: %v", err)
+	}
+	var ps []string
+	if err := json.Unmarshal(out, &ps); err != nil {
+		l.t.Fatalf("jupyter_path: %v: %s", err, out)
+	}
+	return ps
+}
