@@ -86,14 +86,8 @@ vramguard did not write is never overwritten.`,
 
 // kernelsDirFor picks the install directory from the location flags.
 func kernelsDirFor(f *Factory, user, sysPrefix bool, prefix, python string) (string, error) {
-	n := 0
-	for _, b := range []bool{user, sysPrefix, prefix != ""} {
-		if b {
-			n++
-		}
-	}
-	if n > 1 {
-		return "", Usagef("give at most one of --user, --sys-prefix and --prefix")
+	if err := oneLocation(user, sysPrefix, prefix); err != nil {
+		return "", err
 	}
 	switch {
 	case user:
@@ -113,6 +107,19 @@ func kernelsDirFor(f *Factory, user, sysPrefix bool, prefix, python string) (str
 		return filepath.Join(strings.TrimSpace(string(out)), "share", "jupyter", "kernels"), nil
 	}
 	return jupyter.SystemKernelsDir, nil
+}
+
+func oneLocation(user, sysPrefix bool, prefix string) error {
+	n := 0
+	for _, b := range []bool{user, sysPrefix, prefix != ""} {
+		if b {
+			n++
+		}
+	}
+	if n > 1 {
+		return Usagef("give at most one of --user, --sys-prefix and --prefix")
+	}
+	return nil
 }
 
 func findPython(p string) (string, error) {
@@ -137,13 +144,6 @@ func runJupyterInstall(f *Factory, o *JupyterInstallOptions) error {
 	if strings.TrimSpace(o.DisplayName) == "" {
 		return Usagef("--display-name must not be empty")
 	}
-	python, err := findPython(o.Python)
-	if err != nil {
-		return err
-	}
-	if err := exec.Command(python, "-c", "import ipykernel_launcher").Run(); err != nil {
-		return Envf("%s cannot import ipykernel (install it: pip install ipykernel, or apt install python3-ipykernel)", python)
-	}
 	runFlags := append([]string(nil), o.RunFlags...)
 	if o.MemoryLimit != "" {
 		lim, err := parseBytes(o.MemoryLimit)
@@ -157,6 +157,16 @@ func runJupyterInstall(f *Factory, o *JupyterInstallOptions) error {
 	}
 	if err := checkRunFlags(f, runFlags); err != nil {
 		return err
+	}
+	if err := oneLocation(o.User, o.SysPrefix, o.Prefix); err != nil {
+		return err
+	}
+	python, err := findPython(o.Python)
+	if err != nil {
+		return err
+	}
+	if err := exec.Command(python, "-c", "import ipykernel_launcher").Run(); err != nil {
+		return Envf("%s cannot import ipykernel (install it: pip install ipykernel, or apt install python3-ipykernel)", python)
 	}
 	dir, err := kernelsDirFor(f, o.User, o.SysPrefix, o.Prefix, python)
 	if err != nil {
