@@ -193,37 +193,36 @@ func micro(python, trainScript, dir string, l *probe.Listener, base []string) er
 	if err := json.Unmarshal(out, &m); err != nil {
 		return fmt.Errorf("micro.py: %v: %q", err, out)
 	}
-	start := func(withProbe bool, code string) (float64, error) {
-		var ts []float64
-		for range 15 {
-			c := exec.Command(python, "-c", code)
-			c.Env = base
-			if withProbe {
-				c.Env = env
+	// start times `python -c code` without and with the probe, alternating,
+	// and returns the medians (ms).
+	start := func(code string) (off, on float64, err error) {
+		var ts [2][]float64
+		for range 21 {
+			for k, e := range [][]string{base, env} {
+				c := exec.Command(python, "-c", code)
+				c.Env = e
+				t0 := time.Now()
+				if err := c.Run(); err != nil {
+					return 0, 0, err
+				}
+				ts[k] = append(ts[k], time.Since(t0).Seconds()*1000)
 			}
-			t0 := time.Now()
-			if err := c.Run(); err != nil {
-				return 0, err
-			}
-			ts = append(ts, time.Since(t0).Seconds()*1000)
 		}
-		slices.Sort(ts)
-		return ts[len(ts)/2], nil
+		for k := range ts {
+			slices.Sort(ts[k])
+		}
+		return ts[0][len(ts[0])/2], ts[1][len(ts[1])/2], nil
 	}
 	fmt.Printf("\nPer-operation costs inside a probed process (torch %s, step hook %s):\n\n", m.Torch, m.StepHook)
 	fmt.Println("| operation | cost | share of one core |")
 	fmt.Println("| --- | ---: | ---: |")
 	fmt.Printf("| one sample (RSS, counters, CUDA check, JSON, send) | %.0f µs | %.4f%% at 1 Hz, %.3f%% at 20 Hz |\n", m.SampleUS, m.SampleUS/1e4, m.SampleUS*20/1e4)
 	fmt.Printf("| optimizer step hook | %.0f ns per step | %.4f%% at 1000 steps/s |\n", m.StepHookNS, m.StepHookNS*1000/1e7)
-	fmt.Print("\nInterpreter start-up, median of 15 (ms):\n\n")
+	fmt.Print("\nInterpreter start-up, median of 21 alternating runs (ms):\n\n")
 	fmt.Println("| command | without probe | with probe | difference |")
 	fmt.Println("| --- | ---: | ---: | ---: |")
 	for _, code := range []string{"pass", "import torch"} {
-		a, err := start(false, code)
-		if err != nil {
-			return err
-		}
-		b, err := start(true, code)
+		a, b, err := start(code)
 		if err != nil {
 			return err
 		}
