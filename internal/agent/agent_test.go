@@ -33,7 +33,7 @@ func TestTokenGuardsMutationsBeforeRouting(t *testing.T) {
 	note := `{"message": "deployed v2"}`
 	tests := []struct {
 		name, method, path, token, body string
-		want                             int
+		want                            int
 	}{
 		{"read needs no token", "GET", "/api/v1/jobs", "", "", 200},
 		{"post without token", "POST", "/api/v1/events", "", note, 401},

@@ -131,7 +131,7 @@ func TestProbeReportsOnlyAboutItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	sample := `{"v":1,"type":"sample","pid":%d,"cuda":[{"device":0,"allocated_bytes":%d,"reserved_bytes":%d}]}` + "\n"
-	fmt.Fprintf(c, sample, 960001, 111, 222)     // the trainer's PID: not ours
+	fmt.Fprintf(c, sample, 960001, 111, 222)      // the trainer's PID: not ours
 	fmt.Fprintf(c, sample, os.Getpid(), 333, 444) // our own
 	c.Close()
 	// The listener reports the disconnect last, after both samples.

@@ -318,6 +318,13 @@ func downsample(ps []Point, n int) []Point {
 // changes are zero or repeat and compress well.
 const blockVersion = 1
 
+var flateWriters = sync.Pool{New: func() any {
+	w, _ := flate.NewWriter(io.Discard, flate.BestSpeed)
+	return w
+}}
+
+var flateReaders sync.Pool
+
 func encodeBlock(job int64, res int, ps []Point) store.AgentBlock {
 	var raw []byte
 	raw = append(raw, blockVersion)
@@ -333,9 +340,12 @@ func encodeBlock(job int64, res int, ps []Point) store.AgentBlock {
 	}
 	var buf bytes.Buffer
 	binary.Write(&buf, binary.BigEndian, ps[0].T)
-	w, _ := flate.NewWriter(&buf, flate.BestSpeed)
+	// A flate writer costs ~1 MB to set up; reuse them.
+	w := flateWriters.Get().(*flate.Writer)
+	w.Reset(&buf)
 	w.Write(raw)
 	w.Close()
+	flateWriters.Put(w)
 	return store.AgentBlock{Job: job, Res: res, T0: time.UnixMilli(ps[0].T), T1: time.UnixMilli(ps[len(ps)-1].T), N: len(ps), Data: buf.Bytes()}
 }
 
@@ -346,7 +356,14 @@ func decodeBlock(data []byte) ([]Point, error) {
 		return nil, errBlock
 	}
 	t0 := int64(binary.BigEndian.Uint64(data))
-	raw, err := io.ReadAll(flate.NewReader(bytes.NewReader(data[8:])))
+	fr, _ := flateReaders.Get().(io.ReadCloser)
+	if fr == nil {
+		fr = flate.NewReader(bytes.NewReader(data[8:]))
+	} else {
+		_ = fr.(flate.Resetter).Reset(bytes.NewReader(data[8:]), nil)
+	}
+	raw, err := io.ReadAll(fr)
+	flateReaders.Put(fr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errBlock, err)
 	}
