@@ -59,6 +59,9 @@ func TestAtomicSaveSurvivesSIGKILL(t *testing.T) {
 			sc := bufio.NewScanner(stdout)
 			var lines []string
 			for sc.Scan() {
+				if strings.HasPrefix(sc.Text(), "pid ") {
+					continue
+				}
 				lines = append(lines, sc.Text())
 				if sc.Text() == "saving second" {
 					break

@@ -7,6 +7,7 @@ import sys
 import torch
 
 path = sys.argv[1]
+print("pid", os.getpid(), flush=True)
 big = torch.arange(8 << 20, dtype=torch.float32)  # 32 MiB
 torch.save({"marker": "first", "t": big}, path)
 print("first saved", flush=True)
