@@ -195,11 +195,16 @@ func (l *lab) stopServer() {
 	}
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+// waitFor polls cond until it holds or d passes; onTimeout (optional) logs
+// what was seen last.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool, onTimeout ...func()) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
+			for _, f := range onTimeout {
+				f()
+			}
 			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -500,10 +505,11 @@ func TestJupyterKernels(t *testing.T) {
 	if !ex.restarting {
 		t.Fatalf("the kernel survived allocating past its %s limit: %+v", limit, ex)
 	}
+	var last kernelEntry
 	waitFor(t, 30*time.Second, "Jupyter to restart the killed kernel", func() bool {
-		e, ok := l.kernels()[sa.Kernel.ID]
-		return ok && e.PID != 0 && e.PID != pidA && e.ExecutionState == "idle"
-	})
+		last = l.kernels()[sa.Kernel.ID]
+		return last.PID != 0 && last.PID != pidA
+	}, func() { t.Logf("last seen: %+v", last) })
 	m := l.explain(runA)
 	t.Logf("run %s attempts: %v", runA, attemptReasons(m))
 	if reasons := attemptReasons(m); len(reasons) < 2 || reasons[0] != "host_oom_killed" {
@@ -550,6 +556,24 @@ func TestJupyterKernels(t *testing.T) {
 	}
 	if ex := ka2.wait(id, 20*time.Second); ex.ename != "KeyboardInterrupt" {
 		t.Fatalf("interrupted cell: %+v, want KeyboardInterrupt", ex)
+	}
+
+	// Restart A on purpose: the same run goes on, and no notice follows a
+	// restart that was asked for.
+	pidA2 := l.kernels()[sa.Kernel.ID].PID
+	if r := l.vg("kernels", "restart", sa.Kernel.ID[:8], "--runtime-dir", l.runtime, "--gpu-backend", "none"); r.code != 0 {
+		t.Fatalf("kernels restart: exit %d: %s", r.code, r.stderr)
+	}
+	waitFor(t, 30*time.Second, "A's restarted kernel", func() bool {
+		last = l.kernels()[sa.Kernel.ID]
+		return last.PID != 0 && last.PID != pidA2
+	}, func() { t.Logf("last seen: %+v", last) })
+	if reasons := attemptReasons(l.explain(runA)); len(reasons) != 3 || reasons[1] != "success" {
+		t.Errorf("run %s after a restart: attempts %v, want [host_oom_killed success (running)]", runA, reasons)
+	}
+	ka3 := l.connect(sa.Kernel.ID)
+	if ex := ka3.run("3 + 3"); strings.Contains(ex.stderr, "vramguard") {
+		t.Errorf("a notice after a restart that was asked for: %q", ex.stderr)
 	}
 
 	// Shut the idle kernel B down by its notebook.
