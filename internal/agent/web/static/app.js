@@ -236,6 +236,12 @@ function appendTimelines(d) {
 
 // ---- loading and live updates
 
+// pointsFor: up to an hour every sample; beyond, one peak per pixel column
+// (the server keeps each bucket's peak, so no spike is lost).
+function pointsFor(r) {
+  return rangeSeconds(r) <= 3600 ? 4000 : Math.max(300, Math.min(4000, plotWidth()));
+}
+
 let lastSample = 0;
 let gen = 0;
 
@@ -245,7 +251,7 @@ async function loadAll() {
   const r = encodeURIComponent(vg.range);
   const [status, devices, jobs, tls, evs, runs] = await Promise.all([
     get("/api/v1/status"), get("/api/v1/devices"), get("/api/v1/jobs?range=" + r),
-    get("/api/v1/timelines?range=" + r + "&points=1500"), get("/api/v1/events?range=" + r + "&limit=500"), get("/api/v1/runs"),
+    get("/api/v1/timelines?range=" + r + "&points=" + pointsFor(vg.range)), get("/api/v1/events?range=" + r + "&limit=500"), get("/api/v1/runs"),
   ]);
   if (my !== gen) return;
   vg.status = status;
