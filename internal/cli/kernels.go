@@ -275,9 +275,11 @@ func runKernelAction(ctx context.Context, f *Factory, o *kernelActionOptions, ac
 			return f.WriteJSON(results)
 		}
 		fmt.Fprintf(f.IO.Out, "would %s:\n", action)
+		tw := tabwriter.NewWriter(f.IO.Out, 0, 0, 2, ' ', 0)
 		for _, r := range results {
-			fmt.Fprintf(f.IO.Out, "  %s  kernel %s  pid %d  GPU %s  idle %s\n", orNone(r.Notebook), shortKernel(r.KernelID), r.PID, topBytes(r.GPUBytes), humanDur(r.IdleS))
+			fmt.Fprintf(tw, "  %s\tkernel %s\tpid %d\tGPU %s\tidle %s\n", orNone(r.Notebook), shortKernel(r.KernelID), r.PID, topBytes(r.GPUBytes), humanDur(r.IdleS))
 		}
+		tw.Flush()
 		if !f.IO.IsTTY || !confirm(f, fmt.Sprintf("%s %d kernel(s)? [y/N] ", action, len(results))) {
 			fmt.Fprintln(f.IO.ErrOut, "vramguard: nothing done; add --yes to do it")
 			return nil
