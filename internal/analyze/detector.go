@@ -48,16 +48,27 @@ type Config struct {
 	Tiers            int     // resolutions: tier k windows are TierFactor^k tier-0 windows long
 	TierFactor       int
 	MinLevels        int     // fewest windows a trend is judged on
-	ZMin             float64 // Mann–Kendall Z a rising floor must reach
-	ConsistFrac      float64 // each third of the segment must rise by this share of the fitted rise
+	ZMin             float64 // Mann–Kendall Z a rising floor must reach...
+	ZScreen          float64 // ...or at least this one, with an envelope rise of EnvK/windows mean gaps
+	EnvK             float64
+	EnvHalfK         float64
+	UpFrac           float64 // a series that holds its peak must rise in this share of a run's windows
+	JumpFrac         float64 // and its two biggest jumps must make less than this share of the rise
+	CeilZMin         float64 // the ceilings of a sawtooth must reach this Z when the floors pass alone
+	ZJoint           float64 // the bar for floors and ceilings rising together
+	HalfZJoint       float64
+	ConsistFrac      float64 // each third of the run must rise by this share of the fitted rise
 	NoiseK           float64 // the fitted rise must exceed NoiseK times the residual noise
 	MinRiseBytes     float64 // and this many bytes
 	Persist          int     // consecutive window closes a trend must pass before it is a finding
 	MinSpanS         float64 // and the span it covers, seconds
+	PersistFrac      float64 // and it must keep passing for this share of that span
 	WarmupS          float64 // windows starting this soon after a series' first sample are not judged
 	HalfZMin         float64 // the newer half of a run must reach this Mann–Kendall Z on its own
-	HalfFrac         float64 // and this share of the run's slope
-	CeilZMin         float64 // Mann–Kendall Z of the allocated ceilings that confirms a reserved rise as a leak
+	HalfFrac         float64 // and this share of the run's slope (and of the windows' before it)
+	JobStartSpanS    float64 // a rise with no flat stretch before it must span this long (warm-ups level off sooner)
+	MidRange         bool
+	PeakS            float64 // the OOM forecast projects the step peaks of at least this many newest seconds
 }
 
 // DefaultConfig is the configuration scored in docs/PERFORMANCE.md.
@@ -66,19 +77,30 @@ func DefaultConfig() Config {
 		WindowS:          30,
 		MinWindowSamples: 8,
 		Levels:           32,
-		Tiers:            3,
-		TierFactor:       8,
-		MinLevels:        8,
+		Tiers:            6,
+		TierFactor:       2,
+		MinLevels:        10,
 		ZMin:             3,
+		ZScreen:          2,
+		EnvK:             60,
+		EnvHalfK:         40,
+		UpFrac:           0,
+		JumpFrac:         0.65,
+		CeilZMin:         1,
+		ZJoint:           2.3,
+		HalfZJoint:       1.3,
 		ConsistFrac:      0.3,
 		NoiseK:           3,
 		MinRiseBytes:     32 << 20,
-		Persist:          3,
+		Persist:          2,
 		MinSpanS:         120,
+		PersistFrac:      0,
 		WarmupS:          60,
 		HalfZMin:         2,
 		HalfFrac:         0.6,
-		CeilZMin:         2,
+		JobStartSpanS:    480,
+		PeakS:            240,
+		MidRange:         false,
 	}
 }
 
@@ -138,11 +160,11 @@ type Report struct {
 type Detector struct {
 	cfg                        Config
 	alloc, reserved, used, rss *track
-	// corroborated: reserved rose steadily and the allocated step peaks
-	// (window ceilings) rose with it, so the growth is tensors, not cache
+	// corroborated: reserved rose steadily and the allocated step peaks rose
+	// with it, so the growth is tensors, not cache, even where the allocated
+	// floor is too noisy to show it on its own
 	corroborated       bool
 	corroboratedAt     float64
-	corroboration      finding
 	n, dropped         int
 	lastT              float64
 	total, limit, ctx  float64
@@ -167,6 +189,9 @@ func NewDetector(cfg Config) *Detector {
 	c := &d.cfg
 	d.alloc, d.reserved, d.used, d.rss = newTrack(c), newTrack(c), newTrack(c), newTrack(c)
 	d.reserved.monotone, d.used.monotone = true, true
+	d.alloc.name, d.reserved.name, d.used.name, d.rss.name = "alloc", "reserved", "used", "rss"
+	d.alloc.mid = cfg.MidRange
+	d.alloc.sawtooth = true
 	n := math.NaN()
 	d.total, d.limit, d.ctx = n, n, n
 	d.split0, d.splitN, d.retries0, d.retriesN = n, n, n, n
@@ -221,9 +246,9 @@ func (d *Detector) Add(s Sample) bool {
 		}
 		d.retriesN = s.AllocRetries
 	}
-	if closed && !d.corroborated && d.reserved.detected && d.reserved.active && d.alloc.n > 0 {
-		if f, ok := d.reserved.newest(); ok && d.alloc.ceilingRises(f) {
-			d.corroborated, d.corroboratedAt, d.corroboration = true, s.T, f
+	if closed && !d.corroborated && !d.alloc.detected && d.reserved.detected && d.alloc.n > 0 {
+		if d.peaksFollow(d.reserved.first) {
+			d.corroborated, d.corroboratedAt = true, s.T
 		}
 	}
 	if s.Step >= 0 {
@@ -233,4 +258,17 @@ func (d *Detector) Add(s Sample) bool {
 		d.stepN, d.stepTN = s.Step, s.T
 	}
 	return closed
+}
+
+// peaksFollow reports whether allocated rose with reserved over finding f
+// of the reserved track: the envelopes of the allocated windows over f's run,
+// the line under the floors and the line over the ceilings, must both climb
+// at no less than half reserved's rate. Under a leak reserved follows the
+// allocated peak (the allocator caches what the peak needed); a growing cache
+// (fragmentation) or the running peak of a stationary job raises reserved
+// alone. Envelopes, not medians: evaluation phases lower some ceilings and
+// few-sample windows raise some floors, neither moves the envelope.
+func (d *Detector) peaksFollow(f finding) bool {
+	fo, ok := d.alloc.follows(f.segT0, d.lastT)
+	return ok && fo.lo >= 0.5*f.tr.slope && fo.hi >= 0.5*f.tr.slope && fo.z >= 2 && fo.steady
 }

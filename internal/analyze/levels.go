@@ -1,25 +1,28 @@
 package analyze
 
-import "math"
-
 // level summarises one window of a series: its floor (the lowest value, the
-// level a step sawtooth returns to) and its ceiling (the step peak).
+// level a step sawtooth returns to) and its ceiling (the step peak), each with
+// the time it was seen, so that a rising level can be fitted at the right
+// place inside a long window.
 type level struct {
-	t0, t1 float64 // first and last sample time in the window
-	lo, hi float64 // floor and ceiling
-	n      int     // samples
+	t0, t1   float64 // first and last sample time in the window
+	lo, hi   float64 // floor and ceiling
+	tlo, thi float64 // when the floor and the ceiling were seen
+	n        int     // samples
 }
-
-func (l level) mid() float64 { return (l.t0 + l.t1) / 2 }
 
 func (l *level) add(t, v float64) {
 	if l.n == 0 {
-		*l = level{t0: t, t1: t, lo: v, hi: v, n: 1}
+		*l = level{t0: t, t1: t, lo: v, hi: v, tlo: t, thi: t, n: 1}
 		return
 	}
 	l.t1 = t
-	l.lo = math.Min(l.lo, v)
-	l.hi = math.Max(l.hi, v)
+	if v < l.lo {
+		l.lo, l.tlo = v, t
+	}
+	if v >= l.hi {
+		l.hi, l.thi = v, t
+	}
 	l.n++
 }
 
@@ -32,8 +35,12 @@ func (l *level) merge(o level) {
 		return
 	}
 	l.t1 = o.t1
-	l.lo = math.Min(l.lo, o.lo)
-	l.hi = math.Max(l.hi, o.hi)
+	if o.lo < l.lo {
+		l.lo, l.tlo = o.lo, o.tlo
+	}
+	if o.hi >= l.hi {
+		l.hi, l.thi = o.hi, o.thi
+	}
 	l.n += o.n
 }
 
@@ -55,7 +62,7 @@ func (r *ring) push(l level) {
 	r.head = (r.head + 1) % len(r.buf)
 }
 
-func (r *ring) at(i int) level { return r.buf[(r.head+i)%len(r.buf)] }
+func (r *ring) at(i int) *level { return &r.buf[(r.head+i)%len(r.buf)] }
 
 // tier builds windows of one resolution. Tier 0 closes a window once it spans
 // windowS seconds and holds minSamples samples; tier k>0 closes one after

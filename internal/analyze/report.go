@@ -40,8 +40,12 @@ func (d *Detector) Report() Report {
 		}
 		w := float64(gpu.windows())
 		r.Confidence = round2(w / (w + float64(d.cfg.MinLevels)))
-		r.Evidence = append(r.Evidence, fmt.Sprintf("%s floor (the level each window returns to) shows no persistent rise over %s",
-			r.Series, fmtDur(gpu.lastT-gpu.tiers[0].closed.at(0).t0)))
+		if z := gpu.trendZ(); z >= d.cfg.ZMin {
+			d.trend(&r, gpu, gpuLimit, z)
+		} else {
+			r.Evidence = append(r.Evidence, fmt.Sprintf("%s floor (the level each window returns to) shows no persistent rise over %s",
+				r.Series, fmtDur(gpu.lastT-gpu.tiers[0].closed.at(0).t0)))
+		}
 	default:
 		r.Verdict = VerdictInsufficientData
 		r.Evidence = append(r.Evidence, fmt.Sprintf("need %d windows of at least %gs and %d samples to judge; have %d",
@@ -67,6 +71,21 @@ func (d *Detector) Report() Report {
 	return r
 }
 
+// DebugPath is local debugging only.
+func (d *Detector) DebugPath() string {
+	for _, k := range []*track{d.alloc, d.used} {
+		if k.detected {
+			f := k.first
+			return fmt.Sprintf("%s tier=%d L=%d joint=%v z=%.2f", k.name, f.tier, f.L, f.joint, f.tr.z)
+		}
+	}
+	if d.corroborated {
+		f := d.reserved.first
+		return fmt.Sprintf("corr tier=%d L=%d z=%.2f", f.tier, f.L, f.tr.z)
+	}
+	return ""
+}
+
 func (d *Detector) ctxOr0() float64 {
 	if math.IsNaN(d.ctx) {
 		return 0
@@ -77,23 +96,25 @@ func (d *Detector) ctxOr0() float64 {
 // leak fills r from a latched track.
 func (d *Detector) leak(r *Report, k *track, limit float64, probe bool) {
 	f, _ := k.newest()
-	f = k.withInterval(f)
 	r.Verdict = VerdictLeak
 	r.Series = SeriesUsed
 	if probe {
 		r.Series = SeriesAllocated
 	}
 	r.Ambiguous = !probe
-	r.LeakRate = f.tr.slope
-	// the newest finding may see only the newest windows; the one that first
-	// raised the leak saw its beginning
-	r.LeakStartT = math.Min(f.start, k.first.start)
+	r.LeakStartT = k.riseStart()
 	r.DetectedAtT = k.detectedAt
+	e, fitted := k.estimate(r.LeakStartT)
+	if !fitted {
+		e = estimate{tr: f.tr, slope: f.tr.slope, peak: k.last}
+		e.tr.lo, e.tr.hi = f.tr.slope, f.tr.slope
+	}
+	r.LeakRate = e.slope
 	if d.step0 >= 0 && d.stepN > d.step0 && d.stepTN > d.stepT0 {
 		stepsPerS := float64(d.stepN-d.step0) / (d.stepTN - d.stepT0)
-		r.LeakRatePerStep = f.tr.slope / stepsPerS
+		r.LeakRatePerStep = e.slope / stepsPerS
 	}
-	d.forecast(r, f, k.lastT, limit)
+	d.forecast(r, e, limit)
 	conf := 2*normalCDF(f.tr.z) - 1
 	if r.Ambiguous {
 		conf *= 0.8
@@ -103,10 +124,11 @@ func (d *Detector) leak(r *Report, k *track, limit float64, probe bool) {
 	if !probe {
 		what = "NVML used memory (floor per window)"
 	}
-	r.Evidence = append(r.Evidence, fmt.Sprintf("%s rose %s over %s: %s/s (95%% CI %s/s to %s/s, Theil–Sen), Mann–Kendall Z=%.1f",
-		what, fmtBytes(f.tr.slope*(f.segT1-f.segT0)), fmtDur(f.segT1-f.segT0), fmtBytes(f.tr.slope),
-		fmtBytes(f.tr.lo), fmtBytes(f.tr.hi), f.tr.z))
-	r.Evidence = append(r.Evidence, fmt.Sprintf("rising since t=%.0fs and in each third of that span, not a single step or a warm-up that levels off; first raised at t=%.0fs",
+	span := k.lastT - f.start
+	r.Evidence = append(r.Evidence, fmt.Sprintf("%s rose %s over %s: %s/s (95%% CI %s/s to %s/s, Theil–Sen over %d windows), Mann–Kendall Z=%.1f when raised",
+		what, fmtBytes(e.slope*span), fmtDur(span), fmtBytes(e.slope),
+		fmtBytes(e.tr.lo), fmtBytes(e.tr.hi), e.windows, f.tr.z))
+	r.Evidence = append(r.Evidence, fmt.Sprintf("rising since t=%.0fs and in each third of the span tested, not a single step or a warm-up that levels off; first raised at t=%.0fs",
 		f.start, k.detectedAt))
 	if !math.IsNaN(r.LeakRatePerStep) {
 		r.Evidence = append(r.Evidence, fmt.Sprintf("%s per training step", fmtBytes(r.LeakRatePerStep)))
@@ -123,28 +145,45 @@ func (d *Detector) leak(r *Report, k *track, limit float64, probe bool) {
 // leakFromReserved fills r when the allocated floor is too noisy to show
 // the rise but reserved climbs steadily and the allocated peaks climb with it.
 func (d *Detector) leakFromReserved(r *Report) {
-	f, ok := d.reserved.newest()
-	if !ok {
-		f = d.corroboration
-	}
-	f = d.reserved.withInterval(f)
+	f := d.reserved.first
 	r.Verdict = VerdictLeak
 	r.Series = SeriesAllocated
-	r.LeakRate = f.tr.slope
-	r.LeakStartT = f.start
+	r.LeakStartT = d.alloc.riseStart()
 	r.DetectedAtT = d.corroboratedAt
-	if d.step0 >= 0 && d.stepN > d.step0 && d.stepTN > d.stepT0 {
-		r.LeakRatePerStep = f.tr.slope / (float64(d.stepN-d.step0) / (d.stepTN - d.stepT0))
+	e, fitted := d.reserved.estimate(r.LeakStartT)
+	if !fitted {
+		e = estimate{tr: f.tr, slope: f.tr.slope}
+		e.tr.lo, e.tr.hi = f.tr.slope, f.tr.slope
 	}
-	// reserved tracks the allocated peak: its level is the peak
-	f.amplitude = 0
-	d.forecast(r, f, d.reserved.lastT, d.total-d.ctxOr0())
+	// the peaks that run into the limit are the allocated ones
+	e.peak = d.alloc.peakAt(e.slope, r.LeakStartT)
+	r.LeakRate = e.slope
+	if d.step0 >= 0 && d.stepN > d.step0 && d.stepTN > d.stepT0 {
+		r.LeakRatePerStep = e.slope / (float64(d.stepN-d.step0) / (d.stepTN - d.stepT0))
+	}
+	d.forecast(r, e, d.total-d.ctxOr0())
 	r.Confidence = round2(math.Min(0.9*(2*normalCDF(f.tr.z)-1), 0.99))
+	span := d.reserved.lastT - f.start
 	r.Evidence = append(r.Evidence, fmt.Sprintf("reserved rose %s over %s: %s/s (Theil–Sen, Mann–Kendall Z=%.1f), and the allocated step peaks rose with it: tensors, not allocator cache",
-		fmtBytes(f.tr.slope*(f.segT1-f.segT0)), fmtDur(f.segT1-f.segT0), fmtBytes(f.tr.slope), f.tr.z))
+		fmtBytes(e.slope*span), fmtDur(span), fmtBytes(e.slope), f.tr.z))
 	r.Evidence = append(r.Evidence, fmt.Sprintf("rising since t=%.0fs; first raised at t=%.0fs; the floor between steps is too noisy here to show the rise on its own", f.start, d.corroboratedAt))
 	r.Advice = append(r.Advice,
 		"tensors are being kept alive across steps: look for accumulations that keep the graph (`total_loss += loss` instead of `loss.item()`), lists of outputs or losses, and caches keyed by step")
+}
+
+// trend fills the OOM forecast of a stable verdict whose floor nevertheless
+// rises significantly (Mann–Kendall Z >= ZMin since the warm-up), but not
+// yet steadily enough, long enough or in the shape of a leak: the forecast
+// at the current trend (Garg et al. 1998), without the verdict.
+func (d *Detector) trend(r *Report, k *track, limit, z float64) {
+	start := k.riseStart()
+	e, fitted := k.estimate(start)
+	if !fitted || !(e.slope > 0) {
+		return
+	}
+	r.Evidence = append(r.Evidence, fmt.Sprintf("%s floor rises %s/s since t=%.0fs (Mann–Kendall Z=%.1f), but not yet steadily or long enough to call it a leak",
+		r.Series, fmtBytes(e.slope), start, z))
+	d.forecast(r, e, limit)
 }
 
 // cacheGrowth fills r when reserved (or used) rises while allocated does not.
@@ -156,12 +195,16 @@ func (d *Detector) cacheGrowth(r *Report) {
 		r.Series = SeriesUsed
 	}
 	f, _ := k.newest()
-	f = k.withInterval(f)
 	r.Verdict = VerdictCacheGrowth
-	d.forecast(r, f, k.lastT, limit)
+	e, fitted := k.estimate(f.start)
+	if !fitted {
+		e = estimate{tr: f.tr, slope: f.tr.slope, peak: k.last}
+	}
+	d.forecast(r, e, limit)
 	r.Confidence = round2(math.Min(2*normalCDF(f.tr.z)-1, 0.99))
+	span := k.lastT - f.start
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s rose %s over %s (%s/s, Mann–Kendall Z=%.1f) while the allocated floor stayed flat: the caching allocator holds more than the tensors need",
-		r.Series, fmtBytes(f.tr.slope*(f.segT1-f.segT0)), fmtDur(f.segT1-f.segT0), fmtBytes(f.tr.slope), f.tr.z))
+		r.Series, fmtBytes(e.slope*span), fmtDur(span), fmtBytes(e.slope), f.tr.z))
 	if ok(d.splitN) {
 		r.Evidence = append(r.Evidence, fmt.Sprintf("inactive_split (free fragments inside cached blocks) %s -> %s", fmtBytes(d.split0), fmtBytes(d.splitN)))
 	}
@@ -173,23 +216,28 @@ func (d *Detector) cacheGrowth(r *Report) {
 		"if sizes vary a lot between batches (variable sequence lengths), pad or bucket them to a few shapes")
 }
 
-// forecast sets the OOM ETA from finding f at time now against limit.
-func (d *Detector) forecast(r *Report, f finding, now, limit float64) {
-	if !ok(limit) || limit <= 0 || f.tr.slope <= 0 {
+// forecast sets the OOM ETA from estimate e against limit: the time until
+// the step peaks, rising at e.slope, meet the limit (Garg et al. 1998), with
+// an interval from the slope's.
+func (d *Detector) forecast(r *Report, e estimate, limit float64) {
+	if !ok(limit) || limit <= 0 || !(e.slope > 0) || math.IsInf(e.peak, 0) || math.IsNaN(e.peak) {
 		return
 	}
 	r.Limit = limit
-	peak := f.tr.at(now) + f.amplitude
-	room := math.Max(0, limit-peak)
-	r.OOMETA = room / f.tr.slope
-	r.OOMETALow = room / f.tr.hi
-	if f.tr.lo > 0 {
-		r.OOMETAHigh = room / f.tr.lo
-	} else {
-		r.OOMETAHigh = math.Inf(1)
+	room := math.Max(0, limit-e.peak)
+	r.OOMETA = room / e.slope
+	r.OOMETALow, r.OOMETAHigh = r.OOMETA, r.OOMETA
+	if e.tr.hi > e.slope {
+		r.OOMETALow = room / e.tr.hi
 	}
-	r.Evidence = append(r.Evidence, fmt.Sprintf("peak %s of %s: out of memory in %s (%s to %s) at this rate",
-		fmtBytes(peak), fmtBytes(limit), fmtDur(r.OOMETA), fmtDur(r.OOMETALow), fmtDur(r.OOMETAHigh)))
+	switch {
+	case e.tr.lo <= 0:
+		r.OOMETAHigh = math.Inf(1)
+	case e.tr.lo < e.slope:
+		r.OOMETAHigh = room / e.tr.lo
+	}
+	r.Evidence = append(r.Evidence, fmt.Sprintf("step peaks at %s of %s: out of memory in %s (%s to %s) at this rate",
+		fmtBytes(e.peak), fmtBytes(limit), fmtDur(r.OOMETA), fmtDur(r.OOMETALow), fmtDur(r.OOMETAHigh)))
 }
 
 func round2(v float64) float64 { return math.Round(v*100) / 100 }

@@ -192,3 +192,54 @@ func rankSelect(v []float64, k int) float64 {
 
 // normalCDF is Φ(z).
 func normalCDF(z float64) float64 { return 0.5 * math.Erfc(-z/math.Sqrt2) }
+
+// lowerEnvelopeSlope is the slope of lowerEnvelope.
+func lowerEnvelopeSlope(x, y []float64, hull []int) float64 {
+	s, _ := lowerEnvelope(x, y, hull)
+	return s
+}
+
+// lowerEnvelope is the line under every point (x ascending) that lies
+// closest to them on the whole: the edge of the lower convex hull above the
+// mean of x (the least-absolute-deviation line constrained to stay below the
+// points). For points that scatter above a straight level by a one-sided
+// gap, as window floors of a sawtooth do, it converges much faster than a
+// fit through the middle of the scatter. hull must hold len(x) indices. NaN
+// when fewer than two points.
+func lowerEnvelope(x, y []float64, hull []int) (slope, intercept float64) {
+	n := len(x)
+	if n < 2 {
+		return math.NaN(), math.NaN()
+	}
+	h := 0
+	for i := 0; i < n; i++ {
+		for h >= 2 {
+			a, b := hull[h-2], hull[h-1]
+			// drop b when it lies on or above the segment a-i
+			if (x[b]-x[a])*(y[i]-y[a])-(y[b]-y[a])*(x[i]-x[a]) <= 0 {
+				h--
+				continue
+			}
+			break
+		}
+		hull[h] = i
+		h++
+	}
+	mx := 0.0
+	for _, v := range x {
+		mx += v
+	}
+	mx /= float64(n)
+	a, b := hull[h-2], hull[h-1]
+	for j := 0; j+1 < h; j++ {
+		if x[hull[j+1]] >= mx && x[hull[j+1]] > x[hull[j]] {
+			a, b = hull[j], hull[j+1]
+			break
+		}
+	}
+	if !(x[b] > x[a]) {
+		return math.NaN(), math.NaN()
+	}
+	slope = (y[b] - y[a]) / (x[b] - x[a])
+	return slope, y[a] - slope*x[a]
+}
