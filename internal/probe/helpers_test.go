@@ -167,3 +167,16 @@ func pythonCmd(t *testing.T, env []string, args ...string) *exec.Cmd {
 	cmd.Dir = t.TempDir()
 	return cmd
 }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	// The probe install and the vramguard binary are shared by all tests;
+	// remove them once every test is done.
+	if installDir != "" {
+		os.RemoveAll(filepath.Dir(installDir))
+	}
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
