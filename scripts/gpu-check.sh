@@ -102,4 +102,12 @@ if [ -n "$best" ]; then
 else
   log "NOT SEEN: no sample showed a job with 2 DataLoader workers under it (see $OUT/during.jsonl)"
 fi
+log "explain --json of the supervised run (probe: allocator numbers from inside PyTorch)"
+timeout 20 "$VG" explain --json last > "$OUT/explain.json" 2>&1
+jq -c '{reason, probe: (.probe | {samples, optimizer_steps, peak_allocated_bytes, peak_reserved_bytes, num_alloc_retries}), memory}' "$OUT/explain.json" 2>/dev/null | tee -a "$OUT/summary.txt"
+
+if [ $SECONDS -lt $((DEADLINE - 60)) ]; then
+  log "probe against a real CUDA job (samples vs memory_stats, steps, OOM observer and snapshot sites, checkpoints, forked workers)"
+  timeout $((DEADLINE - SECONDS)) go run ./bench/probe/gpucheck -python "$PYTHON" 2>&1 | tee "$OUT/probe-gpucheck.txt" | tail -n 30
+fi
 log "outputs in $OUT"
