@@ -1,0 +1,67 @@
+package diagnose
+
+import (
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func TestClassify(t *testing.T) {
+	tb := func(lines ...string) []string { return append([]string{"Traceback (most recent call last):", `  File "train.py", line 3, in <module>`}, lines...) }
+	tests := []struct {
+		name   string
+		in     Input
+		reason string
+		exc    string
+	}{
+		{"success", Input{ExitCode: 0}, Success, ""},
+		{"plain failure", Input{ExitCode: 2, Tail: []string{"usage: train.py"}}, ExitError, ""},
+		{"exception", Input{ExitCode: 1, Tail: tb("KeyError: 'lr'")}, PythonException, "KeyError"},
+		{"chained exception keeps the last", Input{ExitCode: 1, Tail: append(tb("ValueError: a", "", "During handling of the above exception, another exception occurred:", ""), tb("mymod.Boom: b")...)}, PythonException, "mymod.Boom"},
+		{"cuda oom beats the OOM kill that followed", Input{ExitCode: 1, OOMKills: 1, Tail: tb("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB")}, CUDAOOM, ""},
+		{"host oom from the cgroup counter", Input{Signal: syscall.SIGKILL, ExitCode: -1, OOMKills: 1}, HostOOMKilled, ""},
+		{"host oom killed a worker", Input{ExitCode: 1, OOMKills: 1, Tail: tb("RuntimeError: DataLoader worker (pid 12) is killed by signal: Killed.")}, HostOOMKilled, ""},
+		{"host oom from the kernel log", Input{Signal: syscall.SIGKILL, ExitCode: -1, KernelOOM: []string{"kernel: Out of memory: Killed process 99 (python)"}}, HostOOMKilled, ""},
+		{"sigkill without evidence", Input{Signal: syscall.SIGKILL, ExitCode: -1, PeakRSS: 9 << 30, Limit: 10 << 30, LimitSource: "cgroup"}, Killed, ""},
+		{"sigbus", Input{Signal: syscall.SIGBUS, ExitCode: -1}, ShmExhausted, ""},
+		{"segv", Input{Signal: syscall.SIGSEGV, ExitCode: -1}, Segfault, ""},
+		{"faulthandler segv with exit 139", Input{ExitCode: 139, Tail: []string{"Fatal Python error: Segmentation fault"}}, Segfault, ""},
+		{"shm before dataloader", Input{ExitCode: 1, Tail: tb("RuntimeError: DataLoader worker (pid 4711) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory.")}, ShmExhausted, ""},
+		{"worker died", Input{ExitCode: 1, Tail: tb("RuntimeError: DataLoader worker (pid(s) 1234, 1235) exited unexpectedly")}, DataloaderDied, ""},
+		{"nccl timeout", Input{ExitCode: 1, Tail: []string{"[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE)"}}, NCCLError, ""},
+		{"device assert", Input{ExitCode: 1, Tail: tb("RuntimeError: CUDA error: device-side assert triggered")}, CUDAError, ""},
+		{"fork", Input{ExitCode: 1, Tail: tb("RuntimeError: Cannot re-initialize CUDA in forked subprocess.")}, CUDAForkError, ""},
+		{"driver too old", Input{ExitCode: 1, Tail: tb("RuntimeError: The NVIDIA driver on your system is too old (found version 11040).")}, CUDAEnvError, ""},
+		{"corrupt checkpoint", Input{ExitCode: 1, Tail: tb("RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory")}, CorruptCheckpoint, ""},
+		{"disk full", Input{ExitCode: 1, Tail: tb("OSError: [Errno 28] No space left on device")}, DiskFull, ""},
+		{"shm full is not disk full", Input{ExitCode: 1, Tail: tb("OSError: [Errno 28] No space left on device: '/dev/shm/torch_123'")}, ShmExhausted, ""},
+		{"interrupted wins", Input{Interrupted: true, Signal: syscall.SIGINT, ExitCode: -1, Tail: tb("KeyboardInterrupt")}, Interrupted, ""},
+		{"stalled", Input{Stalled: true, Signal: syscall.SIGKILL, ExitCode: -1, Stacks: []string{"Thread 1:\n  File x"}}, Stalled, ""},
+		{"start failure", Input{StartErr: errors.New("exec: not found"), ExitCode: 127}, StartFailed, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Classify(tt.in)
+			if v.Reason != tt.reason {
+				t.Fatalf("reason %s, want %s (evidence %q)", v.Reason, tt.reason, v.Evidence)
+			}
+			if v.ExceptionType != tt.exc && tt.exc != "" {
+				t.Errorf("exception type %q, want %q", v.ExceptionType, tt.exc)
+			}
+			if v.Reason != Success && (len(v.Evidence) == 0 || len(v.Advice) == 0) {
+				t.Errorf("evidence %q advice %q", v.Evidence, v.Advice)
+			}
+			if tt.in.Signal != 0 && (v.Signal == nil || v.ExitCode != 128+int(tt.in.Signal)) {
+				t.Errorf("signal %v exit %d", v.Signal, v.ExitCode)
+			}
+		})
+	}
+}
+
+func TestKilledSaysHowCloseToTheLimit(t *testing.T) {
+	v := Classify(Input{Signal: syscall.SIGKILL, ExitCode: -1, PeakRSS: 9 << 30, Limit: 10 << 30, LimitSource: "cgroup"})
+	if !strings.Contains(strings.Join(v.Evidence, "\n"), "90% of its 10.00 GiB limit") {
+		t.Errorf("evidence %q", v.Evidence)
+	}
+}
