@@ -33,7 +33,7 @@ func (c *clock) Add(d time.Duration) {
 // rig is an agent playing a scenario against a fake clock; step takes one
 // sample per call, as the sampler's loop would once a second.
 type rig struct {
-	t     *testing.T
+	t     testing.TB
 	clk   *clock
 	smp   *sampler.Sampler
 	ag    *Agent
@@ -42,7 +42,7 @@ type rig struct {
 	token string
 }
 
-func newRig(t *testing.T, scenario string, cfg Config) *rig {
+func newRig(t testing.TB, scenario string, cfg Config) *rig {
 	t.Helper()
 	sc, err := sim.Parse([]byte(scenario), func(string) string { return "" })
 	if err != nil {

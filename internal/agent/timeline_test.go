@@ -10,7 +10,7 @@ import (
 	"github.com/vramguard/vramguard/internal/store"
 )
 
-func openStore(t *testing.T) *store.Store {
+func openStore(t testing.TB) *store.Store {
 	t.Helper()
 	st, err := store.Open(t.TempDir())
 	if err != nil {
