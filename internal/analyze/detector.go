@@ -40,35 +40,40 @@ func NaNSample(t float64) Sample {
 }
 
 // Config tunes the detector. The zero value is not useful: start from
-// DefaultConfig.
+// DefaultConfig. docs/ANALYSIS.md explains each test.
 type Config struct {
+	// windows
 	WindowS          float64 // tier-0 window length, seconds
 	MinWindowSamples int     // a tier-0 window also needs this many samples
 	Levels           int     // closed windows kept per tier (memory per series is Tiers*Levels)
 	Tiers            int     // resolutions: tier k windows are TierFactor^k tier-0 windows long
 	TierFactor       int
-	MinLevels        int     // fewest windows a trend is judged on
-	ZMin             float64 // Mann–Kendall Z a rising floor must reach...
-	ZScreen          float64 // ...or at least this one, with an envelope rise of EnvK/windows mean gaps
-	EnvK             float64
-	EnvHalfK         float64
-	UpFrac           float64 // a series that holds its peak must rise in this share of a run's windows
-	JumpFrac         float64 // and its two biggest jumps must make less than this share of the rise
-	CeilZMin         float64 // the ceilings of a sawtooth must reach this Z when the floors pass alone
-	ZJoint           float64 // the bar for floors and ceilings rising together
-	HalfZJoint       float64
-	ConsistFrac      float64 // each third of the run must rise by this share of the fitted rise
-	NoiseK           float64 // the fitted rise must exceed NoiseK times the residual noise
-	MinRiseBytes     float64 // and this many bytes
-	Persist          int     // consecutive window closes a trend must pass before it is a finding
-	MinSpanS         float64 // and the span it covers, seconds
-	PersistFrac      float64 // and it must keep passing for this share of that span
 	WarmupS          float64 // windows starting this soon after a series' first sample are not judged
-	HalfZMin         float64 // the newer half of a run must reach this Mann–Kendall Z on its own
-	HalfFrac         float64 // and this share of the run's slope (and of the windows' before it)
-	JobStartSpanS    float64 // a rise with no flat stretch before it must span this long (warm-ups level off sooner)
-	MidRange         bool
-	PeakS            float64 // the OOM forecast projects the step peaks of at least this many newest seconds
+
+	// is the rise significant?
+	MinLevels  int     // fewest windows a trend is judged on
+	ZMin       float64 // Mann–Kendall Z the floors must reach...
+	ZScreen    float64 // ...or at least this one, with a lower-envelope rise of EnvK/windows mean gaps
+	EnvK       float64
+	CeilZMin   float64 // the ceilings of a sawtooth must reach this Z when the floors pass on their own
+	ZJoint     float64 // or floors and ceilings must both reach this Z (and HalfZJoint over the newer half)
+	HalfZJoint float64
+
+	// is it large and steady?
+	MinRiseBytes  float64 // the fitted rise must exceed this many bytes...
+	NoiseK        float64 // ...and NoiseK times the residual noise
+	ConsistFrac   float64 // each third of the run must rise by this share of the fitted rise
+	HalfZMin      float64 // the newer half of a run must reach this Mann–Kendall Z on its own...
+	EnvHalfK      float64 // ...or a lower-envelope rise of EnvHalfK/windows mean gaps
+	HalfFrac      float64 // at this share of the run's slope (and of the stretch before it) or more
+	JumpFrac      float64 // a series that holds its peak: its two biggest jumps make less than this share of the rise
+	JobStartSpanS float64 // a rise with no flat stretch before it must span this long (warm-ups level off sooner)
+
+	// does it persist?
+	Persist  int     // consecutive window closes a tier's test must pass
+	MinSpanS float64 // and the span of the run, seconds
+
+	PeakS float64 // the OOM forecast projects the step peaks of at least this many newest seconds
 }
 
 // DefaultConfig is the configuration scored in docs/PERFORMANCE.md.
@@ -79,28 +84,29 @@ func DefaultConfig() Config {
 		Levels:           32,
 		Tiers:            6,
 		TierFactor:       2,
-		MinLevels:        10,
-		ZMin:             3,
-		ZScreen:          2,
-		EnvK:             60,
-		EnvHalfK:         40,
-		UpFrac:           0,
-		JumpFrac:         0.65,
-		CeilZMin:         1,
-		ZJoint:           2.3,
-		HalfZJoint:       1.3,
-		ConsistFrac:      0.3,
-		NoiseK:           3,
-		MinRiseBytes:     32 << 20,
-		Persist:          2,
-		MinSpanS:         120,
-		PersistFrac:      0,
 		WarmupS:          60,
-		HalfZMin:         2,
-		HalfFrac:         0.6,
-		JobStartSpanS:    480,
-		PeakS:            240,
-		MidRange:         false,
+
+		MinLevels:  10,
+		ZMin:       3,
+		ZScreen:    2,
+		EnvK:       60,
+		CeilZMin:   1,
+		ZJoint:     2.3,
+		HalfZJoint: 1.3,
+
+		MinRiseBytes:  32 << 20,
+		NoiseK:        3,
+		ConsistFrac:   0.3,
+		HalfZMin:      2,
+		EnvHalfK:      40,
+		HalfFrac:      0.6,
+		JumpFrac:      0.65,
+		JobStartSpanS: 480,
+
+		Persist:  2,
+		MinSpanS: 120,
+
+		PeakS: 240,
 	}
 }
 
@@ -189,8 +195,6 @@ func NewDetector(cfg Config) *Detector {
 	c := &d.cfg
 	d.alloc, d.reserved, d.used, d.rss = newTrack(c), newTrack(c), newTrack(c), newTrack(c)
 	d.reserved.monotone, d.used.monotone = true, true
-	d.alloc.name, d.reserved.name, d.used.name, d.rss.name = "alloc", "reserved", "used", "rss"
-	d.alloc.mid = cfg.MidRange
 	d.alloc.sawtooth = true
 	n := math.NaN()
 	d.total, d.limit, d.ctx = n, n, n

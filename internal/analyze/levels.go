@@ -9,6 +9,10 @@ type level struct {
 	lo, hi   float64 // floor and ceiling
 	tlo, thi float64 // when the floor and the ceiling were seen
 	n        int     // samples
+	// s is the Mann–Kendall S of the floors from this window to the newest
+	// one its tier holds, kept up to date as windows close (O(windows) per
+	// close instead of O(windows²) per test)
+	s int
 }
 
 func (l *level) add(t, v float64) {
@@ -53,6 +57,19 @@ type ring struct {
 }
 
 func (r *ring) push(l level) {
+	// the new window joins every suffix: the one from window i gains the
+	// signs of l against windows i.. (summed from the newest back)
+	l.s = 0
+	c := 0
+	for i := r.count - 1; i >= 0; i-- {
+		o := r.at(i)
+		if l.lo > o.lo {
+			c++
+		} else if l.lo < o.lo {
+			c--
+		}
+		o.s += c
+	}
 	if r.count < len(r.buf) {
 		r.buf[(r.head+r.count)%len(r.buf)] = l
 		r.count++

@@ -71,21 +71,6 @@ func (d *Detector) Report() Report {
 	return r
 }
 
-// DebugPath is local debugging only.
-func (d *Detector) DebugPath() string {
-	for _, k := range []*track{d.alloc, d.used} {
-		if k.detected {
-			f := k.first
-			return fmt.Sprintf("%s tier=%d L=%d joint=%v z=%.2f", k.name, f.tier, f.L, f.joint, f.tr.z)
-		}
-	}
-	if d.corroborated {
-		f := d.reserved.first
-		return fmt.Sprintf("corr tier=%d L=%d z=%.2f", f.tier, f.L, f.tr.z)
-	}
-	return ""
-}
-
 func (d *Detector) ctxOr0() float64 {
 	if math.IsNaN(d.ctx) {
 		return 0

@@ -92,6 +92,23 @@ func fit(x, y []float64, scratch []float64, what int) trend {
 	return tr
 }
 
+// mannKendallFromS is the Mann–Kendall Z of n points whose S is s (no tie
+// correction: conservative).
+func mannKendallFromS(s, n int) float64 {
+	if n < 3 {
+		return 0
+	}
+	fn := float64(n)
+	sd := math.Sqrt(fn * (fn - 1) * (2*fn + 5) / 18)
+	switch {
+	case s > 0:
+		return float64(s-1) / sd
+	case s < 0:
+		return float64(s+1) / sd
+	}
+	return 0
+}
+
 // mannKendallZ is the Mann–Kendall Z of y alone: O(n²) comparisons without
 // a division, so a run that shows no trend is turned down cheaply.
 func mannKendallZ(y []float64) float64 {

@@ -1,9 +1,6 @@
 package analyze
 
-import (
-	"fmt"
-	"math"
-)
+import "math"
 
 // finding is a rising floor that passed the segment test on some tier.
 type finding struct {
@@ -12,8 +9,6 @@ type finding struct {
 	segT0 float64 // first window of the run
 	segT1 float64 // last window of the run
 	tier  int
-	joint bool // passed only with the ceilings' corroboration
-	L     int
 }
 
 // track follows one series: windows at every tier, and the trend test run
@@ -25,47 +20,47 @@ type track struct {
 	// monotone marks a series that holds its peak (reserved, NVML used):
 	// under a stationary job its rises are new records, which come ever more
 	// rarely (about ln(t1/t0) of them between t0 and t1, counted from the
-	// last time the series was reset), while a leak pushes it up at a
-	// steady pace
+	// last time the series was reset) and, with outsized batches, in a few
+	// big jumps, while a leak pushes it up a little at a steady pace
 	monotone bool
-	name     string
-	sawtooth bool    // a step sawtooth (allocated): ceilings corroborate floors
-	mid      bool    // judge the middle of floor and ceiling (a sawtooth), not the floor
+	// sawtooth marks a series whose windows swing between a floor and a
+	// ceiling (allocated): both follow the level, so the ceilings can
+	// corroborate (or contradict) what the floors show
+	sawtooth bool
 	origin   float64 // monotone: time of the last reset (the cache handed back: empty_cache())
 	peak     float64 // monotone: highest value since origin
 	firstT   float64
 	lastT    float64
 	last     float64
 
-	passes []int     // per tier: consecutive closes whose test passed
-	since  []float64 // per tier: when the current streak of passes began
-	best   []finding // per tier: the newest passing finding
+	passes []int // per tier: consecutive closes whose test passed
 
 	detected   bool    // a finding has persisted (latched); tests stop
 	detectedAt float64 // time of the sample that made it persist
 	first      finding // the finding at detection time
 
-	// scratch, sized once
-	x, y, pairs, tmp []float64
-	hull             []int
+	// scratch, sized once: the run being judged (x, y), other series of
+	// windows (x2, y2), pairwise slopes, a copy for selections, hull indices
+	x, y, x2, y2, pairs, tmp []float64
+	hull                     []int
 }
 
 func newTrack(cfg *Config) *track {
-	k := cfg.Levels
+	k := cfg.Levels + 1 // the closed windows of a tier and the open one
 	tr := &track{
 		cfg:    cfg,
 		tiers:  make([]tier, cfg.Tiers),
 		passes: make([]int, cfg.Tiers),
-		since:  make([]float64, cfg.Tiers),
-		best:   make([]finding, cfg.Tiers),
-		x:      make([]float64, k+1),
-		y:      make([]float64, k+1),
-		pairs:  make([]float64, k*(k+1)/2+k+1),
-		tmp:    make([]float64, k+1),
-		hull:   make([]int, k+1),
+		x:      make([]float64, k),
+		y:      make([]float64, k),
+		x2:     make([]float64, k),
+		y2:     make([]float64, k),
+		pairs:  make([]float64, k*(k-1)/2+k),
+		tmp:    make([]float64, k),
+		hull:   make([]int, k),
 	}
 	for i := range tr.tiers {
-		tr.tiers[i].closed.buf = make([]level, k)
+		tr.tiers[i].closed.buf = make([]level, cfg.Levels)
 	}
 	return tr
 }
@@ -124,13 +119,8 @@ func (k *track) test(i int, now float64) {
 		k.passes[i] = 0
 		return
 	}
-	if k.passes[i] == 0 {
-		k.since[i] = now
-	}
 	k.passes[i]++
-	k.best[i] = f
-	span := f.segT1 - f.segT0
-	if k.passes[i] >= k.cfg.Persist && span >= k.cfg.MinSpanS && now-k.since[i] >= k.cfg.PersistFrac*span {
+	if k.passes[i] >= k.cfg.Persist && f.segT1-f.segT0 >= k.cfg.MinSpanS {
 		k.detected = true
 		k.detectedAt = now
 		k.first = f
@@ -138,10 +128,13 @@ func (k *track) test(i int, now float64) {
 }
 
 // segment looks for a run of newest windows on tier i whose floors rise
-// steadily: a significant Theil–Sen slope (Mann–Kendall), a rise above the
-// residual noise, a rise in each third of the run and in its newer half (so
-// that a single step, a warm-up that levels off or a saturating cache does
-// not pass), and windows before the run that did not rise faster.
+// steadily: significant (Mann–Kendall, or the lower envelope's rise against
+// the floors' gap above it), above the residual noise, in each third of the
+// run and in its newer half (so that a single step, a warm-up that levels
+// off or a saturating cache does not pass), with windows before the run that
+// did not rise faster. The run lengths tried are every window since the
+// warm-up, 24, 16 and MinLevels: the longer ones see slow leaks, the shorter
+// ones leaks that started lately.
 func (k *track) segment(i int) (finding, bool) {
 	r := &k.tiers[i].closed
 	n := r.count
@@ -155,6 +148,11 @@ func (k *track) segment(i int) (finding, bool) {
 	if avail < k.cfg.MinLevels {
 		return finding{}, false
 	}
+	x, y := k.x[:avail], k.y[:avail]
+	for j := range avail {
+		l := r.at(skip + j)
+		x[j], y[j] = l.tlo, l.lo
+	}
 	lens := [4]int{avail, 24, 16, k.cfg.MinLevels}
 	prev := -1
 	for _, L := range lens {
@@ -162,41 +160,29 @@ func (k *track) segment(i int) (finding, bool) {
 			continue
 		}
 		prev = L
-		s := n - L
-		k.runPoints(r, s, L)
-		if debugReject != nil {
-			debugCtx = fmt.Sprintf("%s t=%.0f tier=%d L=%d [%.0f..%.0f]: ", k.name, r.at(n-1).t1, i, L, r.at(s).t0, r.at(n-1).t1)
+		j0 := avail - L
+		z := mannKendallFromS(r.at(skip+j0).s, L)
+		if z < math.Min(k.cfg.ZScreen, k.cfg.ZJoint) {
+			continue
 		}
-		f, ok := k.judge(k.x[:L], k.y[:L], bar{k.cfg.ZMin, k.cfg.HalfZMin})
-		if ok && k.sawtooth {
-			// the ceilings must not contradict the floors: under a leak
-			// both rise, while a run of low floors by chance leaves the
-			// ceilings where they were
-			if z := k.ceilingZ(r, s, L); z < k.cfg.CeilZMin {
-				ok = false
-				rej("ceilz")
-				k.runPoints(r, s, L)
-			}
+		s := skip + j0 // the run's first window in r
+		f, ok := k.judge(x[j0:], y[j0:], z, bar{k.cfg.ZMin, k.cfg.HalfZMin})
+		if ok && k.sawtooth && k.ceilingZ(r, s, L) < k.cfg.CeilZMin {
+			// the ceilings contradict the floors: under a leak both rise,
+			// while a run of low floors by chance leaves the ceilings be
+			ok = false
 		}
 		if !ok && k.sawtooth {
 			// floors and ceilings are two looks at the same level: a rise
 			// that both show, each at a lower bar, is as unlikely by chance
-			if f, ok = k.judge(k.x[:L], k.y[:L], bar{k.cfg.ZJoint, k.cfg.HalfZJoint}); ok {
+			if f, ok = k.judge(x[j0:], y[j0:], z, bar{k.cfg.ZJoint, k.cfg.HalfZJoint}); ok {
 				ok = k.ceilingsRise(r, s, L, f.tr.slope)
-				f.joint = true
-				if !ok {
-					rej("ceil")
-				}
 			}
-		}
-		if ok && debugReject != nil {
-			debugReject(debugCtx + "judge ok")
 		}
 		if !ok {
 			continue
 		}
 		f.tier = i
-		f.L = L
 		f.segT0, f.segT1 = r.at(s).t0, r.at(n-1).t1
 		// the stretch before the run, as long as the run, at the finest
 		// tier that still holds it: it must not have risen faster (growth
@@ -207,14 +193,10 @@ func (k *track) segment(i int) (finding, bool) {
 		from := math.Max(k.firstT+k.cfg.WarmupS, 2*f.segT0-f.segT1)
 		pre, ok := k.slopeBetween(from, f.segT0)
 		if ok && pre*k.cfg.HalfFrac > f.tr.slope {
-			if rej("pre") {
-				continue
-			}
+			continue
 		}
 		if !ok && f.segT1-f.segT0 < k.cfg.JobStartSpanS {
-			if rej("jobstart") {
-				continue
-			}
+			continue
 		}
 		f.start = k.changePoint(r, skip, s, f)
 		return f, true
@@ -222,57 +204,140 @@ func (k *track) segment(i int) (finding, bool) {
 	return finding{}, false
 }
 
-// ceilingsRise reports whether the ceilings (step peaks) of the run of L
-// windows from s rise with its floors: Mann–Kendall Z >= ZJoint over the run
-// and >= HalfZJoint over its newer half, at no less than half the floors'
-// slope. Evaluation phases lower some ceilings and outsized batches raise
-// some, which costs significance but makes no trend.
-func (k *track) ceilingsRise(r *ring, s, L int, slope float64) bool {
-	for j := 0; j < L; j++ {
-		l := r.at(s + j)
-		k.x[j], k.y[j] = l.thi, l.hi
+// bar is how significant a rise must be: Mann–Kendall Z over the run, and
+// over its newer half.
+type bar struct{ z, half float64 }
+
+// judge applies the rising-floor test to one run of windows (x ascending),
+// whose Mann–Kendall Z is z.
+func (k *track) judge(x, y []float64, z float64, want bar) (finding, bool) {
+	n := len(x)
+	span := x[n-1] - x[0]
+	if !(span > 0) || z < k.cfg.ZScreen {
+		return finding{}, false
 	}
-	x, y := k.x[:L], k.y[:L]
+	if z < want.z {
+		// not significant by ranks alone: the lower envelope may still rise
+		// far above the gap the floors keep over it (a sawtooth's floors sit
+		// on the true level plus a one-sided gap; the envelope follows the
+		// level much more tightly than ranks do)
+		if k.monotone || float64(n)*k.envelopeRise(x, y) < k.cfg.EnvK {
+			return finding{}, false
+		}
+	}
+	if k.monotone && !k.steps(x, y) {
+		return finding{}, false
+	}
+	tr := fit(x, y, k.pairs, fitLine)
+	tr.z = z
+	f := finding{tr: tr}
+	if tr.slope <= 0 {
+		return f, false
+	}
+	rise := tr.slope * span
+	if rise < k.cfg.MinRiseBytes || rise < k.cfg.NoiseK*tr.noise {
+		return f, false
+	}
+	// persistence inside the run: the median floor of each third must climb by
+	// a fair share of what the fitted slope says it should
+	a, b := n/3, 2*n/3
+	m1 := k.medianOf(y[:a])
+	m2 := k.medianOf(y[a:b])
+	m3 := k.medianOf(y[b:])
+	c1, c2, c3 := meanOf(x[:a]), meanOf(x[a:b]), meanOf(x[b:])
+	if m2-m1 < k.cfg.ConsistFrac*tr.slope*(c2-c1) || m3-m2 < k.cfg.ConsistFrac*tr.slope*(c3-c2) {
+		return f, false
+	}
+	// and the newer half must still rise on its own, at a fair share of the
+	// whole run's rate: growth that decelerates (a cache filling up, the
+	// running peak of variable batches, a warm-up) fails here. The slopes are
+	// those of the lower envelopes (the line under the floors), which noisy
+	// floors move far less than a line through their middle
+	h := n / 2
+	e := lowerEnvelopeSlope(x, y, k.hull)
+	e1 := lowerEnvelopeSlope(x[:h], y[:h], k.hull)
+	e2 := lowerEnvelopeSlope(x[h:], y[h:], k.hull)
+	newer := mannKendallZ(y[h:]) >= want.half
+	if !newer && !k.monotone {
+		newer = float64(n-h)*k.envelopeRise(x[h:], y[h:]) >= k.cfg.EnvHalfK
+	}
+	if !newer || !(e2 > 0) || e2 < k.cfg.HalfFrac*math.Max(e, e1) {
+		return f, false
+	}
+	return f, true
+}
+
+// steps applies the tests of a series that holds its peak to a run of its
+// floors: more rises from one window to the next than the ~ln(t1/t0) new
+// records a stationary job sets, and no two of them making most of the rise
+// (a leak raises the peak a little in many windows; outsized batches raise
+// it in a few big jumps).
+func (k *track) steps(x, y []float64) bool {
+	n := len(y)
+	ups := 0
+	j1, j2 := 0.0, 0.0 // the two largest rises from one window to the next
+	for j := 1; j < n; j++ {
+		if d := y[j] - y[j-1]; d > 0 {
+			ups++
+			if d > j1 {
+				j1, j2 = d, j1
+			} else if d > j2 {
+				j2 = d
+			}
+		}
+	}
+	if j1+j2 > k.cfg.JumpFrac*(y[n-1]-y[0]) {
+		return false
+	}
+	t0 := math.Max(x[0]-k.origin, k.cfg.WindowS)
+	t1 := math.Max(x[n-1]-k.origin, t0)
+	return float64(ups) >= 2+2*math.Log(t1/t0)
+}
+
+// envelopeRise is the rise of the lower envelope of (x, y) over its span in
+// units of the mean gap between the points and the envelope: about 40/n or
+// less for n independent floors of a level that does not move (the 0.1%
+// tail, by simulation), so it is compared as n times this against EnvK.
+func (k *track) envelopeRise(x, y []float64) float64 {
+	s, c := lowerEnvelope(x, y, k.hull)
+	if !(s > 0) {
+		return 0
+	}
+	g := 0.0
+	for i := range x {
+		g += y[i] - (c + s*x[i])
+	}
+	g /= float64(len(x))
+	if !(g > 0) {
+		return 0
+	}
+	return s * (x[len(x)-1] - x[0]) / g
+}
+
+// ceilingZ is the Mann–Kendall Z of the ceilings of the run of L windows
+// of r from s.
+func (k *track) ceilingZ(r *ring, s, L int) float64 {
+	for j := range L {
+		k.y2[j] = r.at(s + j).hi
+	}
+	return mannKendallZ(k.y2[:L])
+}
+
+// ceilingsRise reports whether the ceilings (step peaks) of the run of L
+// windows of r from s rise with its floors: Mann–Kendall Z >= ZJoint over the
+// run and >= HalfZJoint over its newer half, at no less than half the
+// floors' slope. Evaluation phases lower some ceilings and outsized batches
+// raise some, which costs significance but makes no trend.
+func (k *track) ceilingsRise(r *ring, s, L int, slope float64) bool {
+	for j := range L {
+		l := r.at(s + j)
+		k.x2[j], k.y2[j] = l.thi, l.hi
+	}
+	x, y := k.x2[:L], k.y2[:L]
 	if mannKendallZ(y) < k.cfg.ZJoint || mannKendallZ(y[L/2:]) < k.cfg.HalfZJoint {
 		return false
 	}
 	return fit(x, y, k.pairs, fitSlope).slope >= 0.5*slope
-}
-
-// ceilingZ is the Mann–Kendall Z of the ceilings of the run of L windows
-// from s. It overwrites k.x and k.y.
-func (k *track) ceilingZ(r *ring, s, L int) float64 {
-	for j := 0; j < L; j++ {
-		k.y[j] = r.at(s + j).hi
-	}
-	return mannKendallZ(k.y[:L])
-}
-
-// runPoints fills k.x, k.y with the run of L windows from s: the floors, or
-// for a sawtooth series (mid) the middle of each window's floor and ceiling,
-// the ceiling replaced by the floor plus the run's typical amplitude where it
-// strays (an evaluation phase lowers it, an outsized batch raises it).
-func (k *track) runPoints(r *ring, s, L int) {
-	if !k.mid {
-		for j := 0; j < L; j++ {
-			l := r.at(s + j)
-			k.x[j], k.y[j] = l.tlo, l.lo
-		}
-		return
-	}
-	for j := 0; j < L; j++ {
-		l := r.at(s + j)
-		k.tmp[j] = l.hi - l.lo
-	}
-	amp := quantileSelect(k.tmp[:L], 0.5)
-	for j := 0; j < L; j++ {
-		l := r.at(s + j)
-		hi := l.hi
-		if d := hi - l.lo; d < 0.75*amp || d > 1.25*amp {
-			hi = l.lo + amp
-		}
-		k.x[j], k.y[j] = (l.t0+l.t1)/2, (l.lo+hi)/2
-	}
 }
 
 // changePoint estimates when the rise of run f (windows s.. of r) began:
@@ -293,171 +358,36 @@ func (k *track) changePoint(r *ring, skip, s int, f finding) float64 {
 }
 
 // slopeBetween is the Theil–Sen slope of the floors of the windows inside
-// [a, b], taken from the finest tier that holds at least three of them.
+// [a, b], taken from the finest tier that still holds a and at least three
+// windows there.
 func (k *track) slopeBetween(a, b float64) (float64, bool) {
 	if b-a < k.cfg.WindowS*3 {
 		return 0, false
 	}
 	for i := range k.tiers {
 		r := &k.tiers[i].closed
-		if r.count == 0 || r.at(0).t0 > a+k.cfg.WindowS*float64(int(1)<<i) {
+		if r.count == 0 || r.at(0).t0 > a+k.windowS(i) {
 			continue // this tier has already dropped the start of the stretch
 		}
 		m := 0
-		for j := 0; j < r.count && m < len(k.x); j++ {
+		for j := 0; j < r.count && m < len(k.x2); j++ {
 			l := r.at(j)
 			if l.t0 >= a && l.t1 <= b {
-				k.x[m], k.y[m] = l.tlo, l.lo
+				k.x2[m], k.y2[m] = l.tlo, l.lo
 				m++
 			}
 		}
 		if m >= 3 {
-			return fit(k.x[:m], k.y[:m], k.pairs, fitSlope).slope, true
+			return fit(k.x2[:m], k.y2[:m], k.pairs, fitSlope).slope, true
 		}
 		return 0, false
 	}
 	return 0, false
 }
 
-// judge applies the rising-floor test to one run of windows.
-var debugReject func(reason string)
-var debugCtx string
-
-var debugOff = map[string]bool{}
-
-func rej(reason string) bool {
-	if debugOff[reason] {
-		return false
-	}
-	if debugReject != nil {
-		debugReject(debugCtx + reason)
-	}
-	return true
-}
-
-// bar is how significant a rise must be: Mann–Kendall Z over the run, and
-// over its newer half.
-type bar struct{ z, half float64 }
-
-func (k *track) judge(x, y []float64, want bar) (finding, bool) {
-	z := mannKendallZ(y)
-	if z < k.cfg.ZScreen {
-		if rej("mk") {
-			return finding{}, false
-		}
-	}
-	n := len(x)
-	span := x[n-1] - x[0]
-	if z < want.z {
-		// not significant by ranks alone: the lower envelope may still rise
-		// far above the gap the floors keep over it (a sawtooth's floors sit
-		// on the true level plus a one-sided gap; the envelope tracks the
-		// level much more tightly than ranks do)
-		if k.monotone || float64(n)*k.envelopeRise(x, y)/span < k.cfg.EnvK {
-			if rej("mk") {
-				return finding{}, false
-			}
-		}
-	}
-	tr := fit(x, y, k.pairs, fitLine)
-	f := finding{tr: tr}
-	if tr.slope <= 0 {
-		return f, false
-	}
-	rise := tr.slope * span
-	if rise < k.cfg.MinRiseBytes || rise < k.cfg.NoiseK*tr.noise {
-		if rej("rise") {
-			return f, false
-		}
-	}
-	// persistence inside the run: the median floor of each third must climb by
-	// a fair share of what the fitted slope says it should
-	a, b := n/3, 2*n/3
-	m1 := k.medianOf(y[:a])
-	m2 := k.medianOf(y[a:b])
-	m3 := k.medianOf(y[b:])
-	c1 := meanOf(x[:a])
-	c2 := meanOf(x[a:b])
-	c3 := meanOf(x[b:])
-	if m2-m1 < k.cfg.ConsistFrac*tr.slope*(c2-c1) || m3-m2 < k.cfg.ConsistFrac*tr.slope*(c3-c2) {
-		if rej("thirds") {
-			return f, false
-		}
-	}
-	if k.monotone {
-		ups := 0
-		j1, j2 := 0.0, 0.0 // the two largest rises from one window to the next
-		for j := 1; j < n; j++ {
-			if d := y[j] - y[j-1]; d > 0 {
-				ups++
-				if d > j1 {
-					j1, j2 = d, j1
-				} else if d > j2 {
-					j2 = d
-				}
-			}
-		}
-		// a leak raises the peak a little in many windows; a stationary job
-		// with outsized batches raises it in a few big jumps
-		if j1+j2 > k.cfg.JumpFrac*(y[n-1]-y[0]) {
-			if rej("jumps") {
-				return f, false
-			}
-		}
-		// a stationary series sets about ln(t1/t0) new records between t0
-		// and t1 (Poisson): demand well above that
-		t0 := math.Max(x[0]-k.origin, k.cfg.WindowS)
-		t1 := math.Max(x[n-1]-k.origin, t0)
-		if float64(ups) < math.Max(2+2*math.Log(t1/t0), k.cfg.UpFrac*float64(n-1)) {
-			if rej("records") {
-				return f, false
-			}
-		}
-	}
-	// and the newer half must still rise on its own, at a fair share of the
-	// whole run's rate: growth that decelerates (a cache filling up, the
-	// running peak of variable batches, a warm-up) fails here. The slopes are
-	// those of the lower envelopes (the line under the floors), which noisy
-	// floors move far less than a line through their middle
-	h := n / 2
-	var e, e1, e2 float64
-	if k.mid {
-		e, e1, e2 = tr.slope, fit(x[:h], y[:h], k.pairs, fitSlope).slope, fit(x[h:], y[h:], k.pairs, fitSlope).slope
-	} else {
-		e = lowerEnvelopeSlope(x, y, k.hull)
-		e1 = lowerEnvelopeSlope(x[:h], y[:h], k.hull)
-		e2 = lowerEnvelopeSlope(x[h:], y[h:], k.hull)
-	}
-	newer := mannKendallZ(y[h:]) >= want.half
-	if !newer && !k.monotone && !k.mid {
-		span2 := x[n-1] - x[h]
-		newer = float64(n-h)*k.envelopeRise(x[h:], y[h:])/span2 >= k.cfg.EnvHalfK
-	}
-	if !newer || !(e2 > 0) || e2 < k.cfg.HalfFrac*math.Max(e, e1) {
-		if rej("halves") {
-			return f, false
-		}
-	}
-	return f, true
-}
-
-// envelopeRise is the rise of the lower envelope of (x, y) over its span in
-// units of the mean gap between the points and the envelope, times the span
-// (so that dividing by the span gives the dimensionless ratio).
-func (k *track) envelopeRise(x, y []float64) float64 {
-	s, c := lowerEnvelope(x, y, k.hull)
-	if !(s > 0) {
-		return 0
-	}
-	g := 0.0
-	for i := range x {
-		g += y[i] - (c + s*x[i])
-	}
-	g /= float64(len(x))
-	if g <= 0 {
-		return 0
-	}
-	return s * (x[len(x)-1] - x[0]) / g * (x[len(x)-1] - x[0])
+// windowS is the least length of a tier-i window, seconds.
+func (k *track) windowS(i int) float64 {
+	return k.cfg.WindowS * math.Pow(float64(k.cfg.TierFactor), float64(i))
 }
 
 func (k *track) medianOf(v []float64) float64 {
@@ -476,20 +406,8 @@ func meanOf(v []float64) float64 {
 // windows is the number of closed tier-0 windows seen so far (capped by the ring).
 func (k *track) windows() int { return k.tiers[0].closed.count }
 
-// newest returns the newest passing finding, or the one latched at detection.
-func (k *track) newest() (finding, bool) {
-	var f finding
-	ok := false
-	for i := range k.best {
-		if k.passes[i] > 0 && (!ok || k.best[i].segT1 > f.segT1) {
-			f, ok = k.best[i], true
-		}
-	}
-	if k.detected {
-		return k.first, true
-	}
-	return f, ok
-}
+// newest returns the finding latched at detection, if any.
+func (k *track) newest() (finding, bool) { return k.first, k.detected }
 
 // historyPoints fills k.x, k.y with the floors of every window since the
 // warm-up at the finest tier that still holds them all (or the coarsest),
@@ -499,7 +417,7 @@ func (k *track) historyPoints() int {
 	ti := len(k.tiers) - 1
 	for i := range k.tiers {
 		r := &k.tiers[i].closed
-		if r.count > 0 && r.at(0).t0 <= from+k.cfg.WindowS*float64(int(1)<<i) {
+		if r.count > 0 && r.at(0).t0 <= from+k.windowS(i) {
 			ti = i
 			break
 		}
@@ -686,7 +604,7 @@ type follow struct {
 func (k *track) follows(a, b float64) (follow, bool) {
 	for i := range k.tiers {
 		r := &k.tiers[i].closed
-		if r.count == 0 || r.at(0).t0 > a+k.cfg.WindowS*float64(int(1)<<i) {
+		if r.count == 0 || r.at(0).t0 > a+k.windowS(i) {
 			continue
 		}
 		m := 0
