@@ -125,10 +125,22 @@ type Result struct {
 	Scanned int `json:"scanned"`
 }
 
-// Attributor turns GPU process records into jobs.
+// Attributor turns GPU process records into jobs. It remembers what does not
+// change during a process's life (its command line, cgroups, UID and PID
+// namespaces) from one pass to the next, keyed by PID and start time, so a
+// sampler calling it every second reads only /proc/<pid>/stat for processes
+// it has seen before. Attribute must not be called concurrently.
 type Attributor struct {
 	Src   ProcSource
 	Hints OwnerHints
+
+	seen map[procKey]*info
+}
+
+// procKey identifies a process across PID reuse.
+type procKey struct {
+	pid   int
+	start uint64
 }
 
 // info is what is known of one process during a pass.
@@ -191,10 +203,20 @@ func (a *Attributor) Attribute(gprocs []gpu.Process) (Result, error) {
 		return Result{}, fmt.Errorf("scan processes: %w", err)
 	}
 	ps := &pass{a: a, procs: make(map[int]*info, len(all)), kids: map[int][]int{}}
+	seen := make(map[procKey]*info, len(all))
 	for _, p := range all {
-		ps.procs[p.PID] = &info{p: p}
+		k := procKey{p.PID, p.StartTicks}
+		in := a.seen[k]
+		if in == nil {
+			in = &info{}
+		}
+		in.p = p // stat (RSS, CPU, parent) is fresh every pass
+		seen[k] = in
+		ps.procs[p.PID] = in
 		ps.kids[p.PPID] = append(ps.kids[p.PPID], p.PID)
 	}
+	// Forget processes that exited: the cache holds only the living.
+	a.seen = seen
 	res := Result{Jobs: []Job{}, Vanished: []gpu.Process{}, Scanned: len(all)}
 	onGPU := map[int][]gpu.Process{}
 	roots := map[int]bool{}
