@@ -15,7 +15,6 @@ import (
 
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/jupyter"
-	"github.com/vramguard/vramguard/internal/procfs"
 )
 
 // KernelsOptions are the flags shared by `vramguard kernels` and its actions.
@@ -114,7 +113,7 @@ func collectKernels(ctx context.Context, f *Factory, o *KernelsOptions) ([]jupyt
 		}
 		jobs = res.Jobs
 	}
-	c := &jupyter.Collector{Servers: servers, Procs: procfs.FS{}, Jobs: jobs, Now: f.Now, Timeout: o.Timeout}
+	c := &jupyter.Collector{Servers: servers, Procs: jupyter.LiveProcs{}, Jobs: jobs, Now: f.Now, Timeout: o.Timeout}
 	entries, err := c.Collect(ctx)
 	if err != nil {
 		if entries == nil {

@@ -32,9 +32,11 @@ type Entry struct {
 	GPUBytes uint64 `json:"gpu_bytes"`
 	// AllocatedBytes and ReservedBytes are PyTorch's own figures when the
 	// probe reports them.
-	AllocatedBytes *uint64   `json:"allocated_bytes,omitempty"`
-	ReservedBytes  *uint64   `json:"reserved_bytes,omitempty"`
-	RSSBytes       uint64    `json:"rss_bytes"`
+	AllocatedBytes *uint64 `json:"allocated_bytes,omitempty"`
+	ReservedBytes  *uint64 `json:"reserved_bytes,omitempty"`
+	RSSBytes       uint64  `json:"rss_bytes"`
+	// ExecutionState is the server's; "unknown" for a kernel no server
+	// listed.
 	ExecutionState string    `json:"execution_state"`
 	LastActivity   time.Time `json:"last_activity"`
 	IdleS          float64   `json:"idle_s"`
@@ -108,29 +110,29 @@ func (c *Collector) Collect(ctx context.Context) ([]Entry, error) {
 				}
 			}
 			if kp, ok := procs[k.ID]; ok {
-				e.PID, e.ContainerPID, e.Supervised = kp.PID, kp.ContainerPID, kp.Supervised
-				e.RSSBytes = kp.RSS()
-				in := map[int]bool{}
-				for _, p := range kp.Tree {
-					in[p.PID] = true
-					e.PIDs = append(e.PIDs, p.PID)
-				}
-				for _, j := range c.Jobs {
-					if !in[j.RootPID] {
-						continue
-					}
-					e.GPUBytes += j.GPUBytes
-					if j.AllocatedBytes != nil {
-						if e.AllocatedBytes == nil {
-							e.AllocatedBytes, e.ReservedBytes = new(uint64), new(uint64)
-						}
-						*e.AllocatedBytes += *j.AllocatedBytes
-						*e.ReservedBytes += *j.ReservedBytes
-					}
-				}
+				c.fill(&e, kp)
 			}
 			out = append(out, e)
 		}
+	}
+	// Kernels no server listed (a server whose runtime file this user cannot
+	// read, one in a container, or a kernel that outlived its server) are
+	// still shown, with the notebook from their own environment.
+	listed := map[string]bool{}
+	for _, e := range out {
+		listed[e.KernelID] = true
+	}
+	envSrc, _ := c.Procs.(EnvSource)
+	for id, kp := range procs {
+		if listed[id] {
+			continue
+		}
+		e := Entry{KernelID: id, ExecutionState: "unknown", PIDs: []int{}}
+		c.fill(&e, kp)
+		if envSrc != nil {
+			e.Notebook = ProcNotebook(envSrc, kp.PID)
+		}
+		out = append(out, e)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].GPUBytes != out[j].GPUBytes {
@@ -145,6 +147,30 @@ func (c *Collector) Collect(ctx context.Context) ([]Entry, error) {
 		out = []Entry{}
 	}
 	return out, errors.Join(errs...)
+}
+
+// fill sets what the process table and the GPU say of a kernel.
+func (c *Collector) fill(e *Entry, kp KernelProc) {
+	e.PID, e.ContainerPID, e.Supervised = kp.PID, kp.ContainerPID, kp.Supervised
+	e.RSSBytes = kp.RSS()
+	in := map[int]bool{}
+	for _, p := range kp.Tree {
+		in[p.PID] = true
+		e.PIDs = append(e.PIDs, p.PID)
+	}
+	for _, j := range c.Jobs {
+		if !in[j.RootPID] {
+			continue
+		}
+		e.GPUBytes += j.GPUBytes
+		if j.AllocatedBytes != nil {
+			if e.AllocatedBytes == nil {
+				e.AllocatedBytes, e.ReservedBytes = new(uint64), new(uint64)
+			}
+			*e.AllocatedBytes += *j.AllocatedBytes
+			*e.ReservedBytes += *j.ReservedBytes
+		}
+	}
 }
 
 // Act sends one action (interrupt, restart or shutdown) for e to its server.

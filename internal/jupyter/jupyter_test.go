@@ -45,7 +45,17 @@ type fakeProcs struct {
 	procs []procfs.Proc
 	argv  map[int][]string
 	nspid map[int][]int
+	env   map[int][]string
+	cwd   map[int]string
 }
+
+func (f fakeProcs) Environ(pid int) ([]string, error) {
+	if e, ok := f.env[pid]; ok {
+		return e, nil
+	}
+	return nil, os.ErrPermission
+}
+func (f fakeProcs) Cwd(pid int) (string, error) { return f.cwd[pid], nil }
 
 func (f fakeProcs) All() ([]procfs.Proc, error)       { return f.procs, nil }
 func (f fakeProcs) Cmdline(pid int) ([]string, error) { return f.argv[pid], nil }
@@ -211,8 +221,13 @@ func TestCollect(t *testing.T) {
 			{PID: 22, PPID: 1, Comm: "python3", RSSBytes: 1000},
 			{PID: 23, PPID: 22, Comm: "python3", RSSBytes: 500},
 			{PID: 30, PPID: 1, Comm: "python3", RSSBytes: 200},
+			// Kernels no server lists: the notebook comes from their environment.
+			{PID: 60, PPID: 1, Comm: "python3", RSSBytes: 300},
+			{PID: 70, PPID: 1, Comm: "python3", RSSBytes: 400},
 		},
-		argv: map[int][]string{22: kernelArgv("A"), 23: kernelArgv("A"), 30: kernelArgv("B")},
+		argv: map[int][]string{22: kernelArgv("A"), 23: kernelArgv("A"), 30: kernelArgv("B"), 60: kernelArgv("U"), 70: kernelArgv("V")},
+		env:  map[int][]string{60: {"HOME=/h", "JPY_SESSION_NAME=proj/u.ipynb"}},
+		cwd:  map[int]string{60: "/w/proj"},
 	}
 	u64 := func(v uint64) *uint64 { return &v }
 	jobs := []attrib.Job{
@@ -240,8 +255,10 @@ func TestCollect(t *testing.T) {
 	}
 	want := []row{
 		{"/nb/proj/a.ipynb", "A", "idle", 22, []int{22, 23}, 4 << 30, 1500, u64(1 << 30), 5400},
+		{"", "V", "unknown", 70, []int{70}, 0, 400, nil, 0},
 		{"", "Z", "starting", 0, []int{}, 0, 0, nil, 0},
 		{"/nb/b.ipynb", "B", "busy", 30, []int{30}, 0, 200, nil, 10},
+		{"/w/proj/u.ipynb", "U", "unknown", 60, []int{60}, 0, 300, nil, 0},
 	}
 	if !reflect.DeepEqual(rows, want) {
 		gb, _ := json.Marshal(rows)
@@ -254,8 +271,12 @@ func TestCollect(t *testing.T) {
 			t.Fatalf("%s: %v", a, err)
 		}
 	}
-	if err := Act(context.Background(), &got[1], "shutdown", time.Second); err != nil {
+	if err := Act(context.Background(), &got[2], "shutdown", time.Second); err != nil {
 		t.Fatal(err)
+	}
+	// A kernel no server lists cannot be acted on through one.
+	if err := Act(context.Background(), &got[1], "shutdown", time.Second); err == nil {
+		t.Errorf("acted on a kernel without a server")
 	}
 	wantActions := []string{"POST /api/kernels/A/interrupt", "POST /api/kernels/A/restart", "DELETE /api/sessions/s1", "DELETE /api/kernels/Z"}
 	if !reflect.DeepEqual(*actions, wantActions) {

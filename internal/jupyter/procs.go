@@ -1,8 +1,11 @@
 package jupyter
 
 import (
+	"bytes"
+	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/vramguard/vramguard/internal/procfs"
@@ -136,4 +139,58 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 		out[c.id] = kp // the newest wins while a restart overlaps the old process
 	}
 	return out, nil
+}
+
+// EnvSource is implemented by a ProcSource that can also read a process's
+// environment and working directory (procfs.FS cannot; LiveProcs can).
+type EnvSource interface {
+	Environ(pid int) ([]string, error)
+	Cwd(pid int) (string, error)
+}
+
+// LiveProcs is the live /proc with environments and working directories.
+type LiveProcs struct{ procfs.FS }
+
+// Environ reads /proc/<pid>/environ (readable for one's own processes, or
+// as root).
+func (LiveProcs) Environ(pid int) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, kv := range bytes.Split(bytes.TrimRight(b, "\x00"), []byte{0}) {
+		out = append(out, string(kv))
+	}
+	return out, nil
+}
+
+// Cwd reads /proc/<pid>/cwd.
+func (LiveProcs) Cwd(pid int) (string, error) {
+	return os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "cwd"))
+}
+
+// ProcNotebook is the notebook a kernel process serves, from the
+// JPY_SESSION_NAME jupyter_server puts in its environment: a path relative
+// to the server's root, while the kernel starts in the notebook's
+// directory. "" when the environment cannot be read or has no session.
+func ProcNotebook(src EnvSource, pid int) string {
+	env, err := src.Environ(pid)
+	if err != nil {
+		return ""
+	}
+	var session string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "JPY_SESSION_NAME="); ok {
+			session = v
+		}
+	}
+	if session == "" || filepath.IsAbs(session) {
+		return session
+	}
+	cwd, err := src.Cwd(pid)
+	if err != nil || cwd == "" {
+		return session
+	}
+	return filepath.Join(cwd, filepath.Base(session))
 }
