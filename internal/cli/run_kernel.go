@@ -83,16 +83,22 @@ func runKernel(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, 
 	if err := st.SetKernel(ctx, kid, run.ID, notebook, now); err != nil {
 		return Failf("%v", err)
 	}
+	probed := true
+	if err := kernelProbeEnv(f); err != nil {
+		probed = false
+		f.Logger().Warn("probe", "err", err)
+	}
 	if prev != nil {
 		if line, n := deathNotice(ctx, st, prev, f.HomeFlag); line != "" {
-			o.Command = withNotice(o.Command)
-			os.Setenv(envPreviousDeath, line)
-			st.SetKernelNoticed(ctx, prev.KernelID, n)
+			// The server's log gets the line in any case; the notebook
+			// only through the probe's extension.
 			fmt.Fprintf(f.IO.ErrOut, "vramguard: kernel %s: %s\n", kid, line)
+			if probed {
+				o.Command = withNotice(o.Command)
+				os.Setenv(envPreviousDeath, line)
+				st.SetKernelNoticed(ctx, prev.KernelID, n)
+			}
 		}
-	}
-	if err := kernelProbeEnv(f); err != nil {
-		f.Logger().Warn("probe", "err", err)
 	}
 	if notebook == "" {
 		go recordNotebook(ctx, f, kid, o.Command)
