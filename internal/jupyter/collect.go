@@ -189,3 +189,19 @@ func Act(ctx context.Context, e *Entry, action string, timeout time.Duration) er
 	}
 	return fmt.Errorf("unknown action %q", action)
 }
+
+// Notebooks maps kernel ids to notebook paths for callers that group
+// processes by notebook (top, serve): the servers' sessions first, then the
+// environment of kernel processes no server lists. It never fails; what
+// cannot be read is left out.
+func Notebooks(ctx context.Context, servers []Server, src ProcSource, timeout time.Duration) map[string]string {
+	c := &Collector{Servers: servers, Procs: src, Timeout: timeout}
+	es, _ := c.Collect(ctx)
+	out := make(map[string]string, len(es))
+	for _, e := range es {
+		if e.Notebook != "" {
+			out[e.KernelID] = e.Notebook
+		}
+	}
+	return out
+}

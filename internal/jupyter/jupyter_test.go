@@ -283,6 +283,12 @@ func TestCollect(t *testing.T) {
 		t.Errorf("actions %q, want %q", *actions, wantActions)
 	}
 
+	nb := Notebooks(context.Background(), c.Servers, src, time.Second)
+	wantNB := map[string]string{"A": "/nb/proj/a.ipynb", "B": "/nb/b.ipynb", "U": "/w/proj/u.ipynb"}
+	if !reflect.DeepEqual(nb, wantNB) {
+		t.Errorf("Notebooks = %v, want %v", nb, wantNB)
+	}
+
 	// A wrong token is an error naming the server, not an empty list.
 	c.Servers[0].Token = "wrong"
 	if _, err := c.Collect(context.Background()); err == nil || !strings.Contains(err.Error(), "403") {
