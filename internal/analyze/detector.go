@@ -73,7 +73,8 @@ type Config struct {
 	Persist  int     // consecutive window closes a tier's test must pass
 	MinSpanS float64 // and the span of the run, seconds
 
-	PeakS float64 // the OOM forecast projects the step peaks of at least this many newest seconds
+	PeakS     float64 // the OOM forecast projects the step peaks of at least this many newest seconds
+	HingeGain float64 // a rise's start is a bend only if it fits the floors this much better than a straight line
 }
 
 // DefaultConfig is the configuration scored in docs/PERFORMANCE.md.
@@ -106,7 +107,8 @@ func DefaultConfig() Config {
 		Persist:  2,
 		MinSpanS: 120,
 
-		PeakS: 240,
+		PeakS:     240,
+		HingeGain: 0.9,
 	}
 }
 

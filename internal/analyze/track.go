@@ -454,8 +454,8 @@ func (k *track) trendZ() float64 {
 // level, then a straight rise) fitted by least absolute deviations to the
 // floors since the warm-up, at the finest tier that still holds them all;
 // the bend is where the rise's Theil–Sen line meets the median level before
-// it. A rise that has gone on since the warm-up has no bend: the first
-// judged window's start. Costs O(windows³): for reports, not for samples.
+// it. A rise that has gone on since the warm-up has no bend: it began with
+// the job. Costs O(windows³): for reports, not for samples.
 func (k *track) riseStart() float64 {
 	from := k.firstT + k.cfg.WarmupS
 	m := k.historyPoints()
@@ -465,32 +465,38 @@ func (k *track) riseStart() float64 {
 		}
 		return from
 	}
-	// copies: fit reorders its scratch, not x and y, but medianOf uses tmp
 	x, y := k.x[:m], k.y[:m]
-	bestCost, bestT := math.Inf(1), x[0]
-	minPost := 4
-	for c := 0; c+minPost <= m; c++ {
-		if c == 1 {
-			continue // a level needs two windows
+	// no bend: the rise has gone on since the first window judged, and since
+	// the job began if that window is the first after the warm-up
+	cost0, bestT := math.Inf(1), x[0]
+	if tr := fit(x, y, k.pairs, fitLine); tr.slope > 0 {
+		cost0 = 0
+		for j := range m {
+			cost0 += math.Abs(y[j] - tr.at(x[j]))
 		}
+	}
+	if x[0] < from+2*k.cfg.WindowS*float64(k.cfg.TierFactor) {
+		bestT = k.firstT
+	}
+	// a bend must fit clearly better (by HingeGain) than the straight line:
+	// it has one more parameter to fit the noise with
+	bestCost := cost0 * k.cfg.HingeGain
+	const minPost = 4
+	for c := 2; c+minPost <= m; c++ {
 		tr := fit(x[c:], y[c:], k.pairs, fitLine)
 		if tr.slope <= 0 {
 			continue
 		}
+		a := k.medianOf(y[:c])
 		cost := 0.0
-		bend := x[c]
-		if c > 0 {
-			a := k.medianOf(y[:c])
-			for j := 0; j < c; j++ {
-				cost += math.Abs(y[j] - a)
-			}
-			bend = math.Max(x[c-1], math.Min(x[c], (a-tr.intercept)/tr.slope))
+		for j := 0; j < c; j++ {
+			cost += math.Abs(y[j] - a)
 		}
 		for j := c; j < m; j++ {
 			cost += math.Abs(y[j] - tr.at(x[j]))
 		}
 		if cost < bestCost {
-			bestCost, bestT = cost, bend
+			bestCost, bestT = cost, math.Max(x[c-1], math.Min(x[c], (a-tr.intercept)/tr.slope))
 		}
 	}
 	return bestT

@@ -69,6 +69,10 @@ type Result struct {
 	WantETA  float64 `json:"want_eta_s,omitempty"` // labelled oom_t minus the last sample's time
 	ETAErr   float64 `json:"eta_rel_err,omitempty"`
 	ETAScore bool    `json:"eta_scored"` // a leaking trace with a labelled OOM time
+	// AtOOM marks a scored trace that stops at its OOM: the labelled
+	// remaining time is under two sampling intervals, so ±25% of it is a
+	// fraction of one interval, finer than the samples can resolve
+	AtOOM bool `json:"ends_at_oom,omitempty"`
 }
 
 // Tally is precision, recall and the rest over a set of traces.
@@ -86,6 +90,10 @@ type Tally struct {
 	ETAScored    int     `json:"eta_scored"`      // leaking traces with a labelled OOM time
 	ETAWithin25  int     `json:"eta_within_25pc"` // of those, ETA within ±25% of the labelled remaining time
 	ETAFraction  float64 `json:"eta_fraction"`
+	ETAAtOOM     int     `json:"eta_at_oom"`        // scored traces that stop at their OOM (see Result.AtOOM)
+	ETAOpen      int     `json:"eta_open"`          // the others
+	ETAOpenIn25  int     `json:"eta_open_within"`   // of those, within ±25%
+	ETAOpenFrac  float64 `json:"eta_open_fraction"` // ETAOpenIn25 / ETAOpen
 	MedianETAErr float64 `json:"median_eta_rel_err"`
 	delays, errs []float64
 }
@@ -137,6 +145,9 @@ func Judge(name string, l Label, samples []analyze.Sample, cfg analyze.Config) R
 	if l.Leak && l.OOMT != nil && len(samples) > 0 {
 		res.ETAScore = true
 		res.WantETA = *l.OOMT - samples[len(samples)-1].T
+		if n := len(samples); n > 1 {
+			res.AtOOM = res.WantETA < 2*(samples[n-1].T-samples[n-2].T)
+		}
 		res.ETAErr = math.Inf(1)
 		if !math.IsNaN(rep.OOMETA) && res.WantETA > 0 {
 			res.ETA = rep.OOMETA
@@ -191,8 +202,17 @@ func (t *Tally) add(r Result) {
 	}
 	if r.ETAScore {
 		t.ETAScored++
-		if r.ETAErr <= 0.25 {
+		in := r.ETAErr <= ETATolerance
+		if in {
 			t.ETAWithin25++
+		}
+		if r.AtOOM {
+			t.ETAAtOOM++
+		} else {
+			t.ETAOpen++
+			if in {
+				t.ETAOpenIn25++
+			}
 		}
 		t.errs = append(t.errs, r.ETAErr)
 	}
@@ -208,6 +228,10 @@ func (t *Tally) finish() {
 	}
 	if t.ETAScored > 0 {
 		t.ETAFraction = float64(t.ETAWithin25) / float64(t.ETAScored)
+	}
+	t.ETAOpenFrac = 1
+	if t.ETAOpen > 0 {
+		t.ETAOpenFrac = float64(t.ETAOpenIn25) / float64(t.ETAOpen)
 	}
 	t.MedianDelay = median(t.delays)
 	t.MedianETAErr = median(t.errs)
@@ -239,22 +263,31 @@ const (
 // NoAlarmFamilies must never see an online leak alarm.
 var NoAlarmFamilies = []string{"steady", "eval_phases", "variable_length"}
 
+// Miss is an acceptance threshold a score misses.
+type Miss struct {
+	What string // "precision", "recall", "oom_eta" or "false_alarms"
+	Text string
+}
+
+func (m Miss) String() string { return m.Text }
+
 // Check returns the acceptance thresholds sc misses (none: it passes).
-func Check(sc Score) []string {
-	var m []string
+func Check(sc Score) []Miss {
+	var m []Miss
 	a := sc.All
 	if a.Precision < MinPrecision {
-		m = append(m, fmt.Sprintf("precision %.3f < %.2f", a.Precision, MinPrecision))
+		m = append(m, Miss{"precision", fmt.Sprintf("precision %.3f < %.2f", a.Precision, MinPrecision)})
 	}
 	if a.Recall < MinRecall {
-		m = append(m, fmt.Sprintf("recall %.3f < %.2f", a.Recall, MinRecall))
+		m = append(m, Miss{"recall", fmt.Sprintf("recall %.3f < %.2f", a.Recall, MinRecall)})
 	}
 	if a.ETAScored > 0 && a.ETAFraction < MinETAWithin {
-		m = append(m, fmt.Sprintf("OOM ETA within ±25%% for %.3f of leaking traces < %.2f", a.ETAFraction, MinETAWithin))
+		m = append(m, Miss{"oom_eta", fmt.Sprintf("OOM ETA within ±25%% for %.3f of leaking traces < %.2f (%d of %d stop at their OOM; of the rest %d/%d = %.3f)",
+			a.ETAFraction, MinETAWithin, a.ETAAtOOM, a.ETAScored, a.ETAOpenIn25, a.ETAOpen, a.ETAOpenFrac)})
 	}
 	for _, t := range sc.Families {
 		if slices.Contains(NoAlarmFamilies, t.Family) && t.FalseAlarms > 0 {
-			m = append(m, fmt.Sprintf("%d false alarms on %s", t.FalseAlarms, t.Family))
+			m = append(m, Miss{"false_alarms", fmt.Sprintf("%d false alarms on %s", t.FalseAlarms, t.Family)})
 		}
 	}
 	return m
