@@ -38,6 +38,14 @@ var (
 	buildErr  error
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 // vramguardBin builds the binary once per test process.
 func vramguardBin(t *testing.T) string {
 	t.Helper()
@@ -165,6 +173,7 @@ func (l *lab) startServer() {
 	l.server = cmd
 	t.Cleanup(func() {
 		l.stopServer()
+		l.killStrayKernels()
 		if t.Failed() {
 			t.Logf("jupyter-server log:\n%s", l.serverLog.String())
 		}
@@ -197,6 +206,23 @@ func (l *lab) stopServer() {
 
 // waitFor polls cond until it holds or d passes; onTimeout (optional) logs
 // what was seen last.
+// killStrayKernels kills what is left of the lab's kernels (supervisors
+// included) after a failed test, found by their connection files.
+func (l *lab) killStrayKernels() {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(l.runtime+"/kernel-")) {
+			l.t.Logf("killing stray kernel process %d", pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool, onTimeout ...func()) {
 	t.Helper()
 	deadline := time.Now().Add(d)
