@@ -27,7 +27,11 @@ func (d *Detector) Report() Report {
 	}
 	switch {
 	case gpu.n > 0 && gpu.detected:
-		d.leak(&r, gpu, gpuLimit, haveAlloc)
+		series := SeriesUsed
+		if haveAlloc {
+			series = SeriesAllocated
+		}
+		d.leak(&r, gpu, gpuLimit, series)
 	case haveAlloc && d.corroborated:
 		d.leakFromReserved(&r)
 	case haveAlloc && (d.reserved.detected || d.used.detected):
@@ -54,10 +58,7 @@ func (d *Detector) Report() Report {
 	if d.rss.n > 0 && d.rss.detected {
 		h := Report{LeakRate: nan, LeakRatePerStep: nan, LeakStartT: nan, DetectedAtT: nan,
 			OOMETA: nan, OOMETALow: nan, OOMETAHigh: nan, Limit: nan, LastT: d.lastT, Samples: d.n}
-		d.leak(&h, d.rss, d.limit, false)
-		h.Series = SeriesRSS
-		h.Ambiguous = false
-		h.Evidence = append(h.Evidence[:0:0], h.Evidence...)
+		d.leak(&h, d.rss, d.limit, SeriesRSS)
 		h.Advice = []string{"host memory is growing: look for objects copied into DataLoader workers (use numpy arrays or " +
 			"tensors instead of Python lists/dicts in the Dataset), and for histories of tensors kept on the CPU"}
 		if r.Verdict == VerdictLeak {
@@ -78,15 +79,12 @@ func (d *Detector) ctxOr0() float64 {
 	return d.ctx
 }
 
-// leak fills r from a latched track.
-func (d *Detector) leak(r *Report, k *track, limit float64, probe bool) {
+// leak fills r from a latched track of series (allocated, used or rss).
+func (d *Detector) leak(r *Report, k *track, limit float64, series Series) {
 	f, _ := k.newest()
 	r.Verdict = VerdictLeak
-	r.Series = SeriesUsed
-	if probe {
-		r.Series = SeriesAllocated
-	}
-	r.Ambiguous = !probe
+	r.Series = series
+	r.Ambiguous = series == SeriesUsed
 	r.LeakStartT = k.riseStart()
 	r.DetectedAtT = k.detectedAt
 	e, fitted := k.estimate(r.LeakStartT)
@@ -95,40 +93,51 @@ func (d *Detector) leak(r *Report, k *track, limit float64, probe bool) {
 		e.tr.lo, e.tr.hi = f.tr.slope, f.tr.slope
 	}
 	r.LeakRate = e.slope
-	if d.step0 >= 0 && d.stepN > d.step0 && d.stepTN > d.stepT0 {
-		stepsPerS := float64(d.stepN-d.step0) / (d.stepTN - d.stepT0)
-		r.LeakRatePerStep = e.slope / stepsPerS
-	}
-	d.forecast(r, e, limit)
+	r.LeakRatePerStep = d.perStep(e.slope)
 	conf := 2*normalCDF(f.tr.z) - 1
 	if r.Ambiguous {
 		conf *= 0.8
 	}
 	r.Confidence = round2(math.Min(conf, 0.99))
-	what := "allocated floor (the level the step sawtooth returns to)"
-	if !probe {
-		what = "NVML used memory (floor per window)"
-	}
-	span := k.lastT - f.start
-	r.Evidence = append(r.Evidence, fmt.Sprintf("%s rose %s over %s: %s/s (95%% CI %s/s to %s/s, Theil–Sen over %d windows), Mann–Kendall Z=%.1f when raised",
-		what, fmtBytes(e.slope*span), fmtDur(span), fmtBytes(e.slope),
-		fmtBytes(e.tr.lo), fmtBytes(e.tr.hi), e.windows, f.tr.z))
-	r.Evidence = append(r.Evidence, fmt.Sprintf("rising since t=%.0fs and in each third of the span tested, not a single step or a warm-up that levels off; first raised at t=%.0fs",
-		f.start, k.detectedAt))
+	what := map[Series]string{
+		SeriesAllocated: "allocated floor (the level the step sawtooth returns to)",
+		SeriesUsed:      "NVML used memory (floor per window)",
+		SeriesRSS:       "host resident memory (floor per window)",
+	}[series]
+	span := k.lastT - r.LeakStartT
+	r.Evidence = append(r.Evidence, fmt.Sprintf("%s rose %s over %s since t=%.0fs: %s/s (95%% CI %s/s to %s/s; Theil–Sen over %d windows, lower envelope)",
+		what, fmtBytes(e.slope*span), fmtDur(span), r.LeakStartT, fmtBytes(e.slope),
+		fmtBytes(e.tr.lo), fmtBytes(e.tr.hi), e.windows))
+	r.Evidence = append(r.Evidence, fmt.Sprintf("raised at t=%.0fs: Mann–Kendall Z=%.1f, rising in each third of the span tested and in its newer half, not a single step or a warm-up that levels off",
+		k.detectedAt, f.tr.z))
 	if !math.IsNaN(r.LeakRatePerStep) {
 		r.Evidence = append(r.Evidence, fmt.Sprintf("%s per training step", fmtBytes(r.LeakRatePerStep)))
 	}
-	if r.Ambiguous {
+	switch series {
+	case SeriesUsed:
 		r.Evidence = append(r.Evidence, "only NVML watched this job: tensors kept alive and a growing allocator cache (fragmentation) look alike here; run under `vramguard run` (the probe reports allocated) to tell them apart")
-	}
-	if probe {
+		d.forecast(r, e, limit, "NVML used memory (allocator cache included: the forecast errs early)")
+	case SeriesAllocated:
 		r.Advice = append(r.Advice,
 			"tensors are being kept alive across steps: look for accumulations that keep the graph (`total_loss += loss` instead of `loss.item()`), lists of outputs or losses, and caches keyed by step")
+		d.forecast(r, e, limit, "step peaks (allocated at its highest; the limit is the device less the CUDA context)")
+	default:
+		d.forecast(r, e, limit, "host resident memory (the limit is the cgroup or the machine)")
 	}
 }
 
+// perStep converts a rate in bytes/s to bytes per training step, when the
+// probe reported steps.
+func (d *Detector) perStep(rate float64) float64 {
+	if d.step0 >= 0 && d.stepN > d.step0 && d.stepTN > d.stepT0 {
+		return rate / (float64(d.stepN-d.step0) / (d.stepTN - d.stepT0))
+	}
+	return math.NaN()
+}
+
 // leakFromReserved fills r when the allocated floor is too noisy to show
-// the rise but reserved climbs steadily and the allocated peaks climb with it.
+// the rise but reserved climbs steadily and the allocated floors and peaks
+// climb with it.
 func (d *Detector) leakFromReserved(r *Report) {
 	f := d.reserved.first
 	r.Verdict = VerdictLeak
@@ -143,17 +152,15 @@ func (d *Detector) leakFromReserved(r *Report) {
 	// the peaks that run into the limit are the allocated ones
 	e.peak = d.alloc.peakAt(e.slope, r.LeakStartT)
 	r.LeakRate = e.slope
-	if d.step0 >= 0 && d.stepN > d.step0 && d.stepTN > d.stepT0 {
-		r.LeakRatePerStep = e.slope / (float64(d.stepN-d.step0) / (d.stepTN - d.stepT0))
-	}
-	d.forecast(r, e, d.total-d.ctxOr0())
+	r.LeakRatePerStep = d.perStep(e.slope)
 	r.Confidence = round2(math.Min(0.9*(2*normalCDF(f.tr.z)-1), 0.99))
-	span := d.reserved.lastT - f.start
-	r.Evidence = append(r.Evidence, fmt.Sprintf("reserved rose %s over %s: %s/s (Theil–Sen, Mann–Kendall Z=%.1f), and the allocated step peaks rose with it: tensors, not allocator cache",
-		fmtBytes(e.slope*span), fmtDur(span), fmtBytes(e.slope), f.tr.z))
-	r.Evidence = append(r.Evidence, fmt.Sprintf("rising since t=%.0fs; first raised at t=%.0fs; the floor between steps is too noisy here to show the rise on its own", f.start, d.corroboratedAt))
+	span := d.reserved.lastT - r.LeakStartT
+	r.Evidence = append(r.Evidence, fmt.Sprintf("reserved rose %s over %s since t=%.0fs: %s/s (Theil–Sen, Mann–Kendall Z=%.1f), and the allocated floors and step peaks rose with it: tensors, not allocator cache",
+		fmtBytes(e.slope*span), fmtDur(span), r.LeakStartT, fmtBytes(e.slope), f.tr.z))
+	r.Evidence = append(r.Evidence, fmt.Sprintf("raised at t=%.0fs; the floor between steps is too noisy here to show the rise on its own", d.corroboratedAt))
 	r.Advice = append(r.Advice,
 		"tensors are being kept alive across steps: look for accumulations that keep the graph (`total_loss += loss` instead of `loss.item()`), lists of outputs or losses, and caches keyed by step")
+	d.forecast(r, e, d.total-d.ctxOr0(), "step peaks (allocated at its highest; the limit is the device less the CUDA context)")
 }
 
 // trend fills the OOM forecast of a stable verdict whose floor nevertheless
@@ -168,7 +175,11 @@ func (d *Detector) trend(r *Report, k *track, limit, z float64) {
 	}
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s floor rises %s/s since t=%.0fs (Mann–Kendall Z=%.1f), but not yet steadily or long enough to call it a leak",
 		r.Series, fmtBytes(e.slope), start, z))
-	d.forecast(r, e, limit)
+	what := "step peaks (allocated at its highest; the limit is the device less the CUDA context)"
+	if r.Series == SeriesUsed {
+		what = "NVML used memory"
+	}
+	d.forecast(r, e, limit, what)
 }
 
 // cacheGrowth fills r when reserved (or used) rises while allocated does not.
@@ -185,7 +196,6 @@ func (d *Detector) cacheGrowth(r *Report) {
 	if !fitted {
 		e = estimate{tr: f.tr, slope: f.tr.slope, peak: k.last}
 	}
-	d.forecast(r, e, limit)
 	r.Confidence = round2(math.Min(2*normalCDF(f.tr.z)-1, 0.99))
 	span := k.lastT - f.start
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s rose %s over %s (%s/s, Mann–Kendall Z=%.1f) while the allocated floor stayed flat: the caching allocator holds more than the tensors need",
@@ -199,12 +209,17 @@ func (d *Detector) cacheGrowth(r *Report) {
 	r.Advice = append(r.Advice,
 		"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so the allocator grows segments instead of caching ever more of them",
 		"if sizes vary a lot between batches (variable sequence lengths), pad or bucket them to a few shapes")
+	what := "reserved (the limit is the device less the CUDA context)"
+	if r.Series == SeriesUsed {
+		what = "NVML used memory"
+	}
+	d.forecast(r, e, limit, what)
 }
 
 // forecast sets the OOM ETA from estimate e against limit: the time until
-// the step peaks, rising at e.slope, meet the limit (Garg et al. 1998), with
-// an interval from the slope's.
-func (d *Detector) forecast(r *Report, e estimate, limit float64) {
+// the peaks of what (e.peak now), rising at e.slope, meet the limit (Garg et
+// al. 1998), with an interval from the slope's.
+func (d *Detector) forecast(r *Report, e estimate, limit float64, what string) {
 	if !ok(limit) || limit <= 0 || !(e.slope > 0) || math.IsInf(e.peak, 0) || math.IsNaN(e.peak) {
 		return
 	}
@@ -221,8 +236,8 @@ func (d *Detector) forecast(r *Report, e estimate, limit float64) {
 	case e.tr.lo < e.slope:
 		r.OOMETAHigh = room / e.tr.lo
 	}
-	r.Evidence = append(r.Evidence, fmt.Sprintf("step peaks at %s of %s: out of memory in %s (%s to %s) at this rate",
-		fmtBytes(e.peak), fmtBytes(limit), fmtDur(r.OOMETA), fmtDur(r.OOMETALow), fmtDur(r.OOMETAHigh)))
+	r.Evidence = append(r.Evidence, fmt.Sprintf("%s at %s of %s: out of memory in %s (%s to %s) at this rate",
+		what, fmtBytes(e.peak), fmtBytes(limit), fmtDur(r.OOMETA), fmtDur(r.OOMETALow), fmtDur(r.OOMETAHigh)))
 }
 
 func round2(v float64) float64 { return math.Round(v*100) / 100 }
