@@ -28,5 +28,9 @@ func probeHook(f *Factory, o *RunOptions, run *store.Run) (supervise.Hook, func(
 	}
 	h := probe.NewHook(dir, l, probe.Options{Socket: sock, Hz: o.ProbeHz, RunDir: run.Dir,
 		OOMSnapshot: o.OOMSnapshot, AtomicSave: o.AtomicSave, RunID: run.ID}, f.Now)
-	return h, func() { l.Close() }
+	return h, func() {
+		l.Close()
+		// Forked workers that never dumped leave empty stack files.
+		probe.RemoveEmptyStackFiles(run.Dir)
+	}
 }
