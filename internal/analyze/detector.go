@@ -93,12 +93,12 @@ func DefaultConfig() Config {
 		EnvK:       60,
 		CeilZMin:   1,
 		ZJoint:     2.3,
-		HalfZJoint: 1.3,
+		HalfZJoint: 1.0,
 
 		MinRiseBytes:  32 << 20,
 		NoiseK:        3,
 		ConsistFrac:   0.3,
-		HalfZMin:      2,
+		HalfZMin:      1.65,
 		EnvHalfK:      40,
 		HalfFrac:      0.6,
 		JumpFrac:      0.65,
@@ -226,6 +226,7 @@ func (d *Detector) Add(s Sample) bool {
 		closed = d.reserved.add(s.T, s.Reserved) || closed
 	}
 	if ok(s.Used) {
+		d.used.alone = d.alloc.n == 0
 		closed = d.used.add(s.T, s.Used) || closed
 		if ok(s.Reserved) && s.Used >= s.Reserved {
 			d.ctx = s.Used - s.Reserved

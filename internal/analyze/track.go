@@ -27,6 +27,7 @@ type track struct {
 	// ceiling (allocated): both follow the level, so the ceilings can
 	// corroborate (or contradict) what the floors show
 	sawtooth bool
+	alone    bool    // no other series corroborates this one's rise (NVML used without the probe)
 	origin   float64 // monotone: time of the last reset (the cache handed back: empty_cache())
 	peak     float64 // monotone: highest value since origin
 	firstT   float64
@@ -286,7 +287,7 @@ func (k *track) steps(x, y []float64) bool {
 			}
 		}
 	}
-	if j1+j2 > k.cfg.JumpFrac*(y[n-1]-y[0]) {
+	if k.alone && j1+j2 > k.cfg.JumpFrac*(y[n-1]-y[0]) {
 		return false
 	}
 	t0 := math.Max(x[0]-k.origin, k.cfg.WindowS)

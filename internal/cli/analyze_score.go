@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -20,6 +21,9 @@ func analyzeScore(f *Factory, opts *analyzeOptions) error {
 		s, err := trace.ScoreDir(dir, analyze.DefaultConfig())
 		if err != nil {
 			return Usagef("--score %s: %v", dir, err)
+		}
+		for i := range s.Results {
+			s.Results[i].Name = filepath.Join(dir, s.Results[i].Name)
 		}
 		sc.Merge(s)
 	}

@@ -64,3 +64,48 @@ func TestAnalyzeBadInput(t *testing.T) {
 		t.Errorf("RUN without a store: exit %d, %q", code, errs)
 	}
 }
+
+// --score runs the detector over a labelled directory and reports per family;
+// its exit status says whether the acceptance thresholds hold.
+func TestAnalyzeScore(t *testing.T) {
+	dir := filepath.Join("..", "analyze", "trace", "testdata")
+	out, errs, code := runAnalyze(t, "--score", dir, "--json")
+	var m struct {
+		All struct {
+			Traces    int     `json:"traces"`
+			Recall    float64 `json:"recall"`
+			Precision float64 `json:"precision"`
+		} `json:"all"`
+		Results []struct {
+			Name string `json:"name"`
+		} `json:"results"`
+		Pass   bool     `json:"pass"`
+		Misses []string `json:"misses"`
+	}
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("not one JSON object (exit %d, %s): %v\n%s", code, errs, err, out)
+	}
+	if m.All.Traces != len(m.Results) || m.All.Traces == 0 {
+		t.Errorf("all.traces %d, %d results", m.All.Traces, len(m.Results))
+	}
+	for _, r := range m.Results {
+		if !strings.HasPrefix(r.Name, dir) {
+			t.Errorf("result %q does not name its directory", r.Name)
+		}
+	}
+	if m.Pass != (code == 0) || m.Pass != (len(m.Misses) == 0) {
+		t.Errorf("pass %v, exit %d, misses %q: inconsistent", m.Pass, code, m.Misses)
+	}
+	out, _, _ = runAnalyze(t, "--score", dir)
+	for _, want := range []string{"family", "linear_leak", "ETA ±25%", "all"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if _, errs, code := runAnalyze(t, "--score", filepath.Join(dir, "nope")); code != ExitUsage || errs == "" {
+		t.Errorf("missing directory: exit %d, %q; want 2", code, errs)
+	}
+	if _, _, code := runAnalyze(t, "--score", dir, "x.csv"); code != ExitUsage {
+		t.Errorf("--score with a file: exit %d, want 2", code)
+	}
+}
