@@ -66,7 +66,7 @@ type Config struct {
 	HalfZMin      float64 // the newer half of a run must reach this Mann–Kendall Z on its own...
 	EnvHalfK      float64 // ...or a lower-envelope rise of EnvHalfK/windows mean gaps
 	HalfFrac      float64 // at this share of the run's slope (and of the stretch before it) or more
-	JumpFrac      float64 // a series that holds its peak: its two biggest jumps make less than this share of the rise
+	JumpFrac      float64 // NVML used with no probe: its two biggest jumps make less than this share of the rise
 	JobStartSpanS float64 // a rise with no flat stretch before it must span this long (warm-ups level off sooner)
 
 	// does it persist?
