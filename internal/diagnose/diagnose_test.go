@@ -8,7 +8,9 @@ import (
 )
 
 func TestClassify(t *testing.T) {
-	tb := func(lines ...string) []string { return append([]string{"Traceback (most recent call last):", `  File "train.py", line 3, in <module>`}, lines...) }
+	tb := func(lines ...string) []string {
+		return append([]string{"Traceback (most recent call last):", `  File "train.py", line 3, in <module>`}, lines...)
+	}
 	tests := []struct {
 		name   string
 		in     Input
