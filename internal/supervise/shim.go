@@ -56,6 +56,8 @@ func RunShim(args []string) int {
 		return 2
 	}
 	argv := args[1:]
+	// The status pipe is the shim's alone: keep it out of the job.
+	syscall.CloseOnExec(3)
 	status := os.NewFile(3, "status")
 	report := func(m statusMsg) {
 		b, _ := json.Marshal(m)
