@@ -87,7 +87,7 @@ func (t *Tail) Lines() []string {
 // writer (a closed terminal) is dropped; the log keeps everything. activity
 // is called after each chunk.
 func Copy(lw *Writer, s byte, r io.Reader, pass io.Writer, tail *Tail, activity func(int)) error {
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, 1<<20)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {

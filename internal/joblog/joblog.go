@@ -37,6 +37,8 @@ type Writer struct {
 	w   *bufio.Writer
 	now func() time.Time
 	err error
+	// scratch holds one chunk's records while they are assembled.
+	scratch []byte
 }
 
 // Create opens path for appending records.
@@ -61,6 +63,9 @@ func (lw *Writer) Write(stream byte, chunk []byte, flush bool) error {
 	}
 	var tsBuf [40]byte
 	ts := lw.now().UTC().AppendFormat(tsBuf[:0], TimeLayout)
+	// Records are assembled in one scratch buffer and written at once: one
+	// copy per byte, not four calls per line.
+	rec := lw.scratch[:0]
 	for len(chunk) > 0 {
 		i := bytes.IndexByte(chunk, '\n')
 		flag := byte('|')
@@ -70,12 +75,16 @@ func (lw *Writer) Write(stream byte, chunk []byte, flush bool) error {
 		} else {
 			flag, chunk = '+', nil
 		}
-		lw.w.Write(ts)
-		lw.w.Write([]byte{' ', stream, flag, ' '})
-		lw.w.Write(line)
-		lw.w.WriteByte('\n')
+		rec = append(rec, ts...)
+		rec = append(rec, ' ', stream, flag, ' ')
+		rec = append(rec, line...)
+		rec = append(rec, '\n')
 	}
-	if flush {
+	if _, err := lw.w.Write(rec); err != nil {
+		lw.err = err
+	}
+	lw.scratch = rec[:0]
+	if flush && lw.err == nil {
 		lw.err = lw.w.Flush()
 	}
 	return lw.err

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vramguard/vramguard/internal/analyze"
 	"github.com/vramguard/vramguard/internal/cgroup"
 	"github.com/vramguard/vramguard/internal/ckpt"
@@ -255,6 +257,13 @@ func (a *running) start(argv, env []string) error {
 	stR, stW, err := os.Pipe()
 	if err != nil {
 		return err
+	}
+	// A bigger pipe lets a burst of output wait in the kernel instead of
+	// blocking the job on every 64 KiB; failure just keeps the default.
+	for _, p := range []*os.File{outR, errR} {
+		if rc, err := p.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
+		}
 	}
 	args := []string{ShimCommand}
 	if a.group != nil && a.group.ProcsFile() != "" {
