@@ -41,6 +41,14 @@ func (h *Hints) RunForPID(pid int) (string, string, bool) {
 	return h.runs.RunForPID(pid)
 }
 
+// NotebookForKernel implements attrib.NotebookHints when the run hints do.
+func (h *Hints) NotebookForKernel(kernelID string) (string, bool) {
+	if nh, ok := h.runs.(attrib.NotebookHints); ok {
+		return nh.NotebookForKernel(kernelID)
+	}
+	return "", false
+}
+
 // ProbeMemory implements attrib.ProbeHints.
 func (h *Hints) ProbeMemory(pid int) (uint64, uint64, bool) {
 	h.mu.Lock()

@@ -46,6 +46,13 @@ type ProbeHints interface {
 	ProbeMemory(pid int) (allocated, reserved uint64, ok bool)
 }
 
+// NotebookHints is optionally implemented by an OwnerHints that knows which
+// notebook a Jupyter kernel serves (from the Jupyter servers' sessions, or
+// from vramguard's record of supervised kernels).
+type NotebookHints interface {
+	NotebookForKernel(kernelID string) (path string, ok bool)
+}
+
 // Job kinds, in the order top groups them.
 const (
 	KindRun       = "run"
@@ -89,11 +96,13 @@ type Job struct {
 	Key  string `json:"key"`
 	Kind string `json:"kind"`
 	// Name is a short human label: run name, pod/container id, command.
-	Name    string  `json:"name"`
-	RootPID int     `json:"root_pid"`
-	RunID   string  `json:"run_id,omitempty"`
-	Kernel  string  `json:"kernel,omitempty"`
-	Context Context `json:"context"`
+	Name    string `json:"name"`
+	RootPID int    `json:"root_pid"`
+	RunID   string `json:"run_id,omitempty"`
+	Kernel  string `json:"kernel,omitempty"`
+	// Notebook is the notebook a kernel job serves, when known.
+	Notebook string  `json:"notebook,omitempty"`
+	Context  Context `json:"context"`
 	// Devices are the indexes of the GPUs the job holds memory on.
 	Devices       []int  `json:"devices"`
 	GPUBytes      uint64 `json:"gpu_bytes"`
@@ -383,14 +392,15 @@ func (ps *pass) job(r int, roots map[int]bool, onGPU map[int][]gpu.Process) Job 
 	argv := ps.cmdline(r)
 	j.Name = commandName(root.p.Comm, argv)
 	j.Key = "pid:" + strconv.Itoa(r) + ":" + strconv.FormatUint(root.p.StartTicks, 10)
+	kernel, isKernel := KernelID(argv)
 	if id, name, ok := ps.a.run(r); ok {
 		j.Kind, j.RunID, j.Key = KindRun, id, "run:"+id
 		if name != "" {
 			j.Name = name
 		}
-	} else if k, ok := KernelID(argv); ok {
-		j.Kind, j.Kernel, j.Key = KindNotebook, k, "notebook:"+k
-		j.Name = "kernel " + shortID(k)
+	} else if isKernel {
+		j.Kind, j.Key = KindNotebook, "notebook:"+kernel
+		j.Name = "kernel " + shortID(kernel)
 	} else {
 		switch c := j.Context; {
 		case c.PodUID != "":
@@ -403,6 +413,15 @@ func (ps *pass) job(r int, roots map[int]bool, onGPU map[int][]gpu.Process) Job 
 			j.Kind = KindService
 		default:
 			j.Kind = KindProcess
+		}
+	}
+	if isKernel {
+		// A kernel is grouped by its notebook, supervised or not.
+		j.Kind, j.Kernel = KindNotebook, kernel
+		if nh, ok := ps.a.Hints.(NotebookHints); ok {
+			if nb, ok := nh.NotebookForKernel(kernel); ok && nb != "" {
+				j.Notebook, j.Name = nb, nb
+			}
 		}
 	}
 	j.Orphan, j.OrphanReason = ps.orphan(r)

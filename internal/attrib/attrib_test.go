@@ -27,6 +27,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 //	gpu PID DEVICE MiB    a driver record
 //	run PID RUNID NAME    a supervised run's root (OwnerHints)
 //	probe PID ALLOC_MiB RESERVED_MiB
+//	notebook KERNELID PATH   the notebook a kernel serves (NotebookHints)
 type fixture struct {
 	root  string
 	gpu   []gpu.Process
@@ -34,8 +35,14 @@ type fixture struct {
 }
 
 type hints struct {
-	runs  map[int][2]string
-	probe map[int][2]uint64
+	runs      map[int][2]string
+	probe     map[int][2]uint64
+	notebooks map[string]string
+}
+
+func (h hints) NotebookForKernel(id string) (string, bool) {
+	nb, ok := h.notebooks[id]
+	return nb, ok
 }
 
 func (h hints) RunForPID(pid int) (string, string, bool) {
@@ -55,7 +62,7 @@ func buildTree(t *testing.T, spec string) fixture {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	fx := fixture{root: t.TempDir(), hints: hints{runs: map[int][2]string{}, probe: map[int][2]uint64{}}}
+	fx := fixture{root: t.TempDir(), hints: hints{runs: map[int][2]string{}, probe: map[int][2]uint64{}, notebooks: map[string]string{}}}
 	write := func(pid int, name, content string) {
 		dir := filepath.Join(fx.root, "proc", strconv.Itoa(pid))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -113,6 +120,8 @@ func buildTree(t *testing.T, spec string) fixture {
 				DeviceUUID: "GPU-" + w[2], UsedBytes: uint64(atoi(w[3])) << 20, SMUtilPercent: -1})
 		case "run":
 			fx.hints.runs[atoi(w[1])] = [2]string{w[2], strings.Join(w[3:], " ")}
+		case "notebook":
+			fx.hints.notebooks[w[1]] = w[2]
 		case "probe":
 			fx.hints.probe[atoi(w[1])] = [2]uint64{uint64(atoi(w[2])) << 20, uint64(atoi(w[3])) << 20}
 		default:

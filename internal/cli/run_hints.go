@@ -2,10 +2,13 @@ package cli
 
 import (
 	"context"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/jupyter"
+	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/store"
 )
 
@@ -17,6 +20,9 @@ type runHints struct {
 	loaded  time.Time
 	byPID   map[int]*store.Run
 	refresh time.Duration
+
+	nbLoaded  time.Time
+	notebooks map[string]string // kernel id -> notebook path
 }
 
 // runOwnerHints returns hints backed by the run store.
@@ -35,6 +41,44 @@ func (h *runHints) RunForPID(pid int) (string, string, bool) {
 		return "", "", false
 	}
 	return r.ID, r.Name, true
+}
+
+// NotebookForKernel implements attrib.NotebookHints: the notebook a kernel
+// serves, from vramguard's record of supervised kernels and from the
+// sessions of the Jupyter servers running on this machine (asked at most
+// every 10 s, each answer bounded to one second).
+func (h *runHints) NotebookForKernel(kernelID string) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if time.Since(h.nbLoaded) > 10*time.Second {
+		h.loadNotebooks()
+	}
+	nb, ok := h.notebooks[kernelID]
+	return nb, ok
+}
+
+func (h *runHints) loadNotebooks() {
+	h.nbLoaded = time.Now()
+	nbs := map[string]string{}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if st, err := store.Open(h.f.Home()); err == nil {
+		if ks, err := st.Kernels(ctx); err == nil {
+			for _, k := range ks {
+				if k.Notebook != "" {
+					nbs[k.KernelID] = k.Notebook
+				}
+			}
+		}
+		st.Close()
+	}
+	home, _ := os.UserHomeDir()
+	if servers, err := jupyter.Discover(jupyter.RuntimeDirs(h.f.Getenv, home, os.Geteuid() == 0)); err == nil && len(servers) > 0 {
+		for id, nb := range jupyter.Notebooks(ctx, servers, procfs.FS{}, time.Second) {
+			nbs[id] = nb
+		}
+	}
+	h.notebooks = nbs
 }
 
 func (h *runHints) load() {
