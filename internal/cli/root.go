@@ -96,7 +96,9 @@ func NewCmdRoot(f *Factory) *cobra.Command {
   vramguard runs / logs / explain      what happened to earlier runs
   vramguard analyze TRACE.csv          tell a leak from the allocator's cache
   vramguard ckpt ls|inspect|verify     checkpoints without Python
-  vramguard top / serve                every GPU process on the machine
+  vramguard top                        every GPU process, grouped by job, container, pod, notebook
+  vramguard serve                      dashboard, JSON API, Prometheus /metrics and alerts
+  vramguard jupyter install / kernels  kernels that explain their deaths; which notebook holds what
   vramguard doctor                     check the environment before it bites
 
 State lives in $VRAMGUARD_HOME (default ~/.local/state/vramguard).
