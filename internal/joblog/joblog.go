@@ -169,38 +169,82 @@ func truncate(b []byte) []byte {
 	return b
 }
 
-// Decoder turns records back into output, keeping per-stream state so a
-// line split across records gets one timestamp.
+// Decoder turns records back into output. The two streams were read from
+// two pipes, so a stdout line may arrive in pieces with a stderr line in
+// between; the decoder keeps each stream's unfinished line (up to
+// maxPending bytes) and writes lines whole, so merged output never splices
+// one stream's line into the middle of another's. Each stream's bytes come
+// out exactly as the job wrote them.
 type Decoder struct {
 	opts    Options
-	midLine map[byte]bool
+	pending map[byte]*pendingLine
 }
+
+type pendingLine struct {
+	t       time.Time
+	data    []byte
+	started bool // part of this line was already written (over maxPending)
+}
+
+// maxPending bounds how much of an unfinished line the decoder holds.
+const maxPending = 1 << 20
 
 // NewDecoder returns a decoder with opts.
 func NewDecoder(opts Options) *Decoder {
 	if opts.Streams == "" {
 		opts.Streams = "oe"
 	}
-	return &Decoder{opts: opts, midLine: map[byte]bool{}}
+	return &Decoder{opts: opts, pending: map[byte]*pendingLine{}}
 }
 
-// Write writes rec's bytes to w.
+// Write writes rec's bytes to w, holding back an unfinished line.
 func (d *Decoder) Write(w io.Writer, rec Record) error {
 	if bytes.IndexByte([]byte(d.opts.Streams), rec.Stream) < 0 {
 		return nil
 	}
-	if d.opts.Timestamps && !d.midLine[rec.Stream] {
-		if _, err := io.WriteString(w, rec.Time.Local().Format("2006-01-02 15:04:05.000 ")); err != nil {
+	p := d.pending[rec.Stream]
+	if p == nil {
+		p = &pendingLine{}
+		d.pending[rec.Stream] = p
+	}
+	if len(p.data) == 0 && !p.started {
+		p.t = rec.Time
+	}
+	p.data = append(p.data, rec.Data...)
+	if !rec.Partial {
+		p.data = append(p.data, '\n')
+		return d.emit(w, p, true)
+	}
+	if len(p.data) >= maxPending {
+		return d.emit(w, p, false)
+	}
+	return nil
+}
+
+// emit writes p's bytes; done says the line ended.
+func (d *Decoder) emit(w io.Writer, p *pendingLine, done bool) error {
+	if d.opts.Timestamps && !p.started && len(p.data) > 0 {
+		if _, err := io.WriteString(w, p.t.Local().Format("2006-01-02 15:04:05.000 ")); err != nil {
 			return err
 		}
 	}
-	if _, err := w.Write(rec.Data); err != nil {
+	if _, err := w.Write(p.data); err != nil {
 		return err
 	}
-	d.midLine[rec.Stream] = rec.Partial
-	if !rec.Partial {
-		_, err := w.Write([]byte{'\n'})
-		return err
+	p.data = p.data[:0]
+	p.started = !done
+	return nil
+}
+
+// Flush writes every stream's unfinished line (at the end of a log, or when
+// a follower has caught up with a live one).
+func (d *Decoder) Flush(w io.Writer) error {
+	for _, s := range []byte("oev") {
+		if p := d.pending[s]; p != nil && len(p.data) > 0 {
+			if err := d.emit(w, p, false); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -214,6 +258,9 @@ func Decode(r io.Reader, w io.Writer, opts Options) error {
 	for {
 		rec, _, err := rd.Next()
 		if err == io.EOF || err == ErrIncomplete {
+			if err := dec.Flush(bw); err != nil {
+				return err
+			}
 			return bw.Flush()
 		}
 		if err != nil {
@@ -262,6 +309,10 @@ func Follow(path string, w io.Writer, opts Options, poll time.Duration, done fun
 		}
 		if rerr != nil && rerr != io.EOF {
 			return rerr
+		}
+		// Caught up: show what is there of unfinished lines (progress bars).
+		if err := dec.Flush(w); err != nil {
+			return err
 		}
 		if finished {
 			return nil

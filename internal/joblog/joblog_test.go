@@ -90,3 +90,26 @@ func BenchmarkCopy(b *testing.B) {
 		tail.Add('o', chunk)
 	}
 }
+
+// TestInterleavedStreamsKeepLinesWhole: a stdout line that arrived in two
+// pieces with a stderr line between them comes out whole, before or after
+// the stderr line, never spliced.
+func TestInterleavedStreamsKeepLinesWhole(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "i.log")
+	lw, _ := Create(path, nil)
+	lw.Write('o', []byte("line 1\nline 2 first half "), false)
+	lw.Write('e', []byte("wrote 3 lines\n"), false)
+	lw.Write('o', []byte("second half\nline 3\n"), false)
+	lw.Write('o', []byte("no newline at the end"), true)
+	lw.Close()
+	f, _ := os.Open(path)
+	defer f.Close()
+	var got bytes.Buffer
+	if err := Decode(f, &got, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want := "line 1\nwrote 3 lines\nline 2 first half second half\nline 3\nno newline at the end"
+	if got.String() != want {
+		t.Errorf("got %q\nwant %q", got.String(), want)
+	}
+}
