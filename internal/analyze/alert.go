@@ -86,7 +86,7 @@ func (a *Alerter) Observe(r Report) []Alert {
 	off := math.IsNaN(eta) || eta > a.cfg.ClearFactor*a.cfg.OOMThresholdS
 	if a.step(&a.state[1], t, on, off) {
 		out = append(out, Alert{Kind: AlertOOM, T: t, Report: r,
-			Message: fmt.Sprintf("out of memory in about %s at the current trend (%s to %s)", fmtDur(eta), fmtDur(r.OOMETALow), fmtDur(r.OOMETAHigh))})
+			Message: fmt.Sprintf("out of memory in about %s at the current trend (%s to %s)", FormatDuration(eta), FormatDuration(r.OOMETALow), FormatDuration(r.OOMETAHigh))})
 	}
 	return out
 }
@@ -121,9 +121,9 @@ func leakMessage(r Report) string {
 	case r.Ambiguous:
 		what = "GPU memory keeps growing (leak or fragmentation)"
 	}
-	m := fmt.Sprintf("%s: +%s/s since t=%.0fs", what, fmtBytes(r.LeakRate), r.LeakStartT)
+	m := fmt.Sprintf("%s: +%s/s since t=%.0fs", what, FormatBytes(r.LeakRate), r.LeakStartT)
 	if !math.IsNaN(r.OOMETA) {
-		m += fmt.Sprintf(", out of memory in about %s", fmtDur(r.OOMETA))
+		m += fmt.Sprintf(", out of memory in about %s", FormatDuration(r.OOMETA))
 	}
 	return m
 }

@@ -48,7 +48,7 @@ func (d *Detector) Report() Report {
 			d.trend(&r, gpu, gpuLimit, z)
 		} else {
 			r.Evidence = append(r.Evidence, fmt.Sprintf("%s floor (the level each window returns to) shows no persistent rise over %s",
-				r.Series, fmtDur(gpu.lastT-gpu.tiers[0].closed.at(0).t0)))
+				r.Series, FormatDuration(gpu.lastT-gpu.tiers[0].closed.at(0).t0)))
 		}
 	default:
 		r.Verdict = VerdictInsufficientData
@@ -106,12 +106,12 @@ func (d *Detector) leak(r *Report, k *track, limit float64, series Series) {
 	}[series]
 	span := k.lastT - r.LeakStartT
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s rose %s over %s since t=%.0fs: %s/s (95%% CI %s/s to %s/s; Theil–Sen over %d windows, lower envelope)",
-		what, fmtBytes(e.slope*span), fmtDur(span), r.LeakStartT, fmtBytes(e.slope),
-		fmtBytes(e.tr.lo), fmtBytes(e.tr.hi), e.windows))
+		what, FormatBytes(e.slope*span), FormatDuration(span), r.LeakStartT, FormatBytes(e.slope),
+		FormatBytes(e.tr.lo), FormatBytes(e.tr.hi), e.windows))
 	r.Evidence = append(r.Evidence, fmt.Sprintf("raised at t=%.0fs: Mann–Kendall Z=%.1f, rising in each third of the span tested and in its newer half, not a single step or a warm-up that levels off",
 		k.detectedAt, f.tr.z))
 	if !math.IsNaN(r.LeakRatePerStep) {
-		r.Evidence = append(r.Evidence, fmt.Sprintf("%s per training step", fmtBytes(r.LeakRatePerStep)))
+		r.Evidence = append(r.Evidence, fmt.Sprintf("%s per training step", FormatBytes(r.LeakRatePerStep)))
 	}
 	switch series {
 	case SeriesUsed:
@@ -156,7 +156,7 @@ func (d *Detector) leakFromReserved(r *Report) {
 	r.Confidence = round2(math.Min(0.9*(2*normalCDF(f.tr.z)-1), 0.99))
 	span := d.reserved.lastT - r.LeakStartT
 	r.Evidence = append(r.Evidence, fmt.Sprintf("reserved rose %s over %s since t=%.0fs: %s/s (Theil–Sen, Mann–Kendall Z=%.1f), and the allocated floors and step peaks rose with it: tensors, not allocator cache",
-		fmtBytes(e.slope*span), fmtDur(span), r.LeakStartT, fmtBytes(e.slope), f.tr.z))
+		FormatBytes(e.slope*span), FormatDuration(span), r.LeakStartT, FormatBytes(e.slope), f.tr.z))
 	r.Evidence = append(r.Evidence, fmt.Sprintf("raised at t=%.0fs; the floor between steps is too noisy here to show the rise on its own", d.corroboratedAt))
 	r.Advice = append(r.Advice,
 		"tensors are being kept alive across steps: look for accumulations that keep the graph (`total_loss += loss` instead of `loss.item()`), lists of outputs or losses, and caches keyed by step")
@@ -174,7 +174,7 @@ func (d *Detector) trend(r *Report, k *track, limit, z float64) {
 		return
 	}
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s floor rises %s/s since t=%.0fs (Mann–Kendall Z=%.1f), but not yet steadily or long enough to call it a leak",
-		r.Series, fmtBytes(e.slope), start, z))
+		r.Series, FormatBytes(e.slope), start, z))
 	what := "step peaks (allocated at its highest; the limit is the device less the CUDA context)"
 	if r.Series == SeriesUsed {
 		what = "NVML used memory"
@@ -199,9 +199,9 @@ func (d *Detector) cacheGrowth(r *Report) {
 	r.Confidence = round2(math.Min(2*normalCDF(f.tr.z)-1, 0.99))
 	span := k.lastT - f.start
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s rose %s over %s (%s/s, Mann–Kendall Z=%.1f) while the allocated floor stayed flat: the caching allocator holds more than the tensors need",
-		r.Series, fmtBytes(e.slope*span), fmtDur(span), fmtBytes(e.slope), f.tr.z))
+		r.Series, FormatBytes(e.slope*span), FormatDuration(span), FormatBytes(e.slope), f.tr.z))
 	if ok(d.splitN) {
-		r.Evidence = append(r.Evidence, fmt.Sprintf("inactive_split (free fragments inside cached blocks) %s -> %s", fmtBytes(d.split0), fmtBytes(d.splitN)))
+		r.Evidence = append(r.Evidence, fmt.Sprintf("inactive_split (free fragments inside cached blocks) %s -> %s", FormatBytes(d.split0), FormatBytes(d.splitN)))
 	}
 	if ok(d.retriesN) && d.retriesN > 0 {
 		r.Evidence = append(r.Evidence, fmt.Sprintf("%.0f allocation retries (cudaMalloc failed, cache flushed, retried)", d.retriesN))
@@ -237,12 +237,14 @@ func (d *Detector) forecast(r *Report, e estimate, limit float64, what string) {
 		r.OOMETAHigh = room / e.tr.lo
 	}
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s at %s of %s: out of memory in %s (%s to %s) at this rate",
-		what, fmtBytes(e.peak), fmtBytes(limit), fmtDur(r.OOMETA), fmtDur(r.OOMETALow), fmtDur(r.OOMETAHigh)))
+		what, FormatBytes(e.peak), FormatBytes(limit), FormatDuration(r.OOMETA), FormatDuration(r.OOMETALow), FormatDuration(r.OOMETAHigh)))
 }
 
 func round2(v float64) float64 { return math.Round(v*100) / 100 }
 
-func fmtBytes(b float64) string {
+// FormatBytes writes a byte count for people (GiB with two decimals, MiB
+// and KiB with one).
+func FormatBytes(b float64) string {
 	a := math.Abs(b)
 	switch {
 	case a >= 1<<30:
@@ -255,7 +257,8 @@ func fmtBytes(b float64) string {
 	return fmt.Sprintf("%.0f B", b)
 }
 
-func fmtDur(s float64) string {
+// FormatDuration writes seconds for people (s, m, h, d; "never" for +Inf).
+func FormatDuration(s float64) string {
 	switch {
 	case math.IsInf(s, 1):
 		return "never"

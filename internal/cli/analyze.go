@@ -223,33 +223,10 @@ func writeAnalyzeHuman(w io.Writer, target string, r analyze.Report) {
 	}
 }
 
-func humanBytes(b float64) string {
-	a := math.Abs(b)
-	switch {
-	case a >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", b/(1<<30))
-	case a >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", b/(1<<20))
-	case a >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", b/(1<<10))
-	}
-	return fmt.Sprintf("%.0f B", b)
-}
-
-func humanDur(s float64) string {
-	switch {
-	case math.IsInf(s, 1):
-		return "never"
-	case math.IsNaN(s):
-		return "?"
-	case s < 120:
-		return fmt.Sprintf("%.0fs", s)
-	case s < 7200:
-		return fmt.Sprintf("%.0fm", s/60)
-	case s < 2*86400:
-		return fmt.Sprintf("%.1fh", s/3600)
-	}
-	return fmt.Sprintf("%.1fd", s/86400)
-}
+// humanBytes and humanDur format as the analysis's own evidence does.
+var (
+	humanBytes = analyze.FormatBytes
+	humanDur   = analyze.FormatDuration
+)
 
 var errScoreFailed = errors.New("acceptance thresholds missed")
