@@ -297,6 +297,28 @@ func (d *decoder) global(g Global, op string, resolved bool, detail string) {
 	d.res.Globals = append(d.res.Globals, GlobalRef{Global: g, Offset: d.opPos, Opcode: op, Resolved: resolved, Detail: detail})
 }
 
+// memoKey reads the memo index of a PUT or GET opcode: a decimal line (p,
+// g), one byte (q, h) or four little-endian bytes (r, j).
+func (d *decoder) memoKey(op byte) (uint64, error) {
+	switch op {
+	case 'p', 'g':
+		l, err := d.src.line()
+		if err != nil {
+			return 0, err
+		}
+		k, err := strconv.ParseUint(l, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bad memo key %q", l)
+		}
+		return k, nil
+	case 'q', 'h':
+		b, err := d.src.byte()
+		return uint64(b), err
+	}
+	k, err := d.u32()
+	return uint64(k), err
+}
+
 func (d *decoder) u32() (uint32, error) {
 	b, err := d.src.bytes(4)
 	if err != nil {
@@ -693,52 +715,20 @@ func (d *decoder) step(op byte) error {
 			return err
 		}
 		return d.deepen(d.popped)
-	case 'p':
-		l, err := d.src.line()
+	case 'p', 'q', 'r': // PUT, BINPUT, LONG_BINPUT
+		k, err := d.memoKey(op)
 		if err != nil {
 			return err
-		}
-		k, err := strconv.ParseUint(l, 10, 64)
-		if err != nil {
-			return fmt.Errorf("bad memo key %q", l)
 		}
 		return d.memoPut(k)
-	case 'q':
-		b, err := d.src.byte()
-		if err != nil {
-			return err
-		}
-		return d.memoPut(uint64(b))
-	case 'r':
-		k, err := d.u32()
-		if err != nil {
-			return err
-		}
-		return d.memoPut(uint64(k))
 	case 0x94: // MEMOIZE
 		return d.memoPut(uint64(len(d.memo)))
-	case 'g':
-		l, err := d.src.line()
+	case 'g', 'h', 'j': // GET, BINGET, LONG_BINGET
+		k, err := d.memoKey(op)
 		if err != nil {
 			return err
-		}
-		k, err := strconv.ParseUint(l, 10, 64)
-		if err != nil {
-			return fmt.Errorf("bad memo key %q", l)
 		}
 		return d.memoGet(k)
-	case 'h':
-		b, err := d.src.byte()
-		if err != nil {
-			return err
-		}
-		return d.memoGet(uint64(b))
-	case 'j':
-		k, err := d.u32()
-		if err != nil {
-			return err
-		}
-		return d.memoGet(uint64(k))
 	case 'c': // GLOBAL
 		mod, err := d.src.line()
 		if err != nil {
