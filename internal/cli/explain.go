@@ -32,15 +32,11 @@ of the memory timeline. --json prints one object (schema in docs/CLI.md).`,
 			if len(args) == 1 {
 				ref = args[0]
 			}
-			st, err := f.openStore(ctx)
+			st, r, err := f.openRun(ctx, ref)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			r, err := resolveRun(ctx, st, ref)
-			if err != nil {
-				return err
-			}
 			doc, err := buildExplain(ctx, st, r, f.Now())
 			if err != nil {
 				return err

@@ -30,15 +30,11 @@ latest attempt; -f follows it live, across restarts, until the run ends.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			st, err := f.openStore(ctx)
+			st, r, err := f.openRun(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			r, err := resolveRun(ctx, st, args[0])
-			if err != nil {
-				return err
-			}
 			opts := joblog.Options{Timestamps: timestamps}
 			if withNotes {
 				opts.Streams = "oev"

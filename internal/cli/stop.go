@@ -24,15 +24,11 @@ func NewCmdStop(f *Factory) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			st, err := f.openStore(ctx)
+			st, r, err := f.openRun(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			r, err := resolveRun(ctx, st, args[0])
-			if err != nil {
-				return err
-			}
 			if r.Status != store.StatusRunning {
 				return Failf("run %s is not running (%s, reason %s)", r.ID, r.Status, dash(r.Reason))
 			}

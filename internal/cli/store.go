@@ -24,6 +24,20 @@ func (f *Factory) openStore(ctx context.Context) (*store.Store, error) {
 	return s, nil
 }
 
+// openRun opens the store and finds RUN in it; the caller closes the store.
+func (f *Factory) openRun(ctx context.Context, ref string) (*store.Store, *store.Run, error) {
+	st, err := f.openStore(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := resolveRun(ctx, st, ref)
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return st, r, nil
+}
+
 // resolveRun finds RUN (id, id prefix, name or "last") or returns a usage error.
 func resolveRun(ctx context.Context, s *store.Store, ref string) (*store.Run, error) {
 	r, err := s.Resolve(ctx, ref)
