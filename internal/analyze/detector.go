@@ -67,6 +67,8 @@ type Config struct {
 	EnvHalfK      float64 // ...or a lower-envelope rise of EnvHalfK/windows mean gaps
 	HalfFrac      float64 // at this share of the run's slope (and of the stretch before it) or more
 	JumpFrac      float64 // NVML used with no probe: its two biggest jumps make less than this share of the rise
+	RecordsBase   float64 // a series that holds its peak must rise from window to window at least
+	RecordsPerLog float64 // RecordsBase + RecordsPerLog*ln(t1/t0) times (a stationary job sets ~ln(t1/t0) records)
 	JobStartSpanS float64 // a rise with no flat stretch before it must span this long (warm-ups level off sooner)
 
 	// does it persist?
@@ -102,6 +104,8 @@ func DefaultConfig() Config {
 		EnvHalfK:      40,
 		HalfFrac:      0.6,
 		JumpFrac:      0.65,
+		RecordsBase:   2,
+		RecordsPerLog: 2,
 		JobStartSpanS: 480,
 
 		Persist:  2,

@@ -25,8 +25,13 @@ func (d *Detector) Report() Report {
 		gpu = d.alloc
 		gpuLimit = d.total - d.ctxOr0()
 	}
+	retracted := gpu.n > 0 && gpu.detected && gpu.retracted()
+	gpuSeries := SeriesUsed
+	if haveAlloc {
+		gpuSeries = SeriesAllocated
+	}
 	switch {
-	case gpu.n > 0 && gpu.detected:
+	case gpu.n > 0 && gpu.detected && !retracted:
 		series := SeriesUsed
 		if haveAlloc {
 			series = SeriesAllocated
@@ -44,6 +49,9 @@ func (d *Detector) Report() Report {
 		}
 		w := float64(gpu.windows())
 		r.Confidence = round2(w / (w + float64(d.cfg.MinLevels)))
+		if retracted {
+			break
+		}
 		if z := gpu.trendZ(); z >= d.cfg.ZMin {
 			d.trend(&r, gpu, gpuLimit, z)
 		} else {
@@ -54,6 +62,13 @@ func (d *Detector) Report() Report {
 		r.Verdict = VerdictInsufficientData
 		r.Evidence = append(r.Evidence, fmt.Sprintf("need %d windows of at least %gs and %d samples to judge; have %d",
 			d.cfg.MinLevels, d.cfg.WindowS, d.cfg.MinWindowSamples, gpu.windows()))
+	}
+	if retracted && r.Verdict != VerdictLeak {
+		// the online detector raised a leak that the whole timeline does not
+		// bear out: say so, and keep when it was raised (an alert went out)
+		r.DetectedAtT = gpu.detectedAt
+		r.Evidence = append(r.Evidence, fmt.Sprintf("a rise of the %s floor raised as a leak at t=%.0fs did not persist: fitted from where it began, the floor no longer rises",
+			gpuSeries, gpu.detectedAt))
 	}
 	if d.rss.n > 0 && d.rss.detected {
 		h := Report{LeakRate: nan, LeakRatePerStep: nan, LeakStartT: nan, DetectedAtT: nan,

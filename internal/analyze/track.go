@@ -292,7 +292,7 @@ func (k *track) steps(x, y []float64) bool {
 	}
 	t0 := math.Max(x[0]-k.origin, k.cfg.WindowS)
 	t1 := math.Max(x[n-1]-k.origin, t0)
-	return float64(ups) >= 2+2*math.Log(t1/t0)
+	return float64(ups) >= k.cfg.RecordsBase+k.cfg.RecordsPerLog*math.Log(t1/t0)
 }
 
 // envelopeRise is the rise of the lower envelope of (x, y) over its span in
@@ -501,6 +501,15 @@ func (k *track) riseStart() float64 {
 		}
 	}
 	return bestT
+}
+
+// retracted reports whether the leak latched on k is not borne out after
+// the fact: fitted over every window since the rise began (riseStart), the
+// floor does not rise. A run of low floors early on can pass the online
+// tests by chance; the whole timeline then shows no rate to forecast with.
+func (k *track) retracted() bool {
+	e, ok := k.estimate(k.riseStart())
+	return ok && !(e.slope > 0)
 }
 
 // estimate is a leak's rate and where its peak stands, fitted after the
