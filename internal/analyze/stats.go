@@ -127,15 +127,7 @@ func mannKendallZ(y []float64) float64 {
 			}
 		}
 	}
-	fn := float64(n)
-	sd := math.Sqrt(fn * (fn - 1) * (2*fn + 5) / 18)
-	switch {
-	case s > 0:
-		return float64(s-1) / sd
-	case s < 0:
-		return float64(s+1) / sd
-	}
-	return 0
+	return mannKendallFromS(s, n)
 }
 
 // at is the fitted value at x.

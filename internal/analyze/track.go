@@ -423,6 +423,12 @@ func (k *track) historyPoints() int {
 			break
 		}
 	}
+	return k.floorsSince(ti, from)
+}
+
+// floorsSince puts the floors (and when each was seen) of tier ti's closed
+// windows that begin at from or later into k.x, k.y and returns how many.
+func (k *track) floorsSince(ti int, from float64) int {
 	r := &k.tiers[ti].closed
 	m := 0
 	for j := 0; j < r.count && m < len(k.x); j++ {
@@ -544,16 +550,7 @@ func (k *track) estimate(start float64) (estimate, bool) {
 	for ti > 0 && k.countSince(ti, start) < k.cfg.MinLevels {
 		ti--
 	}
-	r := &k.tiers[ti].closed
-	m := 0
-	for j := 0; j < r.count && m < len(k.x); j++ {
-		l := r.at(j)
-		if l.t0 < start {
-			continue
-		}
-		k.x[m], k.y[m] = l.tlo, l.lo
-		m++
-	}
+	m := k.floorsSince(ti, start)
 	// the open tier-0 window holds the newest samples
 	if c := &k.tiers[0].cur; c.n >= k.cfg.MinWindowSamples/2 && c.t0 >= start && m < len(k.x) && ti == 0 {
 		k.x[m], k.y[m] = c.tlo, c.lo
