@@ -212,6 +212,25 @@ func (d *decoder) pushD(v any, depth int) error {
 	return nil
 }
 
+// popCall pops the argument tuple and then the callable of a REDUCE or a
+// NEWOBJ (op names it in errors); the call nests as deep as its arguments.
+func (d *decoder) popCall(op string) (fn any, args Tuple, err error) {
+	a, err := d.pop()
+	if err != nil {
+		return nil, nil, err
+	}
+	depth := d.popped
+	if fn, err = d.pop(); err != nil {
+		return nil, nil, err
+	}
+	t, ok := a.(Tuple)
+	if !ok {
+		return nil, nil, fmt.Errorf("%s arguments are %T, not a tuple", op, a)
+	}
+	d.popped = depth
+	return fn, t, nil
+}
+
 // nest pushes a container built from the last popped values.
 func (d *decoder) nest(v any) error { return d.pushD(v, d.popped+1) }
 
@@ -800,36 +819,16 @@ func (d *decoder) step(op byte) error {
 		d.res.PersIDs++
 		return d.nest(PersID{ID: v})
 	case 'R': // REDUCE
-		args, err := d.pop()
+		fn, t, err := d.popCall("REDUCE")
 		if err != nil {
 			return err
 		}
-		ad := d.popped
-		fn, err := d.pop()
-		if err != nil {
-			return err
-		}
-		t, ok := args.(Tuple)
-		if !ok {
-			return fmt.Errorf("REDUCE arguments are %T, not a tuple", args)
-		}
-		d.popped = ad
 		return d.nest(&Call{Func: fn, Args: t})
 	case 0x81: // NEWOBJ
-		args, err := d.pop()
+		cls, t, err := d.popCall("NEWOBJ")
 		if err != nil {
 			return err
 		}
-		ad := d.popped
-		cls, err := d.pop()
-		if err != nil {
-			return err
-		}
-		t, ok := args.(Tuple)
-		if !ok {
-			return fmt.Errorf("NEWOBJ arguments are %T, not a tuple", args)
-		}
-		d.popped = ad
 		return d.nest(&Call{Func: cls, Args: t, New: true})
 	case 0x92: // NEWOBJ_EX
 		kw, err := d.pop()
