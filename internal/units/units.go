@@ -83,8 +83,8 @@ func magnitude(v float64, fixed bool) string {
 	return strconv.FormatFloat(r, 'f', -1, 64) + " " + suffixes[e]
 }
 
-// roundFor rounds half away from zero (1.25 GiB is "1.3 GiB") to one decimal
-// below 100, or always in fixed form, and to a whole number from 100 on.
+// roundFor rounds v >= 0 half up: to one decimal below 100 (always in
+// fixed form), to a whole number from 100 on.
 func roundFor(v float64, fixed bool) float64 {
 	if fixed || v < 100 {
 		return math.Round(v*10) / 10

@@ -25,7 +25,8 @@ func TestFormatBytes(t *testing.T) {
 		{1023.5, "1 KiB"}, // rounds to 1024 B: one unit up
 		{kib, "1 KiB"},
 		{1536, "1.5 KiB"},
-		{kib*1.25 + 0, "1.3 KiB"}, // half away from zero, not to even
+		{kib * 1.25, "1.3 KiB"},  // half up, not to even
+		{kib * 1.249, "1.2 KiB"}, // not a half
 		{kib * 9.96, "10 KiB"},
 		{kib * 99.94, "99.9 KiB"},
 		{kib * 99.96, "100 KiB"},
