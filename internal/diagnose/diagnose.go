@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // Reason codes. docs/FAILURES.md documents each one.
@@ -316,10 +318,10 @@ func memEvidence(in Input) string {
 		return ""
 	}
 	if in.Limit == 0 {
-		return "peak host memory of the job: " + HumanBytes(in.PeakRSS)
+		return "peak host memory of the job: " + units.FormatBytes(in.PeakRSS)
 	}
 	return fmt.Sprintf("peak host memory of the job: %s, %.0f%% of its %s limit (%s)",
-		HumanBytes(in.PeakRSS), 100*float64(in.PeakRSS)/float64(in.Limit), HumanBytes(in.Limit), in.LimitSource)
+		units.FormatBytes(in.PeakRSS), 100*float64(in.PeakRSS)/float64(in.Limit), units.FormatBytes(in.Limit), in.LimitSource)
 }
 
 func oomEvidence(o OOM) []string {
@@ -328,24 +330,24 @@ func oomEvidence(o OOM) []string {
 		ev = append(ev, o.Library+" could not allocate its workspace: the GPU was already full")
 	}
 	if o.TriedBytes != nil {
-		s := "tried to allocate " + HumanBytes(*o.TriedBytes)
+		s := "tried to allocate " + units.FormatBytes(*o.TriedBytes)
 		if o.GPU != nil {
 			s += fmt.Sprintf(" on GPU %d", *o.GPU)
 		}
 		if o.TotalBytes != nil && o.FreeBytes != nil {
-			s += fmt.Sprintf(" (%s total, %s free)", HumanBytes(*o.TotalBytes), HumanBytes(*o.FreeBytes))
+			s += fmt.Sprintf(" (%s total, %s free)", units.FormatBytes(*o.TotalBytes), units.FormatBytes(*o.FreeBytes))
 		}
 		ev = append(ev, s)
 	}
 	if o.AllocatedBytes != nil {
-		s := "PyTorch held " + HumanBytes(*o.AllocatedBytes) + " in tensors"
+		s := "PyTorch held " + units.FormatBytes(*o.AllocatedBytes) + " in tensors"
 		if o.ReservedUnallocatedBytes != nil {
-			s += " and " + HumanBytes(*o.ReservedUnallocatedBytes) + " reserved but unallocated"
+			s += " and " + units.FormatBytes(*o.ReservedUnallocatedBytes) + " reserved but unallocated"
 		}
 		ev = append(ev, s)
 	}
 	for _, p := range o.Processes {
-		ev = append(ev, fmt.Sprintf("process %d had %s in use on the GPU", p.PID, HumanBytes(p.Bytes)))
+		ev = append(ev, fmt.Sprintf("process %d had %s in use on the GPU", p.PID, units.FormatBytes(p.Bytes)))
 	}
 	if o.Fragmented {
 		ev = append(ev, "fragmentation: the allocator's cache held more unallocated memory than the request, but not in one piece")

@@ -63,7 +63,7 @@ func TestClassify(t *testing.T) {
 
 func TestKilledSaysHowCloseToTheLimit(t *testing.T) {
 	v := Classify(Input{Signal: syscall.SIGKILL, ExitCode: -1, PeakRSS: 9 << 30, Limit: 10 << 30, LimitSource: "cgroup"})
-	if !strings.Contains(strings.Join(v.Evidence, "\n"), "90% of its 10.00 GiB limit") {
+	if !strings.Contains(strings.Join(v.Evidence, "\n"), "90% of its 10 GiB limit") {
 		t.Errorf("evidence %q", v.Evidence)
 	}
 }

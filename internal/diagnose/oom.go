@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // OOM holds the numbers of a CUDA out-of-memory message. A nil field means
@@ -131,17 +133,7 @@ func size(num, unit string) *uint64 {
 	return &v
 }
 
-// HumanBytes formats n as PyTorch does (KiB, MiB, GiB with two decimals).
-func HumanBytes(n uint64) string {
-	switch {
-	case n >= 1<<40:
-		return strconv.FormatFloat(float64(n)/(1<<40), 'f', 2, 64) + " TiB"
-	case n >= 1<<30:
-		return strconv.FormatFloat(float64(n)/(1<<30), 'f', 2, 64) + " GiB"
-	case n >= 1<<20:
-		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 2, 64) + " MiB"
-	case n >= 1<<10:
-		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 2, 64) + " KiB"
-	}
-	return strconv.FormatUint(n, 10) + " B"
-}
+// HumanBytes formats n for people.
+//
+// Deprecated: use units.FormatBytes.
+func HumanBytes(n uint64) string { return units.FormatBytes(n) }

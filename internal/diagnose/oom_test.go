@@ -3,6 +3,8 @@ package diagnose
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 func u(v uint64) *uint64 { return &v }
@@ -82,10 +84,10 @@ func TestParseOOM(t *testing.T) {
 
 func ip(v int) *int { return &v }
 
-func TestHumanBytes(t *testing.T) {
-	for in, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1536: "1.50 KiB", 20 << 20: "20.00 MiB", 3 << 30: "3.00 GiB"} {
-		if got := HumanBytes(in); got != want {
-			t.Errorf("HumanBytes(%d) = %q, want %q", in, got, want)
+func TestHumanBytesIsFormatBytes(t *testing.T) {
+	for _, n := range []uint64{0, 1023, 1536, 20 << 20, 3 << 30} {
+		if got, want := HumanBytes(n), units.FormatBytes(n); got != want {
+			t.Errorf("HumanBytes(%d) = %q, units.FormatBytes says %q", n, got, want)
 		}
 	}
 }
