@@ -354,6 +354,34 @@ func (d *decoder) u64() (uint64, error) {
 	return binary.LittleEndian.Uint64(b), nil
 }
 
+// uint reads an unsigned little-endian integer of width 1, 2, 4 or 8 bytes:
+// the length or code operand of an opcode.
+func (d *decoder) uint(width int) (uint64, error) {
+	b, err := d.src.bytes(int64(width))
+	if err != nil {
+		return 0, err
+	}
+	var v uint64
+	for i := width - 1; i >= 0; i-- {
+		v = v<<8 | uint64(b[i])
+	}
+	return v, nil
+}
+
+// operandWidth is the byte width of the length or code operand of the
+// string, bytes and extension opcodes.
+func operandWidth(op byte) int {
+	switch op {
+	case 'U', 'C', 0x8c, 0x82: // SHORT_BINSTRING, SHORT_BINBYTES, SHORT_BINUNICODE, EXT1
+		return 1
+	case 0x83: // EXT2
+		return 2
+	case 'T', 'B', 'X', 0x84: // BINSTRING, BINBYTES, BINUNICODE, EXT4
+		return 4
+	}
+	return 8 // BINBYTES8, BYTEARRAY8, BINUNICODE8
+}
+
 func (d *decoder) str(n uint64) ([]byte, error) {
 	if n > uint64(d.lim.MaxString) {
 		return nil, fmt.Errorf("%w: string of %d bytes", ErrLimit, n)
@@ -541,29 +569,12 @@ func (d *decoder) step(op byte) error {
 		}
 		return d.push(s)
 	case 'T', 'U', 'B', 'C', 0x8e, 0x96: // BINSTRING, SHORT_BINSTRING, BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
-		var n uint64
-		switch op {
-		case 'U', 'C':
-			b, err := d.src.byte()
-			if err != nil {
-				return err
-			}
-			n = uint64(b)
-		case 'T', 'B':
-			v, err := d.u32()
-			if err != nil {
-				return err
-			}
-			if op == 'T' && int32(v) < 0 {
-				return errors.New("negative BINSTRING length")
-			}
-			n = uint64(v)
-		default:
-			v, err := d.u64()
-			if err != nil {
-				return err
-			}
-			n = v
+		n, err := d.uint(operandWidth(op))
+		if err != nil {
+			return err
+		}
+		if op == 'T' && int32(n) < 0 {
+			return errors.New("negative BINSTRING length")
 		}
 		b, err := d.str(n)
 		if err != nil {
@@ -581,26 +592,9 @@ func (d *decoder) step(op byte) error {
 		}
 		return d.push(rawUnicodeUnescape(l))
 	case 'X', 0x8c, 0x8d: // BINUNICODE, SHORT_BINUNICODE, BINUNICODE8
-		var n uint64
-		switch op {
-		case 0x8c:
-			b, err := d.src.byte()
-			if err != nil {
-				return err
-			}
-			n = uint64(b)
-		case 'X':
-			v, err := d.u32()
-			if err != nil {
-				return err
-			}
-			n = uint64(v)
-		default:
-			v, err := d.u64()
-			if err != nil {
-				return err
-			}
-			n = v
+		n, err := d.uint(operandWidth(op))
+		if err != nil {
+			return err
 		}
 		b, err := d.str(n)
 		if err != nil {
@@ -780,27 +774,11 @@ func (d *decoder) step(op byte) error {
 		d.global(g, "STACK_GLOBAL", true, "")
 		return d.push(g)
 	case 0x82, 0x83, 0x84: // EXT1, EXT2, EXT4
-		var code int32
-		switch op {
-		case 0x82:
-			b, err := d.src.byte()
-			if err != nil {
-				return err
-			}
-			code = int32(b)
-		case 0x83:
-			b, err := d.src.bytes(2)
-			if err != nil {
-				return err
-			}
-			code = int32(binary.LittleEndian.Uint16(b))
-		default:
-			v, err := d.u32()
-			if err != nil {
-				return err
-			}
-			code = int32(v)
+		v, err := d.uint(operandWidth(op))
+		if err != nil {
+			return err
 		}
+		code := int32(v)
 		d.res.Exts = append(d.res.Exts, code)
 		d.global(Global{Module: "<extension registry>", Name: fmt.Sprint(code)}, opName(op), false, "extension registry codes cannot be resolved without Python's copyreg")
 		return d.push(Ext{Code: code})
