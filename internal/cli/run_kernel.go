@@ -12,7 +12,6 @@ import (
 
 	"github.com/vramguard/vramguard/internal/diagnose"
 	"github.com/vramguard/vramguard/internal/jupyter"
-	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/supervise"
@@ -83,17 +82,15 @@ func runKernel(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, 
 	if err := st.SetKernel(ctx, kid, run.ID, notebook, now); err != nil {
 		return Failf("%v", err)
 	}
-	probed := true
-	if err := kernelProbeEnv(f); err != nil {
-		probed = false
-		f.Logger().Warn("probe", "err", err)
-	}
+	// The probe's environment is the probe hook's (run_probe.go), as for
+	// any run: the kernel reports to this supervisor. Only what is a
+	// kernel's own is added here: the notice and its extension.
 	if prev != nil {
 		if line, n := deathNotice(ctx, st, prev, f.HomeFlag); line != "" {
 			// The server's log gets the line in any case; the notebook
-			// only through the probe's extension.
+			// only through the extension, which ships with the probe.
 			fmt.Fprintf(f.IO.ErrOut, "vramguard: kernel %s: %s\n", kid, line)
-			if probed {
+			if !o.NoProbe {
 				o.Command = withNotice(o.Command)
 				os.Setenv(envPreviousDeath, line)
 				st.SetKernelNoticed(ctx, prev.KernelID, n)
@@ -173,28 +170,6 @@ func withNotice(argv []string) []string {
 		return argv
 	}
 	return append(append([]string(nil), argv...), noticeExtension)
-}
-
-// kernelProbeEnv puts the probe into the kernel's environment (the
-// supervisor passes its own environment on). It reports to the machine-wide
-// agent's socket unless a socket is already set.
-func kernelProbeEnv(f *Factory) error {
-	dir, err := probe.Install(filepath.Join(f.Home(), "probe"))
-	if err != nil {
-		return err
-	}
-	sock := os.Getenv(probe.EnvSocket)
-	if sock == "" {
-		sock = probe.DefaultSocket(f.Home())
-	}
-	env := probe.Env(os.Environ(), dir, probe.Options{Socket: sock, Hz: 1, RunDir: os.Getenv(probe.EnvRunDir)})
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		if os.Getenv(k) != v {
-			os.Setenv(k, v)
-		}
-	}
-	return nil
 }
 
 // recordNotebook asks the running servers which notebook kernel kid serves,

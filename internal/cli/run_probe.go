@@ -10,8 +10,11 @@ import (
 	"github.com/vramguard/vramguard/internal/supervise"
 )
 
-// probeHook installs the probe and listens for it. A failure never stops the
-// job: it is logged and the job runs unprobed.
+// probeHook installs the probe and listens for it. It is the one place that
+// decides the probe's environment of a supervised job, Jupyter kernels
+// included: every attempt's processes report to this supervisor's socket,
+// whatever probe variables the supervisor itself inherited. A failure never
+// stops the job: it is logged and the job runs unprobed.
 func probeHook(f *Factory, o *RunOptions, run *store.Run) (supervise.Hook, func()) {
 	log := f.Logger()
 	dir, err := probe.Install(filepath.Join(f.Home(), "probe"))
