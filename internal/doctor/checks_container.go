@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/vramguard/vramguard/internal/procfs"
+
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 func checkContainer(f *facts) Result {
@@ -36,7 +38,7 @@ func checkShm(f *facts) Result {
 	if size == 0 {
 		if m, ok := mountFor(f.mounts, "/dev/shm"); ok && m.MountPoint == "/dev/shm" {
 			if v, ok := mountOption(m, "size"); ok {
-				size, _ = parseSize(v)
+				size, _ = units.ParseBytes(v)
 				src = "mount option size=" + v
 			}
 		}
@@ -48,7 +50,7 @@ func checkShm(f *facts) Result {
 		}
 		return warnR("cannot tell the size of /dev/shm", "check with df -h /dev/shm")
 	}
-	ev := fmt.Sprintf("/dev/shm is %s", bytesHuman(size))
+	ev := fmt.Sprintf("/dev/shm is %s", units.FormatBytes(size))
 	if size == 64<<20 {
 		ev += " (Docker's default)"
 	}
@@ -70,11 +72,11 @@ func checkMemLimit(f *facts) Result {
 		if err != nil {
 			return okR("no cgroup memory limit")
 		}
-		return okR(fmt.Sprintf("no cgroup memory limit; the host has %s", bytesHuman(host)))
+		return okR(fmt.Sprintf("no cgroup memory limit; the host has %s", units.FormatBytes(host)))
 	}
-	ev := fmt.Sprintf("cgroup memory limit %s (%s)", bytesHuman(l.MemoryBytes), l.MemoryFile)
+	ev := fmt.Sprintf("cgroup memory limit %s (%s)", units.FormatBytes(l.MemoryBytes), l.MemoryFile)
 	if host > 0 {
-		ev += fmt.Sprintf(" on a host with %s", bytesHuman(host))
+		ev += fmt.Sprintf(" on a host with %s", units.FormatBytes(host))
 	}
 	r := okR(ev)
 	fix := "raise it (docker run --memory=32g, Kubernetes resources.limits.memory), or use fewer DataLoader workers and a smaller prefetch_factor"

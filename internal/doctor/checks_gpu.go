@@ -7,6 +7,8 @@ import (
 
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/procfs"
+
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // gpuGate returns a non-nil result when the GPU checks cannot run: NVML is
@@ -123,9 +125,9 @@ func checkTenants(f *facts) Result {
 		if l == nil {
 			continue
 		}
-		desc := fmt.Sprintf("GPU %d: %s held by pid %s", d.Index, bytesHuman(l.bytes), strings.Join(l.pids, ","))
+		desc := fmt.Sprintf("GPU %d: %s held by pid %s", d.Index, units.FormatBytes(l.bytes), strings.Join(l.pids, ","))
 		if d.TotalBytes > 0 {
-			desc = fmt.Sprintf("GPU %d: %s of %s held by pid %s", d.Index, bytesHuman(l.bytes), bytesHuman(d.TotalBytes), strings.Join(l.pids, ","))
+			desc = fmt.Sprintf("GPU %d: %s of %s held by pid %s", d.Index, units.FormatBytes(l.bytes), units.FormatBytes(d.TotalBytes), strings.Join(l.pids, ","))
 		}
 		if d.TotalBytes > 0 && l.bytes*10 >= d.TotalBytes*9 {
 			full = append(full, desc)
@@ -161,19 +163,19 @@ func checkOrphans(f *facts) Result {
 	for _, p := range f.gpu.Processes {
 		pr, err := fs.Proc(p.PID)
 		if err != nil {
-			gone = append(gone, fmt.Sprintf("pid %d (%s on GPU %d)", p.PID, bytesHuman(p.UsedBytes), p.DeviceIndex))
+			gone = append(gone, fmt.Sprintf("pid %d (%s on GPU %d)", p.PID, units.FormatBytes(p.UsedBytes), p.DeviceIndex))
 			goneBytes += p.UsedBytes
 			continue
 		}
 		switch {
 		case pr.State == "Z":
-			orphaned = append(orphaned, fmt.Sprintf("pid %d %s is a zombie holding %s on GPU %d", p.PID, pr.Comm, bytesHuman(p.UsedBytes), p.DeviceIndex))
+			orphaned = append(orphaned, fmt.Sprintf("pid %d %s is a zombie holding %s on GPU %d", p.PID, pr.Comm, units.FormatBytes(p.UsedBytes), p.DeviceIndex))
 		case pr.PPID == 1 && looksLikeJob(pr.Comm):
-			orphaned = append(orphaned, fmt.Sprintf("pid %d %s lost its parent and holds %s on GPU %d", p.PID, pr.Comm, bytesHuman(p.UsedBytes), p.DeviceIndex))
+			orphaned = append(orphaned, fmt.Sprintf("pid %d %s lost its parent and holds %s on GPU %d", p.PID, pr.Comm, units.FormatBytes(p.UsedBytes), p.DeviceIndex))
 		}
 	}
 	if len(gone) > 0 {
-		return failR(fmt.Sprintf("%s of GPU memory held by processes that no longer exist: %s", bytesHuman(goneBytes), strings.Join(gone, ", ")),
+		return failR(fmt.Sprintf("%s of GPU memory held by processes that no longer exist: %s", units.FormatBytes(goneBytes), strings.Join(gone, ", ")),
 			"the memory belongs to a dead CUDA context: find its holders with `fuser -v /dev/nvidia*` and kill them; when the GPU is otherwise idle, `nvidia-smi --gpu-reset -i N`")
 	}
 	if len(orphaned) > 0 {

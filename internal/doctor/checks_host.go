@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/vramguard/vramguard/internal/procfs"
+
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // lockFiles are environment locks that pin every package exactly.
@@ -145,7 +147,7 @@ func checkOvercommit(f *facts) Result {
 	ratio, _ := readInt(f.env, "/proc/sys/vm/overcommit_ratio")
 	limit, _ := meminfoField(f.env, "CommitLimit")
 	total, _ := meminfoField(f.env, "MemTotal")
-	ev := fmt.Sprintf("vm.overcommit_memory=2 (strict), overcommit_ratio=%d, CommitLimit %s of %s RAM", ratio, bytesHuman(limit), bytesHuman(total))
+	ev := fmt.Sprintf("vm.overcommit_memory=2 (strict), overcommit_ratio=%d, CommitLimit %s of %s RAM", ratio, units.FormatBytes(limit), units.FormatBytes(total))
 	fix := "sysctl -w vm.overcommit_memory=0 (or raise vm.overcommit_ratio / add swap)"
 	if limit < total {
 		return failR(ev+": fork() of a large training process (DataLoader workers) and CUDA's large host reservations fail with ENOMEM (\"Cannot allocate memory\")", fix).with("mode", mode)
@@ -162,7 +164,7 @@ func checkSwap(f *facts) Result {
 		return okR("no swap: when memory runs out the OOM killer ends the job (exit 137) instead of slowing it down")
 	}
 	used := mi.SwapTotal - min(mi.SwapFree, mi.SwapTotal)
-	ev := fmt.Sprintf("swap %s of %s used; %s of %s RAM available", bytesHuman(used), bytesHuman(mi.SwapTotal), bytesHuman(mi.Available), bytesHuman(mi.Total))
+	ev := fmt.Sprintf("swap %s of %s used; %s of %s RAM available", units.FormatBytes(used), units.FormatBytes(mi.SwapTotal), units.FormatBytes(mi.Available), units.FormatBytes(mi.Total))
 	switch {
 	case used*10 >= mi.SwapTotal*9 && mi.Available*20 < mi.Total:
 		return failR(ev+": the host is out of memory now; a job started here is OOM-killed or crawls", "find what holds the memory (ps aux --sort=-rss) before starting the job")
@@ -247,7 +249,7 @@ func limitBytes(n int64) string {
 	if n < 0 {
 		return "unlimited"
 	}
-	return bytesHuman(uint64(n))
+	return units.FormatBytes(uint64(n))
 }
 
 func checkNUMA(f *facts) Result {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // WriteResult is what writing a temporary file in the checkpoint directory
@@ -198,13 +200,13 @@ func checkSpace(f *facts) Result {
 	if err != nil {
 		return failR(fmt.Sprintf("read %s: %v", dir, err), "check that "+dir+" exists and is readable")
 	}
-	free := bytesHuman(st.FreeBytes)
+	free := units.FormatBytes(st.FreeBytes)
 	if len(cks) == 0 {
 		return okR(fmt.Sprintf("%s free in %s; no checkpoints there yet to size against", free, dir)).with("free_bytes", st.FreeBytes)
 	}
 	newest := cks[0]
 	need := newest.Bytes * uint64(f.opts.Keep)
-	ev := fmt.Sprintf("%s free in %s; the newest checkpoint %s is %s, keeping %d needs %s", free, dir, newest.Name, bytesHuman(newest.Bytes), f.opts.Keep, bytesHuman(need))
+	ev := fmt.Sprintf("%s free in %s; the newest checkpoint %s is %s, keeping %d needs %s", free, dir, newest.Name, units.FormatBytes(newest.Bytes), f.opts.Keep, units.FormatBytes(need))
 	r := okR(ev)
 	fix := "free space or move the directory to a larger volume; keep fewer checkpoints (--keep, or your trainer's save_total_limit)"
 	switch {

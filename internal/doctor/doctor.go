@@ -291,22 +291,3 @@ func (r Result) with(k string, v any) Result {
 	r.Facts[k] = v
 	return r
 }
-
-// bytesHuman prints a byte count in binary units ("64 MiB", "1.5 GiB").
-func bytesHuman(b uint64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", b)
-	}
-	div, exp := uint64(unit), 0
-	for n := b / unit; n >= unit; n /= unit {
-		div *= unit
-		exp++
-	}
-	v := float64(b) / float64(div)
-	suffix := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}[exp]
-	if v == float64(uint64(v)) || v >= 100 {
-		return fmt.Sprintf("%.0f %s", v, suffix)
-	}
-	return fmt.Sprintf("%.1f %s", v, suffix)
-}

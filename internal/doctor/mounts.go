@@ -96,32 +96,6 @@ func mountOption(m Mount, key string) (string, bool) {
 	return "", false
 }
 
-// parseSize parses a tmpfs size option ("65536k", "64m", "2g", "1024").
-func parseSize(s string) (uint64, bool) {
-	if s == "" {
-		return 0, false
-	}
-	mult := uint64(1)
-	switch s[len(s)-1] {
-	case 'k', 'K':
-		mult = 1 << 10
-	case 'm', 'M':
-		mult = 1 << 20
-	case 'g', 'G':
-		mult = 1 << 30
-	case 't', 'T':
-		mult = 1 << 40
-	}
-	if mult != 1 {
-		s = s[:len(s)-1]
-	}
-	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	return n * mult, true
-}
-
 // Container says whether the examined system runs inside a container and
 // how that was seen.
 type Container struct {
