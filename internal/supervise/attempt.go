@@ -76,6 +76,8 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 		}()
 	}
 
+	// A request that came while no attempt ran is answered by this one.
+	s.drainRestarts()
 	in := diagnose.Input{}
 	a := &running{s: s, pm: pm, n: n, lw: lw, group: group, tail: joblog.NewTail(200)}
 	if err := a.start(argv, env); err != nil {
@@ -93,6 +95,16 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	in.Tail = a.tail.Lines()
 	v := diagnose.Classify(in)
 	pm.Verdict = v
+	exitMsg := fmt.Sprintf("attempt %d ended: %s", n, pm.Reason)
+	if a.restarting && !s.interrupted {
+		// Ended on request so that the next attempt starts: the verdict
+		// says so rather than pointing at the SIGTERM it was given.
+		s.restartNow = true
+		pm.Summary = "the attempt was restarted by request (vramguard restart or the agent's API)"
+		pm.Advice = nil
+		pm.RestartDecision = "restarted by request: the next attempt starts at once, whatever --restart says, and does not count against --max-restarts"
+		exitMsg += " (restarted by request)"
+	}
 	pm.EndedAt = o.Now()
 	pm.DurationS = pm.EndedAt.Sub(start).Seconds()
 	pm.Memory = a.mem
@@ -108,7 +120,7 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	if err := o.Store.FinishAttempt(context.WithoutCancel(ctx), o.RunID, n, pm.EndedAt, pm.ExitCode, pm.Reason, b); err != nil {
 		o.Logger.Warn("store attempt", "err", err)
 	}
-	s.event(ctx, n, "exit", fmt.Sprintf("attempt %d ended: %s", n, pm.Reason), map[string]any{"reason": pm.Reason, "exit_code": pm.ExitCode})
+	s.event(ctx, n, "exit", exitMsg, map[string]any{"reason": pm.Reason, "exit_code": pm.ExitCode, "restarted_by_request": s.restartNow})
 	return pm, nil
 }
 
@@ -192,6 +204,7 @@ type running struct {
 	cgDir         string
 	cgVersion     int
 	interrupted   bool
+	restarting    bool // ended by a restart request
 	stalled       bool
 	stallDesc     string
 	stacks        []string
@@ -401,6 +414,25 @@ func (a *running) watch(ctx context.Context) {
 			a.s.event(ctx, a.n, "stop", "stopped by "+diagnose.SignalName(sig.(syscall.Signal)), nil)
 			_ = syscall.Kill(a.shimPID, fwd)
 			stopTimer = time.After(o.StopTimeout)
+		case _, ok := <-a.s.restarts:
+			if !ok {
+				a.s.restarts = nil
+				continue
+			}
+			switch {
+			case a.interrupted || a.s.interrupted:
+				a.s.notifyf("restart requested while the job is being stopped; the stop stands")
+				continue
+			case a.restarting:
+				a.s.notifyf("killing the job")
+				killAll()
+				continue
+			}
+			a.restarting = true
+			a.s.notifyf("restart requested: ending attempt %d (SIGTERM; again to kill it, or it is killed in %s), then attempt %d starts", a.n, o.StopTimeout, a.n+1)
+			a.s.event(ctx, a.n, "restart_requested", fmt.Sprintf("restart requested: attempt %d is ended (SIGTERM, SIGKILL after %s) and attempt %d starts", a.n, o.StopTimeout, a.n+1), nil)
+			_ = syscall.Kill(a.shimPID, syscall.SIGTERM)
+			stopTimer = time.After(o.StopTimeout)
 		case <-stopTimer:
 			a.s.notifyf("the job did not stop within %s; killing it", o.StopTimeout)
 			killAll()
@@ -410,6 +442,21 @@ func (a *running) watch(ctx context.Context) {
 			if a.stallCheck(ctx) {
 				killAll()
 			}
+		}
+	}
+}
+
+// drainRestarts drops restart requests that are waiting.
+func (s *supervisor) drainRestarts() {
+	for {
+		select {
+		case _, ok := <-s.restarts:
+			if !ok {
+				s.restarts = nil
+				return
+			}
+		default:
+			return
 		}
 	}
 }
@@ -429,7 +476,7 @@ func (a *running) waitCopies() {
 // stallCheck reports whether the job stalled; it collects stacks first.
 func (a *running) stallCheck(ctx context.Context) bool {
 	o := a.s.o
-	if o.StallTimeout <= 0 || a.stalled || a.interrupted {
+	if o.StallTimeout <= 0 || a.stalled || a.interrupted || a.restarting {
 		return false
 	}
 	now := o.Now()
@@ -543,7 +590,7 @@ func (a *running) unsavedCheck(ctx context.Context, now time.Time) {
 
 // input gathers the evidence for diagnose once the attempt ended.
 func (a *running) input() diagnose.Input {
-	in := diagnose.Input{Interrupted: a.interrupted && !a.stalled, Stalled: a.stalled, StallDesc: a.stallDesc, Stacks: a.stacks}
+	in := diagnose.Input{Interrupted: (a.interrupted || a.restarting) && !a.stalled, Stalled: a.stalled, StallDesc: a.stallDesc, Stacks: a.stacks}
 	if a.haveFinal {
 		in.ExitCode = a.final.ExitCode
 		in.Signal = syscall.Signal(a.final.Signal)

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"math/rand"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -59,6 +60,10 @@ type Options struct {
 	Notify         io.Writer
 	// Signals delivers the supervisor's own SIGINT/SIGTERM/SIGHUP.
 	Signals <-chan os.Signal
+	// Restarts delivers requests to restart the running attempt now
+	// (RestartSignal). Nil makes Run listen for RestartSignal itself for as
+	// long as it runs, which is what `vramguard run` wants.
+	Restarts <-chan os.Signal
 
 	SampleInterval time.Duration
 	MemoryLimit    uint64
@@ -143,25 +148,42 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := os.MkdirAll(o.RunDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
-	s := &supervisor{o: o}
+	s := &supervisor{o: o, restarts: o.Restarts}
+	if s.restarts == nil {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, RestartSignal)
+		defer signal.Stop(ch)
+		s.restarts = ch
+	}
 	var pm *Postmortem
 	first := max(o.FirstAttempt, 1)
+	// restarts counts the restarts the policy made; those asked for
+	// (RestartSignal) do not count against --max-restarts.
+	restarts := 0
 	for n := first; ; n++ {
 		var err error
 		pm, err = s.attempt(ctx, n)
 		if err != nil {
 			return nil, err
 		}
-		restart, why := s.shouldRestart(pm, n-first+1)
+		if s.restartNow {
+			s.restartNow = false
+			msg := fmt.Sprintf("attempt %d ended (restarted by request); attempt %d starts now", n, n+1)
+			s.notifyf("%s", msg)
+			s.event(ctx, n, "restart", msg, map[string]any{"by_request": true})
+			continue
+		}
+		restart, why := s.shouldRestart(pm, restarts+1)
 		if why != "" {
 			pm.RestartDecision = why
 		}
 		if !restart {
 			break
 		}
-		delay := backoff(o.BackoffInitial, o.BackoffMax, n)
+		restarts++
+		delay := backoff(o.BackoffInitial, o.BackoffMax, restarts)
 		msg := fmt.Sprintf("attempt %d ended (%s); restarting in %s (restart %d of at most %d)",
-			n, pm.Reason, delay.Round(100*time.Millisecond), n-first+1, o.MaxRestarts)
+			n, pm.Reason, delay.Round(100*time.Millisecond), restarts, o.MaxRestarts)
 		s.notifyf("%s", msg)
 		s.event(ctx, n, "restart", msg, nil)
 		if s.interruptibleSleep(delay) {
@@ -183,6 +205,10 @@ type supervisor struct {
 	o           Options
 	attempts    []*Postmortem
 	interrupted bool
+	// restarts delivers restart requests; restartNow is set when the
+	// attempt that just ended was ended by one.
+	restarts   <-chan os.Signal
+	restartNow bool
 }
 
 func (s *supervisor) notifyf(format string, a ...any) {
@@ -239,12 +265,20 @@ func backoff(initial, max time.Duration, n int) time.Duration {
 }
 
 // interruptibleSleep waits d; it returns true if the user stopped the run.
+// A restart request cuts the wait short.
 func (s *supervisor) interruptibleSleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
+			return false
+		case _, ok := <-s.restarts:
+			if !ok {
+				s.restarts = nil
+				continue
+			}
+			s.notifyf("restart requested: not waiting any longer")
 			return false
 		case sig, ok := <-s.o.Signals:
 			if !ok {
