@@ -18,26 +18,39 @@ import (
 func NewCmdLogs(f *Factory) *cobra.Command {
 	var follow, timestamps, withNotes bool
 	var attempt int
+	var stream string
 	cmd := &cobra.Command{
-		Use:   "logs [-f] [--attempt N] RUN",
+		Use:   "logs [-f] [--attempt N] [--stream stdout|stderr] RUN",
 		Short: "Print a run's output exactly as the job wrote it",
-		Long: `Print the output a run's job wrote (stdout and stderr, in arrival order), byte for
-byte. RUN is a run id (or a unique prefix), a --name, or "last". By default the
-latest attempt; -f follows it live, across restarts, until the run ends.`,
+		Long: `Print the output a run's job wrote, byte for byte: stdout and stderr in arrival
+order, each line whole, or with --stream one of them alone, exactly as the job
+wrote it. RUN is a run id (or a unique prefix), a --name, or "last". By default
+the latest attempt; -f follows the run live, from its first attempt (or attempt
+N) across restarts, until it ends.`,
 		Example: `  vramguard logs last
   vramguard logs -f bert
-  vramguard logs --attempt 1 --timestamps 20261129-173857-ab12cd`,
+  vramguard logs --attempt 1 --timestamps 20261129-173857-ab12cd
+
+  # only the job's stderr (tracebacks, warnings), live
+  vramguard logs -f --stream stderr bert
+
+  # the job's stdout alone, byte for byte, into a file
+  vramguard logs --stream stdout last > out.txt`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			streams, err := logStreams(stream, cmd.Flags().Changed("stream"))
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			st, r, err := f.openRun(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			opts := joblog.Options{Timestamps: timestamps}
+			opts := joblog.Options{Timestamps: timestamps, Streams: streams}
 			if withNotes {
-				opts.Streams = "oev"
+				opts.Streams += "v"
 			}
 			return showLogs(ctx, f, st, r, attempt, follow, opts)
 		},
@@ -46,7 +59,22 @@ latest attempt; -f follows it live, across restarts, until the run ends.`,
 	cmd.Flags().IntVar(&attempt, "attempt", 0, "show attempt N (default: the latest)")
 	cmd.Flags().BoolVarP(&timestamps, "timestamps", "t", false, "prefix each line with the time it was written")
 	cmd.Flags().BoolVar(&withNotes, "notes", false, "include vramguard's own notes")
+	cmd.Flags().StringVar(&stream, "stream", "", "show one `STREAM` alone, byte for byte: stdout or stderr (default: both)")
 	return cmd
+}
+
+// logStreams maps --stream to the log's streams to show (joblog.Options):
+// both unless set, else one alone, which the log reproduces exactly.
+func logStreams(stream string, set bool) (string, error) {
+	switch {
+	case !set:
+		return "oe", nil
+	case stream == "stdout":
+		return "o", nil
+	case stream == "stderr":
+		return "e", nil
+	}
+	return "", Usagef("invalid --stream %q: use stdout or stderr (without --stream both are shown)", stream)
 }
 
 func showLogs(ctx context.Context, f *Factory, st *store.Store, r *store.Run, attempt int, follow bool, opts joblog.Options) error {
