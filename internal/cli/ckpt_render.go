@@ -11,21 +11,8 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/ckpt"
+	"github.com/vramguard/vramguard/internal/units"
 )
-
-// ckptBytes renders a byte count for people (binary units).
-func ckptBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
 
 func optInt(p *int64) string {
 	if p == nil {
@@ -46,7 +33,7 @@ func renderEntries(f *Factory, es []ckpt.Entry) {
 		if !e.Valid {
 			status = "INVALID: " + e.Reason
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Path, e.Format, ckptBytes(e.Size),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Path, e.Format, units.FormatBytes(e.Size),
 			e.ModTime.Local().Format("2006-01-02 15:04"), optInt(e.Step), optInt(e.Epoch), metricsString(e.Metrics), status)
 	}
 	tw.Flush()
@@ -82,15 +69,15 @@ func renderReport(f *Factory, r *ckpt.Report, limit int) {
 	if r.Layout != "" {
 		layout = " (" + r.Layout + ")"
 	}
-	fmt.Fprintf(w, "%s\n  format:    %s%s\n  status:    %s\n  size:      %s\n", r.Path, r.Format, layout, status, ckptBytes(r.Size))
+	fmt.Fprintf(w, "%s\n  format:    %s%s\n  status:    %s\n  size:      %s\n", r.Path, r.Format, layout, status, units.FormatBytes(r.Size))
 	if r.Step != nil || r.Epoch != nil {
 		fmt.Fprintf(w, "  step:      %s   epoch: %s\n", optInt(r.Step), optInt(r.Epoch))
 	}
-	fmt.Fprintf(w, "  tensors:   %d, %s (unique storage %s), %d parameters\n", len(r.Tensors), ckptBytes(r.TensorBytes), ckptBytes(r.StorageBytes), r.Parameters)
+	fmt.Fprintf(w, "  tensors:   %d, %s (unique storage %s), %d parameters\n", len(r.Tensors), units.FormatBytes(r.TensorBytes), units.FormatBytes(r.StorageBytes), r.Parameters)
 	e := r.Resume
 	fmt.Fprintf(w, "  resume:    ~%s on the GPU (parameters %s, gradients %s, optimizer %s, buffers %s; activations not included)\n",
-		ckptBytes(e.Total), ckptBytes(e.Parameters), ckptBytes(e.Gradients), ckptBytes(e.Optimizer), ckptBytes(e.Buffers))
-	fmt.Fprintf(w, "  read:      %s of %s\n", ckptBytes(r.BytesRead), ckptBytes(r.Size))
+		units.FormatBytes(e.Total), units.FormatBytes(e.Parameters), units.FormatBytes(e.Gradients), units.FormatBytes(e.Optimizer), units.FormatBytes(e.Buffers))
+	fmt.Fprintf(w, "  read:      %s of %s\n", units.FormatBytes(r.BytesRead), units.FormatBytes(r.Size))
 	if len(r.Scalars) > 0 {
 		fmt.Fprintln(w, "\nSCALARS")
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -111,7 +98,7 @@ func renderReport(f *Factory, r *ckpt.Report, limit int) {
 				fmt.Fprintf(tw, "  ... %d more (--limit 0 or --json)\n", len(r.Tensors)-limit)
 				break
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%v\t%s\n", t.Path, t.DType, t.Shape, ckptBytes(t.Bytes))
+			fmt.Fprintf(tw, "  %s\t%s\t%v\t%s\n", t.Path, t.DType, t.Shape, units.FormatBytes(t.Bytes))
 		}
 		tw.Flush()
 	}
@@ -139,13 +126,13 @@ func renderPlan(f *Factory, p *ckpt.PrunePlan) {
 				action = "deleted"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", action, it.Path, ckptBytes(it.Size), optInt(it.Step), optInt(it.Epoch), strings.Join(it.Why, "; "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", action, it.Path, units.FormatBytes(it.Size), optInt(it.Step), optInt(it.Epoch), strings.Join(it.Why, "; "))
 	}
 	tw.Flush()
 	if p.Applied {
-		fmt.Fprintf(w, "\nfreed %s\n", ckptBytes(p.FreedBytes))
+		fmt.Fprintf(w, "\nfreed %s\n", units.FormatBytes(p.FreedBytes))
 	} else {
-		fmt.Fprintf(w, "\ndry run: would free %s; add --apply to delete\n", ckptBytes(p.FreedBytes))
+		fmt.Fprintf(w, "\ndry run: would free %s; add --apply to delete\n", units.FormatBytes(p.FreedBytes))
 	}
 }
 
@@ -234,7 +221,7 @@ func (b *progressBar) draw() {
 	const width = 30
 	fill := int(frac * width)
 	fmt.Fprintf(b.w, "\r%s [%s%s] %3.0f%% %s/%s", b.name, strings.Repeat("=", fill), strings.Repeat(" ", width-fill),
-		frac*100, ckptBytes(b.done_), ckptBytes(b.total))
+		frac*100, units.FormatBytesFixed(b.done_), units.FormatBytesFixed(b.total))
 }
 
 // done clears the bar; safe on a nil bar.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vramguard/vramguard/internal/diagnose"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // NewCmdExplain builds `vramguard explain`.
@@ -257,7 +257,7 @@ func printExplain(w io.Writer, d explainDoc) {
 		fmt.Fprintln(w, "\nCUDA OOM numbers")
 		for _, k := range []string{"tried_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes"} {
 			if v, ok := oom[k].(float64); ok {
-				fmt.Fprintf(w, "  %-27s %s\n", k, diagnose.HumanBytes(uint64(v)))
+				fmt.Fprintf(w, "  %-27s %s\n", k, units.FormatBytes(v))
 			}
 		}
 	}
@@ -283,16 +283,16 @@ func printExplain(w io.Writer, d explainDoc) {
 	if tl.Samples > 0 {
 		fmt.Fprintln(w, "\nmemory timeline")
 		fmt.Fprintf(w, "  host RSS  %s  first %s, peak %s, last %s (%d samples, up to %d processes)\n",
-			tl.Sparkline, diagnose.HumanBytes(tl.RSSFirst), diagnose.HumanBytes(tl.RSSPeak), diagnose.HumanBytes(tl.RSSLast), tl.Samples, tl.MaxProcesses)
+			tl.Sparkline, units.FormatBytes(tl.RSSFirst), units.FormatBytes(tl.RSSPeak), units.FormatBytes(tl.RSSLast), tl.Samples, tl.MaxProcesses)
 		if tl.CgroupPeak != nil {
-			s := "  cgroup    peak " + diagnose.HumanBytes(*tl.CgroupPeak)
+			s := "  cgroup    peak " + units.FormatBytes(*tl.CgroupPeak)
 			if tl.CgroupLimit != nil {
-				s += " of " + diagnose.HumanBytes(*tl.CgroupLimit) + " limit"
+				s += " of " + units.FormatBytes(*tl.CgroupLimit) + " limit"
 			}
 			fmt.Fprintln(w, s)
 		}
 		if tl.GPUPeak != nil {
-			fmt.Fprintf(w, "  GPU       peak %s\n", diagnose.HumanBytes(*tl.GPUPeak))
+			fmt.Fprintf(w, "  GPU       peak %s\n", units.FormatBytes(*tl.GPUPeak))
 		}
 	}
 	if p, ok := pm["probe"].(map[string]any); ok && p != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/jupyter"
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // KernelsOptions are the flags shared by `vramguard kernels` and its actions.
@@ -156,14 +157,14 @@ func printKernels(w io.Writer, es []jupyter.Entry) {
 		}
 		alloc := "-"
 		if e.AllocatedBytes != nil {
-			alloc = topBytes(*e.AllocatedBytes) + " / " + topBytes(*e.ReservedBytes)
+			alloc = units.FormatBytes(*e.AllocatedBytes) + " / " + units.FormatBytes(*e.ReservedBytes)
 		}
 		run := e.RunID
 		if run == "" {
 			run = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", nb, shortKernel(e.KernelID), pid, topBytes(e.GPUBytes),
-			alloc, topBytes(e.RSSBytes), e.ExecutionState, humanDur(e.IdleS), run)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", nb, shortKernel(e.KernelID), pid, units.FormatBytes(e.GPUBytes),
+			alloc, units.FormatBytes(e.RSSBytes), e.ExecutionState, humanDur(e.IdleS), run)
 	}
 	tw.Flush()
 }
@@ -276,7 +277,7 @@ func runKernelAction(ctx context.Context, f *Factory, o *kernelActionOptions, ac
 		fmt.Fprintf(f.IO.Out, "would %s:\n", action)
 		tw := tabwriter.NewWriter(f.IO.Out, 0, 0, 2, ' ', 0)
 		for _, r := range results {
-			fmt.Fprintf(tw, "  %s\tkernel %s\tpid %d\tGPU %s\tidle %s\n", orNone(r.Notebook), shortKernel(r.KernelID), r.PID, topBytes(r.GPUBytes), humanDur(r.IdleS))
+			fmt.Fprintf(tw, "  %s\tkernel %s\tpid %d\tGPU %s\tidle %s\n", orNone(r.Notebook), shortKernel(r.KernelID), r.PID, units.FormatBytes(r.GPUBytes), humanDur(r.IdleS))
 		}
 		tw.Flush()
 		if !f.IO.IsTTY || !confirm(f, fmt.Sprintf("%s %d kernel(s)? [y/N] ", action, len(results))) {

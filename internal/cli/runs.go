@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vramguard/vramguard/internal/diagnose"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // NewCmdRuns builds `vramguard runs`.
@@ -75,11 +75,11 @@ func printRuns(f *Factory, runs []*store.Run) error {
 	for _, r := range runs {
 		gpu := "-"
 		if r.PeakGPU > 0 {
-			gpu = diagnose.HumanBytes(r.PeakGPU)
+			gpu = units.FormatBytes(r.PeakGPU)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, dash(r.Name), r.Status, dash(r.Reason),
 			r.StartedAt.Local().Format("2006-01-02 15:04:05"), runDuration(r, f.Now()).Round(time.Second),
-			r.Attempts, diagnose.HumanBytes(r.PeakRSS), gpu, shorten(strings.Join(strings.Fields(strings.Join(r.Command, " ")), " "), 48))
+			r.Attempts, units.FormatBytes(r.PeakRSS), gpu, shorten(strings.Join(strings.Fields(strings.Join(r.Command, " ")), " "), 48))
 	}
 	return tw.Flush()
 }

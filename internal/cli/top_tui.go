@@ -12,6 +12,7 @@ import (
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/sampler"
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // runTopTUI runs the interactive screen until the user quits.
@@ -356,9 +357,9 @@ func (m *topModel) rowLine(r topRow) string {
 		}
 		gpuMem := "-"
 		if p.GPUBytes > 0 {
-			gpuMem = topBytes(p.GPUBytes)
+			gpuMem = units.FormatBytesFixed(p.GPUBytes)
 		}
-		return fmt.Sprintf("  %-34s %-26s %9s %19s %9s %-12s %s", topClip(label, 34), topClip(p.Role+": "+cmd, 26), gpuMem, "", topBytes(p.RSSBytes), "", "")
+		return fmt.Sprintf("  %-34s %-26s %9s %19s %9s %-12s %s", topClip(label, 34), topClip(p.Role+": "+cmd, 26), gpuMem, "", units.FormatBytesFixed(p.RSSBytes), "", "")
 	}
 	marker := "▸"
 	if m.expanded[j.Key] {
@@ -369,8 +370,8 @@ func (m *topModel) rowLine(r topRow) string {
 		flags = append(flags, "ORPHAN")
 	}
 	name := fmt.Sprintf("%s %s [%d]", marker, j.Name, len(j.Processes))
-	return fmt.Sprintf("  %-34s %-26s %9s %19s %9s %-12s %s", topClip(name, 34), topClip(ownerLabel(*j), 26), topBytes(j.GPUBytes),
-		allocLabel(*j), topBytes(j.RSSBytes), sparkline(m.s.History(j.Key), 12), strings.Join(flags, ","))
+	return fmt.Sprintf("  %-34s %-26s %9s %19s %9s %-12s %s", topClip(name, 34), topClip(ownerLabel(*j), 26), units.FormatBytesFixed(j.GPUBytes),
+		allocLabel(*j), units.FormatBytesFixed(j.RSSBytes), sparkline(m.s.History(j.Key), 12), strings.Join(flags, ","))
 }
 
 func topClip(s string, n int) string {
@@ -394,7 +395,7 @@ func deviceBar(d gpu.Device, width int) string {
 		util = fmt.Sprintf("util %d%%", d.UtilPercent)
 	}
 	return fmt.Sprintf("%-12s %-34s [%s] %9s / %-9s %3.0f%%  %s", deviceLabel(d), topClip(d.Name, 34), bar,
-		topBytes(d.UsedBytes), topBytes(d.TotalBytes), frac*100, util)
+		units.FormatBytesFixed(d.UsedBytes), units.FormatBytesFixed(d.TotalBytes), frac*100, util)
 }
 
 var sparkRunes = []rune("▁▂▃▄▅▆▇█")

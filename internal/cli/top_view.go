@@ -11,6 +11,7 @@ import (
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/sampler"
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // topSnapshot is what `top --once --json` prints.
@@ -153,26 +154,11 @@ func topShort(s string, n int) string {
 	return s
 }
 
-// human formats bytes in binary units.
-func topBytes(b uint64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", b)
-	}
-	f, u := float64(b), "KMGTPE"
-	i := -1
-	for f >= unit && i < len(u)-1 {
-		f /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %ciB", f, u[i])
-}
-
 func allocLabel(j attrib.Job) string {
 	if j.AllocatedBytes == nil {
 		return "-"
 	}
-	return topBytes(*j.AllocatedBytes) + " / " + topBytes(*j.ReservedBytes)
+	return units.FormatBytesFixed(*j.AllocatedBytes) + " / " + units.FormatBytesFixed(*j.ReservedBytes)
 }
 
 func devicesLabel(d []int) string {
@@ -203,7 +189,7 @@ func writeTopTable(w io.Writer, s topSnapshot) error {
 		if d.UtilPercent >= 0 {
 			util = fmt.Sprintf("%d%%", d.UtilPercent)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", deviceLabel(d), d.Name, topBytes(d.UsedBytes), topBytes(d.TotalBytes), util)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", deviceLabel(d), d.Name, units.FormatBytesFixed(d.UsedBytes), units.FormatBytesFixed(d.TotalBytes), util)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "KIND\tJOB\tOWNER\tPID\tGPUS\tGPU MEM\tALLOC / RESERVED\tRSS\tPROCS\tFLAGS")
@@ -213,7 +199,7 @@ func writeTopTable(w io.Writer, s topSnapshot) error {
 			flags = strings.TrimPrefix(flags+",orphan", ",")
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", j.Kind, j.Name, ownerLabel(j), j.RootPID,
-			devicesLabel(j.Devices), topBytes(j.GPUBytes), allocLabel(j), topBytes(j.RSSBytes), len(j.Processes), flags)
+			devicesLabel(j.Devices), units.FormatBytesFixed(j.GPUBytes), allocLabel(j), units.FormatBytesFixed(j.RSSBytes), len(j.Processes), flags)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -224,7 +210,7 @@ func writeTopTable(w io.Writer, s topSnapshot) error {
 func writeTopFooter(w io.Writer, s topSnapshot) error {
 	if len(s.Vanished) > 0 {
 		fmt.Fprintf(w, "\n%d GPU record(s) holding %s belong to PIDs not in /proc (exited, or in a PID namespace this /proc cannot see)\n",
-			len(s.Vanished), topBytes(s.VanishedBytes))
+			len(s.Vanished), units.FormatBytes(s.VanishedBytes))
 	}
 	if n := s.Dropped.Total(); n > 0 {
 		_, err := fmt.Fprintf(w, "%d scrambled driver record(s) dropped (bad PID %d, more than the device %d, unknown device %d)\n",
