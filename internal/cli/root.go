@@ -129,6 +129,7 @@ var commands = []func(*Factory) *cobra.Command{
 	NewCmdLogs,
 	NewCmdExplain,
 	NewCmdStop,
+	NewCmdRestart,
 	NewCmdAnalyze,
 	NewCmdCkpt,
 	NewCmdTop,

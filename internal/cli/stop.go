@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"syscall"
 	"time"
@@ -24,37 +25,57 @@ func NewCmdStop(f *Factory) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			st, r, err := f.openRun(ctx, args[0])
+			st, r, err := f.signalRun(ctx, args[0], syscall.SIGTERM)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			if r.Status != store.StatusRunning {
-				return Failf("run %s is not running (%s, reason %s)", r.ID, r.Status, dash(r.Reason))
-			}
-			if !supervise.Alive(procfs.FS{}, r.SupervisorPID, r.SupervisorStart) {
-				return Failf("the supervisor of run %s (pid %d) is gone", r.ID, r.SupervisorPID)
-			}
-			if err := syscall.Kill(r.SupervisorPID, syscall.SIGTERM); err != nil {
-				return Failf("signal the supervisor of %s: %v", r.ID, err)
-			}
 			if kill {
+				// A second stop while the first is under way kills.
 				time.Sleep(50 * time.Millisecond)
 				syscall.Kill(r.SupervisorPID, syscall.SIGTERM)
 			}
-			deadline := time.Now().Add(wait)
-			for time.Now().Before(deadline) {
-				cur, err := st.Resolve(ctx, r.ID)
-				if err == nil && cur.Status != store.StatusRunning {
-					fmt.Fprintf(f.IO.Out, "stopped %s (%s)\n", r.ID, dash(cur.Reason))
-					return nil
-				}
-				time.Sleep(100 * time.Millisecond)
+			cur, ok := awaitRun(ctx, st, r.ID, wait, func(cur *store.Run) bool { return cur.Status != store.StatusRunning })
+			if !ok {
+				return Failf("run %s still running after %s", r.ID, wait)
 			}
-			return Failf("run %s still running after %s", r.ID, wait)
+			fmt.Fprintf(f.IO.Out, "stopped %s (%s)\n", r.ID, dash(cur.Reason))
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&kill, "kill", false, "kill at once instead of letting the job shut down")
 	cmd.Flags().DurationVar(&wait, "wait", 60*time.Second, "how long to wait for the run to end")
 	return cmd
+}
+
+// signalRun finds RUN and sends sig to its supervisor, once it is sure the
+// run is running and the supervisor is the process that recorded it (see
+// supervise.SignalSupervisor); the caller closes the store. r is the run as
+// it was before the signal.
+func (f *Factory) signalRun(ctx context.Context, ref string, sig syscall.Signal) (st *store.Store, r *store.Run, err error) {
+	st, r, err = f.openRun(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := supervise.SignalSupervisor(procfs.FS{}, r, sig); err != nil {
+		st.Close()
+		return nil, nil, Failf("%v", err)
+	}
+	return st, r, nil
+}
+
+// awaitRun re-reads run id until done holds or wait has passed, and returns
+// the last record read and whether done held.
+func awaitRun(ctx context.Context, st *store.Store, id string, wait time.Duration, done func(*store.Run) bool) (*store.Run, bool) {
+	deadline := time.Now().Add(wait)
+	for {
+		cur, err := st.Resolve(ctx, id)
+		if err == nil && done(cur) {
+			return cur, true
+		}
+		if !time.Now().Before(deadline) || ctx.Err() != nil {
+			return cur, false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
