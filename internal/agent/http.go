@@ -71,6 +71,7 @@ func (a *Agent) Handler(token string) http.Handler {
 	mux.HandleFunc("POST /api/v1/events", a.apiPostEvent)
 	mux.HandleFunc("POST /api/v1/jobs/{key}/kill", a.apiKill)
 	mux.HandleFunc("POST /api/v1/runs/{id}/stop", a.apiStop)
+	mux.HandleFunc("POST /api/v1/runs/{id}/restart", a.apiRestart)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
 	})
@@ -538,6 +539,19 @@ func (a *Agent) apiKill(w http.ResponseWriter, r *http.Request) {
 // apiStop asks a supervised run's supervisor to stop it (as `vramguard
 // stop` does): SIGTERM to the supervisor, which stops the whole job.
 func (a *Agent) apiStop(w http.ResponseWriter, r *http.Request) {
+	a.signalRun(w, r, syscall.SIGTERM, "stop")
+}
+
+// apiRestart asks a supervised run's supervisor to restart its running
+// attempt now (as `vramguard restart` does): supervise.RestartSignal.
+func (a *Agent) apiRestart(w http.ResponseWriter, r *http.Request) {
+	a.signalRun(w, r, supervise.RestartSignal, "restart")
+}
+
+// signalRun sends sig to the supervisor of the run the path names, after
+// supervise.SignalSupervisor's checks, and notes the request on the run's
+// timeline.
+func (a *Agent) signalRun(w http.ResponseWriter, r *http.Request, sig syscall.Signal, what string) {
 	ctx := r.Context()
 	run, err := a.cfg.Store.Resolve(ctx, r.PathValue("id"))
 	if errors.Is(err, store.ErrNotFound) {
@@ -548,13 +562,24 @@ func (a *Agent) apiStop(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
-	if run.Status != store.StatusRunning || !supervise.Alive(procfs.FS{}, run.SupervisorPID, run.SupervisorStart) {
-		writeErr(w, http.StatusConflict, "run %s is not running", run.ID)
+	switch err := supervise.SignalSupervisor(procfs.FS{}, run, sig); {
+	case errors.Is(err, supervise.ErrNotRunning):
+		writeErr(w, http.StatusConflict, "%v", err)
+		return
+	case errors.Is(err, syscall.EPERM):
+		writeErr(w, http.StatusForbidden, "%v (the agent's user may not signal the run's owner)", err)
+		return
+	case err != nil:
+		writeErr(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
-	if err := syscall.Kill(run.SupervisorPID, syscall.SIGTERM); err != nil {
-		writeErr(w, http.StatusInternalServerError, "signal the supervisor of %s: %v", run.ID, err)
-		return
+	e := &store.AgentEvent{JobKey: "run:" + run.ID, JobName: run.Name, Kind: EventNote}
+	for _, j := range a.Snapshot().Jobs {
+		if j.Key == e.JobKey {
+			e.JobName = j.Name
+		}
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"run": run.ID, "supervisor_pid": run.SupervisorPID})
+	e.Message = fmt.Sprintf("%s of run %s (attempt %d) requested through the API", what, run.ID, run.Attempts)
+	_ = a.AddEvent(ctx, e)
+	writeJSON(w, http.StatusAccepted, map[string]any{"run": run.ID, "supervisor_pid": run.SupervisorPID, "attempt": run.Attempts})
 }
