@@ -7,7 +7,6 @@ package cgroup
 import (
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -88,22 +87,18 @@ func ReadMemory(dir string, version int) (Memory, error) {
 		if m.Usage, err = readUint(filepath.Join(dir, "memory.usage_in_bytes")); err != nil {
 			return m, err
 		}
-		m.Limit, _ = readUint(filepath.Join(dir, "memory.limit_in_bytes"))
+		m.Limit, _ = memoryLimit(filepath.Join(dir, "memory.limit_in_bytes"))
 		m.Peak, _ = readUint(filepath.Join(dir, "memory.max_usage_in_bytes"))
 		m.OOMKills = keyed(filepath.Join(dir, "memory.oom_control"), "oom_kill")
 	case 2:
 		if m.Usage, err = readUint(filepath.Join(dir, "memory.current")); err != nil {
 			return m, err
 		}
-		m.Limit, _ = readUint(filepath.Join(dir, "memory.max"))
+		m.Limit, _ = memoryLimit(filepath.Join(dir, "memory.max"))
 		m.Peak, _ = readUint(filepath.Join(dir, "memory.peak"))
 		m.OOMKills = keyed(filepath.Join(dir, "memory.events"), "oom_kill")
 	default:
 		return m, fmt.Errorf("unknown cgroup version %d", version)
-	}
-	// v1 reports "no limit" as a huge page-rounded number.
-	if m.Limit >= math.MaxInt64/2 {
-		m.Limit = 0
 	}
 	return m, nil
 }
