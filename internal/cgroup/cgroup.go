@@ -1,7 +1,8 @@
-// Package cgroup reads memory accounting of a process's cgroup (v1 and v2)
-// and creates a memory-capped cgroup for a job. Reads are rooted at a
-// configurable path so tests use fixture trees; creation always acts on the
-// live system. It never moves a process other than the caller itself.
+// Package cgroup reads the memory accounting of a process's cgroup and the
+// memory and CPU limits along its cgroup path (v1 and v2), and creates a
+// memory-capped cgroup for a job. Reads are rooted at a configurable path
+// so tests use fixture trees; creation always acts on the live system. It
+// never moves a process other than the caller itself.
 package cgroup
 
 import (

@@ -2,6 +2,8 @@ package doctor
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 
 	"github.com/vramguard/vramguard/internal/procfs"
@@ -93,7 +95,7 @@ func checkMemLimit(f *facts) Result {
 // number even inside a container with a CPU quota.
 func hostCPUs(env *Env) int {
 	if b, err := env.readFile("/sys/devices/system/cpu/online"); err == nil {
-		if n := parseCPUList(string(b)); n > 0 {
+		if n := len(cpuSet(string(b))); n > 0 {
 			return n
 		}
 	}
@@ -118,7 +120,7 @@ func allowedCPUs(env *Env) (int, string) {
 	for _, line := range strings.Split(string(b), "\n") {
 		if k, v, ok := strings.Cut(line, ":"); ok && k == "Cpus_allowed_list" {
 			v = strings.TrimSpace(v)
-			return parseCPUList(v), v
+			return len(cpuSet(v)), v
 		}
 	}
 	return 0, ""
@@ -171,4 +173,12 @@ func checkPIDNS(f *facts) Result {
 	}
 	return warnR(fmt.Sprintf("the container has its own PID namespace (PID 1 is %s): NVML reports host PIDs, so GPU memory cannot be attributed to processes here", c.PID1),
 		"run `vramguard top` on the host, or start the container with --pid=host (Kubernetes: hostPID: true)")
+}
+
+// fmtCPUs prints a CPU count without trailing zeros ("2", "0.5").
+func fmtCPUs(c float64) string {
+	if c == math.Trunc(c) {
+		return strconv.FormatFloat(c, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(c, 'f', 2, 64)
 }

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/cgroup"
 )
 
 // Status is the outcome of one check.
@@ -170,7 +172,7 @@ type facts struct {
 	mounts    []Mount
 	mountsErr error
 	container Container
-	cgroup    CgroupLimits
+	cgroup    cgroup.Limits
 }
 
 // Run gathers the facts and runs every check. The torch probe, the slow
@@ -213,7 +215,8 @@ func Run(ctx context.Context, env Env, opts Options) *Report {
 	}()
 	f.mounts, f.mountsErr = readMountInfo(&env, "/proc/self/mountinfo")
 	f.container = detectContainer(&env, f.mounts)
-	f.cgroup = readCgroupLimits(&env)
+	// No /proc/self/cgroup (not Linux, a bare fixture): no limits to report.
+	f.cgroup, _ = cgroup.Reader{Root: env.Root}.LimitsOf(0)
 	wg.Wait()
 
 	rep := &Report{Schema: SchemaVersion, Python: opts.Python, Dir: opts.Dir, Started: start}

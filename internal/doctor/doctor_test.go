@@ -176,16 +176,10 @@ func TestParseMountInfo(t *testing.T) {
 	}
 }
 
-func TestParseSizeAndCPUs(t *testing.T) {
-	for in, want := range map[string]int{"0-3,8,10-11": 7, "0": 1, "": 0, "0-63\n": 64, "5-2": 0} {
-		if got := parseCPUList(in); got != want {
-			t.Errorf("parseCPUList(%q) = %d, want %d", in, got, want)
-		}
-	}
-	for in, want := range map[string]float64{"max 100000": 0, "200000 100000": 2, "50000 100000": 0.5, "150000": 1.5} {
-		got, _ := parseV2CPU("", in)
-		if got != want {
-			t.Errorf("parseV2CPU(%q) = %v, want %v", in, got, want)
+func TestCPUSet(t *testing.T) {
+	for in, want := range map[string]int{"0-3,8,10-11": 7, "0": 1, "": 0, "0-63\n": 64, "5-2": 0, "0-3,2-5": 6, "x,1": 1} {
+		if got := len(cpuSet(in)); got != want {
+			t.Errorf("len(cpuSet(%q)) = %d, want %d", in, got, want)
 		}
 	}
 }
