@@ -6,10 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/procfs"
 )
 
 // Group is a memory cgroup vramguard created for one job.
@@ -47,18 +50,12 @@ func Create(name string, limit uint64) (*Group, error) {
 	}
 	var v1Path, v2Path string
 	hasV2 := false
-	for _, line := range strings.Split(strings.TrimSpace(string(self)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
+	for _, e := range procfs.ParseCgroups(self) {
+		if slices.Contains(e.Controllers, "memory") {
+			v1Path = e.Path
 		}
-		for _, c := range strings.Split(parts[1], ",") {
-			if c == "memory" {
-				v1Path = parts[2]
-			}
-		}
-		if parts[0] == "0" {
-			v2Path, hasV2 = parts[2], true
+		if e.ID == 0 {
+			v2Path, hasV2 = e.Path, true
 		}
 	}
 	if v1Path != "" && exists("/sys/fs/cgroup/memory/memory.limit_in_bytes") {
