@@ -142,6 +142,9 @@ type Result struct {
 type Attributor struct {
 	Src   ProcSource
 	Hints OwnerHints
+	// Pods names the namespace and pod of a pod's UID (nil: pods are known
+	// by UID alone).
+	Pods *PodIndex
 
 	seen map[procKey]*info
 }
@@ -389,6 +392,9 @@ func (ps *pass) job(r int, roots map[int]bool, onGPU map[int][]gpu.Process) Job 
 	j.SMUtilPercent = min(j.SMUtilPercent, 100)
 
 	j.Context = ps.ctx(r)
+	if p, ok := ps.a.Pods.Lookup(j.Context.PodUID); ok {
+		j.Context.Namespace, j.Context.PodName = p.Namespace, p.Name
+	}
 	argv := ps.cmdline(r)
 	j.Name = commandName(root.p.Comm, argv)
 	j.Key = "pid:" + strconv.Itoa(r) + ":" + strconv.FormatUint(root.p.StartTicks, 10)

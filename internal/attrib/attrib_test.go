@@ -28,6 +28,8 @@ var update = flag.Bool("update", false, "rewrite golden files")
 //	run PID RUNID NAME    a supervised run's root (OwnerHints)
 //	probe PID ALLOC_MiB RESERVED_MiB
 //	notebook KERNELID PATH   the notebook a kernel serves (NotebookHints)
+//	podlog DIR [CONTAINER]   a kubelet pod log directory, var/log/pods/DIR
+//	                         (with CONTAINER/0.log in it when given)
 type fixture struct {
 	root  string
 	gpu   []gpu.Process
@@ -124,6 +126,19 @@ func buildTree(t *testing.T, spec string) fixture {
 			fx.hints.notebooks[w[1]] = w[2]
 		case "probe":
 			fx.hints.probe[atoi(w[1])] = [2]uint64{uint64(atoi(w[2])) << 20, uint64(atoi(w[3])) << 20}
+		case "podlog":
+			dir := filepath.Join(PodLogDir(fx.root), w[1])
+			if len(w) > 2 {
+				dir = filepath.Join(dir, w[2])
+			}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if len(w) > 2 {
+				if err := os.WriteFile(filepath.Join(dir, "0.log"), []byte("2025-06-01T12:00:00Z stdout F ready\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
 		default:
 			t.Fatalf("%s: unknown line %q", spec, line)
 		}
@@ -140,7 +155,7 @@ func TestGolden(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(spec), ".tree")
 		t.Run(name, func(t *testing.T) {
 			fx := buildTree(t, spec)
-			a := Attributor{Src: procfs.FS{Root: fx.root}, Hints: fx.hints}
+			a := Attributor{Src: procfs.FS{Root: fx.root}, Hints: fx.hints, Pods: NewPodIndex(PodLogDir(fx.root))}
 			res, err := a.Attribute(fx.gpu)
 			if err != nil {
 				t.Fatal(err)

@@ -14,6 +14,10 @@ type Context struct {
 	ContainerID string `json:"container_id,omitempty"`
 	// PodUID is the Kubernetes pod's UID (with dashes, as the API shows it).
 	PodUID string `json:"pod_uid,omitempty"`
+	// Namespace and PodName are the pod's, when the kubelet's pod log
+	// directory names them (Attributor.Pods); the cgroup path does not.
+	Namespace string `json:"namespace,omitempty"`
+	PodName   string `json:"pod_name,omitempty"`
 	// QoS is the pod's Kubernetes QoS class cgroup (guaranteed, burstable,
 	// besteffort) when the path shows it.
 	QoS       string `json:"qos,omitempty"`
@@ -59,11 +63,13 @@ var (
 		{regexp.MustCompile(`(?:^|/)docker/` + hex64 + `$`), "docker"},
 		{regexp.MustCompile(`/libpod-` + hex64 + `(?:/container)?$`), "podman"},
 		{regexp.MustCompile(`/crio-` + hex64 + `$`), "cri-o"},
-		{regexp.MustCompile(`/pod[0-9a-f_-]{36}/` + hex64 + `$`), ""},
+		{regexp.MustCompile(`/pod(?:[0-9a-f_-]{36}|[0-9a-f]{32})/` + hex64 + `$`), ""},
 		// containerd without Kubernetes (ctr, nerdctl with cgroupfs).
 		{regexp.MustCompile(`^/(?:default|k8s\.io|moby)/` + hex64 + `$`), "containerd"},
 	}
-	rePod      = regexp.MustCompile(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?(?:/|$)`)
+	// A pod's UID as the API gives it, or a static pod's (the 32 hex
+	// digits of its manifest's hash).
+	rePod      = regexp.MustCompile(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32})(?:\.slice)?(?:/|$)`)
 	reQoS      = regexp.MustCompile(`kubepods[-/](burstable|besteffort)`)
 	reSlurmJob = regexp.MustCompile(`(?:^|/)job_([0-9]+)(?:/|$)`)
 	reSlurmStp = regexp.MustCompile(`(?:^|/)step_([0-9a-z_]+)(?:/|$)`)
