@@ -1,7 +1,7 @@
 // Package units writes byte counts for people and reads the sizes people
-// write. Every command that shows a byte count goes through FormatBytes, so
-// that "1.5 GiB" reads the same in doctor, explain, top and ckpt. It only
-// formats and parses; it never prints.
+// write. Commands write byte counts with FormatBytes so that "1.5 GiB" reads
+// the same in doctor, explain, runs, kernels, top and ckpt. It only formats
+// and parses; it never prints.
 package units
 
 import (
