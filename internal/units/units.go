@@ -32,9 +32,9 @@ func FormatBytes[N Number](n N) string {
 }
 
 // FormatBytesFixed writes n as FormatBytes does, but always with one
-// decimal above 1 KiB ("1.0 GiB", "512.0 MiB", "97.7 MiB"). For output that
-// redraws in place (top's table, a progress line): the decimal point and the
-// width stay put as a value grows, where FormatBytes would go from "1.9 GiB"
+// decimal from 1 KiB up ("1.0 GiB", "512.0 MiB", "97.7 MiB"). For output
+// that redraws in place (top's tables, a progress line): the digits keep
+// their places as a value grows, where FormatBytes would go from "1.9 GiB"
 // to "2 GiB".
 func FormatBytesFixed[N Number](n N) string {
 	return format(float64(n), true)
