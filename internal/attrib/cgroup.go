@@ -30,6 +30,18 @@ type Context struct {
 	CgroupVersion int    `json:"cgroup_version,omitempty"`
 }
 
+// PodRef names the pod for people: namespace/name when known, else the
+// first 8 characters of its UID; "" outside a pod.
+func (c Context) PodRef() string {
+	switch {
+	case c.PodName != "":
+		return c.Namespace + "/" + c.PodName
+	case len(c.PodUID) > 8:
+		return c.PodUID[:8]
+	}
+	return c.PodUID
+}
+
 // Scope is a key that is equal for processes in the same container, pod,
 // SLURM job or unit; the rollup never climbs across a change of scope.
 func (c Context) Scope() string {

@@ -146,3 +146,19 @@ func TestStaticPodCgroup(t *testing.T) {
 		})
 	}
 }
+
+func TestPodRef(t *testing.T) {
+	tests := []struct {
+		c    Context
+		want string
+	}{
+		{Context{PodUID: "0a1b2c3d-4e5f-6789-abcd-ef0123456789", Namespace: "ml", PodName: "trainer-0"}, "ml/trainer-0"},
+		{Context{PodUID: "0a1b2c3d-4e5f-6789-abcd-ef0123456789"}, "0a1b2c3d"},
+		{Context{ContainerID: "4c5b"}, ""},
+	}
+	for _, tt := range tests {
+		if got := tt.c.PodRef(); got != tt.want {
+			t.Errorf("%+v.PodRef() = %q, want %q", tt.c, got, tt.want)
+		}
+	}
+}
