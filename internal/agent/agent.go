@@ -82,7 +82,10 @@ type jobState struct {
 	al  *analyze.Alerter
 }
 
-// Labels are the job's Prometheus labels.
+// Labels are the job's Prometheus labels. Pod is the pod's name and
+// Namespace its namespace (as kube-state-metrics labels them, so the two
+// join), when the kubelet's pod log directory names them; else Pod is the
+// pod's UID. PodUID is on job_info and in the API only.
 type Labels struct {
 	Job       string `json:"job"`
 	Kind      string `json:"kind"`
@@ -90,10 +93,16 @@ type Labels struct {
 	Pod       string `json:"pod"`
 	Namespace string `json:"namespace"`
 	Notebook  string `json:"notebook"`
+	PodUID    string `json:"pod_uid,omitempty"`
 }
 
 func labelsOf(j *attrib.Job) Labels {
-	return Labels{Job: j.Name, Kind: j.Kind, Container: shortID(j.Context.ContainerID), Pod: j.Context.PodUID, Notebook: j.Kernel}
+	c := j.Context
+	l := Labels{Job: j.Name, Kind: j.Kind, Container: shortID(c.ContainerID), Pod: c.PodUID, Namespace: c.Namespace, Notebook: j.Kernel, PodUID: c.PodUID}
+	if c.PodName != "" {
+		l.Pod = c.PodName
+	}
+	return l
 }
 
 func shortID(s string) string {

@@ -44,6 +44,12 @@ type rig struct {
 
 func newRig(t testing.TB, scenario string, cfg Config) *rig {
 	t.Helper()
+	return newRigPods(t, scenario, cfg, nil)
+}
+
+// newRigPods is newRig with the attributor naming pods from pods.
+func newRigPods(t testing.TB, scenario string, cfg Config, pods *attrib.PodIndex) *rig {
+	t.Helper()
 	sc, err := sim.Parse([]byte(scenario), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +59,7 @@ func newRig(t testing.TB, scenario string, cfg Config) *rig {
 	host := b.Host(procfs.FS{})
 	hints := NewHints(nil)
 	hints.now = clk.Now
-	smp, err := sampler.New(sampler.Config{Backend: b, Attributor: &attrib.Attributor{Src: host, Hints: hints}, Now: clk.Now})
+	smp, err := sampler.New(sampler.Config{Backend: b, Attributor: &attrib.Attributor{Src: host, Hints: hints, Pods: pods}, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

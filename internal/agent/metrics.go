@@ -40,7 +40,7 @@ var (
 	dJobETA     = desc("job_oom_eta_seconds", "Forecast time until a job runs out of GPU memory at its current trend; absent when nothing rises.", jobLabels...)
 	dJobCkpt    = desc("job_seconds_since_checkpoint", "Seconds since a job's last checkpoint the probe saw.", jobLabels...)
 	dJobUptime  = desc("job_seconds", "Seconds since the agent first saw a job.", jobLabels...)
-	dJobInfo    = desc("job_info", "A job's identity: key, root PID and PIDs (only here, never on other series).", append(append([]string{}, jobLabels...), "key", "root_pid", "pids", "run_id")...)
+	dJobInfo    = desc("job_info", "A job's identity: key, root PID and PIDs, run and pod UID (only here, never on other series).", append(append([]string{}, jobLabels...), "key", "root_pid", "pids", "run_id", "pod_uid")...)
 	dJobs       = desc("jobs", "Jobs holding GPU memory.")
 	dVanished   = desc("vanished_memory_bytes", "GPU memory held by PIDs that no longer exist.")
 	dDropped    = desc("dropped_process_records", "Scrambled process records the driver returned in the last sample.", "reason")
@@ -129,7 +129,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			g(dJobCkpt, *j.CkptAgeS, l...)
 		}
 		g(dJobUptime, s.Time.Sub(j.FirstSeen).Seconds(), l...)
-		g(dJobInfo, 1, append(l, j.Key, strconv.Itoa(j.RootPID), pidList(j.PIDs), j.RunID)...)
+		g(dJobInfo, 1, append(l, j.Key, strconv.Itoa(j.RootPID), pidList(j.PIDs), j.RunID, j.Labels.PodUID)...)
 	}
 	g(dJobs, float64(len(s.Jobs)))
 	g(dVanished, float64(s.Vanished))

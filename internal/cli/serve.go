@@ -185,7 +185,7 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 	}
 	smp, err := sampler.New(sampler.Config{
 		Backend:         b,
-		Attributor:      &attrib.Attributor{Src: src, Hints: hints},
+		Attributor:      &attrib.Attributor{Src: src, Hints: hints, Pods: attrib.NewPodIndex(attrib.PodLogDir(o.GPU.ProcRoot))},
 		ProcessInterval: o.Interval,
 		Now:             f.Now,
 	})
