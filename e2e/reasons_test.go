@@ -26,7 +26,7 @@ func TestReasons(t *testing.T) {
 					t.Errorf("exception_type = %v", pm["exception_type"])
 				}
 			}},
-		{reason: "cuda_oom", args: []string{python, job("cuda_oom_2x.py")}, exit: 1, evidence: "tried to allocate 2.00 GiB on GPU 0",
+		{reason: "cuda_oom", args: []string{python, job("cuda_oom_2x.py")}, exit: 1, evidence: "tried to allocate 2 GiB on GPU 0",
 			check: func(t *testing.T, pm map[string]any) {
 				oom := pm["oom"].(map[string]any)
 				want := map[string]float64{"tried_bytes": 2 << 30, "gpu": 0, "total_bytes": 84986665370, "free_bytes": 1138166333,

@@ -3,6 +3,8 @@ package analyze
 import (
 	"fmt"
 	"math"
+
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // AlertKind says what an alert is about.
@@ -121,7 +123,7 @@ func leakMessage(r Report) string {
 	case r.Ambiguous:
 		what = "GPU memory keeps growing (leak or fragmentation)"
 	}
-	m := fmt.Sprintf("%s: +%s/s since t=%.0fs", what, FormatBytes(r.LeakRate), r.LeakStartT)
+	m := fmt.Sprintf("%s: +%s/s since t=%.0fs", what, units.FormatBytes(r.LeakRate), r.LeakStartT)
 	if !math.IsNaN(r.OOMETA) {
 		m += fmt.Sprintf(", out of memory in about %s", FormatDuration(r.OOMETA))
 	}

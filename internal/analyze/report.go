@@ -3,6 +3,8 @@ package analyze
 import (
 	"fmt"
 	"math"
+
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // Report judges the samples fed so far. It allocates (evidence strings), so
@@ -121,12 +123,12 @@ func (d *Detector) leak(r *Report, k *track, limit float64, series Series) {
 	}[series]
 	span := k.lastT - r.LeakStartT
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s rose %s over %s since t=%.0fs: %s/s (95%% CI %s/s to %s/s; Theil–Sen over %d windows, lower envelope)",
-		what, FormatBytes(e.slope*span), FormatDuration(span), r.LeakStartT, FormatBytes(e.slope),
-		FormatBytes(e.tr.lo), FormatBytes(e.tr.hi), e.windows))
+		what, units.FormatBytes(e.slope*span), FormatDuration(span), r.LeakStartT, units.FormatBytes(e.slope),
+		units.FormatBytes(e.tr.lo), units.FormatBytes(e.tr.hi), e.windows))
 	r.Evidence = append(r.Evidence, fmt.Sprintf("raised at t=%.0fs: Mann–Kendall Z=%.1f, rising in each third of the span tested and in its newer half, not a single step or a warm-up that levels off",
 		k.detectedAt, f.tr.z))
 	if !math.IsNaN(r.LeakRatePerStep) {
-		r.Evidence = append(r.Evidence, fmt.Sprintf("%s per training step", FormatBytes(r.LeakRatePerStep)))
+		r.Evidence = append(r.Evidence, fmt.Sprintf("%s per training step", units.FormatBytes(r.LeakRatePerStep)))
 	}
 	switch series {
 	case SeriesUsed:
@@ -171,7 +173,7 @@ func (d *Detector) leakFromReserved(r *Report) {
 	r.Confidence = round2(math.Min(0.9*(2*normalCDF(f.tr.z)-1), 0.99))
 	span := d.reserved.lastT - r.LeakStartT
 	r.Evidence = append(r.Evidence, fmt.Sprintf("reserved rose %s over %s since t=%.0fs: %s/s (Theil–Sen, Mann–Kendall Z=%.1f), and the allocated floors and step peaks rose with it: tensors, not allocator cache",
-		FormatBytes(e.slope*span), FormatDuration(span), r.LeakStartT, FormatBytes(e.slope), f.tr.z))
+		units.FormatBytes(e.slope*span), FormatDuration(span), r.LeakStartT, units.FormatBytes(e.slope), f.tr.z))
 	r.Evidence = append(r.Evidence, fmt.Sprintf("raised at t=%.0fs; the floor between steps is too noisy here to show the rise on its own", d.corroboratedAt))
 	r.Advice = append(r.Advice,
 		"tensors are being kept alive across steps: look for accumulations that keep the graph (`total_loss += loss` instead of `loss.item()`), lists of outputs or losses, and caches keyed by step")
@@ -189,7 +191,7 @@ func (d *Detector) trend(r *Report, k *track, limit, z float64) {
 		return
 	}
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s floor rises %s/s since t=%.0fs (Mann–Kendall Z=%.1f), but not yet steadily or long enough to call it a leak",
-		r.Series, FormatBytes(e.slope), start, z))
+		r.Series, units.FormatBytes(e.slope), start, z))
 	what := "step peaks (allocated at its highest; the limit is the device less the CUDA context)"
 	if r.Series == SeriesUsed {
 		what = "NVML used memory"
@@ -214,9 +216,9 @@ func (d *Detector) cacheGrowth(r *Report) {
 	r.Confidence = round2(math.Min(2*normalCDF(f.tr.z)-1, 0.99))
 	span := k.lastT - f.start
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s rose %s over %s (%s/s, Mann–Kendall Z=%.1f) while the allocated floor stayed flat: the caching allocator holds more than the tensors need",
-		r.Series, FormatBytes(e.slope*span), FormatDuration(span), FormatBytes(e.slope), f.tr.z))
+		r.Series, units.FormatBytes(e.slope*span), FormatDuration(span), units.FormatBytes(e.slope), f.tr.z))
 	if ok(d.splitN) {
-		r.Evidence = append(r.Evidence, fmt.Sprintf("inactive_split (free fragments inside cached blocks) %s -> %s", FormatBytes(d.split0), FormatBytes(d.splitN)))
+		r.Evidence = append(r.Evidence, fmt.Sprintf("inactive_split (free fragments inside cached blocks) %s -> %s", units.FormatBytes(d.split0), units.FormatBytes(d.splitN)))
 	}
 	if ok(d.retriesN) && d.retriesN > 0 {
 		r.Evidence = append(r.Evidence, fmt.Sprintf("%.0f allocation retries (cudaMalloc failed, cache flushed, retried)", d.retriesN))
@@ -252,25 +254,10 @@ func (d *Detector) forecast(r *Report, e estimate, limit float64, what string) {
 		r.OOMETAHigh = room / e.tr.lo
 	}
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s at %s of %s: out of memory in %s (%s to %s) at this rate",
-		what, FormatBytes(e.peak), FormatBytes(limit), FormatDuration(r.OOMETA), FormatDuration(r.OOMETALow), FormatDuration(r.OOMETAHigh)))
+		what, units.FormatBytes(e.peak), units.FormatBytes(limit), FormatDuration(r.OOMETA), FormatDuration(r.OOMETALow), FormatDuration(r.OOMETAHigh)))
 }
 
 func round2(v float64) float64 { return math.Round(v*100) / 100 }
-
-// FormatBytes writes a byte count for people (GiB with two decimals, MiB
-// and KiB with one).
-func FormatBytes(b float64) string {
-	a := math.Abs(b)
-	switch {
-	case a >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", b/(1<<30))
-	case a >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", b/(1<<20))
-	case a >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", b/(1<<10))
-	}
-	return fmt.Sprintf("%.0f B", b)
-}
 
 // FormatDuration writes seconds for people (s, m, h, d; "never" for +Inf).
 func FormatDuration(s float64) string {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/analyze"
 	"github.com/vramguard/vramguard/internal/analyze/trace"
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // TimelineSource gives the recorded memory timeline of a run (an id, a name,
@@ -225,7 +226,7 @@ func writeAnalyzeHuman(w io.Writer, target string, r analyze.Report) {
 
 // humanBytes and humanDur format as the analysis's own evidence does.
 var (
-	humanBytes = analyze.FormatBytes
+	humanBytes = units.FormatBytes[float64]
 	humanDur   = analyze.FormatDuration
 )
 

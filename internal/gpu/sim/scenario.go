@@ -9,7 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
+
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // Scenario is a simulated machine: its GPUs and the processes that come and
@@ -260,31 +261,10 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // Bytes is a size written as "80GiB", "512MiB", "1.5GB" or a plain number of bytes.
 type Bytes uint64
 
-var units = map[string]float64{
-	"": 1, "b": 1,
-	"k": 1 << 10, "kib": 1 << 10, "kb": 1e3,
-	"m": 1 << 20, "mib": 1 << 20, "mb": 1e6,
-	"g": 1 << 30, "gib": 1 << 30, "gb": 1e9,
-	"t": 1 << 40, "tib": 1 << 40, "tb": 1e12,
-}
-
-// ParseBytes parses a size such as "80GiB".
+// ParseBytes parses a size such as "80GiB" (see units.ParseBytes).
 func ParseBytes(s string) (Bytes, error) {
-	s = strings.TrimSpace(s)
-	i := strings.IndexFunc(s, func(r rune) bool { return !unicode.IsDigit(r) && r != '.' })
-	num, unit := s, ""
-	if i >= 0 {
-		num, unit = s[:i], strings.ToLower(strings.TrimSpace(s[i:]))
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil {
-		return 0, fmt.Errorf("size %q: %w", s, err)
-	}
-	m, ok := units[unit]
-	if !ok {
-		return 0, fmt.Errorf("size %q: unknown unit %q", s, unit)
-	}
-	return Bytes(f * m), nil
+	v, err := units.ParseBytes(s)
+	return Bytes(v), err
 }
 
 func (b *Bytes) UnmarshalJSON(data []byte) error {
