@@ -210,6 +210,7 @@ func TestKernelID(t *testing.T) {
 
 func TestParseCgroup(t *testing.T) {
 	const id = "4c5b1d0e8a7f6e5d4c3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a2918f7e6d5c"
+	const static = "5e2b7c0d9f3a41e6b8c4d2a0f1e3b5c7"
 	tests := []struct {
 		name, file string
 		want       Context
@@ -242,6 +243,13 @@ func TestParseCgroup(t *testing.T) {
 		{"user session", "0::/user.slice/user-1000.slice/session-3.scope\n", Context{Unit: "session-3.scope", CgroupVersion: 2}},
 		{"hybrid v1 root memory", "12:memory:/\n0::/system.slice/x.service\n", Context{Unit: "x.service", CgroupVersion: 2}},
 		{"empty", "", Context{}},
+		// A static pod's UID is the 32 hex digits of its manifest's hash.
+		{"static pod systemd", "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + static + ".slice/cri-containerd-" + id + ".scope\n",
+			Context{Runtime: "containerd", ContainerID: id, PodUID: static, QoS: "besteffort", CgroupVersion: 2}},
+		{"static pod cgroupfs", "9:memory:/kubepods/burstable/pod" + static + "/" + id + "\n",
+			Context{Runtime: "containerd", ContainerID: id, PodUID: static, QoS: "burstable", CgroupVersion: 1}},
+		{"31 digits is no pod", "0::/kubepods.slice/kubepods-pod" + static[:31] + ".slice/x.scope\n",
+			Context{Unit: "x.scope", CgroupVersion: 2}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

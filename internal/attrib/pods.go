@@ -83,15 +83,11 @@ func (x *PodIndex) stale() bool {
 	if x.scanned.IsZero() {
 		return true
 	}
-	now := time.Now
-	if x.Now != nil {
-		now = x.Now
-	}
 	min := x.MinRescan
 	if min <= 0 {
 		min = 10 * time.Second
 	}
-	if now().Sub(x.scanned) >= min {
+	if x.now().Sub(x.scanned) >= min {
 		return true
 	}
 	st, err := os.Stat(x.Dir)
@@ -101,11 +97,7 @@ func (x *PodIndex) stale() bool {
 // scan reads the directory's entries anew; pods whose directory is gone are
 // forgotten, so the index never outgrows the directory. x.mu is held.
 func (x *PodIndex) scan() {
-	now := time.Now
-	if x.Now != nil {
-		now = x.Now
-	}
-	x.scanned = now()
+	x.scanned = x.now()
 	st, err := os.Stat(x.Dir)
 	if err != nil {
 		x.pods = nil // not a Kubernetes node, or not mounted
@@ -126,6 +118,13 @@ func (x *PodIndex) scan() {
 		}
 	}
 	x.pods = pods
+}
+
+func (x *PodIndex) now() time.Time {
+	if x.Now != nil {
+		return x.Now()
+	}
+	return time.Now()
 }
 
 // ParsePodLogDir splits a kubelet pod log directory's name,

@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/vramguard/vramguard/internal/procfs"
 )
 
 func TestParsePodLogDir(t *testing.T) {
@@ -118,32 +116,6 @@ func TestPodLogDir(t *testing.T) {
 	}
 	if got := PodLogDir("/fx"); got != "/fx/var/log/pods" {
 		t.Errorf("PodLogDir(/fx) = %q", got)
-	}
-}
-
-// TestStaticPodCgroup: a static pod's UID is 32 hex digits in the cgroup path.
-func TestStaticPodCgroup(t *testing.T) {
-	const id = "4c5b1d0e8a7f6e5d4c3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a2918f7e6d5c"
-	const uid = "5e2b7c0d9f3a41e6b8c4d2a0f1e3b5c7"
-	tests := []struct {
-		name, file string
-		want       Context
-	}{
-		{"systemd driver", "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + uid + ".slice/cri-containerd-" + id + ".scope\n",
-			Context{Runtime: "containerd", ContainerID: id, PodUID: uid, QoS: "besteffort", CgroupVersion: 2}},
-		{"cgroupfs driver", "9:memory:/kubepods/burstable/pod" + uid + "/" + id + "\n",
-			Context{Runtime: "containerd", ContainerID: id, PodUID: uid, QoS: "burstable", CgroupVersion: 1}},
-		{"31 digits is no pod", "0::/kubepods.slice/kubepods-pod" + uid[:31] + ".slice/x.scope\n",
-			Context{Unit: "x.scope", CgroupVersion: 2}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := ParseCgroup(procfs.ParseCgroups([]byte(tt.file)))
-			got.Cgroup = ""
-			if got != tt.want {
-				t.Errorf("got  %+v\nwant %+v", got, tt.want)
-			}
-		})
 	}
 }
 
