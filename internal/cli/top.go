@@ -91,7 +91,7 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 	defer b.Close()
 	s, err := sampler.New(sampler.Config{
 		Backend:         b,
-		Attributor:      &attrib.Attributor{Src: procSource(b, o.GPU.ProcRoot), Hints: topOwnerHints(f)},
+		Attributor:      &attrib.Attributor{Src: procSource(b, o.GPU.ProcRoot), Hints: topOwnerHints(f), Pods: attrib.NewPodIndex(attrib.PodLogDir(o.GPU.ProcRoot))},
 		ProcessInterval: o.Interval,
 		DeviceInterval:  o.DeviceInterval,
 		Now:             f.Now,

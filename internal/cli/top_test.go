@@ -173,3 +173,26 @@ func TestArrangeJobs(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnerLabelPod: a pod the kubelet's log directory names shows as
+// namespace/name, one it does not name by its short UID.
+func TestOwnerLabelPod(t *testing.T) {
+	uid := "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	for _, tc := range []struct {
+		name string
+		ctx  attrib.Context
+		want string
+	}{
+		{"named", attrib.Context{PodUID: uid, Namespace: "ml-team", PodName: "llama-0", Runtime: "containerd", ContainerID: "abcdef0123456789"},
+			"pod ml-team/llama-0 containerd abcdef012345"},
+		{"unnamed", attrib.Context{PodUID: uid, Runtime: "containerd", ContainerID: "abcdef0123456789"},
+			"pod 0f1e2d3c containerd abcdef012345"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ownerLabel(attrib.Job{Kind: attrib.KindPod, Context: tc.ctx})
+			if got != tc.want {
+				t.Errorf("ownerLabel = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

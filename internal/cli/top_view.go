@@ -123,7 +123,7 @@ func ownerLabel(j attrib.Job) string {
 	case attrib.KindNotebook:
 		return "kernel " + topShort(j.Kernel, 8)
 	case attrib.KindPod:
-		return "pod " + topShort(c.PodUID, 8) + " " + c.Runtime + " " + topShort(c.ContainerID, 12)
+		return "pod " + c.PodRef() + " " + c.Runtime + " " + topShort(c.ContainerID, 12)
 	case attrib.KindContainer:
 		return c.Runtime + " " + topShort(c.ContainerID, 12)
 	case attrib.KindSlurm:
