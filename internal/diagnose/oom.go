@@ -4,8 +4,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-
-	"github.com/vramguard/vramguard/internal/units"
 )
 
 // OOM holds the numbers of a CUDA out-of-memory message. A nil field means
@@ -132,8 +130,3 @@ func size(num, unit string) *uint64 {
 	v := uint64(f*mult + 0.5)
 	return &v
 }
-
-// HumanBytes formats n for people.
-//
-// Deprecated: use units.FormatBytes.
-func HumanBytes(n uint64) string { return units.FormatBytes(n) }

@@ -3,8 +3,6 @@ package diagnose
 import (
 	"encoding/json"
 	"testing"
-
-	"github.com/vramguard/vramguard/internal/units"
 )
 
 func u(v uint64) *uint64 { return &v }
@@ -83,13 +81,5 @@ func TestParseOOM(t *testing.T) {
 }
 
 func ip(v int) *int { return &v }
-
-func TestHumanBytesIsFormatBytes(t *testing.T) {
-	for _, n := range []uint64{0, 1023, 1536, 20 << 20, 3 << 30} {
-		if got, want := HumanBytes(n), units.FormatBytes(n); got != want {
-			t.Errorf("HumanBytes(%d) = %q, units.FormatBytes says %q", n, got, want)
-		}
-	}
-}
 
 func ub(f, unit float64) *uint64 { v := uint64(f*unit + 0.5); return &v }

@@ -25,6 +25,7 @@ import (
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // Restart policies.
@@ -334,7 +335,7 @@ func memSuffix(pm *Postmortem) string {
 	if pm.Memory.PeakRSS == 0 {
 		return ""
 	}
-	return ", peak host memory " + diagnose.HumanBytes(pm.Memory.PeakRSS)
+	return ", peak host memory " + units.FormatBytes(pm.Memory.PeakRSS)
 }
 
 func fmtDur(s float64) string {
