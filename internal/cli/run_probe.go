@@ -13,8 +13,12 @@ import (
 // probeHook installs the probe and listens for it. It is the one place that
 // decides the probe's environment of a supervised job, Jupyter kernels
 // included: every attempt's processes report to this supervisor's socket,
-// whatever probe variables the supervisor itself inherited. A failure never
-// stops the job: it is logged and the job runs unprobed.
+// whatever probe variables the supervisor itself inherited, and the same
+// messages go, best effort, to the machine-wide agent's socket the job would
+// have reported to without this supervisor (probe.AgentSocketFor), so that
+// `vramguard serve` shows allocator figures of supervised jobs too. The agent
+// hears each process from that process itself: it never trusts a relay. A
+// failure never stops the job: it is logged and the job runs unprobed.
 func probeHook(f *Factory, o *RunOptions, run *store.Run) (supervise.Hook, func()) {
 	log := f.Logger()
 	dir, err := probe.Install(filepath.Join(f.Home(), "probe"))
@@ -29,8 +33,8 @@ func probeHook(f *Factory, o *RunOptions, run *store.Run) (supervise.Hook, func(
 		log.Warn("probe socket unavailable; the job runs without the probe", "err", err)
 		return nil, nil
 	}
-	h := probe.NewHook(dir, l, probe.Options{Socket: sock, Hz: o.ProbeHz, RunDir: run.Dir,
-		OOMSnapshot: o.OOMSnapshot, AtomicSave: o.AtomicSave, RunID: run.ID}, f.Now)
+	h := probe.NewHook(dir, l, probe.Options{Socket: sock, AgentSocket: probe.AgentSocketFor(os.Getenv, f.Home()),
+		Hz: o.ProbeHz, RunDir: run.Dir, OOMSnapshot: o.OOMSnapshot, AtomicSave: o.AtomicSave, RunID: run.ID}, f.Now)
 	return h, func() {
 		l.Close()
 		// Forked workers that never dumped leave empty stack files.

@@ -4,7 +4,8 @@
 // `vramguard run` writes out (Install) and puts first on the job's PYTHONPATH
 // (Env). Python then imports its sitecustomize in every interpreter of the
 // job: the main process, forked DataLoader workers and any subprocess. Each
-// connects to a Unix socket (Listen) and reports JSON lines: allocator
+// connects to a Unix socket (Listen), and best effort to a second one, the
+// agent's (Options.AgentSocket), and reports JSON lines: allocator
 // statistics from torch.cuda.memory_stats, host RSS, optimizer steps,
 // torch.save events and CUDA OOMs (wire format: docs/PROBE.md). Summary folds
 // those messages into the "probe" object of `explain --json`;
@@ -55,6 +56,10 @@ const (
 	EnvAtomicSave  = "VRAMGUARD_ATOMIC_SAVE"
 	EnvRunID       = "VRAMGUARD_RUN_ID"
 	EnvAttempt     = "VRAMGUARD_ATTEMPT"
+	// EnvAgentSocket names a second socket that gets the same messages,
+	// best effort: the machine-wide agent's, for a job whose
+	// EnvSocket is its supervisor's (see AgentSocketFor).
+	EnvAgentSocket = "VRAMGUARD_AGENT_SOCKET"
 )
 
 // AgentSocketName is the socket, under the vramguard state directory, that
@@ -74,6 +79,12 @@ type Options struct {
 	// RunDir/oom-<attempt>-<pid>-<n>.{txt,pickle}; without it they are
 	// stacks-<pid>.txt and oom-<pid>-<n>.*.
 	Attempt int
+	// AgentSocket, when set, is a second socket the probe sends the same
+	// messages to, best effort: dialled from the sampler thread without
+	// waiting, tried again every 30 s while missing or dead, and never
+	// allowed to slow the job (a full buffer drops messages). Each process
+	// connects itself, so the agent's peer-pid check still holds.
+	AgentSocket string
 }
 
 // Files returns the embedded probe's files, relative to the probe directory.
@@ -155,7 +166,9 @@ func Install(dir string) (string, error) {
 }
 
 // Env returns env with the probe directory prepended to PYTHONPATH and the
-// probe's variables set (replacing any already there). It does not modify env.
+// probe's variables set (replacing any already there). EnvAgentSocket is set
+// only when o.AgentSocket is, and an inherited one is always removed. It
+// does not modify env.
 func Env(env []string, probeDir string, o Options) []string {
 	set := map[string]string{
 		EnvSocket:      o.Socket,
@@ -167,10 +180,10 @@ func Env(env []string, probeDir string, o Options) []string {
 		EnvAttempt:     strconv.Itoa(max(o.Attempt, 0)),
 	}
 	pythonPath := probeDir
-	out := make([]string, 0, len(env)+len(set)+1)
+	out := make([]string, 0, len(env)+len(set)+2)
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
-		if _, ours := set[k]; ours {
+		if _, ours := set[k]; ours || k == EnvAgentSocket {
 			continue
 		}
 		if k == "PYTHONPATH" {
@@ -185,7 +198,28 @@ func Env(env []string, probeDir string, o Options) []string {
 	for _, k := range []string{EnvSocket, EnvHz, EnvRunDir, EnvOOMSnapshot, EnvAtomicSave, EnvRunID, EnvAttempt} {
 		out = append(out, k+"="+set[k])
 	}
+	if o.AgentSocket != "" {
+		out = append(out, EnvAgentSocket+"="+o.AgentSocket)
+	}
 	return out
+}
+
+// AgentSocketFor is the socket a process would report to if no supervisor
+// redirected its probe, given its environment (getenv) and the vramguard
+// state directory home: an inherited EnvAgentSocket (the process already
+// runs under a supervisor that knew the agent, as a Jupyter server under
+// `vramguard run` does for its kernels), else an inherited EnvSocket (a
+// user's pointer to an agent listening elsewhere, `serve --probe-socket`),
+// else the agent's default socket under home. The socket need not exist:
+// the probe tries it again every 30 s, so an agent started later is found.
+func AgentSocketFor(getenv func(string) string, home string) string {
+	if s := getenv(EnvAgentSocket); s != "" {
+		return s
+	}
+	if s := getenv(EnvSocket); s != "" {
+		return s
+	}
+	return DefaultSocket(home)
 }
 
 func clampHz(hz float64) float64 {

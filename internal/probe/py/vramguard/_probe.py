@@ -11,6 +11,11 @@ Rules this module keeps, whatever happens:
 - It costs nothing until torch is imported beyond a dormant import hook, and
   it never blocks the job on the socket: sends are non-blocking, a full
   buffer drops messages (counted in the next sample's "dropped").
+- The agent's socket (VRAMGUARD_AGENT_SOCKET, set by `vramguard run` next to
+  its own socket) gets the same messages, best effort: it is never waited
+  for (a non-blocking connect at start, then retries from the sampler
+  thread every AGENT_RETRY_S seconds while it is missing or dead), and it
+  has a smaller buffer that drops when full.
 
 Standard library only. The wire format is documented in docs/PROBE.md.
 """
@@ -40,6 +45,7 @@ ENV_OOM_SNAPSHOT = "VRAMGUARD_OOM_SNAPSHOT"
 ENV_ATOMIC_SAVE = "VRAMGUARD_ATOMIC_SAVE"
 ENV_RUN_ID = "VRAMGUARD_RUN_ID"
 ENV_ATTEMPT = "VRAMGUARD_ATTEMPT"
+ENV_AGENT_SOCKET = "VRAMGUARD_AGENT_SOCKET"
 
 DEFAULT_HZ = 1.0
 MAX_HZ = 20.0
@@ -48,6 +54,9 @@ SNAPSHOT_MAX_ENTRIES = 100000
 MAX_OOM_DUMPS = 3  # summary/snapshot files per process
 MAX_OOM_EVENTS = 100  # "oom" lines per process
 MAX_PENDING = 4 << 20  # bytes buffered for a slow reader before dropping
+AGENT_MAX_PENDING = 256 << 10  # the same for the agent's socket
+AGENT_RETRY_S = 30.0  # between attempts to reach a missing or dead agent
+AGENT_FLUSH_S = 0.25  # at most this long at exit for the agent to take the last lines
 STACK_SIGNAL = signal.SIGUSR2
 SAVE_TMP_PREFIX = ".vramguard-save-"
 
@@ -106,7 +115,7 @@ def start_from_env():
     global _p
     try:
         cfg = _Config.from_env(os.environ)
-        if not cfg.socket_path and not cfg.atomic_save and not cfg.run_dir:
+        if not cfg.socket_path and not cfg.agent_path and not cfg.atomic_save and not cfg.run_dir:
             return
         with _start_lock:
             if _p is None:
@@ -140,6 +149,7 @@ class _Config:
         self.atomic_save = False
         self.run_id = ""
         self.attempt = 0
+        self.agent_path = ""
 
     def file_prefix(self, kind, pid):
         """RUN_DIR/<kind>-[<attempt>-]<pid>"""
@@ -156,6 +166,7 @@ class _Config:
         c.oom_snapshot = env.get(ENV_OOM_SNAPSHOT, "") not in ("", "0")
         c.atomic_save = env.get(ENV_ATOMIC_SAVE, "") not in ("", "0")
         c.run_id = env.get(ENV_RUN_ID, "")
+        c.agent_path = env.get(ENV_AGENT_SOCKET, "")
         try:
             c.attempt = max(int(env.get(ENV_ATTEMPT) or 0), 0)
         except ValueError:
@@ -191,24 +202,30 @@ def _default_socket(env):
 class _Conn:
     """A non-blocking unix stream connection with a bounded send buffer."""
 
-    def __init__(self, sock):
+    def __init__(self, sock, limit=MAX_PENDING):
         self.sock = sock
         self.buf = bytearray()
+        self.limit = limit
         self.lock = threading.Lock()
         self.dead = False
         self.dropped = 0
 
     @classmethod
-    def open(cls, path):
+    def open(cls, path, timeout=1.0, limit=MAX_PENDING):
+        """Connect to path, waiting at most timeout seconds (0: not at all;
+        a listener whose backlog is full then counts as absent)."""
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            s.settimeout(1.0)
+            if timeout > 0:
+                s.settimeout(timeout)
+            else:
+                s.setblocking(False)
             s.connect(path)
             s.setblocking(False)
         except (OSError, ValueError):
             s.close()
             return None
-        return cls(s)
+        return cls(s, limit)
 
     def send(self, data):
         if not self.lock.acquire(timeout=0.5):
@@ -217,7 +234,7 @@ class _Conn:
         try:
             if self.dead:
                 return
-            if len(self.buf) + len(data) > MAX_PENDING:
+            if len(self.buf) + len(data) > self.limit:
                 self.dropped += 1
                 return
             self.buf += data
@@ -283,7 +300,16 @@ class _Probe:
     def __init__(self, cfg):
         self.cfg = cfg
         self.pid = os.getpid()
-        self.conn = None
+        self.conn = None  # VRAMGUARD_PROBE_SOCKET
+        # VRAMGUARD_AGENT_SOCKET: a second reader of the same lines, best
+        # effort. It is dialled once at start without waiting, then again by
+        # the sampler thread (never the job's threads) AGENT_RETRY_S after a
+        # failed attempt or a dead connection, so an agent started or
+        # restarted later is found.
+        self.agent = None
+        self.agent_path = cfg.agent_path if cfg.agent_path and not _same_path(cfg.agent_path, cfg.socket_path) else ""
+        self.agent_next = 0.0  # time.monotonic() of the next attempt
+        self.hello = None
         self.failed = False
         self.stop_evt = threading.Event()
         self.thread = None
@@ -305,7 +331,7 @@ class _Probe:
             self._register_stacks()
         if cfg.socket_path:
             self.conn = _Conn.open(cfg.socket_path)
-        if self.conn is not None:
+        if self.conn is not None or self.agent_path:
             hello = {
                 "type": "hello",
                 "ppid": os.getppid(),
@@ -318,17 +344,19 @@ class _Probe:
                 "hz": cfg.hz,
                 "forked": forked,
             }
-            torch = sys.modules.get("torch")
-            if torch is not None:
-                hello["torch"] = str(getattr(torch, "__version__", ""))
-            self.send(hello)
+            self.hello = hello
+            self.send(self._hello())
+        if self.agent_path:
+            # The first attempt is the start-up's, so the agent hears all
+            # of a process it is there for; retries are the sampler's.
+            self.dial_agent()
         torch = sys.modules.get("torch")
         if torch is not None and not _initializing(torch):
             _on_torch_imported(torch)
         self.start_thread()
 
     def start_thread(self):
-        if self.conn is None or self.conn.dead or self.failed:
+        if self.failed or not (_alive(self.conn) or self.agent_path):
             return
         self.stop_evt = threading.Event()
         t = threading.Thread(target=self._loop, name="vramguard-probe", daemon=True)
@@ -344,16 +372,20 @@ class _Probe:
 
     def close(self, final):
         self.stop_thread(2.0)
-        conn = self.conn
-        if conn is not None and not conn.dead:
+        conn, agent = self.conn, self.agent
+        if _alive(conn) or _alive(agent):
             if final and not self.failed:
                 try:
                     self.send(self.sample())
                 except BaseException:
                     pass
                 self.send({"type": "bye"})
+        if _alive(conn):
             conn.flush(1.0)
             conn.close()
+        if _alive(agent):
+            agent.flush(AGENT_FLUSH_S)
+            agent.close()
         self._close_stacks()
         self._close_statm()
 
@@ -366,30 +398,74 @@ class _Probe:
                 pass
 
     def abandon(self):
-        """In a forked child: drop the parent's connection without a word."""
-        conn = self.conn
-        self.conn = None
-        if conn is not None:
-            try:
-                conn.sock.close()
-            except OSError:
-                pass
+        """In a forked child: drop the parent's connections without a word."""
+        conns = (self.conn, self.agent)
+        self.conn = self.agent = None
+        for conn in conns:
+            if conn is not None:
+                try:
+                    conn.sock.close()
+                except OSError:
+                    pass
         self._close_statm()  # the parent's /proc/<pid>/statm
 
     # sending --------------------------------------------------------------
 
     def send(self, msg):
-        conn = self.conn
-        if conn is None or conn.dead:
+        """Send msg on every open connection. A sample carries the count of
+        messages that connection has dropped."""
+        conn, agent = self.conn, self.agent
+        if not _alive(conn) and not _alive(agent):
             return
         msg["v"] = PROTOCOL
         msg["pid"] = self.pid
         msg["ts"] = time.time()
-        conn.send(_dumps(msg).encode("utf-8", "surrogateescape") + b"\n")
+        body = _dumps(msg)
+        line = None
+        sample = msg.get("type") == "sample"
+        for c in (conn, agent):
+            if not _alive(c):
+                continue
+            if sample and c.dropped:
+                c.send((body[:-1] + ',"dropped":%d}\n' % c.dropped).encode("utf-8", "surrogateescape"))
+                continue
+            if line is None:
+                line = (body + "\n").encode("utf-8", "surrogateescape")
+            c.send(line)
+
+    def _hello(self):
+        hello = dict(self.hello)
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            hello["torch"] = str(getattr(torch, "__version__", ""))
+        return hello
+
+    def dial_agent(self):
+        """Try the agent's socket once, without waiting; on success the new
+        connection gets this process's hello before anything else."""
+        self.agent_next = time.monotonic() + AGENT_RETRY_S
+        c = _Conn.open(self.agent_path, timeout=0, limit=AGENT_MAX_PENDING)
+        if c is None:
+            return
+        msg = self._hello()
+        msg["v"] = PROTOCOL
+        msg["pid"] = self.pid
+        msg["ts"] = time.time()
+        c.send((_dumps(msg) + "\n").encode("utf-8", "surrogateescape"))
+        old, self.agent = self.agent, c
+        if old is not None:
+            old.close()
+
+    def flush_now(self):
+        """The process may be about to die: give the supervisor's reader a
+        second to take what is buffered, the agent's none."""
+        if _alive(self.conn):
+            self.conn.flush(1.0)
+        if _alive(self.agent):
+            self.agent.flush(0)
 
     def reporting(self):
-        conn = self.conn
-        return conn is not None and not conn.dead and not self.failed
+        return not self.failed and (_alive(self.conn) or bool(self.agent_path))
 
     def fail(self, where, exc):
         """Report an internal failure once, then stay quiet."""
@@ -409,11 +485,17 @@ class _Probe:
         evt = self.stop_evt
         try:
             while not evt.is_set():
-                conn = self.conn
-                if conn is None or conn.dead:
+                wait = period
+                if self.agent_path and not _alive(self.agent) and time.monotonic() >= self.agent_next:
+                    self.dial_agent()
+                if _alive(self.conn) or _alive(self.agent):
+                    self.send(self.sample())
+                elif self.agent_path:
+                    # Nobody to sample for until the next attempt.
+                    wait = max(period, self.agent_next - time.monotonic())
+                else:
                     return
-                self.send(self.sample())
-                if evt.wait(period):
+                if evt.wait(wait):
                     return
         except BaseException as e:
             self.fail("sample", e)
@@ -437,9 +519,6 @@ class _Probe:
         cuda = self.cuda_stats()
         if cuda:
             msg["cuda"] = cuda
-        conn = self.conn
-        if conn is not None and conn.dropped:
-            msg["dropped"] = conn.dropped
         return msg
 
     def rss(self):
@@ -532,6 +611,14 @@ _STAT_KEYS = (
     ("num_alloc_retries", "num_alloc_retries"),
     ("num_ooms", "num_ooms"),
 )
+
+
+def _alive(conn):
+    return conn is not None and not conn.dead
+
+
+def _same_path(a, b):
+    return bool(b) and os.path.normpath(a) == os.path.normpath(b)
 
 
 def _rss():
@@ -929,8 +1016,7 @@ def _on_oom(source, device=None, alloc=None, limit=None, free=None, message=None
     except Exception:
         pass
     p.send(ev)
-    if p.conn is not None:
-        p.conn.flush(1.0)  # the process may be about to die
+    p.flush_now()
 
 
 def _dump_snapshot(tc, path):
