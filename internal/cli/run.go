@@ -206,12 +206,16 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
+	// `vramguard restart` and serve's restart endpoint signal the supervisor
+	restarts := make(chan os.Signal, 1)
+	signal.Notify(restarts, supervise.RestartSignal)
+	defer signal.Stop(restarts)
 
 	id := run.ID
 	so := supervise.Options{
 		RunID: id, Name: run.Name, Command: o.Command, Env: os.Environ(), RunDir: run.Dir, FirstAttempt: first,
 		Store: st, GPU: gb, Proc: procfs.FS{}, Cgroup: cgroup.Reader{},
-		Notify: f.IO.ErrOut, Signals: sigs,
+		Notify: f.IO.ErrOut, Signals: sigs, Restarts: restarts,
 		SampleInterval: o.SampleInterval, MemoryLimit: limit,
 		Restart: o.Restart, MaxRestarts: o.MaxRestarts, BackoffInitial: o.Backoff, BackoffMax: o.BackoffMax,
 		StableAfter: o.StableAfter, ResumeFrom: o.ResumeFrom, StallTimeout: o.StallTimeout, StopTimeout: o.StopTimeout,

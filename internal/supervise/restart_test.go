@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -209,7 +210,11 @@ func gone(pid int) bool { return !Alive(procfs.FS{}, pid, 0) }
 // never, and it resumes from the checkpoint that appeared meanwhile.
 func TestRestartSignal(t *testing.T) {
 	ck := t.TempDir()
-	h := start(t, job(false, 0), Options{Restart: RestartNever, ResumeFrom: ck, StopTimeout: 10 * time.Second})
+	// relayed as `vramguard run` relays it
+	restarts := make(chan os.Signal, 1)
+	signal.Notify(restarts, RestartSignal)
+	defer signal.Stop(restarts)
+	h := start(t, job(false, 0), Options{Restart: RestartNever, ResumeFrom: ck, StopTimeout: 10 * time.Second, Restarts: restarts})
 	first, resume := h.attempt(1)
 	if resume != "" {
 		t.Fatalf("attempt 1 resumed from %q in an empty directory", resume)

@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"math/rand"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -61,9 +60,8 @@ type Options struct {
 	Notify         io.Writer
 	// Signals delivers the supervisor's own SIGINT/SIGTERM/SIGHUP.
 	Signals <-chan os.Signal
-	// Restarts delivers requests to restart the running attempt now
-	// (RestartSignal). Nil makes Run listen for RestartSignal itself for as
-	// long as it runs, which is what `vramguard run` wants.
+	// Restarts delivers requests to restart the running attempt now (the
+	// caller relays RestartSignal, as `vramguard run` does); nil: none.
 	Restarts <-chan os.Signal
 
 	SampleInterval time.Duration
@@ -150,12 +148,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
 	s := &supervisor{o: o, restarts: o.Restarts}
-	if s.restarts == nil {
-		ch := make(chan os.Signal, 1)
-		signal.Notify(ch, RestartSignal)
-		defer signal.Stop(ch)
-		s.restarts = ch
-	}
 	var pm *Postmortem
 	first := max(o.FirstAttempt, 1)
 	// restarts counts the restarts the policy made; those asked for
