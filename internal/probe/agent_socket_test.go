@@ -3,11 +3,14 @@ package probe
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -15,13 +18,68 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // The agent socket (VRAMGUARD_AGENT_SOCKET): a job whose probe reports to its
 // supervisor sends the same messages, best effort, to the machine-wide
 // agent, each process over its own connection.
+
+// Local helpers, so this file does not depend on where the package's
+// shared test helpers live.
+
+// agentTestPython is the interpreter with PyTorch: Debian's, unless
+// VRAMGUARD_TEST_PYTHON names another (python3 on PATH may lack torch).
+func agentTestPython() string {
+	if p := os.Getenv("VRAMGUARD_TEST_PYTHON"); p != "" {
+		return p
+	}
+	return "/usr/bin/python3"
+}
+
+// jobCommand is name with args and env as its whole environment, in a fresh
+// directory, killed if it still runs after two minutes or when t ends.
+func jobCommand(t *testing.T, env []string, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = env
+	cmd.Dir = t.TempDir()
+	return cmd
+}
+
+type jobResult struct {
+	Stdout, Stderr string
+	Code, PID      int
+}
+
+// runJob runs cmd to its end; t fails only when it could not run at all.
+func runJob(t *testing.T, cmd *exec.Cmd) jobResult {
+	t.Helper()
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err := cmd.Run()
+	r := jobResult{Stdout: so.String(), Stderr: se.String()}
+	if cmd.ProcessState != nil {
+		r.Code, r.PID = cmd.ProcessState.ExitCode(), cmd.ProcessState.Pid()
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("run %v: %v\nstderr:\n%s", cmd.Args, err, r.Stderr)
+	}
+	return r
+}
+
+// buildVramguard builds the vramguard binary into t's temporary directory.
+func buildVramguard(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "vramguard")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/vramguard/vramguard/cmd/vramguard").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build vramguard: %v\n%s", err, out)
+	}
+	return bin
+}
 
 // recorder drains a Listener into a slice, so a probe is never held up by a
 // test that has not got round to reading yet.
@@ -73,6 +131,13 @@ func (r *recorder) wait(t *testing.T, what string, cond func([]Message) bool) []
 		r.cond.Wait()
 	}
 	return slices.Clone(r.msgs)
+}
+
+// closed waits until the listener has been closed and returns everything
+// it delivered.
+func (r *recorder) closed(t *testing.T) []Message {
+	t.Helper()
+	return r.wait(t, "the listener to close", func([]Message) bool { return r.done })
 }
 
 // gone waits until every pid's connection has closed.
@@ -194,7 +259,7 @@ func TestAgentSocketTraining(t *testing.T) {
 	agent := record(agentL)
 	runDir := t.TempDir()
 	env := jobEnv(t, Options{Socket: filepath.Join(dir, "sup.sock"), AgentSocket: agentL.Path(), Hz: 20, RunDir: runDir}, "TRAIN_STEPS=24")
-	r := testbin.Run(t, testbin.Command(t, env, testbin.Python(), scriptPath(t, "scripts/train_cpu.py"), runDir))
+	r := runJob(t, jobCommand(t, env, agentTestPython(), scriptPath(t, "scripts/train_cpu.py"), runDir))
 	if r.Code != 0 || r.Stderr != "" {
 		t.Fatalf("exit %d\nstderr:\n%s", r.Code, r.Stderr)
 	}
@@ -240,7 +305,7 @@ func TestAgentSocketCUDA(t *testing.T) {
 	agent := record(agentL)
 	env := jobEnv(t, Options{Socket: filepath.Join(dir, "sup.sock"), AgentSocket: agentL.Path(), Hz: 20, RunDir: t.TempDir()},
 		"MODE=observer", "FAKECUDA_LOG="+filepath.Join(t.TempDir(), "fake.log"))
-	r := testbin.Run(t, testbin.Command(t, env, testbin.Python(), scriptPath(t, "scripts/cuda_fake.py")))
+	r := runJob(t, jobCommand(t, env, agentTestPython(), scriptPath(t, "scripts/cuda_fake.py")))
 	if r.Code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s", r.Code, r.Stderr)
 	}
@@ -276,8 +341,8 @@ func TestAgentSocketAbsent(t *testing.T) {
 	dir := sockDir(t)
 	out := t.TempDir()
 	script := scriptPath(t, "scripts/outputs.py")
-	base := testbin.Run(t, testbin.Command(t, []string{"PATH=/usr/bin:/bin", "HOME=" + os.TempDir(), "LANG=C.UTF-8", "OMP_NUM_THREADS=1"},
-		testbin.Python(), script, out))
+	base := runJob(t, jobCommand(t, []string{"PATH=/usr/bin:/bin", "HOME=" + os.TempDir(), "LANG=C.UTF-8", "OMP_NUM_THREADS=1"},
+		agentTestPython(), script, out))
 	if base.Code != 1 || !strings.Contains(base.Stderr, "ValueError: validation failed at 42") {
 		t.Fatalf("baseline: exit %d\n%s", base.Code, base.Stderr)
 	}
@@ -304,7 +369,7 @@ func TestAgentSocketAbsent(t *testing.T) {
 			supL := listenIn(t, dir, fmt.Sprintf("sup%d.sock", i))
 			sup := record(supL)
 			env := jobEnv(t, Options{Socket: supL.Path(), AgentSocket: tc.agent, Hz: 20, RunDir: t.TempDir()})
-			r := testbin.Run(t, testbin.Command(t, env, testbin.Python(), script, out))
+			r := runJob(t, jobCommand(t, env, agentTestPython(), script, out))
 			if r.Code != base.Code || r.Stdout != base.Stdout || r.Stderr != base.Stderr {
 				t.Errorf("with the probe: exit %d\nstdout %q\nstderr %q\nwithout: exit %d\nstdout %q\nstderr %q",
 					r.Code, r.Stdout, r.Stderr, base.Code, base.Stdout, base.Stderr)
@@ -375,7 +440,7 @@ func TestAgentSocketLateAndRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := jobEnv(t, Options{Socket: filepath.Join(dir, "sup.sock"), AgentSocket: agentPath, Hz: 20})
-	cmd := testbin.Command(t, env, testbin.Python(), script)
+	cmd := jobCommand(t, env, agentTestPython(), script)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -405,6 +470,7 @@ func TestAgentSocketLateAndRestarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { first.Close() })
 	a1 := record(first)
 	io.WriteString(stdin, "go\n")
 	expect("connected")
@@ -421,13 +487,18 @@ func TestAgentSocketLateAndRestarted(t *testing.T) {
 		t.Fatalf("job: %v\nstderr:\n%s", err, stderr.String())
 	}
 	sm := sup.gone(t, pid)
-	for name, ms := range map[string][]Message{"first agent": a1.wait(t, "", func([]Message) bool { return true }), "second agent": a2.gone(t, pid)} {
-		if len(ms) == 0 || ms[0].Type != TypeHello || ms[0].PeerPID != pid || ms[0].PID != pid {
-			t.Errorf("%s: first message %+v, want hello from pid %d", name, ms[0], pid)
+	am1, am2 := a1.closed(t), a2.gone(t, pid)
+	for _, c := range []struct {
+		name string
+		ms   []Message
+	}{{"first agent", am1}, {"restarted agent", am2}} {
+		if len(c.ms) == 0 || c.ms[0].Type != TypeHello || c.ms[0].PeerPID != pid || c.ms[0].PID != pid {
+			t.Errorf("%s: %d messages, want hello from pid %d first", c.name, len(c.ms), pid)
 		}
 	}
-	checkSameStream(t, pid, sm, a2.gone(t, pid))
-	if len(ofType(a2.gone(t, pid), pid, TypeBye)) != 1 {
+	checkSameStream(t, pid, sm, am1)
+	checkSameStream(t, pid, sm, am2)
+	if len(ofType(am2, pid, TypeBye)) != 1 {
 		t.Errorf("the restarted agent got no bye")
 	}
 	if n := len(ofType(sm, pid, TypeHello)); n != 1 {
@@ -480,7 +551,7 @@ func TestAgentSocketWedged(t *testing.T) {
 	// 0.01 Hz: after the first, no sample of the sampler's own comes
 	// between the flood and the sample the script sends.
 	env := jobEnv(t, Options{Socket: supL.Path(), AgentSocket: agentPath, Hz: 0.01})
-	cmd := testbin.Command(t, env, testbin.Python(), script)
+	cmd := jobCommand(t, env, agentTestPython(), script)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	var stderr bytes.Buffer
@@ -619,6 +690,7 @@ print(json.dumps({"job": os.getpid(), "probe": os.environ.get("VRAMGUARD_PROBE_S
 // without it. The post-mortem and the agent both hear the job's process.
 func TestAgentSocketUnderRun(t *testing.T) {
 	t.Parallel()
+	bin := buildVramguard(t)
 	cases := []struct {
 		name string
 		// env is vramguard's extra environment, given the state directory
@@ -647,16 +719,16 @@ func TestAgentSocketUnderRun(t *testing.T) {
 			agent := record(agentL)
 			env := append([]string{"PATH=/usr/bin:/bin", "HOME=" + os.TempDir(), "LANG=C.UTF-8", "OMP_NUM_THREADS=1", "VRAMGUARD_HOME=" + home},
 				tc.env(home, dir)...)
-			cmd := testbin.Vramguard(t, env, "run", "--json", "--", testbin.Python(), "-c", underRunJob)
-			cmd.Dir = t.TempDir()
-			r := testbin.Run(t, cmd)
+			r := runJob(t, jobCommand(t, env, bin, "run", "--json", "--", agentTestPython(), "-c", underRunJob))
 			var pm struct {
 				RunID string `json:"run_id"`
 				Probe *struct {
 					PIDs []int `json:"pids"`
 				} `json:"probe"`
 			}
-			r.JSON(t, &pm)
+			if err := json.Unmarshal([]byte(r.Stdout), &pm); err != nil || r.Code != 0 {
+				t.Fatalf("vramguard run --json: exit %d, %v\nstdout:\n%s\nstderr:\n%s", r.Code, err, r.Stdout, r.Stderr)
+			}
 			// Under --json the job's stdout goes to vramguard's stderr.
 			var job struct {
 				PID   int    `json:"job"`
