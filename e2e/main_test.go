@@ -5,16 +5,15 @@ package e2e
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 var (
@@ -23,23 +22,13 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "vramguard-e2e-")
-	if err != nil {
-		panic(err)
-	}
-	bin = filepath.Join(dir, "vramguard")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/vramguard").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build vramguard: %v\n%s", err, out)
+	var err error
+	if bin, err = testbin.Build(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	python = "/usr/bin/python3"
-	if p := os.Getenv("VRAMGUARD_TEST_PYTHON"); p != "" {
-		python = p
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	python = testbin.Python()
+	testbin.Main(m)
 }
 
 // env is one isolated state directory.
@@ -53,6 +42,11 @@ func newEnv(t *testing.T) *env {
 	return &env{t: t, home: t.TempDir()}
 }
 
+// environ is this process's environment with the env's state directory.
+func (e *env) environ() []string {
+	return append(os.Environ(), "VRAMGUARD_HOME="+e.home)
+}
+
 type result struct {
 	stdout, stderr string
 	code           int
@@ -61,27 +55,15 @@ type result struct {
 // run runs vramguard with args and waits (bounded) for it.
 func (e *env) run(args ...string) result {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "VRAMGUARD_HOME="+e.home)
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		e.t.Fatalf("run %v: %v", args, err)
-	}
-	return result{so.String(), se.String(), code}
+	r := testbin.Run(e.t, testbin.Vramguard(e.t, e.environ(), args...))
+	return result{r.Stdout, r.Stderr, r.Code}
 }
 
 // start starts vramguard in the background.
 func (e *env) start(args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
 	e.t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "VRAMGUARD_HOME="+e.home)
+	cmd.Env = e.environ()
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -95,27 +77,15 @@ func (e *env) start(args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
 // explain returns `explain --json` of ref as a map.
 func (e *env) explain(ref string) map[string]any {
 	e.t.Helper()
-	r := e.run("explain", "--json", ref)
-	if r.code != 0 {
-		e.t.Fatalf("explain %s: exit %d: %s", ref, r.code, r.stderr)
-	}
 	var m map[string]any
-	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil {
-		e.t.Fatalf("explain --json is not JSON: %v\n%s", err, r.stdout)
-	}
+	testbin.Run(e.t, testbin.Vramguard(e.t, e.environ(), "explain", "--json", ref)).JSON(e.t, &m)
 	return m
 }
 
-// waitFor polls cond every 20ms until it holds or d passes.
+// waitFor polls cond until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testbin.WaitFor(t, d, what, cond)
 }
 
 func job(name string) string {
@@ -123,16 +93,8 @@ func job(name string) string {
 	return p
 }
 
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// A zombie is dead for our purposes.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
+// alive reports whether pid runs; a zombie is dead for our purposes.
+func alive(pid int) bool { return testbin.Alive(pid) }
 
 func strs(v any) []string {
 	var out []string

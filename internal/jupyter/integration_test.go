@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,44 +27,13 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/vramguard/vramguard/internal/jupyter"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
-const python = "/usr/bin/python3"
+// python is the interpreter with ipykernel: Debian's, which has torch too.
+var python = testbin.Python()
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
-	os.Exit(code)
-}
-
-// vramguardBin builds the binary once per test process.
-func vramguardBin(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "vramguard-jupyter-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "vramguard")
-		out, err := exec.Command("go", "build", "-o", binPath, "../../cmd/vramguard").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build vramguard: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+func TestMain(m *testing.M) { testbin.Main(m) }
 
 // lab is one isolated Jupyter installation: its own data, runtime and
 // config directories, notebook root and vramguard state.
@@ -91,7 +59,7 @@ func newLab(t *testing.T) *lab {
 		t.Fatalf("%s cannot import ipykernel: install python3-ipykernel", python)
 	}
 	d := t.TempDir()
-	l := &lab{t: t, bin: vramguardBin(t), data: filepath.Join(d, "data"), config: filepath.Join(d, "config"),
+	l := &lab{t: t, bin: testbin.Path(t), data: filepath.Join(d, "data"), config: filepath.Join(d, "config"),
 		root: filepath.Join(d, "notebooks"), home: filepath.Join(d, "state"), ipython: filepath.Join(d, "ipython")}
 	l.runtime = filepath.Join(l.data, "runtime")
 	for _, p := range []string{l.data, l.config, l.root, l.home, l.ipython, filepath.Join(l.root, "sub")} {
@@ -115,28 +83,10 @@ func (l *lab) env() []string {
 		"JUPYTER_PATH="+l.data, "IPYTHONDIR="+l.ipython, "VRAMGUARD_HOME="+l.home, "JUPYTER_PLATFORM_DIRS=0")
 }
 
-type result struct {
-	stdout, stderr string
-	code           int
-}
-
 // vg runs vramguard with the lab's environment.
-func (l *lab) vg(args ...string) result {
+func (l *lab) vg(args ...string) testbin.Result {
 	l.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, l.bin, args...)
-	cmd.Env = l.env()
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		l.t.Fatalf("vramguard %v: %v", args, err)
-	}
-	return result{so.String(), se.String(), code}
+	return testbin.Run(l.t, testbin.Command(l.t, l.env(), l.bin, args...))
 }
 
 func freePort(t *testing.T) int {
@@ -179,7 +129,7 @@ func (l *lab) startServer() {
 		}
 	})
 	file := filepath.Join(l.runtime, fmt.Sprintf("jpserver-%d.json", cmd.Process.Pid))
-	waitFor(t, 30*time.Second, "the server's runtime file and API", func() bool {
+	testbin.WaitFor(t, 30*time.Second, "the server's runtime file and API", func() bool {
 		s, err := jupyter.ParseServerFile(file)
 		if err != nil {
 			return false
@@ -204,8 +154,6 @@ func (l *lab) stopServer() {
 	}
 }
 
-// waitFor polls cond until it holds or d passes; onTimeout (optional) logs
-// what was seen last.
 // killStrayKernels kills what is left of the lab's kernels (supervisors
 // included) after a failed test, found by their connection files.
 func (l *lab) killStrayKernels() {
@@ -220,20 +168,6 @@ func (l *lab) killStrayKernels() {
 			l.t.Logf("killing stray kernel process %d", pid)
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool, onTimeout ...func()) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			for _, f := range onTimeout {
-				f()
-			}
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -383,17 +317,12 @@ type kernelEntry struct {
 func (l *lab) kernels() map[string]kernelEntry {
 	l.t.Helper()
 	r := l.vg("kernels", "--json", "--gpu-backend", "none", "--runtime-dir", l.runtime)
-	if r.code != 0 {
-		l.t.Fatalf("kernels --json: exit %d: %s", r.code, r.stderr)
-	}
 	var es []kernelEntry
-	if err := json.Unmarshal([]byte(r.stdout), &es); err != nil {
-		l.t.Fatalf("kernels --json is not a JSON list: %v\n%s", err, r.stdout)
-	}
+	r.JSON(l.t, &es)
 	out := map[string]kernelEntry{}
 	for _, e := range es {
 		if e.GPUBytes == nil || e.RSSBytes == nil || e.IdleS == nil {
-			l.t.Fatalf("kernels --json: an entry lacks gpu_bytes, rss_bytes or idle_s: %s", r.stdout)
+			l.t.Fatalf("kernels --json: an entry lacks gpu_bytes, rss_bytes or idle_s: %s", r.Stdout)
 		}
 		out[e.KernelID] = e
 	}
@@ -402,14 +331,8 @@ func (l *lab) kernels() map[string]kernelEntry {
 
 func (l *lab) explain(run string) map[string]any {
 	l.t.Helper()
-	r := l.vg("explain", "--json", run)
-	if r.code != 0 {
-		l.t.Fatalf("explain %s: exit %d: %s", run, r.code, r.stderr)
-	}
 	var m map[string]any
-	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil {
-		l.t.Fatalf("explain --json: %v", err)
-	}
+	l.vg("explain", "--json", run).JSON(l.t, &m)
 	return m
 }
 
@@ -422,16 +345,6 @@ func attemptReasons(m map[string]any) []string {
 		out = append(out, r)
 	}
 	return out
-}
-
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 // selfReport is what a kernel says of itself: its pid and resident memory.
@@ -462,8 +375,8 @@ func TestJupyterKernels(t *testing.T) {
 	const limit = "256m"
 
 	// The kernelspec, as Jupyter itself sees it.
-	if r := l.vg("jupyter", "install", "--user", "--python", python, "--memory-limit", limit, "--", "--sample-interval", "100ms"); r.code != 0 {
-		t.Fatalf("jupyter install: exit %d: %s", r.code, r.stderr)
+	if r := l.vg("jupyter", "install", "--user", "--python", python, "--memory-limit", limit, "--", "--sample-interval", "100ms"); r.Code != 0 {
+		t.Fatalf("jupyter install: exit %d: %s", r.Code, r.Stderr)
 	}
 	specs := l.kernelspecs()
 	if !strings.Contains(specs, `"vramguard"`) {
@@ -532,7 +445,7 @@ func TestJupyterKernels(t *testing.T) {
 		t.Fatalf("the kernel survived allocating past its %s limit: %+v", limit, ex)
 	}
 	var last kernelEntry
-	waitFor(t, 45*time.Second, "Jupyter to restart the killed kernel", func() bool {
+	testbin.WaitFor(t, 45*time.Second, "Jupyter to restart the killed kernel", func() bool {
 		last = l.kernels()[sa.Kernel.ID]
 		return last.PID != 0 && last.PID != pidA
 	}, func() { t.Logf("last seen: %+v", last) })
@@ -544,7 +457,7 @@ func TestJupyterKernels(t *testing.T) {
 	if e := l.kernels()[sa.Kernel.ID]; e.RunID != runA {
 		t.Errorf("the restarted kernel is run %q, want the same run %q", e.RunID, runA)
 	}
-	if alive(pidA) {
+	if testbin.Alive(pidA) {
 		t.Errorf("the killed kernel %d is still alive", pidA)
 	}
 
@@ -564,11 +477,11 @@ func TestJupyterKernels(t *testing.T) {
 
 	// Selection lists and does nothing without --yes.
 	r := l.vg("kernels", "shutdown", "--idle-longer-than", "0s", "--runtime-dir", l.runtime, "--gpu-backend", "none")
-	if r.code != 0 || !strings.Contains(r.stdout, "would shutdown") || !strings.Contains(r.stdout, "b.ipynb") {
-		t.Fatalf("shutdown --idle-longer-than 0s: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "would shutdown") || !strings.Contains(r.Stdout, "b.ipynb") {
+		t.Fatalf("shutdown --idle-longer-than 0s: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
-	if r := l.vg("kernels", "shutdown", "--holding-gpu", "--yes", "--runtime-dir", l.runtime, "--gpu-backend", "none"); r.code != 0 || !strings.Contains(r.stderr, "no kernel matches") {
-		t.Fatalf("shutdown --holding-gpu without GPU memory: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	if r := l.vg("kernels", "shutdown", "--holding-gpu", "--yes", "--runtime-dir", l.runtime, "--gpu-backend", "none"); r.Code != 0 || !strings.Contains(r.Stderr, "no kernel matches") {
+		t.Fatalf("shutdown --holding-gpu without GPU memory: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	if ks := l.kernels(); ks[sa.Kernel.ID].PID == 0 || ks[sb.Kernel.ID].PID == 0 {
 		t.Fatalf("a listing-only selection shut kernels down")
@@ -576,9 +489,9 @@ func TestJupyterKernels(t *testing.T) {
 
 	// Interrupt a running cell in A.
 	id := ka2.send("import time; time.sleep(120)")
-	waitFor(t, 40*time.Second, "A to be busy", func() bool { return l.kernels()[sa.Kernel.ID].ExecutionState == "busy" })
-	if r := l.vg("kernels", "interrupt", "a.ipynb", "--runtime-dir", l.runtime, "--gpu-backend", "none"); r.code != 0 {
-		t.Fatalf("kernels interrupt: exit %d: %s", r.code, r.stderr)
+	testbin.WaitFor(t, 40*time.Second, "A to be busy", func() bool { return l.kernels()[sa.Kernel.ID].ExecutionState == "busy" })
+	if r := l.vg("kernels", "interrupt", "a.ipynb", "--runtime-dir", l.runtime, "--gpu-backend", "none"); r.Code != 0 {
+		t.Fatalf("kernels interrupt: exit %d: %s", r.Code, r.Stderr)
 	}
 	if ex := ka2.wait(id, 40*time.Second); ex.ename != "KeyboardInterrupt" {
 		t.Fatalf("interrupted cell: %+v, want KeyboardInterrupt", ex)
@@ -587,10 +500,10 @@ func TestJupyterKernels(t *testing.T) {
 	// Restart A on purpose: the same run goes on, and no notice follows a
 	// restart that was asked for.
 	pidA2 := l.kernels()[sa.Kernel.ID].PID
-	if r := l.vg("kernels", "restart", sa.Kernel.ID[:8], "--runtime-dir", l.runtime, "--gpu-backend", "none"); r.code != 0 {
-		t.Fatalf("kernels restart: exit %d: %s", r.code, r.stderr)
+	if r := l.vg("kernels", "restart", sa.Kernel.ID[:8], "--runtime-dir", l.runtime, "--gpu-backend", "none"); r.Code != 0 {
+		t.Fatalf("kernels restart: exit %d: %s", r.Code, r.Stderr)
 	}
-	waitFor(t, 45*time.Second, "A's restarted kernel", func() bool {
+	testbin.WaitFor(t, 45*time.Second, "A's restarted kernel", func() bool {
 		last = l.kernels()[sa.Kernel.ID]
 		return last.PID != 0 && last.PID != pidA2
 	}, func() { t.Logf("last seen: %+v", last) })
@@ -604,8 +517,8 @@ func TestJupyterKernels(t *testing.T) {
 
 	// Shut the idle kernel B down by its notebook.
 	r = l.vg("kernels", "shutdown", "b.ipynb", "--runtime-dir", l.runtime, "--gpu-backend", "none")
-	if r.code != 0 {
-		t.Fatalf("kernels shutdown b.ipynb: exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("kernels shutdown b.ipynb: exit %d: %s", r.Code, r.Stderr)
 	}
 	kernels, err := l.client.Kernels(ctx)
 	if err != nil {
@@ -616,9 +529,9 @@ func TestJupyterKernels(t *testing.T) {
 			t.Fatalf("kernel of b.ipynb still listed by the server after shutdown")
 		}
 	}
-	waitFor(t, 15*time.Second, "B's kernel process to exit", func() bool { return !alive(pidB) })
+	testbin.WaitFor(t, 15*time.Second, "B's kernel process to exit", func() bool { return !testbin.Alive(pidB) })
 	runB := ks[sb.Kernel.ID].RunID
-	waitFor(t, 15*time.Second, "B's run to finish", func() bool { return l.explain(runB)["status"] == "finished" })
+	testbin.WaitFor(t, 15*time.Second, "B's run to finish", func() bool { return l.explain(runB)["status"] == "finished" })
 	if reasons := attemptReasons(l.explain(runB)); len(reasons) != 1 || reasons[0] != "success" {
 		t.Errorf("B's run after shutdown: attempts %v, want one that ended with success", reasons)
 	}
@@ -631,8 +544,8 @@ func TestJupyterKernels(t *testing.T) {
 	if left := l.leftovers(); len(left) == 0 {
 		t.Fatalf("the leftover check finds nothing even before uninstall")
 	}
-	if r := l.vg("jupyter", "uninstall", "--user"); r.code != 0 {
-		t.Fatalf("jupyter uninstall: exit %d: %s", r.code, r.stderr)
+	if r := l.vg("jupyter", "uninstall", "--user"); r.Code != 0 {
+		t.Fatalf("jupyter uninstall: exit %d: %s", r.Code, r.Stderr)
 	}
 	if specs := l.kernelspecs(); strings.Contains(specs, "vramguard") {
 		t.Errorf("Jupyter still lists a vramguard kernelspec: %s", specs)

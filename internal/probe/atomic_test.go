@@ -3,15 +3,12 @@ package probe
 import (
 	"archive/zip"
 	"bufio"
-	"context"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 type loaded struct {
@@ -38,10 +35,7 @@ func TestAtomicSaveSurvivesSIGKILL(t *testing.T) {
 			l := listen(t)
 			env := Env(baseEnv(), probeDir(t), Options{Socket: l.Path(), AtomicSave: atomic})
 
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, python, testdata(t, "scripts/save_kill.py"), ckpt)
-			cmd.Env = env
+			cmd := pythonCmd(t, env, testdata(t, "scripts/save_kill.py"), ckpt)
 			stdin, err := cmd.StdinPipe() // kept open: the blocker waits on it
 			if err != nil {
 				t.Fatal(err)

@@ -3,55 +3,25 @@ package probe
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // End to end through the vramguard binary: `vramguard run` injects the
 // probe, and `vramguard explain --json` shows what it saw.
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-func vramguardBin(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		var dir string
-		dir, binErr = os.MkdirTemp("", "vgbin-")
-		if binErr != nil {
-			return
-		}
-		binPath = filepath.Join(dir, "vramguard")
-		out, err := exec.Command("go", "build", "-o", binPath, "../../cmd/vramguard").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("build vramguard: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
-
+// vramguardCmd is the binary with the small fixed environment of baseEnv
+// and home as its state directory, run in a fresh directory.
 func vramguardCmd(t *testing.T, home string, args ...string) *exec.Cmd {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, vramguardBin(t), args...)
-	cmd.Env = baseEnv("VRAMGUARD_HOME=" + home)
+	cmd := testbin.Vramguard(t, baseEnv("VRAMGUARD_HOME="+home), args...)
 	cmd.Dir = t.TempDir()
 	return cmd
 }
@@ -76,15 +46,10 @@ type explainDoc struct {
 
 func explain(t *testing.T, home, run string) (explainDoc, []byte) {
 	t.Helper()
-	out, err := vramguardCmd(t, home, "explain", "--json", run).Output()
-	if err != nil {
-		t.Fatalf("explain --json %s: %v", run, err)
-	}
+	r := testbin.Run(t, vramguardCmd(t, home, "explain", "--json", run))
 	var doc explainDoc
-	if err := json.Unmarshal(out, &doc); err != nil {
-		t.Fatalf("explain --json: %v\n%s", err, out)
-	}
-	return doc, out
+	r.JSON(t, &doc)
+	return doc, []byte(r.Stdout)
 }
 
 // Acceptance 1: a real CPU training loop under `vramguard run`: optimizer
@@ -93,17 +58,12 @@ func TestE2ERunExplainProbe(t *testing.T) {
 	t.Parallel()
 	home := t.TempDir()
 	out := t.TempDir()
-	cmd := vramguardCmd(t, home, "run", "--json", "--", python, testdata(t, "scripts/train_cpu.py"), out)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("vramguard run: %v\n%s", err, stderr.String())
-	}
+	r := testbin.Run(t, vramguardCmd(t, home, "run", "--json", "--", python, testdata(t, "scripts/train_cpu.py"), out))
 	var pm struct {
 		RunID string `json:"run_id"`
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &pm); err != nil || pm.RunID == "" {
-		t.Fatalf("run --json: %v\n%s", err, stdout.String())
+	if r.JSON(t, &pm); pm.RunID == "" {
+		t.Fatalf("run --json has no run_id:\n%s", r.Stdout)
 	}
 	// The job's stdout goes to vramguard's stderr under --json; its last
 	// line is the job's report.
@@ -113,7 +73,7 @@ func TestE2ERunExplainProbe(t *testing.T) {
 		WorkerPIDs []int `json:"worker_pids"`
 		FinalBytes int64 `json:"final_bytes"`
 	}
-	for _, line := range strings.Split(stderr.String(), "\n") {
+	for _, line := range strings.Split(r.Stderr, "\n") {
 		if i := strings.Index(line, `{"pid"`); i >= 0 {
 			json.Unmarshal([]byte(line[i:]), &rep)
 		}

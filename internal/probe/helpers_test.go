@@ -2,9 +2,7 @@ package probe
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,11 +10,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // python is Debian's interpreter with python3-torch; `python3` on PATH may
 // be another one.
-const python = "/usr/bin/python3"
+var python = testbin.Python()
 
 var (
 	installOnce sync.Once
@@ -73,27 +73,12 @@ func (r result) lastJSON(t *testing.T, v any) {
 
 func runPython(t *testing.T, env []string, stdin []byte, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, python, args...)
-	cmd.Env = env
-	cmd.Dir = t.TempDir()
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd := pythonCmd(t, env, args...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
-	err := cmd.Run()
-	r := result{stdout: out.Bytes(), stderr: errb.Bytes()}
-	if cmd.ProcessState != nil {
-		r.pid = cmd.ProcessState.Pid()
-		r.code = cmd.ProcessState.ExitCode()
-	}
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatalf("run python %v: %v\nstderr:\n%s", args, err, r.stderr)
-	}
-	return r
+	r := testbin.Run(t, cmd)
+	return result{stdout: []byte(r.Stdout), stderr: []byte(r.Stderr), code: r.Code, pid: r.PID}
 }
 
 // listen starts a Listener on a socket in a fresh directory.
@@ -158,12 +143,11 @@ func dumpMessages(t *testing.T, msgs []Message) {
 	}
 }
 
+// pythonCmd is python with args, bounded, with env as its whole environment,
+// in a fresh directory.
 func pythonCmd(t *testing.T, env []string, args ...string) *exec.Cmd {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, python, args...)
-	cmd.Env = env
+	cmd := testbin.Command(t, env, python, args...)
 	cmd.Dir = t.TempDir()
 	return cmd
 }
@@ -175,8 +159,6 @@ func TestMain(m *testing.M) {
 	if installDir != "" {
 		os.RemoveAll(filepath.Dir(installDir))
 	}
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
+	testbin.Cleanup()
 	os.Exit(code)
 }

@@ -1,0 +1,195 @@
+// Package testbin is test support for the packages whose tests drive the
+// built vramguard binary (e2e, internal/jupyter, internal/probe): it builds
+// the binary once per test process, runs commands with a bound and captures
+// what they print and how they end, waits for conditions with a deadline,
+// and names the Python interpreter that has torch.
+//
+// Only _test.go files may import it. The vramguard binary must never: it
+// would link the testing package into what users run.
+package testbin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Timeout bounds every command made by Command: a hung command fails its
+// own test instead of running into the whole test binary's -timeout.
+const Timeout = 2 * time.Minute
+
+// pkg is built with the import path, so the build works from any package
+// directory of the module.
+const pkg = "github.com/vramguard/vramguard/cmd/vramguard"
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Build builds the vramguard binary into a temporary directory, once per
+// test process, and returns its path. Later calls return the first call's
+// result. Main (or Cleanup) removes the directory.
+func Build() (string, error) {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "vramguard-test-")
+		if err != nil {
+			buildErr = fmt.Errorf("build vramguard: %w", err)
+			return
+		}
+		binPath = filepath.Join(dir, "vramguard")
+		out, err := exec.Command("go", "build", "-o", binPath, pkg).CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("build vramguard: %v\n%s", err, out)
+		}
+	})
+	return binPath, buildErr
+}
+
+// Path is Build for a test: it fails t if the binary cannot be built.
+func Path(t testing.TB) string {
+	t.Helper()
+	p, err := Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Cleanup removes what Build made, if it made anything. Call it after
+// m.Run, when no test uses the binary any more.
+func Cleanup() {
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+}
+
+// Main runs the tests of m, removes the binary and exits with the tests'
+// status: a whole TestMain for packages with nothing else to set up.
+func Main(m *testing.M) {
+	code := m.Run()
+	Cleanup()
+	os.Exit(code)
+}
+
+// Python is the interpreter with PyTorch: Debian's /usr/bin/python3
+// (python3-torch), not whatever python3 comes first on PATH, unless
+// VRAMGUARD_TEST_PYTHON names another.
+func Python() string {
+	if p := os.Getenv("VRAMGUARD_TEST_PYTHON"); p != "" {
+		return p
+	}
+	return "/usr/bin/python3"
+}
+
+// Command returns name with args, killed if it still runs Timeout from now
+// or when t ends. env is its whole environment (nil: this process's).
+func Command(t testing.TB, env []string, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = env
+	return cmd
+}
+
+// Vramguard is Command for the binary under test.
+func Vramguard(t testing.TB, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	return Command(t, env, Path(t), args...)
+}
+
+// Result is what a finished command printed and how it ended.
+type Result struct {
+	// Args is the command line, the program's name first.
+	Args           []string
+	Stdout, Stderr string
+	// Code is the exit status; -1 when a signal ended the command.
+	Code int
+	PID  int
+}
+
+// Run runs cmd to its end, capturing its stdout and stderr (cmd's own
+// Stdout and Stderr are replaced). A command that ran and failed is a
+// Result with its Code; t fails only when cmd could not be run at all.
+func Run(t testing.TB, cmd *exec.Cmd) Result {
+	t.Helper()
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err := cmd.Run()
+	r := Result{Args: cmd.Args, Stdout: so.String(), Stderr: se.String()}
+	if cmd.ProcessState != nil {
+		r.Code = cmd.ProcessState.ExitCode()
+		r.PID = cmd.ProcessState.Pid()
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("run %s: %v\nstderr:\n%s", strings.Join(cmd.Args, " "), err, r.Stderr)
+	}
+	return r
+}
+
+// JSON decodes the command's stdout, a --json report, into v. It fails t
+// unless the command exited 0 and printed JSON there.
+func (r Result) JSON(t testing.TB, v any) {
+	t.Helper()
+	if r.Code != 0 {
+		t.Fatalf("%s: exit %d, want 0 and a JSON report\nstderr:\n%s", r.command(), r.Code, r.Stderr)
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), v); err != nil {
+		t.Fatalf("%s: stdout is not the JSON report: %v\n%s", r.command(), err, r.Stdout)
+	}
+}
+
+// command is the command line for messages, the program by its base name
+// (the binary's full path is a temporary directory's).
+func (r Result) command() string {
+	if len(r.Args) == 0 {
+		return "command"
+	}
+	return strings.Join(append([]string{filepath.Base(r.Args[0])}, r.Args[1:]...), " ")
+}
+
+// pollEvery is how often WaitFor checks its condition.
+const pollEvery = 20 * time.Millisecond
+
+// WaitFor checks cond until it holds, and fails t when d has passed first,
+// naming what it waited for. Each onTimeout runs before that failure, to log
+// what was seen last.
+func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool, onTimeout ...func()) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			for _, f := range onTimeout {
+				f()
+			}
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// Alive reports whether process pid exists and is not a zombie: a zombie
+// has ended, it only waits to be reaped.
+func Alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses and may
+	// itself contain ") ".
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
