@@ -36,10 +36,11 @@ with open(sys.argv[1], "w") as f:
 // Jupyter does when a kernel dies and is restarted: a first process that
 // dies, then a Python "kernel" that dumps what it was started with. The
 // kernel's probe must report to its own supervisor (the probe hook's
-// socket, which the post-mortem proves by listing the kernel's pid), never
-// to the agent's socket the supervisor's environment names, and the probe
-// must be on PYTHONPATH once. --no-probe leaves the probe, the notice
-// variable and the notice extension out.
+// socket, which the post-mortem proves by listing the kernel's pid) and, on
+// a connection of its own, to the agent's socket the supervisor's
+// environment names (VRAMGUARD_AGENT_SOCKET), and the probe must be on
+// PYTHONPATH once. --no-probe leaves the probe, the notice variable and the
+// notice extension out, and nothing reaches the agent.
 func TestKernelProbeEnv(t *testing.T) {
 	python, err := exec.LookPath("python3")
 	if err != nil {
@@ -158,9 +159,15 @@ func TestKernelProbeEnv(t *testing.T) {
 			// The kernel has exited: had its probe dialled the agent, the
 			// connection would be waiting in the backlog already.
 			agent.SetDeadline(time.Now().Add(50 * time.Millisecond))
-			if c, err := agent.Accept(); err == nil {
+			c, err := agent.Accept()
+			if err == nil {
 				c.Close()
-				t.Error("the kernel's probe connected to the agent's socket")
+			}
+			if dialled := err == nil; dialled != tt.probe {
+				t.Errorf("the kernel's probe connected to the agent's socket: %v, want %v", dialled, tt.probe)
+			}
+			if tt.probe && env[probe.EnvAgentSocket] != agentSock {
+				t.Errorf("%s = %q, want the agent's socket %q", probe.EnvAgentSocket, env[probe.EnvAgentSocket], agentSock)
 			}
 		})
 	}
