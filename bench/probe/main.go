@@ -23,8 +23,9 @@ import (
 )
 
 type config struct {
-	name string
-	hz   float64 // 0: no probe
+	name  string
+	hz    float64 // 0: no probe
+	agent string  // "": no agent socket; "listening": a second listener, as under `vramguard serve`; "absent": a path nobody listens on
 }
 
 type run struct {
@@ -37,14 +38,15 @@ func main() {
 	pairs := flag.Int("pairs", 20, "in-process on/off block pairs per rate (0: skip)")
 	steps := flag.Int("steps", 300, "optimizer steps per run")
 	python := flag.String("python", "/usr/bin/python3", "interpreter with torch")
+	agent := flag.Bool("agent", true, "also run the probe reporting to an agent socket too (listening, and absent)")
 	flag.Parse()
-	if err := bench(*runs, *steps, *pairs, *python); err != nil {
+	if err := bench(*runs, *steps, *pairs, *python, *agent); err != nil {
 		fmt.Fprintln(os.Stderr, "probe-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func bench(runs, steps, pairs int, python string) error {
+func bench(runs, steps, pairs int, python string, agent bool) error {
 	tmp, err := os.MkdirTemp("", "vgbench-")
 	if err != nil {
 		return err
@@ -90,7 +92,23 @@ func bench(runs, steps, pairs int, python string) error {
 	if err != nil {
 		return err
 	}
-	configs := []config{{"without probe", 0}, {"probe 1 Hz", 1}, {"probe 20 Hz", 20}}
+	configs := []config{{"without probe", 0, ""}, {"probe 1 Hz", 1, ""}, {"probe 20 Hz", 20, ""}}
+	agentSock, absentSock := filepath.Join(tmp, "agent.sock"), filepath.Join(tmp, "absent.sock")
+	if agent {
+		// the machine-wide agent's socket, which a supervised job's probe
+		// also reports to (best effort): drained as the agent drains it
+		al, err := probe.Listen(agentSock)
+		if err != nil {
+			return err
+		}
+		defer al.Close()
+		go func() {
+			for range al.Messages() {
+			}
+		}()
+		configs = append(configs, config{"probe 1 Hz, agent listening", 1, "listening"},
+			config{"probe 1 Hz, agent absent", 1, "absent"}, config{"probe 20 Hz, agent listening", 20, "listening"})
+	}
 	res := make([][]run, len(configs))
 	base := []string{"PATH=/usr/bin:/bin", "HOME=" + tmp, "OMP_NUM_THREADS=1"}
 	for r := range runs {
@@ -99,7 +117,14 @@ func bench(runs, steps, pairs int, python string) error {
 			c := configs[i]
 			env := base
 			if c.hz > 0 {
-				env = probe.Env(base, dir, probe.Options{Socket: l.Path(), Hz: c.hz})
+				o := probe.Options{Socket: l.Path(), Hz: c.hz}
+				switch c.agent {
+				case "listening":
+					o.AgentSocket = agentSock
+				case "absent":
+					o.AgentSocket = absentSock
+				}
+				env = probe.Env(base, dir, o)
 			}
 			cmd := exec.Command(python, script, fmt.Sprint(steps))
 			cmd.Env = env
@@ -127,7 +152,7 @@ func bench(runs, steps, pairs int, python string) error {
 				cpu:     ps.UserTime() + ps.SystemTime(),
 				samples: n,
 			})
-			fmt.Fprintf(os.Stderr, "round %d %-14s loop %.3fs cpu %.3fs\n", r+1, c.name, rep.LoopS, (ps.UserTime() + ps.SystemTime()).Seconds())
+			fmt.Fprintf(os.Stderr, "round %d %-28s loop %.3fs cpu %.3fs\n", r+1, c.name, rep.LoopS, (ps.UserTime() + ps.SystemTime()).Seconds())
 		}
 	}
 	if runs > 0 {
