@@ -177,6 +177,33 @@ type kernelConn struct {
 	t       *testing.T
 	c       *websocket.Conn
 	session string
+	// in carries every message the kernel's channels send, read by one
+	// goroutine (a websocket read that times out closes the connection);
+	// closed when the connection is
+	in   chan []byte
+	rerr error // why in was closed
+}
+
+// next returns the next message, or false when d passed first; a closed
+// connection fails the test.
+func (k *kernelConn) next(d time.Duration) (message, bool) {
+	k.t.Helper()
+	select {
+	case b, ok := <-k.in:
+		if !ok {
+			k.t.Fatalf("kernel channels closed: %v", k.rerr)
+		}
+		var m message
+		if json.Unmarshal(b, &m) != nil {
+			return message{}, true
+		}
+		if m.MsgType == "" && m.Header != nil {
+			m.MsgType, _ = m.Header["msg_type"].(string)
+		}
+		return m, true
+	case <-time.After(d):
+		return message{}, false
+	}
 }
 
 func (l *lab) connect(kernelID string) *kernelConn {
@@ -193,9 +220,44 @@ func (l *lab) connect(kernelID string) *kernelConn {
 		t.Fatalf("connect to kernel %s: %v", kernelID, err)
 	}
 	c.SetReadLimit(64 << 20)
-	kc := &kernelConn{t: t, c: c, session: session}
+	kc := &kernelConn{t: t, c: c, session: session, in: make(chan []byte, 1024)}
+	go func() {
+		defer close(kc.in)
+		for {
+			_, b, err := c.Read(context.Background())
+			if err != nil {
+				kc.rerr = err
+				return
+			}
+			kc.in <- b
+		}
+	}()
 	t.Cleanup(func() { c.Close(websocket.StatusNormalClosure, "") })
+	kc.ready(30 * time.Second)
 	return kc
+}
+
+// ready waits until the kernel answers on shell and its iopub messages reach
+// this connection, as Jupyter's own clients do before the first cell: a
+// kernel just (re)started binds its sockets after its process appears, and
+// an iopub subscription made early can miss a cell's output and its idle
+// status. It sends kernel_info_request until an iopub message answers one.
+func (k *kernelConn) ready(d time.Duration) {
+	k.t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		id := k.request("kernel_info_request", map[string]any{})
+		for {
+			m, ok := k.next(time.Second)
+			if !ok {
+				break // no answer within a second: ask again
+			}
+			if pid, _ := m.ParentHeader["msg_id"].(string); pid == id && m.Channel == "iopub" {
+				return
+			}
+		}
+	}
+	k.t.Fatalf("the kernel's iopub messages did not reach the test within %s", d)
 }
 
 type message struct {
@@ -218,21 +280,27 @@ type execution struct {
 
 func (k *kernelConn) send(code string) string {
 	k.t.Helper()
+	return k.request("execute_request", map[string]any{"code": code, "silent": false, "store_history": true,
+		"user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true})
+}
+
+// request sends a shell request of msgType and returns its msg_id.
+func (k *kernelConn) request(msgType string, content map[string]any) string {
+	k.t.Helper()
 	var b [8]byte
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
 	msg := map[string]any{
-		"header": map[string]any{"msg_id": id, "username": "test", "session": k.session, "msg_type": "execute_request",
+		"header": map[string]any{"msg_id": id, "username": "test", "session": k.session, "msg_type": msgType,
 			"version": "5.3", "date": time.Now().UTC().Format(time.RFC3339Nano)},
 		"parent_header": map[string]any{}, "metadata": map[string]any{}, "buffers": []any{}, "channel": "shell",
-		"content": map[string]any{"code": code, "silent": false, "store_history": true, "user_expressions": map[string]any{},
-			"allow_stdin": false, "stop_on_error": true},
+		"content": content,
 	}
 	b2, _ := json.Marshal(msg)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := k.c.Write(ctx, websocket.MessageText, b2); err != nil {
-		k.t.Fatalf("send execute_request: %v", err)
+		k.t.Fatalf("send %s: %v", msgType, err)
 	}
 	return id
 }
@@ -241,21 +309,13 @@ func (k *kernelConn) send(code string) string {
 // idle status both seen) or the kernel restarts.
 func (k *kernelConn) wait(id string, d time.Duration) execution {
 	k.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
+	deadline := time.Now().Add(d)
 	var ex execution
 	replied, idle := false, false
 	for !(replied && idle) {
-		_, b, err := k.c.Read(ctx)
-		if err != nil {
-			k.t.Fatalf("waiting for cell %s: %v (so far: %+v)", id, err, ex)
-		}
-		var m message
-		if err := json.Unmarshal(b, &m); err != nil {
-			continue
-		}
-		if m.MsgType == "" && m.Header != nil {
-			m.MsgType, _ = m.Header["msg_type"].(string)
+		m, ok := k.next(time.Until(deadline))
+		if !ok {
+			k.t.Fatalf("waiting for cell %s: no reply and idle status within %s (so far: %+v, replied %v, idle %v)", id, d, ex, replied, idle)
 		}
 		if m.MsgType == "status" {
 			if st, _ := m.Content["execution_state"].(string); st == "restarting" || st == "dead" {
