@@ -106,7 +106,7 @@ func TestRestartDetachedRun(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
 		t.Fatalf("restart --json: %v\n%s", err, r.stdout)
 	}
-	if doc.Ended != 1 || doc.EndedReason != "interrupted" || doc.Attempt != 2 || doc.PID <= 0 {
+	if doc.Ended != 1 || doc.EndedReason != "restarted" || doc.Attempt != 2 || doc.PID <= 0 {
 		t.Errorf("restart --json: %+v", doc)
 	}
 	m := reCkptStep.FindStringSubmatch(doc.ResumeFrom)
@@ -139,7 +139,7 @@ func TestRestartDetachedRun(t *testing.T) {
 	}
 	pm := e.explain("rs")
 	detail := pm["attempts_detail"].([]any)
-	if len(detail) != 2 || detail[0].(map[string]any)["reason"] != "interrupted" ||
+	if len(detail) != 2 || detail[0].(map[string]any)["reason"] != "restarted" ||
 		!strings.Contains(fmt.Sprint(pm["restart_decision"]), "restarted by request") {
 		t.Errorf("explain: attempts %v, restart decision %v", detail, pm["restart_decision"])
 	}

@@ -32,8 +32,8 @@ func NewCmdRestart(f *Factory) *cobra.Command {
 SIGKILL after the run's --stop-timeout, as with stop; the supervisor then starts
 the next attempt at once. A run started with --resume-from resumes from the newest
 checkpoint that passes the check. The restart happens whatever --restart says and
-does not count against --max-restarts; the ended attempt's reason is interrupted,
-marked "restarted by request" (vramguard explain shows it).
+does not count against --max-restarts; the ended attempt's reason is "restarted"
+(vramguard explain shows it).
 
 Only the run's owner (or root) can restart it: the request is a signal
 (SIGUSR1) to the run's supervisor. Waits until the new attempt runs and prints it.`,

@@ -148,7 +148,7 @@ func deathNotice(ctx context.Context, st *store.Store, k *store.Kernel, home str
 // restarted on purpose.
 func isDeath(reason string) bool {
 	switch reason {
-	case "", diagnose.Success, diagnose.Interrupted:
+	case "", diagnose.Success, diagnose.Interrupted, diagnose.Restarted:
 		return false
 	}
 	return true

@@ -31,6 +31,7 @@ const (
 	DiskFull          = "disk_full"
 	Segfault          = "segfault"
 	Interrupted       = "interrupted"
+	Restarted         = "restarted"
 	Stalled           = "stalled"
 	Lost              = "lost"
 	StartFailed       = "start_failed"
@@ -39,7 +40,7 @@ const (
 // Reasons lists every code in documentation order.
 var Reasons = []string{Success, ExitError, PythonException, CUDAOOM, HostOOMKilled, Killed, ShmExhausted,
 	DataloaderDied, NCCLError, CUDAError, CUDAForkError, CUDAEnvError, CorruptCheckpoint, DiskFull, Segfault,
-	Interrupted, Stalled, Lost, StartFailed}
+	Interrupted, Restarted, Stalled, Lost, StartFailed}
 
 // Deterministic reports whether retrying the same command is expected to fail
 // the same way, so a restart policy should not retry it.
@@ -69,8 +70,11 @@ type Input struct {
 	PeakRSS, Limit uint64
 	LimitSource    string // "cgroup", "--memory-limit", "host"
 	// Interrupted is set when the user (Ctrl-C, SIGTERM, vramguard stop)
-	// ended the job; Stalled when the stall timeout did.
+	// ended the job; Restarted when a restart request (vramguard restart,
+	// the agent's API) ended the attempt so that the next one starts;
+	// Stalled when the stall timeout did.
 	Interrupted bool
+	Restarted   bool
 	Stalled     bool
 	StallDesc   string
 	// Stacks holds Python stacks collected from a stalled job.
@@ -186,6 +190,11 @@ func Classify(in Input) Verdict {
 		v.Summary = "the command could not be started"
 		v.Evidence = append(v.Evidence, in.StartErr.Error())
 		v.Advice = append(v.Advice, "Check the command name and that it is executable and on PATH.")
+		return v
+	case in.Restarted:
+		v.Reason = Restarted
+		v.Summary = "the attempt was restarted by request (vramguard restart or the agent's API)"
+		v.Evidence = append(v.Evidence, exitEvidence(in))
 		return v
 	case in.Interrupted:
 		v.Reason = Interrupted

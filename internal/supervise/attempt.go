@@ -96,12 +96,9 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	v := diagnose.Classify(in)
 	pm.Verdict = v
 	exitMsg := fmt.Sprintf("attempt %d ended: %s", n, pm.Reason)
-	if a.restarting && !s.interrupted {
-		// Ended on request so that the next attempt starts: the verdict
-		// says so rather than pointing at the SIGTERM it was given.
+	if pm.Reason == diagnose.Restarted && !s.interrupted {
+		// Ended on request so that the next attempt starts at once.
 		s.restartNow = true
-		pm.Summary = "the attempt was restarted by request (vramguard restart or the agent's API)"
-		pm.Advice = nil
 		pm.RestartDecision = "restarted by request: the next attempt starts at once, whatever --restart says, and does not count against --max-restarts"
 		exitMsg += " (restarted by request)"
 	}
@@ -590,7 +587,8 @@ func (a *running) unsavedCheck(ctx context.Context, now time.Time) {
 
 // input gathers the evidence for diagnose once the attempt ended.
 func (a *running) input() diagnose.Input {
-	in := diagnose.Input{Interrupted: (a.interrupted || a.restarting) && !a.stalled, Stalled: a.stalled, StallDesc: a.stallDesc, Stacks: a.stacks}
+	// a stop that comes while a restart is under way wins
+	in := diagnose.Input{Interrupted: a.interrupted && !a.stalled, Restarted: a.restarting && !a.interrupted && !a.stalled, Stalled: a.stalled, StallDesc: a.stallDesc, Stacks: a.stacks}
 	if a.haveFinal {
 		in.ExitCode = a.final.ExitCode
 		in.Signal = syscall.Signal(a.final.Signal)

@@ -256,7 +256,7 @@ func TestRestartSignal(t *testing.T) {
 	if err := json.Unmarshal(atts[0].Verdict, &pm); err != nil {
 		t.Fatal(err)
 	}
-	if atts[0].Reason != diagnose.Interrupted || !strings.Contains(pm.Summary, "restarted by request") ||
+	if atts[0].Reason != diagnose.Restarted || !strings.Contains(pm.Summary, "restarted by request") ||
 		!strings.Contains(pm.RestartDecision, "restarted by request") {
 		t.Errorf("attempt 1: reason %q, summary %q, restart decision %q", atts[0].Reason, pm.Summary, pm.RestartDecision)
 	}
