@@ -200,6 +200,10 @@ type running struct {
 	oomStart      uint64
 	cgDir         string
 	cgVersion     int
+	// pathLimit is the tightest memory limit on the job's cgroup path, its
+	// own cgroup or an ancestor's (a SLURM step under its job's limit, a
+	// limited slice); 0 when none
+	pathLimit uint64
 	interrupted   bool
 	restarting    bool // ended by a restart request
 	stalled       bool
@@ -357,6 +361,9 @@ func (a *running) start(argv, env []string) error {
 		if m, err := cgroup.ReadMemory(a.cgDir, a.cgVersion); err == nil {
 			a.oomStart = m.OOMKills
 		}
+	}
+	if l, err := o.Cgroup.LimitsOf(a.jobPID); err == nil {
+		a.pathLimit = l.MemoryBytes
 	}
 	return nil
 }
@@ -679,6 +686,10 @@ func (a *running) sample(ctx context.Context) {
 				a.mem.PeakCgroup = u
 			}
 		}
+	}
+	if p := a.pathLimit; p > 0 && (a.mem.Limit == 0 || p < a.mem.Limit) {
+		// an ancestor's limit binds the job tighter than its own cgroup's
+		a.mem.Limit, a.mem.LimitSource = p, "cgroup"
 	}
 	if a.mem.Limit == 0 {
 		if mi, err := o.Proc.MemInfo(); err == nil {
