@@ -191,19 +191,19 @@ type running struct {
 	copies   sync.WaitGroup
 	shimDone chan error
 
-	mu            sync.Mutex
-	lastOutput    time.Time
-	lastCPU       uint64
-	lastCPUTime   time.Time
-	seen          map[int]bool
-	mem           MemStats
-	oomStart      uint64
-	cgDir         string
-	cgVersion     int
+	mu          sync.Mutex
+	lastOutput  time.Time
+	lastCPU     uint64
+	lastCPUTime time.Time
+	seen        map[int]bool
+	mem         MemStats
+	oomStart    uint64
+	cgDir       string
+	cgVersion   int
 	// pathLimit is the tightest memory limit on the job's cgroup path, its
 	// own cgroup or an ancestor's (a SLURM step under its job's limit, a
 	// limited slice); 0 when none
-	pathLimit uint64
+	pathLimit     uint64
 	interrupted   bool
 	restarting    bool // ended by a restart request
 	stalled       bool
