@@ -212,6 +212,19 @@ func (d *decoder) pushD(v any, depth int) error {
 	return nil
 }
 
+// pop2 pops the top value and the one below it, and returns the deeper of
+// the two values' depths (what a container built from both nests at).
+func (d *decoder) pop2() (top, below any, depth int, err error) {
+	if top, err = d.pop(); err != nil {
+		return nil, nil, 0, err
+	}
+	depth = d.popped
+	if below, err = d.pop(); err != nil {
+		return nil, nil, 0, err
+	}
+	return top, below, max(depth, d.popped), nil
+}
+
 // popCall pops the argument tuple and then the callable of a REDUCE or a
 // NEWOBJ (op names it in errors); the call nests as deep as its arguments.
 func (d *decoder) popCall(op string) (fn any, args Tuple, err error) {
@@ -700,17 +713,9 @@ func (d *decoder) step(op byte) error {
 		s.Items = append(s.Items, items...)
 		return d.deepen(d.popped)
 	case 's': // SETITEM
-		v, err := d.pop()
+		v, k, vd, err := d.pop2()
 		if err != nil {
 			return err
-		}
-		vd := d.popped
-		k, err := d.pop()
-		if err != nil {
-			return err
-		}
-		if d.popped > vd {
-			vd = d.popped
 		}
 		if err := d.setItems([]any{k, v}); err != nil {
 			return err
@@ -809,17 +814,9 @@ func (d *decoder) step(op byte) error {
 		}
 		return d.nest(&Call{Func: cls, Args: t, New: true})
 	case 0x92: // NEWOBJ_EX
-		kw, err := d.pop()
+		kw, args, ad, err := d.pop2()
 		if err != nil {
 			return err
-		}
-		ad := d.popped
-		args, err := d.pop()
-		if err != nil {
-			return err
-		}
-		if d.popped > ad {
-			ad = d.popped
 		}
 		cls, err := d.pop()
 		if err != nil {
