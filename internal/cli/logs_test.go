@@ -98,25 +98,34 @@ func burst(j *jobLog) {
 	j.write('o', "last stdout line without newline", true)
 }
 
+// logsStore opens a store in a new state directory and records run there,
+// with its run directory made and set; the store closes when the test ends.
+func logsStore(t *testing.T, run *store.Run) (home string, st *store.Store, dir string) {
+	t.Helper()
+	home = t.TempDir()
+	st, err := store.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	dir = supervise.RunDir(home, run.ID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	run.Dir = dir
+	if err := st.CreateRun(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	return home, st, dir
+}
+
 // logsFixture records run "r1" (name "bert"), finished after two attempts,
 // and returns the state directory and the two attempts' logs.
 func logsFixture(t *testing.T) (string, [2]*jobLog) {
 	t.Helper()
 	ctx := context.Background()
-	home := t.TempDir()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	dir := supervise.RunDir(home, "r1")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.CreateRun(ctx, &store.Run{ID: "r1", Name: "bert", Command: []string{"python", "train.py"},
-		Status: store.StatusRunning, StartedAt: logTime, Dir: dir}); err != nil {
-		t.Fatal(err)
-	}
+	home, st, dir := logsStore(t, &store.Run{ID: "r1", Name: "bert", Command: []string{"python", "train.py"},
+		Status: store.StatusRunning, StartedAt: logTime})
 	var logs [2]*jobLog
 	for n := 1; n <= 2; n++ {
 		path := filepath.Join(dir, fmt.Sprintf("attempt-%d.log", n))
@@ -253,26 +262,14 @@ func (s *syncBuffer) String() string {
 // next attempt's stdout.
 func TestLogsFollowStreamLive(t *testing.T) {
 	ctx := context.Background()
-	home := t.TempDir()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	dir := supervise.RunDir(home, "live")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
 	// This test process stands in for the supervisor, so the run is not
 	// marked lost.
 	me, err := procfs.FS{}.Proc(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.CreateRun(ctx, &store.Run{ID: "live", Command: []string{"python"}, Status: store.StatusRunning,
-		StartedAt: logTime, SupervisorPID: os.Getpid(), SupervisorStart: me.StartTicks, Dir: dir}); err != nil {
-		t.Fatal(err)
-	}
+	home, st, dir := logsStore(t, &store.Run{ID: "live", Command: []string{"python"}, Status: store.StatusRunning,
+		StartedAt: logTime, SupervisorPID: os.Getpid(), SupervisorStart: me.StartTicks})
 	path1 := filepath.Join(dir, "attempt-1.log")
 	a1 := newJobLog(t, path1)
 	a1.write('e', "loading\n", true)
