@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/probe"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // fakeAllocJob is a real Python process with Debian's (CPU-only) torch
@@ -44,13 +45,6 @@ func (r runsOf) RunForPID(pid int) (string, string, bool) {
 		return "r-agent", "train", true
 	}
 	return "", "", false
-}
-
-func torchPython() string {
-	if p := os.Getenv("VRAMGUARD_TEST_PYTHON"); p != "" {
-		return p
-	}
-	return "/usr/bin/python3"
 }
 
 // A supervised job's probe reports to its supervisor and, through
@@ -94,7 +88,7 @@ func TestAgentSocketAllocatedBytes(t *testing.T) {
 		probe.Options{Socket: supL.Path(), AgentSocket: agentL.Path(), Hz: 20})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, torchPython(), "-c", fakeAllocJob)
+	cmd := exec.CommandContext(ctx, testbin.Python(), "-c", fakeAllocJob)
 	cmd.Env = env
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

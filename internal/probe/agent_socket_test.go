@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // The agent socket (VRAMGUARD_AGENT_SOCKET): a job whose probe reports to its
@@ -26,15 +28,6 @@ import (
 
 // Local helpers, so this file does not depend on where the package's
 // shared test helpers live.
-
-// agentTestPython is the interpreter with PyTorch: Debian's, unless
-// VRAMGUARD_TEST_PYTHON names another (python3 on PATH may lack torch).
-func agentTestPython() string {
-	if p := os.Getenv("VRAMGUARD_TEST_PYTHON"); p != "" {
-		return p
-	}
-	return "/usr/bin/python3"
-}
 
 // jobCommand is name with args and env as its whole environment, in a fresh
 // directory, killed if it still runs after two minutes or when t ends.
@@ -259,7 +252,7 @@ func TestAgentSocketTraining(t *testing.T) {
 	agent := record(agentL)
 	runDir := t.TempDir()
 	env := jobEnv(t, Options{Socket: filepath.Join(dir, "sup.sock"), AgentSocket: agentL.Path(), Hz: 20, RunDir: runDir}, "TRAIN_STEPS=24")
-	r := runJob(t, jobCommand(t, env, agentTestPython(), scriptPath(t, "scripts/train_cpu.py"), runDir))
+	r := runJob(t, jobCommand(t, env, testbin.Python(), scriptPath(t, "scripts/train_cpu.py"), runDir))
 	if r.Code != 0 || r.Stderr != "" {
 		t.Fatalf("exit %d\nstderr:\n%s", r.Code, r.Stderr)
 	}
@@ -305,7 +298,7 @@ func TestAgentSocketCUDA(t *testing.T) {
 	agent := record(agentL)
 	env := jobEnv(t, Options{Socket: filepath.Join(dir, "sup.sock"), AgentSocket: agentL.Path(), Hz: 20, RunDir: t.TempDir()},
 		"MODE=observer", "FAKECUDA_LOG="+filepath.Join(t.TempDir(), "fake.log"))
-	r := runJob(t, jobCommand(t, env, agentTestPython(), scriptPath(t, "scripts/cuda_fake.py")))
+	r := runJob(t, jobCommand(t, env, testbin.Python(), scriptPath(t, "scripts/cuda_fake.py")))
 	if r.Code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s", r.Code, r.Stderr)
 	}
@@ -342,7 +335,7 @@ func TestAgentSocketAbsent(t *testing.T) {
 	out := t.TempDir()
 	script := scriptPath(t, "scripts/outputs.py")
 	base := runJob(t, jobCommand(t, []string{"PATH=/usr/bin:/bin", "HOME=" + os.TempDir(), "LANG=C.UTF-8", "OMP_NUM_THREADS=1"},
-		agentTestPython(), script, out))
+		testbin.Python(), script, out))
 	if base.Code != 1 || !strings.Contains(base.Stderr, "ValueError: validation failed at 42") {
 		t.Fatalf("baseline: exit %d\n%s", base.Code, base.Stderr)
 	}
@@ -369,7 +362,7 @@ func TestAgentSocketAbsent(t *testing.T) {
 			supL := listenIn(t, dir, fmt.Sprintf("sup%d.sock", i))
 			sup := record(supL)
 			env := jobEnv(t, Options{Socket: supL.Path(), AgentSocket: tc.agent, Hz: 20, RunDir: t.TempDir()})
-			r := runJob(t, jobCommand(t, env, agentTestPython(), script, out))
+			r := runJob(t, jobCommand(t, env, testbin.Python(), script, out))
 			if r.Code != base.Code || r.Stdout != base.Stdout || r.Stderr != base.Stderr {
 				t.Errorf("with the probe: exit %d\nstdout %q\nstderr %q\nwithout: exit %d\nstdout %q\nstderr %q",
 					r.Code, r.Stdout, r.Stderr, base.Code, base.Stdout, base.Stderr)
@@ -440,7 +433,7 @@ func TestAgentSocketLateAndRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := jobEnv(t, Options{Socket: filepath.Join(dir, "sup.sock"), AgentSocket: agentPath, Hz: 20})
-	cmd := jobCommand(t, env, agentTestPython(), script)
+	cmd := jobCommand(t, env, testbin.Python(), script)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -551,7 +544,7 @@ func TestAgentSocketWedged(t *testing.T) {
 	// 0.01 Hz: after the first, no sample of the sampler's own comes
 	// between the flood and the sample the script sends.
 	env := jobEnv(t, Options{Socket: supL.Path(), AgentSocket: agentPath, Hz: 0.01})
-	cmd := jobCommand(t, env, agentTestPython(), script)
+	cmd := jobCommand(t, env, testbin.Python(), script)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	var stderr bytes.Buffer
@@ -719,7 +712,7 @@ func TestAgentSocketUnderRun(t *testing.T) {
 			agent := record(agentL)
 			env := append([]string{"PATH=/usr/bin:/bin", "HOME=" + os.TempDir(), "LANG=C.UTF-8", "OMP_NUM_THREADS=1", "VRAMGUARD_HOME=" + home},
 				tc.env(home, dir)...)
-			r := runJob(t, jobCommand(t, env, bin, "run", "--json", "--", agentTestPython(), "-c", underRunJob))
+			r := runJob(t, jobCommand(t, env, bin, "run", "--json", "--", testbin.Python(), "-c", underRunJob))
 			var pm struct {
 				RunID string `json:"run_id"`
 				Probe *struct {
