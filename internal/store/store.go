@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vramguard/vramguard/internal/timeline"
+
 	_ "modernc.org/sqlite"
 )
 
@@ -93,6 +95,14 @@ var migrations = []string{
 	CREATE INDEX samples_run ON samples(run_id, t);`,
 	agentSchema,
 	kernelsSchema,
+	// the one timeline: every figure of timeline.Sample has its column
+	`ALTER TABLE samples ADD COLUMN pss INTEGER;
+	ALTER TABLE samples ADD COLUMN limit_bytes INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE samples ADD COLUMN limit_source TEXT NOT NULL DEFAULT '';
+	ALTER TABLE samples ADD COLUMN gpu_total INTEGER;
+	ALTER TABLE samples ADD COLUMN inactive_split INTEGER;
+	ALTER TABLE samples ADD COLUMN alloc_retries INTEGER;
+	ALTER TABLE samples ADD COLUMN step INTEGER;`,
 }
 
 // Open opens (creating if needed) the database in dir and migrates it.
@@ -396,15 +406,7 @@ func (s *Store) Attempts(ctx context.Context, runID string) ([]*Attempt, error) 
 }
 
 // Event is something that happened to a run at a moment.
-type Event struct {
-	ID      int64           `json:"id"`
-	RunID   string          `json:"run_id"`
-	Attempt int             `json:"attempt"`
-	T       time.Time       `json:"t"`
-	Kind    string          `json:"kind"`
-	Message string          `json:"message"`
-	Data    json.RawMessage `json:"data,omitempty"`
-}
+type Event = timeline.Event
 
 // AddEvent appends e.
 func (s *Store) AddEvent(ctx context.Context, e *Event) error {
@@ -442,28 +444,20 @@ func (s *Store) Events(ctx context.Context, runID string) ([]*Event, error) {
 	return out, rows.Err()
 }
 
-// Sample is one reading of a run's memory. Optional values are nil when the
-// source was absent.
-type Sample struct {
-	Attempt     int       `json:"attempt"`
-	T           time.Time `json:"t"`
-	RSS         uint64    `json:"rss_bytes"`
-	NProcs      int       `json:"nprocs"`
-	CgroupUsage *uint64   `json:"cgroup_usage_bytes"`
-	CgroupLimit *uint64   `json:"cgroup_limit_bytes"`
-	GPUUsed     *uint64   `json:"gpu_used_bytes"`
-	CPUTicks    uint64    `json:"cpu_ticks"`
-	Allocated   *uint64   `json:"allocated_bytes"`
-	Reserved    *uint64   `json:"reserved_bytes"`
-	// Procs is a JSON list of per-process readings.
-	Procs json.RawMessage `json:"procs,omitempty"`
-}
+// Sample is one reading of a run's memory.
+type Sample = timeline.Sample
 
 // AddSample appends a sample for a run.
 func (s *Store) AddSample(ctx context.Context, runID string, x *Sample) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO samples(run_id,attempt,t,rss,nprocs,cgroup_usage,cgroup_limit,gpu_used,cpu_ticks,allocated,reserved,procs)
-		VALUES(?,?,?,?,?,?,?,?,?,?,?,?)`, runID, x.Attempt, ms(x.T), int64(x.RSS), x.NProcs, nullU(x.CgroupUsage),
-		nullU(x.CgroupLimit), nullU(x.GPUUsed), int64(x.CPUTicks), nullU(x.Allocated), nullU(x.Reserved), string(x.Procs))
+	var step any
+	if x.Step != nil {
+		step = *x.Step
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO samples(run_id,attempt,t,rss,nprocs,cgroup_usage,cgroup_limit,gpu_used,cpu_ticks,allocated,reserved,procs,
+		pss,limit_bytes,limit_source,gpu_total,inactive_split,alloc_retries,step)
+		VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, runID, x.Attempt, ms(x.T), int64(x.RSS), x.NProcs, nullU(x.CgroupUsage),
+		nullU(x.CgroupLimit), nullU(x.GPUUsed), int64(x.CPUTicks), nullU(x.Allocated), nullU(x.Reserved), string(x.Procs),
+		nullU(x.PSS), int64(x.Limit), x.LimitSource, nullU(x.GPUTotal), nullU(x.InactiveSplit), nullU(x.AllocRetries), step)
 	if err != nil {
 		return fmt.Errorf("add sample: %w", err)
 	}
@@ -472,7 +466,8 @@ func (s *Store) AddSample(ctx context.Context, runID string, x *Sample) error {
 
 // Samples lists a run's samples in time order.
 func (s *Store) Samples(ctx context.Context, runID string) ([]*Sample, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT attempt,t,rss,nprocs,cgroup_usage,cgroup_limit,gpu_used,cpu_ticks,allocated,reserved,procs FROM samples WHERE run_id=? ORDER BY t`, runID)
+	rows, err := s.db.QueryContext(ctx, `SELECT attempt,t,rss,nprocs,cgroup_usage,cgroup_limit,gpu_used,cpu_ticks,allocated,reserved,procs,
+		pss,limit_bytes,limit_source,gpu_total,inactive_split,alloc_retries,step FROM samples WHERE run_id=? ORDER BY t, rowid`, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -481,13 +476,21 @@ func (s *Store) Samples(ctx context.Context, runID string) ([]*Sample, error) {
 	for rows.Next() {
 		var x Sample
 		var t int64
-		var cu, cl, gu, al, re sql.NullInt64
+		var cu, cl, gu, al, re, pss, gt, is, ar, step sql.NullInt64
 		var procs string
-		if err := rows.Scan(&x.Attempt, &t, &x.RSS, &x.NProcs, &cu, &cl, &gu, &x.CPUTicks, &al, &re, &procs); err != nil {
+		var limit int64
+		if err := rows.Scan(&x.Attempt, &t, &x.RSS, &x.NProcs, &cu, &cl, &gu, &x.CPUTicks, &al, &re, &procs,
+			&pss, &limit, &x.LimitSource, &gt, &is, &ar, &step); err != nil {
 			return nil, err
 		}
 		x.T = time.UnixMilli(t)
 		x.CgroupUsage, x.CgroupLimit, x.GPUUsed, x.Allocated, x.Reserved = ptrU(cu), ptrU(cl), ptrU(gu), ptrU(al), ptrU(re)
+		x.PSS, x.GPUTotal, x.InactiveSplit, x.AllocRetries = ptrU(pss), ptrU(gt), ptrU(is), ptrU(ar)
+		x.Limit = uint64(limit)
+		if step.Valid {
+			v := step.Int64
+			x.Step = &v
+		}
 		if procs != "" {
 			x.Procs = json.RawMessage(procs)
 		}

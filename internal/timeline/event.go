@@ -1,0 +1,58 @@
+package timeline
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Kind names an event. Every event vramguard raises, in a supervised run
+// or in the agent, uses one of these.
+type Kind = string
+
+// Event kinds. Alert reports which of them are alerts (sent to the log and
+// webhooks, counted in metrics).
+const (
+	// a job's life
+	KindStart            Kind = "start"             // a job appeared (the agent) or an attempt started (run)
+	KindExit             Kind = "exit"              // a job or attempt ended
+	KindDied             Kind = "died"              // a job left after an OOM, a failed run, or without its probe's goodbye
+	KindRestart          Kind = "restart"           // a new attempt started
+	KindRestartRequested Kind = "restart_requested" // someone asked for a restart
+	KindStop             Kind = "stop"              // someone stopped the job
+	KindResumeSkipped    Kind = "resume_skipped"    // a newer checkpoint failed verification and was not resumed from
+	KindResumeNone       Kind = "resume_none"       // the resume directory holds checkpoint-looking files but none valid
+
+	// what the probe saw
+	KindOOM        Kind = "oom"        // a CUDA out-of-memory error
+	KindCheckpoint Kind = "checkpoint" // torch.save finished
+
+	// what the monitor concluded
+	KindLeak        Kind = "leak"         // the leak detector found a leak
+	KindOOMForecast Kind = "oom_forecast" // the OOM forecast fell below the warning
+	KindUnsaved     Kind = "unsaved_work" // trained long without a checkpoint
+	KindStalled     Kind = "stalled"      // no output, CPU or progress for the stall timeout
+	KindNearLimit   Kind = "near_limit"   // host memory close to the limit it is enforced on
+
+	KindNote Kind = "note" // posted through the API
+)
+
+// Alert reports whether events of kind k are alerts.
+func Alert(k Kind) bool {
+	switch k {
+	case KindDied, KindLeak, KindOOMForecast, KindUnsaved, KindStalled, KindNearLimit:
+		return true
+	}
+	return false
+}
+
+// Event is something that happened to a job at a moment. Data holds the
+// kind's figures as JSON (for leak and oom_forecast: a Finding).
+type Event struct {
+	ID      int64           `json:"id"`
+	RunID   string          `json:"run_id,omitempty"`
+	Attempt int             `json:"attempt,omitempty"`
+	T       time.Time       `json:"t"`
+	Kind    Kind            `json:"kind"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}

@@ -1,0 +1,93 @@
+// Package timeline is the one model of what vramguard observes about a job:
+// a Sample is one reading of a job's memory (host, cgroup, GPU and PyTorch's
+// allocator), an Event is something that happened to it at a moment, and
+// Kind names every event vramguard raises. Sources (the sampler, the probe,
+// the job's output) produce them; the monitor turns samples into events;
+// sinks (terminal, store, API, metrics) read them. The package holds data
+// and pure conversions only: it reads nothing and imports nothing of ours
+// but analyze's sample type.
+package timeline
+
+import (
+	"encoding/json"
+	"math"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/analyze"
+)
+
+// Sample is one reading of a job's memory. Optional figures are nil when
+// their source was absent (no cgroup of its own, no GPU process, no probe).
+type Sample struct {
+	Attempt int       `json:"attempt"`
+	T       time.Time `json:"t"`
+	// RSS is the resident set of the job's process tree: VmRSS summed over
+	// its live processes (what the kernel's OOM killer and a cgroup charge
+	// are closest to; pages shared between processes count once per
+	// process). PSS is the proportional set size summed over the same
+	// processes (shared pages split between their sharers), nil when
+	// /proc/PID/smaps_rollup could not be read.
+	RSS    uint64  `json:"rss_bytes"`
+	PSS    *uint64 `json:"pss_bytes,omitempty"`
+	NProcs int     `json:"nprocs"`
+	// CgroupUsage is memory.current (v2) or memory.usage_in_bytes (v1) of
+	// the job's own cgroup (--memory-limit), page cache included; nil when
+	// the job has none of its own.
+	CgroupUsage *uint64 `json:"cgroup_usage_bytes"`
+	CgroupLimit *uint64 `json:"cgroup_limit_bytes"`
+	// Limit is the host memory limit in force for the job (the tightest
+	// cgroup limit on its path, else the host's RAM), LimitSource says
+	// which ("--memory-limit", "cgroup", "host"); 0 when unknown.
+	Limit       uint64 `json:"limit_bytes,omitempty"`
+	LimitSource string `json:"limit_source,omitempty"`
+	// GPUUsed is NVML's used memory summed over the job's processes;
+	// GPUTotal the total memory of the devices they use.
+	GPUUsed  *uint64 `json:"gpu_used_bytes"`
+	GPUTotal *uint64 `json:"gpu_total_bytes,omitempty"`
+	CPUTicks uint64  `json:"cpu_ticks"`
+	// PyTorch's own figures from the probe, summed over the job's probed
+	// processes: torch.cuda.memory_allocated/reserved, inactive split bytes
+	// and the allocator's cumulative retries.
+	Allocated     *uint64 `json:"allocated_bytes"`
+	Reserved      *uint64 `json:"reserved_bytes"`
+	InactiveSplit *uint64 `json:"inactive_split_bytes,omitempty"`
+	AllocRetries  *uint64 `json:"alloc_retries,omitempty"`
+	// Step is the newest optimizer step the probe reported, nil when none.
+	Step *int64 `json:"step,omitempty"`
+	// Procs is a JSON list of per-process readings.
+	Procs json.RawMessage `json:"procs,omitempty"`
+}
+
+// U returns a pointer to v, for the optional figures.
+func U(v uint64) *uint64 { return &v }
+
+// ForAnalysis converts s to the leak detector's sample, with time counted
+// in seconds from t0 (the attempt's start). Absent figures become NaN.
+func (s *Sample) ForAnalysis(t0 time.Time) analyze.Sample {
+	a := analyze.NaNSample(s.T.Sub(t0).Seconds())
+	a.RSS = float64(s.RSS)
+	if s.NProcs == 0 && s.RSS == 0 {
+		a.RSS = math.NaN()
+	}
+	if s.Limit > 0 {
+		a.Limit = float64(s.Limit)
+	}
+	f := func(p *uint64) float64 {
+		if p == nil {
+			return math.NaN()
+		}
+		return float64(*p)
+	}
+	if s.GPUUsed != nil && *s.GPUUsed > 0 {
+		a.Used = float64(*s.GPUUsed)
+	}
+	if s.GPUTotal != nil && *s.GPUTotal > 0 {
+		a.Total = float64(*s.GPUTotal)
+	}
+	a.Allocated, a.Reserved = f(s.Allocated), f(s.Reserved)
+	a.InactiveSplit, a.AllocRetries = f(s.InactiveSplit), f(s.AllocRetries)
+	if s.Step != nil {
+		a.Step = *s.Step
+	}
+	return a
+}
