@@ -42,6 +42,7 @@ type GlobalRef struct {
 	Opcode   string // GLOBAL, STACK_GLOBAL, INST
 	Resolved bool   // false when STACK_GLOBAL operands were not plain strings
 	Detail   string // why it could not be resolved
+	Proto    int    // the protocol in force (the last PROTO opcode; 0 before any)
 }
 
 // Result is one decoded pickle.
@@ -65,7 +66,11 @@ func Decode(r io.ReaderAt, off, size int64, lim Limits) (*Result, error) {
 	if lim.MaxOps <= 0 {
 		lim = DefaultLimits
 	}
-	d := &decoder{src: src{r: r, pos: off, start: off, size: size, max: lim.MaxBytes}, lim: lim, memo: map[uint64]memoEnt{}}
+	maxLine := lim.MaxString
+	if maxLine < 1<<20 {
+		maxLine = 1 << 20
+	}
+	d := &decoder{src: src{r: r, pos: off, start: off, size: size, max: lim.MaxBytes, maxLine: maxLine}, lim: lim, memo: map[uint64]memoEnt{}}
 	d.res.Protocol = 0
 	err := d.run()
 	d.res.End = d.src.pos
@@ -100,6 +105,7 @@ type src struct {
 	size, max  int64
 	buf        []byte
 	bufOff     int64
+	maxLine    int64 // longest text operand line
 }
 
 var errTruncated = errors.New("pickle truncated")
@@ -159,7 +165,7 @@ func (s *src) byte() (byte, error) {
 	return b[0], nil
 }
 
-// line reads up to and excluding '\n' (at most 1 MiB).
+// line reads up to and excluding '\n' (at most maxLine bytes).
 func (s *src) line() (string, error) {
 	var sb strings.Builder
 	for {
@@ -170,8 +176,8 @@ func (s *src) line() (string, error) {
 		if c == '\n' {
 			return sb.String(), nil
 		}
-		if sb.Len() >= 1<<20 {
-			return "", fmt.Errorf("%w: text line over 1 MiB", ErrLimit)
+		if int64(sb.Len()) >= s.maxLine {
+			return "", fmt.Errorf("%w: text line over %d bytes", ErrLimit, s.maxLine)
 		}
 		sb.WriteByte(c)
 	}
@@ -326,7 +332,7 @@ func (d *decoder) memoGet(k uint64) error {
 }
 
 func (d *decoder) global(g Global, op string, resolved bool, detail string) {
-	d.res.Globals = append(d.res.Globals, GlobalRef{Global: g, Offset: d.opPos, Opcode: op, Resolved: resolved, Detail: detail})
+	d.res.Globals = append(d.res.Globals, GlobalRef{Global: g, Offset: d.opPos, Opcode: op, Resolved: resolved, Detail: detail, Proto: d.res.Protocol})
 }
 
 // memoKey reads the memo index of a PUT or GET opcode: a decimal line (p,
@@ -338,11 +344,7 @@ func (d *decoder) memoKey(op byte) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		k, err := strconv.ParseUint(l, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("bad memo key %q", l)
-		}
-		return k, nil
+		return parseMemoKey(l)
 	case 'q', 'h':
 		b, err := d.src.byte()
 		return uint64(b), err
@@ -498,19 +500,21 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		switch l {
-		case "00":
-			return d.push(false)
-		case "01":
-			return d.push(true)
+		v, err := parseIntOperand(l)
+		if err != nil {
+			return err
 		}
-		return d.pushIntText(l)
+		return d.push(v)
 	case 'L': // LONG
 		l, err := d.src.line()
 		if err != nil {
 			return err
 		}
-		return d.pushIntText(strings.TrimSuffix(l, "L"))
+		v, err := parseLongOperand(l)
+		if err != nil {
+			return err
+		}
+		return d.push(v)
 	case 'J':
 		v, err := d.u32()
 		if err != nil {
@@ -547,12 +551,16 @@ func (d *decoder) step(op byte) error {
 			}
 			n = uint64(v)
 		}
-		if n > 1<<16 {
+		if n > uint64(d.lim.MaxString) {
 			return fmt.Errorf("%w: integer of %d bytes", ErrLimit, n)
 		}
 		b, err := d.src.bytes(int64(n))
 		if err != nil {
 			return err
+		}
+		if n > 1<<16 {
+			// Python reads it; nothing here needs its value.
+			return d.push(LargeInt{Digits: int(n) * 2})
 		}
 		return d.push(decodeLong(b))
 	case 'F':
@@ -560,9 +568,9 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		f, err := strconv.ParseFloat(strings.TrimSpace(l), 64)
+		f, err := parseFloatOperand(l)
 		if err != nil {
-			return fmt.Errorf("bad float %q", l)
+			return err
 		}
 		return d.push(f)
 	case 'G':
@@ -603,7 +611,11 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		return d.push(rawUnicodeUnescape(l))
+		s, err := rawUnicodeUnescape(l)
+		if err != nil {
+			return err
+		}
+		return d.push(s)
 	case 'X', 0x8c, 0x8d: // BINUNICODE, SHORT_BINUNICODE, BINUNICODE8
 		n, err := d.uint(operandWidth(op))
 		if err != nil {
@@ -613,8 +625,8 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		if !utf8.Valid(b) {
-			return errors.New("string is not valid UTF-8")
+		if err := utf8SurrogatePass(b); err != nil {
+			return err
 		}
 		return d.push(string(b))
 	case 0x97: // NEXT_BUFFER
@@ -756,6 +768,9 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
+		if mod == "" || name == "" || !utf8.ValidString(mod) || !utf8.ValidString(name) {
+			return fmt.Errorf("GLOBAL operands %q %q are not non-empty UTF-8", truncate(mod), truncate(name))
+		}
 		g := Global{Module: mod, Name: name}
 		d.global(g, "GLOBAL", true, "")
 		return d.push(g)
@@ -841,6 +856,15 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
+		if mod == "" || name == "" {
+			return errors.New("INST operand is empty")
+		}
+		if err := asciiLine(mod); err != nil {
+			return err
+		}
+		if err := asciiLine(name); err != nil {
+			return err
+		}
 		items, err := d.popMark()
 		if err != nil {
 			return err
@@ -920,21 +944,6 @@ func (d *decoder) setItems(items []any) error {
 	return nil
 }
 
-func (d *decoder) pushIntText(l string) error {
-	l = strings.TrimSpace(l)
-	if len(l) > 4300 {
-		return fmt.Errorf("%w: integer of %d digits", ErrLimit, len(l))
-	}
-	if v, err := strconv.ParseInt(l, 10, 64); err == nil {
-		return d.push(v)
-	}
-	b, ok := new(big.Int).SetString(l, 10)
-	if !ok {
-		return fmt.Errorf("bad integer %q", l)
-	}
-	return d.push(BigInt{b})
-}
-
 // decodeLong decodes a little-endian two's-complement integer.
 func decodeLong(b []byte) any {
 	if len(b) == 0 {
@@ -973,69 +982,6 @@ func latin1(b []byte) string {
 		}
 	}
 	return string(b)
-}
-
-func unquoteString(l string) (string, error) {
-	l = strings.TrimRight(l, "\r")
-	if len(l) < 2 || (l[0] != '\'' && l[0] != '"') || l[len(l)-1] != l[0] {
-		return "", fmt.Errorf("STRING argument %q is not quoted", truncate(l))
-	}
-	body := l[1 : len(l)-1]
-	var out []byte
-	for i := 0; i < len(body); i++ {
-		c := body[i]
-		if c != '\\' || i+1 >= len(body) {
-			out = append(out, c)
-			continue
-		}
-		i++
-		switch body[i] {
-		case 'n':
-			out = append(out, '\n')
-		case 't':
-			out = append(out, '\t')
-		case 'r':
-			out = append(out, '\r')
-		case '\\', '\'', '"':
-			out = append(out, body[i])
-		case 'x':
-			if i+2 < len(body) {
-				if v, err := strconv.ParseUint(body[i+1:i+3], 16, 8); err == nil {
-					out = append(out, byte(v))
-					i += 2
-					continue
-				}
-			}
-			out = append(out, '\\', 'x')
-		default:
-			out = append(out, '\\', body[i])
-		}
-	}
-	return latin1(out), nil
-}
-
-func rawUnicodeUnescape(l string) string {
-	if !strings.Contains(l, `\u`) && !strings.Contains(l, `\U`) {
-		return latin1([]byte(l))
-	}
-	var sb strings.Builder
-	for i := 0; i < len(l); i++ {
-		if l[i] == '\\' && i+1 < len(l) && (l[i+1] == 'u' || l[i+1] == 'U') {
-			n := 4
-			if l[i+1] == 'U' {
-				n = 8
-			}
-			if i+2+n <= len(l) {
-				if v, err := strconv.ParseUint(l[i+2:i+2+n], 16, 32); err == nil {
-					sb.WriteRune(rune(v))
-					i += 1 + n
-					continue
-				}
-			}
-		}
-		sb.WriteRune(rune(l[i]))
-	}
-	return sb.String()
 }
 
 func truncate(s string) string {
