@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/store"
-	"github.com/vramguard/vramguard/internal/supervise"
 )
 
 // TestRunControlSignalsTheSupervisor: stop and restart through the API send
@@ -24,7 +24,7 @@ func TestRunControlSignalsTheSupervisor(t *testing.T) {
 		sig    syscall.Signal
 	}{
 		{"stop", syscall.SIGTERM},
-		{"restart", supervise.RestartSignal},
+		{"restart", runctl.RestartSignal},
 	}
 	for _, tc := range tests {
 		t.Run(tc.action, func(t *testing.T) {
@@ -55,7 +55,7 @@ func TestRunControlSignalsTheSupervisor(t *testing.T) {
 					t.Fatalf("%s with token %q: %d %s, want 401", tc.action, tok, code, body)
 				}
 			}
-			if !supervise.Alive(procfs.FS{}, sup.Process.Pid, p.StartTicks) {
+			if !runctl.Alive(procfs.FS{}, sup.Process.Pid, p.StartTicks) {
 				t.Fatal("the supervisor was signalled by a request without the token")
 			}
 			for _, c := range []struct {

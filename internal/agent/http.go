@@ -18,8 +18,8 @@ import (
 
 	"github.com/vramguard/vramguard/internal/agent/web"
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/store"
-	"github.com/vramguard/vramguard/internal/supervise"
 )
 
 // ErrTokenRequired is returned by CheckListen for a non-loopback address
@@ -523,7 +523,7 @@ func (a *Agent) apiKill(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	a.mu.RUnlock()
-	if !supervise.Alive(procfs.FS{}, job.RootPID, ticks) {
+	if !runctl.Alive(procfs.FS{}, job.RootPID, ticks) {
 		writeErr(w, http.StatusConflict, "pid %d is no longer the job's process", job.RootPID)
 		return
 	}
@@ -543,13 +543,13 @@ func (a *Agent) apiStop(w http.ResponseWriter, r *http.Request) {
 }
 
 // apiRestart asks a supervised run's supervisor to restart its running
-// attempt now (as `vramguard restart` does): supervise.RestartSignal.
+// attempt now (as `vramguard restart` does): runctl.RestartSignal.
 func (a *Agent) apiRestart(w http.ResponseWriter, r *http.Request) {
-	a.signalRun(w, r, supervise.RestartSignal, "restart")
+	a.signalRun(w, r, runctl.RestartSignal, "restart")
 }
 
 // signalRun sends sig to the supervisor of the run the path names, after
-// supervise.SignalSupervisor's checks, and notes the request on the run's
+// runctl.SignalSupervisor's checks, and notes the request on the run's
 // timeline.
 func (a *Agent) signalRun(w http.ResponseWriter, r *http.Request, sig syscall.Signal, what string) {
 	ctx := r.Context()
@@ -562,8 +562,8 @@ func (a *Agent) signalRun(w http.ResponseWriter, r *http.Request, sig syscall.Si
 		writeErr(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
-	switch err := supervise.SignalSupervisor(procfs.FS{}, run, sig); {
-	case errors.Is(err, supervise.ErrNotRunning):
+	switch err := runctl.SignalSupervisor(procfs.FS{}, run, sig); {
+	case errors.Is(err, runctl.ErrNotRunning):
 		writeErr(w, http.StatusConflict, "%v", err)
 		return
 	case errors.Is(err, syscall.EPERM):

@@ -17,6 +17,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/cgroup"
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/supervise"
 )
@@ -294,7 +295,7 @@ func detach(ctx context.Context, f *Factory, o *RunOptions) error {
 		if r, err := st.Resolve(ctx, id); err == nil && r.ID == id {
 			break
 		}
-		if time.Now().After(deadline) || !supervise.Alive(procfs.FS{}, pid, 0) {
+		if time.Now().After(deadline) || !runctl.Alive(procfs.FS{}, pid, 0) {
 			b, _ := os.ReadFile(filepath.Join(dir, "supervisor.log"))
 			return Failf("the background supervisor did not start: %s", strings.TrimSpace(string(b)))
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/vramguard/vramguard/internal/agent"
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/probe"
+	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
 )
@@ -177,7 +178,7 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 	}
 	defer st.Close()
 
-	hints := agent.NewHints(runOwnerHints(f))
+	hints := agent.NewHints(runctl.NewHints(f.Home(), f.Getenv))
 	src := procSource(b, o.GPU.ProcRoot)
 	simulated := func(int) bool { return false }
 	if s, ok := src.(attrib.Simulator); ok {

@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/store"
-	"github.com/vramguard/vramguard/internal/supervise"
 )
 
 // NewCmdStop builds `vramguard stop`.
@@ -50,14 +50,14 @@ func NewCmdStop(f *Factory) *cobra.Command {
 
 // signalRun finds RUN and sends sig to its supervisor, once it is sure the
 // run is running and the supervisor is the process that recorded it (see
-// supervise.SignalSupervisor); the caller closes the store. r is the run as
+// runctl.SignalSupervisor); the caller closes the store. r is the run as
 // it was before the signal.
 func (f *Factory) signalRun(ctx context.Context, ref string, sig syscall.Signal) (st *store.Store, r *store.Run, err error) {
 	st, r, err = f.openRun(ctx, ref)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := supervise.SignalSupervisor(procfs.FS{}, r, sig); err != nil {
+	if err := runctl.SignalSupervisor(procfs.FS{}, r, sig); err != nil {
 		st.Close()
 		return nil, nil, Failf("%v", err)
 	}

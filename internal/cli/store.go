@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/store"
-	"github.com/vramguard/vramguard/internal/supervise"
 )
 
 // openStore opens the state database and marks runs whose supervisor
@@ -18,7 +18,7 @@ func (f *Factory) openStore(ctx context.Context) (*store.Store, error) {
 		return nil, Envf("%v", err)
 	}
 	fs := procfs.FS{}
-	if _, err := s.MarkLost(ctx, func(pid int, start uint64) bool { return supervise.Alive(fs, pid, start) }, f.Now()); err != nil {
+	if _, err := s.MarkLost(ctx, func(pid int, start uint64) bool { return runctl.Alive(fs, pid, start) }, f.Now()); err != nil {
 		f.Logger().Warn("mark lost runs", "err", err)
 	}
 	return s, nil

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/sampler"
 )
 
@@ -91,7 +92,7 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 	defer b.Close()
 	s, err := sampler.New(sampler.Config{
 		Backend:         b,
-		Attributor:      &attrib.Attributor{Src: procSource(b, o.GPU.ProcRoot), Hints: topOwnerHints(f), Pods: attrib.NewPodIndex(attrib.PodLogDir(o.GPU.ProcRoot))},
+		Attributor:      &attrib.Attributor{Src: procSource(b, o.GPU.ProcRoot), Hints: runctl.NewHints(f.Home(), f.Getenv), Pods: attrib.NewPodIndex(attrib.PodLogDir(o.GPU.ProcRoot))},
 		ProcessInterval: o.Interval,
 		DeviceInterval:  o.DeviceInterval,
 		Now:             f.Now,

@@ -67,7 +67,3 @@ func procSource(b gpu.Backend, root string) attrib.ProcSource {
 	}
 	return fs
 }
-
-// topOwnerHints supplies supervised runs' root PIDs to attribution. The run
-// store wires itself in here; nil knows no runs.
-var topOwnerHints = runOwnerHints

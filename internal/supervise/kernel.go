@@ -72,15 +72,3 @@ func treeBelow(all []procfs.Proc, root int) []procfs.Proc {
 	}
 	return t[1:]
 }
-
-// Alive reports whether pid runs and started at start ticks (0: any).
-func Alive(fs procfs.FS, pid int, start uint64) bool {
-	if pid <= 0 {
-		return false
-	}
-	p, err := fs.Proc(pid)
-	if err != nil || p.State == "Z" {
-		return false
-	}
-	return start == 0 || p.StartTicks == start
-}

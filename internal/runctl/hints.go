@@ -1,4 +1,4 @@
-package cli
+package runctl
 
 import (
 	"context"
@@ -12,10 +12,13 @@ import (
 	"github.com/vramguard/vramguard/internal/store"
 )
 
-// runHints tells attribution which PIDs are the jobs of supervised runs,
-// reading the run store at most every few seconds.
-type runHints struct {
-	f       *Factory
+// Hints tells attribution which PIDs are the jobs of supervised runs and
+// which notebook a kernel serves, reading the run store in home at most
+// every few seconds. It implements attrib.OwnerHints and
+// attrib.NotebookHints.
+type Hints struct {
+	home    string
+	getenv  func(string) string
 	mu      sync.Mutex
 	loaded  time.Time
 	byPID   map[int]*store.Run
@@ -25,12 +28,22 @@ type runHints struct {
 	notebooks map[string]string // kernel id -> notebook path
 }
 
-// runOwnerHints returns hints backed by the run store.
-func runOwnerHints(f *Factory) attrib.OwnerHints {
-	return &runHints{f: f, refresh: 3 * time.Second}
+var (
+	_ attrib.OwnerHints    = (*Hints)(nil)
+	_ attrib.NotebookHints = (*Hints)(nil)
+)
+
+// NewHints returns hints backed by the run store in home; getenv finds
+// Jupyter's runtime directories (nil: os.Getenv).
+func NewHints(home string, getenv func(string) string) *Hints {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	return &Hints{home: home, getenv: getenv, refresh: 3 * time.Second}
 }
 
-func (h *runHints) RunForPID(pid int) (string, string, bool) {
+// RunForPID implements attrib.OwnerHints.
+func (h *Hints) RunForPID(pid int) (string, string, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if time.Since(h.loaded) > h.refresh {
@@ -47,7 +60,7 @@ func (h *runHints) RunForPID(pid int) (string, string, bool) {
 // serves, from vramguard's record of supervised kernels and from the
 // sessions of the Jupyter servers running on this machine (asked at most
 // every 10 s, each answer bounded to one second).
-func (h *runHints) NotebookForKernel(kernelID string) (string, bool) {
+func (h *Hints) NotebookForKernel(kernelID string) (string, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if time.Since(h.nbLoaded) > 10*time.Second {
@@ -57,12 +70,12 @@ func (h *runHints) NotebookForKernel(kernelID string) (string, bool) {
 	return nb, ok
 }
 
-func (h *runHints) loadNotebooks() {
+func (h *Hints) loadNotebooks() {
 	h.nbLoaded = time.Now()
 	nbs := map[string]string{}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if st, err := store.Open(h.f.Home()); err == nil {
+	if st, err := store.Open(h.home); err == nil {
 		if ks, err := st.Kernels(ctx); err == nil {
 			for _, k := range ks {
 				if k.Notebook != "" {
@@ -73,7 +86,7 @@ func (h *runHints) loadNotebooks() {
 		st.Close()
 	}
 	home, _ := os.UserHomeDir()
-	if servers, err := jupyter.Discover(jupyter.RuntimeDirs(h.f.Getenv, home, os.Geteuid() == 0)); err == nil && len(servers) > 0 {
+	if servers, err := jupyter.Discover(jupyter.RuntimeDirs(h.getenv, home, os.Geteuid() == 0)); err == nil && len(servers) > 0 {
 		for id, nb := range jupyter.Notebooks(ctx, servers, procfs.FS{}, time.Second) {
 			nbs[id] = nb
 		}
@@ -81,10 +94,10 @@ func (h *runHints) loadNotebooks() {
 	h.notebooks = nbs
 }
 
-func (h *runHints) load() {
+func (h *Hints) load() {
 	h.loaded = time.Now()
 	ctx := context.Background()
-	st, err := store.Open(h.f.Home())
+	st, err := store.Open(h.home)
 	if err != nil {
 		return
 	}
