@@ -17,8 +17,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
+	"github.com/vramguard/vramguard/internal/ckpt/pickle"
 	"github.com/vramguard/vramguard/internal/ckpt/ziparc"
 )
 
@@ -129,33 +131,92 @@ func isProto01Pickle(r io.ReaderAt, size int64, first byte) bool {
 	return err == nil && res.End == size
 }
 
-// detectDir says whether a directory is itself one checkpoint.
+// detectDir says whether a directory is itself one checkpoint, by what it
+// holds, never by a file name alone:
+//
+//   - torch.distributed.checkpoint (DCP): shards named __N_M.distcp, or a
+//     .metadata file that is a pickled DCP Metadata object (storage_data,
+//     state_dict_metadata). Any other file named .metadata (notes, editor or
+//     OS metadata) does not make a directory a checkpoint.
+//   - HF Trainer: trainer_state.json in a directory named checkpoint-N, or in
+//     a directory with no subdirectories (a Trainer output_dir that holds
+//     checkpoint-N folders is not itself one checkpoint).
 func detectDir(dir string) string {
-	if fileExists(filepath.Join(dir, ".metadata")) || hasSuffixFile(dir, ".distcp") {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	hasMeta, hasState, hasSubdir := false, false, false
+	for _, e := range ents {
+		name := e.Name()
+		switch {
+		case e.IsDir():
+			hasSubdir = true
+		case !e.Type().IsRegular():
+		case dcpShardName.MatchString(name):
+			return FormatDCP
+		case name == ".metadata":
+			hasMeta = true
+		case name == "trainer_state.json":
+			hasState = true
+		}
+	}
+	if hasMeta && isDCPMetadata(filepath.Join(dir, ".metadata")) {
 		return FormatDCP
 	}
-	if fileExists(filepath.Join(dir, "trainer_state.json")) {
+	if hasState && (hfCheckpointName.MatchString(filepath.Base(dir)) || !hasSubdir) {
 		return FormatHFTrainer
 	}
 	return ""
 }
 
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
-}
+// dcpShardName is how torch's FileSystemWriter names data files:
+// __{rank}_{n}.distcp.
+var dcpShardName = regexp.MustCompile(`^__[0-9]+_[0-9]+\.distcp$`)
 
-func hasSuffixFile(dir, suffix string) bool {
-	ents, err := os.ReadDir(dir)
+// hfCheckpointName is the HF Trainer's checkpoint folder name.
+var hfCheckpointName = regexp.MustCompile(`^checkpoint-([0-9]+)$`)
+
+// maxDCPMetadata bounds the .metadata pickle decoded to recognise a DCP
+// directory.
+const maxDCPMetadata = 64 << 20
+
+// isDCPMetadata reports whether p is a pickled torch.distributed.checkpoint
+// Metadata object: a pickle whose value is an object with storage_data or
+// state_dict_metadata in its state.
+func isDCPMetadata(p string) bool {
+	f, size, err := openFile(p)
 	if err != nil {
 		return false
 	}
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), suffix) && e.Type().IsRegular() {
-			return true
-		}
+	defer f.Close()
+	var head [2]byte
+	if size < 4 || size > maxDCPMetadata {
+		return false
 	}
-	return false
+	if n, _ := f.ReadAt(head[:], 0); n < 2 || head[0] != 0x80 || head[1] < 2 || head[1] > 5 {
+		return false
+	}
+	res, err := decodePickle(f, 0, size)
+	if err != nil {
+		return false
+	}
+	c, ok := res.Value.(*pickle.Call)
+	if !ok {
+		return false
+	}
+	st := asStateDict(c)
+	if st == nil {
+		return false
+	}
+	_, a := st.Get("storage_data")
+	_, b := st.Get("state_dict_metadata")
+	return a || b
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
 }
 
 // UnreadableError wraps a failure to open or read the input itself (missing,

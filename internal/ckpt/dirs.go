@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -321,6 +322,14 @@ func inspectHF(dir string, rep *Report, opt Options) {
 		return
 	}
 	rep.Scalars = ensure(rep.Scalars)
+	if hs.GlobalStep == nil {
+		// The Trainer names the folder after the step it saved at.
+		if m := hfCheckpointName.FindStringSubmatch(filepath.Base(dir)); m != nil {
+			if n, err := strconv.ParseInt(m[1], 10, 64); err == nil {
+				hs.GlobalStep = &n
+			}
+		}
+	}
 	if hs.GlobalStep != nil {
 		rep.Step = hs.GlobalStep
 		rep.Scalars["global_step"] = *hs.GlobalStep

@@ -12,16 +12,41 @@ import (
 )
 
 // torchZipBytes builds a minimal torch-style archive whose pickle is
-// {"step": step} (protocol 2).
+// {"step": step, "w": <float32 tensor of 2 elements>} (protocol 2): a
+// checkpoint with model weights.
 func torchZipBytes(t *testing.T, root string, step byte) []byte {
 	t.Helper()
-	pkl := []byte("\x80\x02}q\x00X\x04\x00\x00\x00stepq\x01K" + string([]byte{step}) + "s.")
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, rec := range []struct {
+	return torchZipWith(t, root, []byte("X\x04\x00\x00\x00stepK"+string([]byte{step})), true)
+}
+
+// torchZipWith builds a torch-style archive whose pickle is a dict of the
+// protocol-2 key/value opcodes in items, plus "w": a float32 tensor of two
+// elements in storage record data/0 when weights is set.
+func torchZipWith(t *testing.T, root string, items []byte, weights bool) []byte {
+	t.Helper()
+	var p bytes.Buffer
+	p.WriteString("\x80\x02}(")
+	p.Write(items)
+	if weights {
+		p.WriteString("X\x01\x00\x00\x00w" +
+			"ctorch._utils\n_rebuild_tensor_v2\n(" +
+			"(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x02tQ" +
+			"K\x00K\x02\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR")
+	}
+	p.WriteString("u.")
+	recs := []struct {
 		name string
 		data []byte
-	}{{root + "/data.pkl", pkl}, {root + "/version", []byte("3\n")}} {
+	}{{root + "/data.pkl", p.Bytes()}, {root + "/version", []byte("3\n")}}
+	if weights {
+		recs = append(recs, struct {
+			name string
+			data []byte
+		}{root + "/data/0", make([]byte, 8)})
+	}
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, rec := range recs {
 		w, err := zw.CreateHeader(&zip.FileHeader{Name: rec.name, Method: zip.Store})
 		if err != nil {
 			t.Fatal(err)

@@ -40,43 +40,90 @@ type PruneItem struct {
 
 // PrunePlan is the outcome of a policy over a directory.
 type PrunePlan struct {
-	Items      []PruneItem `json:"items"` // newest first
-	FreedBytes int64       `json:"freed_bytes"`
-	Applied    bool        `json:"applied"`
-	Deleted    []string    `json:"deleted"`
+	// Items are the checkpoints and invalid checkpoint candidates, series by
+	// series, each series newest first.
+	Items []PruneItem `json:"items"`
+	// LeftAlone are the files in a checkpoint format that are not
+	// checkpoints, and the directories that look like checkpoint
+	// directories and are not: prune never touches them.
+	LeftAlone []LeftAlone `json:"left_alone"`
+	// OtherFiles counts the files in no checkpoint format (logs, JSON,
+	// text), which prune never touches either.
+	OtherFiles int      `json:"other_files"`
+	FreedBytes int64    `json:"freed_bytes"`
+	Applied    bool     `json:"applied"`
+	Deleted    []string `json:"deleted"`
 }
 
-// PlanPrune decides, for entries as returned by Scan, which to keep. It never
+// PlanPrune decides, for entries as returned by Scan, which to keep. Only
+// checkpoints (KindCheckpoint) and invalid candidates (KindInvalid) can be
+// deleted; every other entry is left alone and listed with its reason. The
+// policy applies within each series (Entry.Series: same directory, same
+// name with the step abstracted), so a checkpoint is only ever deleted in
+// favour of newer checkpoints of its own series. In each series it never
 // deletes the newest valid checkpoint, the best one by Metric (when a metric
 // is given), or anything newer than the newest valid one (a save that may
-// still be in progress, or evidence worth keeping). With no valid checkpoint
-// at all it deletes nothing.
+// still be in progress, or evidence worth keeping); a series with no valid
+// checkpoint is kept whole.
 func PlanPrune(entries []Entry, pol PrunePolicy) (*PrunePlan, error) {
 	if err := pol.Validate(); err != nil {
 		return nil, err
 	}
 	es := append([]Entry(nil), entries...)
 	SortNewestFirst(es)
-	plan := &PrunePlan{Items: make([]PruneItem, len(es)), Deleted: []string{}}
+	plan := &PrunePlan{Items: []PruneItem{}, LeftAlone: []LeftAlone{}, Deleted: []string{}}
+	var order []string
+	series := map[string][]Entry{}
+	for _, e := range es {
+		switch e.Kind {
+		case KindCheckpoint, KindInvalid:
+			if _, ok := series[e.Series]; !ok {
+				order = append(order, e.Series)
+			}
+			series[e.Series] = append(series[e.Series], e)
+		default:
+			why := e.Note
+			if why == "" {
+				why = "not recognised as a checkpoint"
+			}
+			plan.LeftAlone = append(plan.LeftAlone, LeftAlone{Path: e.Path, Format: e.Format, Why: "not a checkpoint: " + why})
+		}
+	}
+	sort.SliceStable(plan.LeftAlone, func(i, j int) bool { return plan.LeftAlone[i].Path < plan.LeftAlone[j].Path })
+	for _, name := range order {
+		items := planSeries(series[name], pol)
+		for _, it := range items {
+			if !it.Keep {
+				plan.FreedBytes += it.Size
+			}
+		}
+		plan.Items = append(plan.Items, items...)
+	}
+	return plan, nil
+}
+
+// planSeries applies pol to the entries of one series, newest first.
+func planSeries(es []Entry, pol PrunePolicy) []PruneItem {
+	items := make([]PruneItem, len(es))
 	for i, e := range es {
-		plan.Items[i] = PruneItem{Entry: e, Why: []string{}}
+		items[i] = PruneItem{Entry: e, Why: []string{}}
 	}
 	keep := func(i int, why string) {
-		plan.Items[i].Keep = true
-		plan.Items[i].Why = append(plan.Items[i].Why, why)
+		items[i].Keep = true
+		items[i].Why = append(items[i].Why, why)
 	}
 	newest := -1
 	var valid []int
 	for i := range es {
-		if es[i].Valid {
+		if es[i].Kind == KindCheckpoint {
 			valid = append(valid, i)
 		}
 	}
 	if len(valid) == 0 {
 		for i := range es {
-			keep(i, "no valid checkpoint in the directory")
+			keep(i, "no valid checkpoint in its series")
 		}
-		return plan, nil
+		return items
 	}
 	// The newest valid one is the first valid entry under the same order
 	// Latest uses.
@@ -141,15 +188,12 @@ func PlanPrune(entries []Entry, pol PrunePolicy) (*PrunePlan, error) {
 			}
 		}
 	}
-	for i := range plan.Items {
-		if !plan.Items[i].Keep {
-			if !es[i].Valid {
-				plan.Items[i].Why = append(plan.Items[i].Why, "invalid: "+es[i].Reason)
-			}
-			plan.FreedBytes += es[i].Size
+	for i := range items {
+		if !items[i].Keep && es[i].Kind == KindInvalid {
+			items[i].Why = append(items[i].Why, "invalid: "+es[i].Reason)
 		}
 	}
-	return plan, nil
+	return items
 }
 
 // metricOf looks up a metric in an entry's scalars.
@@ -159,16 +203,20 @@ func metricOf(e Entry, name string) (float64, bool) {
 }
 
 // Prune scans dir, plans with pol, and deletes the planned checkpoints only
-// when apply is true. Deletion is limited to paths inside dir.
+// when apply is true. Deletion is limited to checkpoints and invalid
+// checkpoint candidates inside dir (a symlinked dir is followed).
 func Prune(dir string, pol PrunePolicy, apply bool) (*PrunePlan, error) {
-	es, err := Scan(dir)
+	t, err := scanTree(dir)
 	if err != nil {
 		return nil, err
 	}
-	plan, err := PlanPrune(es, pol)
+	plan, err := PlanPrune(t.entries, pol)
 	if err != nil {
 		return nil, err
 	}
+	plan.LeftAlone = append(plan.LeftAlone, t.dirs...)
+	sort.SliceStable(plan.LeftAlone, func(i, j int) bool { return plan.LeftAlone[i].Path < plan.LeftAlone[j].Path })
+	plan.OtherFiles = t.otherFiles
 	if !apply {
 		return plan, nil
 	}
@@ -180,6 +228,9 @@ func Prune(dir string, pol PrunePolicy, apply bool) (*PrunePlan, error) {
 	for _, it := range plan.Items {
 		if it.Keep {
 			continue
+		}
+		if it.Kind != KindCheckpoint && it.Kind != KindInvalid {
+			return plan, fmt.Errorf("refusing to delete %s: not recognised as a checkpoint", it.Path)
 		}
 		p, err := filepath.Abs(it.Path)
 		if err != nil || p == root || !strings.HasPrefix(p, root+string(filepath.Separator)) {

@@ -1,7 +1,6 @@
 package ckpt
 
 import (
-	"archive/zip"
 	"bytes"
 	"encoding/binary"
 	"fmt"
@@ -14,23 +13,15 @@ import (
 )
 
 // torchZipMetric builds a torch-style archive whose pickle is
-// {"step": step, "loss": loss}.
+// {"step": step, "loss": loss, "w": <tensor>}.
 func torchZipMetric(t *testing.T, step uint16, loss float64) []byte {
 	t.Helper()
 	var p bytes.Buffer
-	p.WriteString("\x80\x02}q\x00(X\x04\x00\x00\x00stepM")
+	p.WriteString("X\x04\x00\x00\x00stepM")
 	binary.Write(&p, binary.LittleEndian, step)
 	p.WriteString("X\x04\x00\x00\x00lossG")
 	binary.Write(&p, binary.BigEndian, math.Float64bits(loss))
-	p.WriteString("u.")
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	w, _ := zw.CreateHeader(&zip.FileHeader{Name: "archive/data.pkl", Method: zip.Store})
-	w.Write(p.Bytes())
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return torchZipWith(t, "archive", p.Bytes(), true)
 }
 
 func randomEntries(r *rand.Rand) []Entry {
@@ -39,10 +30,14 @@ func randomEntries(r *rand.Rand) []Entry {
 	withStep := r.Intn(2) == 0
 	es := make([]Entry, n)
 	for i := range es {
-		e := Entry{Path: fmt.Sprintf("/d/c%02d", i), Valid: r.Intn(4) != 0, Size: int64(1 + r.Intn(1000)),
-			ModTime: t0.Add(time.Duration(r.Intn(50)) * time.Minute)}
+		e := Entry{Path: fmt.Sprintf("/d/s%d/c%02d", r.Intn(2), i), Valid: r.Intn(4) != 0, Size: int64(1 + r.Intn(1000)),
+			ModTime: t0.Add(time.Duration(r.Intn(50)) * time.Minute), Kind: KindCheckpoint}
+		e.Series = SeriesOf(e.Path)
 		if !e.Valid {
-			e.Reason = "truncated"
+			e.Reason, e.Kind = "truncated", KindInvalid
+		}
+		if r.Intn(6) == 0 {
+			e.Kind, e.Note = KindOther, "holds no tensors"
 		}
 		if withStep && e.Valid {
 			s := int64(r.Intn(20) * 50)
@@ -56,9 +51,10 @@ func randomEntries(r *rand.Rand) []Entry {
 	return es
 }
 
-// TestPruneProperties: over random directories and policies the newest
-// valid checkpoint, the best one and everything newer than the newest valid
-// one are kept, and the plan accounts for every entry.
+// TestPruneProperties: over random directories and policies, in every
+// series the newest valid checkpoint, the best one and everything newer than
+// the newest valid one are kept; nothing that is not a checkpoint is ever
+// deleted; and the plan accounts for every entry.
 func TestPruneProperties(t *testing.T) {
 	r := rand.New(rand.NewSource(1))
 	for iter := 0; iter < 2000; iter++ {
@@ -71,8 +67,8 @@ func TestPruneProperties(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(plan.Items) != len(es) {
-			t.Fatalf("iter %d: %d items for %d entries", iter, len(plan.Items), len(es))
+		if len(plan.Items)+len(plan.LeftAlone) != len(es) {
+			t.Fatalf("iter %d: %d items and %d left alone for %d entries", iter, len(plan.Items), len(plan.LeftAlone), len(es))
 		}
 		kept := map[string]bool{}
 		var freed int64
@@ -82,48 +78,64 @@ func TestPruneProperties(t *testing.T) {
 				freed += it.Size
 			}
 		}
+		for _, la := range plan.LeftAlone {
+			kept[la.Path] = true
+		}
 		if freed != plan.FreedBytes {
 			t.Fatalf("iter %d: freed %d, plan says %d", iter, freed, plan.FreedBytes)
 		}
-		best, _, _ := pickLatest(es)
-		if best == nil {
-			for _, it := range plan.Items {
-				if !it.Keep {
-					t.Fatalf("iter %d: deleted %s with no valid checkpoint present", iter, it.Path)
-				}
-			}
-			continue
-		}
-		if !kept[best.Path] {
-			t.Fatalf("iter %d: newest valid %s deleted (policy %+v)", iter, best.Path, pol)
-		}
 		for _, e := range es {
-			if Newer(&e, best) && !kept[e.Path] {
-				t.Fatalf("iter %d: %s is newer than the newest valid and was deleted", iter, e.Path)
+			if e.Kind == KindOther && !kept[e.Path] {
+				t.Fatalf("iter %d: %s is not a checkpoint and was deleted", iter, e.Path)
 			}
 		}
-		if pol.Metric != "" {
-			var bestPath string
-			var bestV float64
-			for _, e := range es {
-				v, ok := e.Metrics["loss"]
-				if !ok || !e.Valid {
-					continue
-				}
-				if bestPath == "" || (pol.Mode == "min" && v < bestV) || (pol.Mode == "max" && v > bestV) {
-					bestPath, bestV = e.Path, v
-				}
+		bySeries := map[string][]Entry{}
+		for _, e := range es {
+			if e.Kind != KindOther {
+				bySeries[e.Series] = append(bySeries[e.Series], e)
 			}
-			if bestPath != "" {
-				// Ties: some entry with the best value must be kept.
-				ok := false
-				for _, e := range es {
-					if v, has := e.Metrics["loss"]; has && e.Valid && v == bestV && kept[e.Path] {
-						ok = true
+		}
+		for name, ses := range bySeries {
+			best := pickLatest(ses).Best
+			if best == nil {
+				for _, e := range ses {
+					if !kept[e.Path] {
+						t.Fatalf("iter %d: deleted %s with no valid checkpoint in series %s", iter, e.Path, name)
 					}
 				}
-				if !ok {
-					t.Fatalf("iter %d: no checkpoint with the best loss %v kept", iter, bestV)
+				continue
+			}
+			if !kept[best.Path] {
+				t.Fatalf("iter %d: newest valid %s deleted (policy %+v)", iter, best.Path, pol)
+			}
+			for _, e := range ses {
+				if Newer(&e, best) && !kept[e.Path] {
+					t.Fatalf("iter %d: %s is newer than the newest valid and was deleted", iter, e.Path)
+				}
+			}
+			if pol.Metric != "" {
+				var bestPath string
+				var bestV float64
+				for _, e := range ses {
+					v, ok := e.Metrics["loss"]
+					if !ok || e.Kind != KindCheckpoint {
+						continue
+					}
+					if bestPath == "" || (pol.Mode == "min" && v < bestV) || (pol.Mode == "max" && v > bestV) {
+						bestPath, bestV = e.Path, v
+					}
+				}
+				if bestPath != "" {
+					// Ties: some entry with the best value must be kept.
+					ok := false
+					for _, e := range ses {
+						if v, has := e.Metrics["loss"]; has && e.Kind == KindCheckpoint && v == bestV && kept[e.Path] {
+							ok = true
+						}
+					}
+					if !ok {
+						t.Fatalf("iter %d: no checkpoint with the best loss %v kept in %s", iter, bestV, name)
+					}
 				}
 			}
 		}

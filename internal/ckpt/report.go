@@ -98,35 +98,29 @@ func (r *Report) finish() {
 		r.TensorBytes += t.Bytes
 	}
 	if r.Step == nil {
-		r.Step = scalarInt(r.Scalars, "global_step", "step", "iteration", "iter", "num_updates", "steps")
+		r.Step = scalarInt(r.Scalars, stepKeys...)
 	}
 	if r.Epoch == nil {
-		r.Epoch = scalarInt(r.Scalars, "epoch", "epochs", "current_epoch")
+		r.Epoch = scalarInt(r.Scalars, epochKeys...)
 	}
 	r.estimate()
 }
 
-// scalarInt finds the first of keys at the top level of scalars, or, failing
-// that, as the last element of a nested path (e.g. "loops.fit_loop.epoch").
+// stepKeys and epochKeys are the top-level keys a checkpoint's step and epoch
+// are read from. Nested values are never used: an optimizer state_dict keeps
+// a per-parameter "step" (state.0.step) that counts optimizer updates, and a
+// config keeps totals ("epochs", "max_steps"), neither of which says where a
+// checkpoint is in its run.
+var (
+	stepKeys  = []string{"global_step", "step", "iteration", "iter", "num_updates"}
+	epochKeys = []string{"epoch", "current_epoch"}
+)
+
+// scalarInt finds the first of keys at the top level of scalars.
 func scalarInt(sc map[string]any, keys ...string) *int64 {
 	for _, k := range keys {
 		if v, ok := asInt(sc[k]); ok {
 			return &v
-		}
-	}
-	for _, k := range keys {
-		var best *int64
-		bestLen := 1 << 30
-		for p, v := range sc {
-			if len(p) > len(k) && p[len(p)-len(k)-1] == '.' && p[len(p)-len(k):] == k {
-				if n, ok := asInt(v); ok && len(p) < bestLen {
-					n := n
-					best, bestLen = &n, len(p)
-				}
-			}
-		}
-		if best != nil {
-			return best
 		}
 	}
 	return nil
