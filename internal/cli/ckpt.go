@@ -57,6 +57,9 @@ func newCmdCkptLs(f *Factory) *cobra.Command {
 step or epoch when every checkpoint records it, else by modification time.
 Each line shows the format, size, time, step/epoch, metric scalars found in
 the checkpoint (loss, accuracy, ...) and whether its structure is sound.
+Files in a checkpoint format that hold no model weights (a config, a
+vocabulary, training arguments, optimizer state alone) come last, marked
+"not a checkpoint" with the reason; latest and prune never act on them.
 Only metadata is read.`,
 		Example: `  vramguard ckpt ls runs/exp1
   vramguard ckpt ls runs/ --json | jq -r '.[] | select(.valid|not) | .path'`,
@@ -235,38 +238,39 @@ func newCmdCkptLatest(f *Factory) *cobra.Command {
 		Use:   "latest DIR",
 		Short: "Print the path of the newest valid checkpoint under DIR",
 		Long: `latest prints the path of the newest valid checkpoint under DIR: by step or
-epoch when the checkpoints record it, else by modification time. Newer
-checkpoints that are invalid (a torn torch.save, a truncated copy) are
-skipped and named on stderr. Exit 1 when there is no valid checkpoint, so
-a resume line can fall back to starting fresh.`,
+epoch when the checkpoints record it, else by modification time. A
+checkpoint is recognised by what it holds (model weights; a DCP or HF
+Trainer checkpoint directory), never by its name: configs, vocabularies,
+training arguments and optimizer state alone are never picked (--json lists
+them under not_checkpoints). Step and epoch come from top-level keys only.
+Newer checkpoints that are invalid (a torn torch.save, a truncated copy)
+are skipped and named on stderr. A symlinked DIR is followed. Exit 1 when
+there is no valid checkpoint, so a resume line can fall back to starting
+fresh; when checkpoints were saved but none is valid, every one is named
+with its reason.`,
 		Example: `  python train.py ${CKPT:+--resume "$CKPT"}   # with CKPT=$(vramguard ckpt latest runs/exp1)
   if ckpt=$(vramguard ckpt latest runs/exp1); then python train.py --resume "$ckpt"; else python train.py; fi`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			best, skipped, err := ckpt.Latest(args[0])
+			res, err := ckpt.FindLatest(args[0])
 			if err != nil {
 				return ckptInputErr(err)
 			}
 			if asJSON {
-				if skipped == nil {
-					skipped = []ckpt.Entry{}
-				}
-				if err := f.WriteJSON(map[string]any{"latest": best, "skipped_newer": skipped}); err != nil {
+				if err := f.WriteJSON(res); err != nil {
 					return err
 				}
 			} else {
-				for _, s := range skipped {
-					fmt.Fprintf(f.IO.ErrOut, "vramguard: skipped %s: %s\n", s.Path, s.Reason)
-				}
-				if best != nil {
-					fmt.Fprintln(f.IO.Out, best.Path)
-				}
+				renderLatest(f, res)
 			}
-			if best == nil {
-				if !asJSON {
-					return Failf("no valid checkpoint under %s", args[0])
+			if res.Best == nil {
+				if asJSON {
+					return Silent(ExitFailed)
 				}
-				return Silent(ExitFailed)
+				if res.Problem() != nil {
+					return Failf("no valid checkpoint under %s: %d saved, every one failed verification (above)", args[0], len(res.Invalid))
+				}
+				return Failf("no valid checkpoint under %s", args[0])
 			}
 			return nil
 		},
@@ -284,9 +288,19 @@ func newCmdCkptPrune(f *Factory) *cobra.Command {
 		Long: `prune plans which checkpoints under DIR to delete and, with --apply, deletes
 them. Without --apply nothing is touched.
 
-It never deletes the newest valid checkpoint, the best one by --metric, or
-anything newer than the newest valid one. Invalid checkpoints older than
-the newest valid one are deleted unless a rule keeps them. The report names
+Only checkpoints are ever deleted, recognised by what they hold (model
+weights; a DCP or HF Trainer checkpoint directory), never by name: configs,
+vocabularies, training arguments, optimizer state alone, shards of a
+sharded model and files in no checkpoint format are left alone, and the
+report lists them with the reason. The policy applies within each series
+of checkpoints (same directory, same name with the step number abstracted:
+ckpt-100.pt, ckpt-200.pt), so a checkpoint is only deleted in favour of
+newer ones of its own series.
+
+In each series it never deletes the newest valid checkpoint, the best one
+by --metric, or anything newer than the newest valid one; a series with no
+valid checkpoint is kept whole. Invalid checkpoints of a series older than
+its newest valid one are deleted unless a rule keeps them. The report names
 the rule that keeps each checkpoint and the space the deletions free.`,
 		Example: `  vramguard ckpt prune runs/exp1 --keep-last 3
   vramguard ckpt prune runs/exp1 --keep-last 2 --keep-best 1 --metric val_loss --mode min --apply

@@ -30,11 +30,17 @@ func renderEntries(f *Factory, es []ckpt.Entry) {
 	fmt.Fprintln(tw, "PATH\tFORMAT\tSIZE\tMODIFIED\tSTEP\tEPOCH\tMETRICS\tSTATUS")
 	for _, e := range es {
 		status := "ok"
-		if !e.Valid {
+		step, epoch, metrics := optInt(e.Step), optInt(e.Epoch), metricsString(e.Metrics)
+		switch {
+		case e.Kind == ckpt.KindOther:
+			// A vocabulary's "step" entry is a word's index, not a step.
+			status = "not a checkpoint: " + e.Note
+			step, epoch, metrics = "-", "-", "-"
+		case !e.Valid:
 			status = "INVALID: " + e.Reason
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Path, e.Format, units.FormatBytes(e.Size),
-			e.ModTime.Local().Format("2006-01-02 15:04"), optInt(e.Step), optInt(e.Epoch), metricsString(e.Metrics), status)
+			e.ModTime.Local().Format("2006-01-02 15:04"), step, epoch, metrics, status)
 	}
 	tw.Flush()
 }
@@ -110,10 +116,22 @@ func renderReport(f *Factory, r *ckpt.Report, limit int) {
 	}
 }
 
+// renderLatest names the invalid checkpoints newer than the choice (all of
+// them when there is none) on stderr and the choice on stdout.
+func renderLatest(f *Factory, res *ckpt.LatestResult) {
+	for _, s := range res.SkippedNewer {
+		fmt.Fprintf(f.IO.ErrOut, "vramguard: skipped %s: %s\n", s.Path, s.Reason)
+	}
+	if res.Best != nil {
+		fmt.Fprintln(f.IO.Out, res.Best.Path)
+	}
+}
+
 func renderPlan(f *Factory, p *ckpt.PrunePlan) {
 	w := f.IO.Out
 	if len(p.Items) == 0 {
 		fmt.Fprintln(w, "no checkpoints")
+		renderLeftAlone(f, p)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -129,10 +147,32 @@ func renderPlan(f *Factory, p *ckpt.PrunePlan) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", action, it.Path, units.FormatBytes(it.Size), optInt(it.Step), optInt(it.Epoch), strings.Join(it.Why, "; "))
 	}
 	tw.Flush()
+	renderLeftAlone(f, p)
 	if p.Applied {
 		fmt.Fprintf(w, "\nfreed %s\n", units.FormatBytes(p.FreedBytes))
 	} else {
 		fmt.Fprintf(w, "\ndry run: would free %s; add --apply to delete\n", units.FormatBytes(p.FreedBytes))
+	}
+}
+
+// renderLeftAlone lists what prune did not take for a checkpoint.
+func renderLeftAlone(f *Factory, p *ckpt.PrunePlan) {
+	if len(p.LeftAlone) == 0 && p.OtherFiles == 0 {
+		return
+	}
+	w := f.IO.Out
+	fmt.Fprintln(w, "\nLEFT ALONE (prune never deletes these)")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, la := range p.LeftAlone {
+		fmt.Fprintf(tw, "  %s\t%s\n", la.Path, la.Why)
+	}
+	tw.Flush()
+	if p.OtherFiles > 0 {
+		s := "s"
+		if p.OtherFiles == 1 {
+			s = ""
+		}
+		fmt.Fprintf(w, "  and %d other file%s in no checkpoint format (logs, JSON, text, ...)\n", p.OtherFiles, s)
 	}
 }
 
