@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,10 @@ type statusMsg struct {
 	ExitCode int    `json:"exit_code"`
 	Signal   int    `json:"signal,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// MaxRSS is the largest max RSS (ru_maxrss) the kernel accounted to
+	// any process of the job the shim reaped: the job's main process (with
+	// the children it reaped itself, DataLoader workers) and every orphan.
+	MaxRSS uint64 `json:"max_rss_bytes,omitempty"`
 }
 
 // RunShim is the shim's main: args are [--cgroup-procs FILE] -- CMD ARGS.
@@ -83,15 +88,13 @@ func RunShim(args []string) int {
 		report(statusMsg{Event: "start_error", Error: err.Error()})
 		return 1
 	}
-	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
-	})
+	// Not os.StartProcess: see spawnJob for why the job is forked, not
+	// vforked.
+	job, err := spawnJob(path, argv)
 	if err != nil {
 		report(statusMsg{Event: "start_error", Error: err.Error()})
 		return 1
 	}
-	job := proc.Pid
 	report(statusMsg{Event: "started", PID: job})
 	// The OOM killer should pick the job, never the shim that cleans up.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
@@ -100,12 +103,15 @@ func RunShim(args []string) int {
 		pid int
 		ws  syscall.WaitStatus
 	}
-	// Reap every child (orphans reparent to us); only the job's end matters.
+	// Reap every child (orphans reparent to us); only the job's end
+	// matters, and every child's max RSS.
 	exits := make(chan exit, 1)
+	var maxRSS atomic.Uint64
 	go func() {
 		for {
 			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, 0, nil)
+			var ru syscall.Rusage
+			pid, err := syscall.Wait4(-1, &ws, 0, &ru)
 			if err != nil {
 				if errors.Is(err, syscall.EINTR) {
 					continue
@@ -116,6 +122,7 @@ func RunShim(args []string) int {
 				}
 				return
 			}
+			raiseMax(&maxRSS, uint64(ru.Maxrss)*1024)
 			if pid == job {
 				exits <- exit{pid, ws}
 			}
@@ -147,6 +154,7 @@ func RunShim(args []string) int {
 	}
 	// The job's main process is gone: end whatever it left behind.
 	killTree(os.Getpid(), job)
+	final.MaxRSS = childrenMaxRSS(&maxRSS)
 	report(*final)
 	return 0
 }
@@ -186,4 +194,36 @@ func killTree(root, job int) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+func raiseMax(m *atomic.Uint64, v uint64) {
+	for {
+		old := m.Load()
+		if v <= old || m.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// childrenMaxRSS reaps what killTree left as zombies and returns the largest
+// max RSS of any child reaped: from wait4 and from RUSAGE_CHILDREN, which
+// also covers what the reaper goroutine has not reported yet.
+func childrenMaxRSS(m *atomic.Uint64) uint64 {
+	for {
+		var ws syscall.WaitStatus
+		var ru syscall.Rusage
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, &ru)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			break
+		}
+		raiseMax(m, uint64(ru.Maxrss)*1024)
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
+		raiseMax(m, uint64(ru.Maxrss)*1024)
+	}
+	return m.Load()
 }
