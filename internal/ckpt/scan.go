@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/vramguard/vramguard/internal/ckpt/pickle"
-	"github.com/vramguard/vramguard/internal/ckpt/ziparc"
 )
 
 // Verdicts of the security scan.
@@ -245,53 +244,7 @@ func startsPickle(c byte) bool {
 }
 
 func scanZip(r io.ReaderAt, size int64, res *ScanResult) {
-	a, err := ziparc.Open(r, size, ziparc.DefaultLimits)
-	if err != nil {
-		// A torn archive: the first record (data.pkl, torch writes it
-		// first) can still be found from its local header.
-		res.Errors = append(res.Errors, fmt.Sprintf("zip: %v; scanning the first record from its local header", err))
-		name, ok := ziparc.FirstLocalName(r)
-		if !ok {
-			return
-		}
-		var h [30]byte
-		if _, err := r.ReadAt(h[:], 0); err != nil {
-			return
-		}
-		xl := int64(h[28]) | int64(h[29])<<8
-		scanPickles(r, 30+int64(len(name))+xl, size, name, res, false)
-		return
-	}
-	for i := range a.Entries {
-		e := &a.Entries[i]
-		if e.Size == 0 {
-			continue
-		}
-		off, err := a.DataOffset(e)
-		if err != nil {
-			res.Errors = append(res.Errors, err.Error())
-			continue
-		}
-		if e.Method != 0 {
-			data, err := a.ReadSmall(e, maxPickleRecord)
-			if err != nil {
-				res.Errors = append(res.Errors, err.Error())
-				continue
-			}
-			if len(data) > 0 && (strings.HasSuffix(e.Name, ".pkl") || data[0] == 0x80) {
-				scanPickles(pickleBytes(data), 0, int64(len(data)), e.Name, res, false)
-			}
-			continue
-		}
-		var b [2]byte
-		if _, err := r.ReadAt(b[:], off); err != nil {
-			continue
-		}
-		// Pickle records: *.pkl, or any record that starts with PROTO.
-		if strings.HasSuffix(e.Name, ".pkl") || (b[0] == 0x80 && b[1] >= 2 && b[1] <= 5 && !strings.Contains(e.Name, "/data/")) {
-			scanPickles(r, off, off+int64(e.CompSize), e.Name, res, false)
-		}
-	}
+	scanZipArchive(r, size, res) // zipscan.go
 }
 
 type pickleBytes []byte

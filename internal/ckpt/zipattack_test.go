@@ -1,0 +1,166 @@
+package ckpt
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// zipAttacks are the fixtures of scripts/gen-zip-fixtures.py: each is read
+// differently by torch's zip reader and a strict one. want is a piece of
+// the finding that scan must report; payload says torch.load runs the
+// fixture's payload (checked by TestZipAttacksRunUnderTorch).
+var zipAttacks = []struct {
+	file    string
+	want    []string
+	payload bool
+}{
+	{"local_name.pt", []string{`names "archive/data.pkX", the central directory "archive/data.pkl"`, "os.system"}, true},
+	{"case_name.pt", []string{"os.system"}, true},
+	{"disk1.pt", []string{"disk 1 of a multi-disk archive", "os.system"}, true},
+	{"eocd_comment.pt", []string{"comment bytes follow it", "os.system"}, true},
+	{"cd_after.pt", []string{"does not end where the end record begins", "not in the central directory", "os.system"}, true},
+	{"stored_size.pt", []string{"has size 1052 but 1008 stored bytes", "os.system"}, true},
+	{"deflated_big.pt", []string{"over the scanner's", "deflate bomb", "os.system"}, true},
+	{"local_sizes.pt", []string{"the local header says 5 bytes"}, false},
+	{"bomb_overlap.pt", []string{"overlap: the bytes", "36 more overlapping records", "deflate bomb"}, false},
+	{"bomb_single.pt", []string{"deflate bomb"}, false},
+}
+
+const zipAttackDir = "testdata/zipattack"
+
+func TestZipAttacksScan(t *testing.T) {
+	for _, tc := range zipAttacks {
+		t.Run(tc.file, func(t *testing.T) {
+			var m0, m1 runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&m0)
+			t0 := time.Now()
+			res, err := ScanFile(filepath.Join(zipAttackDir, tc.file))
+			el := time.Since(t0)
+			runtime.ReadMemStats(&m1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Dangerous == 0 {
+				t.Fatalf("not dangerous: %+v", res)
+			}
+			var all strings.Builder
+			for _, h := range res.Hits {
+				all.WriteString(h.Global + " " + h.Reason + "\n")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(all.String(), w) {
+					t.Errorf("no finding with %q in:\n%s", w, all.String())
+				}
+			}
+			// The bombs inflate to 250 MiB and more; the scan may allocate
+			// a few MiB and take well under a second.
+			if alloc := m1.TotalAlloc - m0.TotalAlloc; alloc > 32<<20 {
+				t.Errorf("scan allocated %d MiB", alloc>>20)
+			}
+			if el > 2*time.Second {
+				t.Errorf("scan took %v", el)
+			}
+		})
+	}
+}
+
+// inspect and verify (also --deep) of the bombs stay bounded and say why
+// the file is invalid.
+func TestZipBombsInspectVerify(t *testing.T) {
+	for _, name := range []string{"bomb_overlap.pt", "bomb_single.pt", "deflated_big.pt"} {
+		for _, deep := range []bool{false, true} {
+			var m0, m1 runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&m0)
+			t0 := time.Now()
+			rep, err := Inspect(filepath.Join(zipAttackDir, name), Options{Structure: true, Deep: deep})
+			el := time.Since(t0)
+			runtime.ReadMemStats(&m1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Valid {
+				t.Errorf("%s deep=%v: valid", name, deep)
+			}
+			t.Logf("%s deep=%v: %v, %d KiB allocated: %s", name, deep, el, (m1.TotalAlloc-m0.TotalAlloc)>>10, rep.Reason)
+			if alloc := m1.TotalAlloc - m0.TotalAlloc; alloc > 32<<20 {
+				t.Errorf("%s deep=%v: allocated %d MiB", name, deep, alloc>>20)
+			}
+			if el > 2*time.Second {
+				t.Errorf("%s deep=%v: took %v", name, deep, el)
+			}
+		}
+	}
+}
+
+// Each payload fixture really runs its payload under torch.load (Debian's
+// python3-torch): the marker file appears in the working directory. The
+// benign ones load without it. One Python process loads them all, each in
+// its own directory.
+func TestZipAttacksRunUnderTorch(t *testing.T) {
+	const py = "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		t.Fatalf("%s: %v (the fixtures need Debian's python3-torch)", py, err)
+	}
+	root := t.TempDir()
+	var args []string
+	for _, tc := range zipAttacks {
+		if strings.HasPrefix(tc.file, "bomb") { // no payload; torch.load inflates 250 MiB
+			continue
+		}
+		abs, _ := filepath.Abs(filepath.Join(zipAttackDir, tc.file))
+		dir := filepath.Join(root, tc.file)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, abs, dir)
+	}
+	script := `
+import os, sys, torch
+a = sys.argv[1:]
+for f, d in zip(a[::2], a[1::2]):
+    os.chdir(d)
+    try:
+        torch.load(f)
+        print("loaded", os.path.basename(f))
+    except Exception as e:
+        print("failed", os.path.basename(f), type(e).__name__, e)
+`
+	out, err := exec.Command(py, append([]string{"-c", script}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+	for _, tc := range zipAttacks {
+		dir := filepath.Join(root, tc.file)
+		if _, err := os.Stat(dir); err != nil {
+			continue
+		}
+		_, err := os.Stat(filepath.Join(dir, "vramguard-zip-pwned"))
+		if tc.payload && err != nil {
+			t.Errorf("%s: torch.load did not run the payload", tc.file)
+		}
+		if !tc.payload && err == nil {
+			t.Errorf("%s: the marker appeared", tc.file)
+		}
+	}
+}
+
+// Scanning, inspecting and deep-verifying every fixture never runs
+// anything: no marker appears in the working directory.
+func TestZipAttacksDoNotRunHere(t *testing.T) {
+	for _, tc := range zipAttacks {
+		p := filepath.Join(zipAttackDir, tc.file)
+		ScanFile(p)
+		Inspect(p, Options{Structure: true, Deep: true})
+	}
+	if _, err := os.Stat("vramguard-zip-pwned"); err == nil {
+		t.Fatal("marker file appeared")
+	}
+}
