@@ -65,10 +65,17 @@ type Input struct {
 	// attempt; KernelOOM holds kernel log lines naming a process of the job.
 	OOMKills  int
 	KernelOOM []string
-	// PeakRSS is the highest host memory of the whole process tree, and
-	// Limit the memory limit it ran under (cgroup, else host RAM); 0 unknown.
+	// PeakRSS is the job's peak host memory and PeakWhat says what figure
+	// it is ("PSS summed over its processes", ...); Limit is the memory
+	// limit it ran under (cgroup, else host RAM); 0 unknown.
 	PeakRSS, Limit uint64
+	PeakWhat       string
 	LimitSource    string // "cgroup", "--memory-limit", "host"
+	// LimitPeak is the highest charge of the cgroup whose limit Limit is
+	// (page cache included): what a cgroup limit is enforced on, so what
+	// "% of its limit" compares; 0 when the limit is the host's RAM or the
+	// charge was not read.
+	LimitPeak uint64
 	// Interrupted is set when the user (Ctrl-C, SIGTERM, vramguard stop)
 	// ended the job; Restarted when a restart request (vramguard restart,
 	// the agent's API) ended the attempt so that the next one starts;
@@ -326,12 +333,25 @@ func memEvidence(in Input) string {
 	if in.PeakRSS == 0 {
 		return ""
 	}
-	if in.Limit == 0 {
-		return "peak host memory of the job: " + units.FormatBytes(in.PeakRSS)
+	s := "peak host memory of the job: " + units.FormatBytes(in.PeakRSS)
+	if in.PeakWhat != "" {
+		s += " (" + in.PeakWhat + ")"
 	}
-	return fmt.Sprintf("peak host memory of the job: %s, %.0f%% of its %s limit (%s)",
-		units.FormatBytes(in.PeakRSS), 100*float64(in.PeakRSS)/float64(in.Limit), units.FormatBytes(in.Limit), in.LimitSource)
+	switch {
+	case in.Limit == 0:
+		return s
+	case in.LimitSource == "host":
+		return s + fmt.Sprintf(", %.0f%% of the host's %s of RAM", pct(in.PeakRSS, in.Limit), units.FormatBytes(in.Limit))
+	case in.LimitPeak > 0:
+		// a cgroup limit holds the cgroup's charge, not the job's RSS
+		return s + fmt.Sprintf("; its cgroup's charge (page cache included) peaked at %s, %.0f%% of its %s limit (%s)",
+			units.FormatBytes(in.LimitPeak), pct(in.LimitPeak, in.Limit), units.FormatBytes(in.Limit), in.LimitSource)
+	}
+	return s + fmt.Sprintf("; it ran under a %s limit (%s) on its cgroup's charge, which could not be read",
+		units.FormatBytes(in.Limit), in.LimitSource)
 }
+
+func pct(a, b uint64) float64 { return 100 * float64(a) / float64(b) }
 
 func oomEvidence(o OOM) []string {
 	var ev []string

@@ -62,8 +62,16 @@ func TestClassify(t *testing.T) {
 }
 
 func TestKilledSaysHowCloseToTheLimit(t *testing.T) {
-	v := Classify(Input{Signal: syscall.SIGKILL, ExitCode: -1, PeakRSS: 9 << 30, Limit: 10 << 30, LimitSource: "cgroup"})
-	if !strings.Contains(strings.Join(v.Evidence, "\n"), "90% of its 10 GiB limit") {
+	// A cgroup limit holds the cgroup's charge: that is what is compared,
+	// whatever the job's own peak.
+	v := Classify(Input{Signal: syscall.SIGKILL, ExitCode: -1, PeakRSS: 7 << 30, PeakWhat: "PSS summed over its processes",
+		Limit: 10 << 30, LimitSource: "cgroup", LimitPeak: 9 << 30})
+	ev := strings.Join(v.Evidence, "\n")
+	if !strings.Contains(ev, "peak host memory of the job: 7 GiB (PSS summed over its processes); its cgroup's charge (page cache included) peaked at 9 GiB, 90% of its 10 GiB limit (cgroup)") {
+		t.Errorf("evidence %q", v.Evidence)
+	}
+	v = Classify(Input{Signal: syscall.SIGKILL, ExitCode: -1, PeakRSS: 8 << 30, Limit: 16 << 30, LimitSource: "host"})
+	if ev := strings.Join(v.Evidence, "\n"); !strings.Contains(ev, "peak host memory of the job: 8 GiB, 50% of the host's 16 GiB of RAM") {
 		t.Errorf("evidence %q", v.Evidence)
 	}
 }
