@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -18,32 +19,6 @@ const (
 	VerdictUnknown   = "unknown"   // not known to be dangerous, not on the allowlist
 	VerdictDangerous = "dangerous" // can run code, touch files or the network, or cannot be resolved
 )
-
-// allowed is derived from PyTorch's weights-only unpickler
-// (torch/_weights_only_unpickler.py), plus collections and numpy array
-// reconstruction. Names under "torch" that are dtypes, storage classes,
-// layouts, memory formats and qschemes are allowed by isTorchConstant.
-var allowed = map[string]bool{
-	"collections.OrderedDict": true, "collections.defaultdict": true, "collections.Counter": true, "collections.deque": true,
-	"torch.nn.parameter.Parameter": true, "torch.serialization._get_layout": true,
-	"torch.Size": true, "torch.Tensor": true, "torch.device": true,
-	"torch._utils._rebuild_parameter": true, "torch._utils._rebuild_parameter_with_state": true,
-	"torch._utils._rebuild_tensor": true, "torch._utils._rebuild_tensor_v2": true, "torch._utils._rebuild_tensor_v3": true,
-	"torch._utils._rebuild_sparse_tensor": true, "torch._utils._rebuild_sparse_csr_tensor": true,
-	"torch._utils._rebuild_meta_tensor_no_storage": true, "torch._utils._rebuild_nested_tensor": true,
-	"torch._utils._rebuild_qtensor": true, "torch._utils._rebuild_wrapper_subclass": true,
-	"torch._utils._rebuild_device_tensor_from_numpy": true, "torch._utils._rebuild_device_tensor_from_cpu_tensor": true,
-	"torch._tensor._rebuild_from_type_v2": true, "torch._tensor._rebuild_from_type": true,
-	"torch.storage.UntypedStorage": true, "torch.storage.TypedStorage": true,
-	"_codecs.encode": true,
-	"builtins.set":   true, "builtins.frozenset": true, "builtins.bytearray": true, "builtins.bytes": true,
-	"builtins.complex": true, "builtins.slice": true, "builtins.range": true, "builtins.int": true, "builtins.float": true,
-	"builtins.str": true, "builtins.bool": true, "builtins.tuple": true, "builtins.list": true, "builtins.dict": true,
-	"__builtin__.set": true, "__builtin__.frozenset": true, "__builtin__.bytearray": true, "__builtin__.complex": true,
-	"numpy.core.multiarray._reconstruct": true, "numpy._core.multiarray._reconstruct": true,
-	"numpy.ndarray": true, "numpy.dtype": true,
-	"numpy.core.multiarray.scalar": true, "numpy._core.multiarray.scalar": true,
-}
 
 // dangerousModules are modules any reference into is reported as dangerous.
 var dangerousModules = []string{
@@ -93,49 +68,37 @@ type ScanResult struct {
 	Dangerous int       `json:"dangerous"`
 	Unknown   int       `json:"unknown"`
 	Errors    []string  `json:"errors"`
+	// Safe: every global is on the allowlist and every pickle decoded to
+	// its end. Anything else (an unknown or dangerous global, a pickle the
+	// scanner could not read to its end, no pickle at all) fails the scan.
+	Safe bool `json:"safe"`
+
+	allow map[string]bool
 }
 
-// Classify says whether a global reference is safe to load, dangerous, or
-// unknown. resolved false (a STACK_GLOBAL from non-string operands, an
-// extension-registry code) is always dangerous: what it names cannot be known
-// without running the pickle.
-func Classify(g pickle.Global, resolved bool) (verdict, reason string) {
-	if !resolved {
-		return VerdictDangerous, "the reference cannot be resolved without running the pickle"
-	}
-	full := g.Module + "." + g.Name
-	if allowed[full] {
-		return VerdictSafe, ""
-	}
-	if g.Module == "torch" && isTorchConstant(g.Name) {
-		return VerdictSafe, ""
-	}
-	if g.Module == "numpy.dtypes" || g.Module == "numpy" && strings.HasSuffix(g.Name, "DType") {
-		return VerdictSafe, ""
-	}
-	for _, m := range dangerousModules {
-		if g.Module == m || strings.HasPrefix(g.Module, m+".") || full == m {
-			return VerdictDangerous, "module " + m + " can run code, touch files or the network"
-		}
-	}
-	if g.Module == "builtins" || g.Module == "__builtin__" || g.Module == "__builtins__" {
-		if r, ok := dangerousNames[g.Name]; ok {
-			return VerdictDangerous, "builtins." + g.Name + " " + r
-		}
-		return VerdictUnknown, "a builtin that is not on the allowlist"
-	}
-	switch g.Name {
-	case "eval", "exec", "execfile", "getattr", "setattr", "__import__", "load", "loads", "apply", "open", "_load_from_bytes":
-		return VerdictDangerous, g.Name + " can run code or load another pickle"
-	}
-	if g.Name == "system" || g.Name == "popen" || g.Name == "Popen" || strings.HasPrefix(g.Name, "exec") || strings.HasPrefix(g.Name, "spawn") {
-		return VerdictDangerous, g.Name + " runs commands"
-	}
-	if strings.HasPrefix(g.Name, "__") && g.Name != "__newobj__" {
-		return VerdictDangerous, "a dunder attribute reached directly"
-	}
-	return VerdictUnknown, "not on the weights-only allowlist"
+// ScanOptions adjust a scan.
+type ScanOptions struct {
+	// Allow holds full dotted paths (module.qualname, e.g.
+	// "mypkg.models.Net") of the user's own classes and functions, accepted
+	// like the built-in allowlist.
+	Allow []string
 }
+
+// scanLimits bound a scan's decode. Python's unpickler has no limit on
+// nesting or marks, so neither has the scan (its decoder keeps an explicit
+// stack and never recurses); size, opcodes, memo and stack stay bounded,
+// and breaking one of those is a finding.
+var scanLimits = func() pickle.Limits {
+	l := pickle.DefaultLimits
+	l.MaxDepth = math.MaxInt32
+	l.MaxMarks = l.MaxStack
+	return l
+}()
+
+// maxPicklesPerFile is how many consecutive pickles torch.load can read
+// from one non-zip file: the legacy format's magic number, protocol
+// version, sys_info, object and storage keys.
+const maxPicklesPerFile = 5
 
 func isTorchConstant(name string) bool {
 	if _, ok := torchDType(name); ok {
@@ -159,15 +122,26 @@ func isTorchConstant(name string) bool {
 // record's CRC is wrong or the central directory is gone), each pickle of a
 // legacy torch file, and the consecutive pickles of a plain pickle file.
 // Nothing is executed. err only when the file cannot be read.
-func ScanFile(path string) (*ScanResult, error) {
+func ScanFile(path string) (*ScanResult, error) { return ScanFileWith(path, ScanOptions{}) }
+
+// ScanFileWith is ScanFile with options.
+func ScanFileWith(path string, opts ScanOptions) (*ScanResult, error) {
 	f, size, err := openFile(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	res := &ScanResult{Path: path, Format: detectFile(f, size), Hits: []ScanHit{}, Errors: []string{}}
+	res := &ScanResult{Path: path, Format: detectFile(f, size), Hits: []ScanHit{}, Errors: []string{}, allow: allowSet(opts.Allow)}
 	scanReader(f, size, res)
 	return res, nil
+}
+
+func allowSet(names []string) map[string]bool {
+	m := map[string]bool{}
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
 }
 
 func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
@@ -195,25 +169,29 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 			res.Unknown++
 		}
 	}
+	res.Safe = res.Dangerous == 0 && res.Unknown == 0 && len(res.Errors) == 0
 }
 
 // scanPickles decodes consecutive pickles starting at off. When probe is
 // true, input that does not start like a pickle is not an error.
 func scanPickles(r io.ReaderAt, off, size int64, record string, res *ScanResult, probe bool) {
-	for i := 0; off < size && i < 64; i++ {
+	for i := 0; off < size && i < maxPicklesPerFile; i++ {
 		var b [1]byte
 		if _, err := r.ReadAt(b[:], off); err != nil {
+			res.Errors = append(res.Errors, fmt.Sprintf("read at byte %d: %v", off, err))
 			return
 		}
 		if i > 0 || probe {
-			if !startsPickle(b[0]) {
+			// Python stops at once on a byte that is no opcode ("invalid
+			// load key"): nothing from there on can run.
+			if !pickle.IsOpcode(b[0]) {
 				if i == 0 && probe {
 					res.Errors = append(res.Errors, "no pickle found")
 				}
 				return
 			}
 		}
-		pr, err := decodePickle(r, off, size)
+		pr, err := pickle.Decode(r, off, size, scanLimits)
 		name := record
 		if name == "" {
 			name = fmt.Sprintf("pickle %d", i+1)
@@ -221,7 +199,7 @@ func scanPickles(r io.ReaderAt, off, size int64, record string, res *ScanResult,
 		if pr != nil {
 			res.Pickles++
 			for _, g := range pr.Globals {
-				v, why := Classify(g.Global, g.Resolved)
+				v, why := Classify(g, res.allow)
 				if g.Detail != "" {
 					why = g.Detail + "; " + why
 				}
@@ -237,10 +215,6 @@ func scanPickles(r io.ReaderAt, off, size int64, record string, res *ScanResult,
 		}
 		off = pr.End
 	}
-}
-
-func startsPickle(c byte) bool {
-	return c == 0x80 || strings.IndexByte("(]}cNIFSVLl)dpgXKJMUTG", c) >= 0
 }
 
 func scanZip(r io.ReaderAt, size int64, res *ScanResult) {
@@ -288,7 +262,10 @@ func scanTar(r io.ReaderAt, size int64, res *ScanResult) {
 
 // ScanPath scans a file, or every regular file under a directory whatever
 // its name. err only when path cannot be read.
-func ScanPath(path string) ([]*ScanResult, error) {
+func ScanPath(path string) ([]*ScanResult, error) { return ScanPathWith(path, ScanOptions{}) }
+
+// ScanPathWith is ScanPath with options.
+func ScanPathWith(path string, opts ScanOptions) ([]*ScanResult, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, &UnreadableError{fmt.Errorf("stat %s: %w", path, err)}
@@ -297,7 +274,7 @@ func ScanPath(path string) ([]*ScanResult, error) {
 		if !st.Mode().IsRegular() {
 			return nil, &UnreadableError{fmt.Errorf("%s is not a regular file", path)}
 		}
-		r, err := ScanFile(path)
+		r, err := ScanFileWith(path, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -314,7 +291,7 @@ func ScanPath(path string) ([]*ScanResult, error) {
 		if !d.Type().IsRegular() {
 			return nil
 		}
-		r, err := ScanFile(p)
+		r, err := ScanFileWith(p, opts)
 		if err != nil {
 			out = append(out, &ScanResult{Path: p, Hits: []ScanHit{}, Errors: []string{err.Error()}})
 			return nil

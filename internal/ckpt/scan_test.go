@@ -1,10 +1,14 @@
 package ckpt
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // marker is the file every payload in testdata/malicious would create.
@@ -87,5 +91,180 @@ func TestScanBenign(t *testing.T) {
 	}
 	if res.Dangerous != 0 || res.Unknown == 0 {
 		t.Errorf("module.pt: %d dangerous, %d unknown, want 0 and >0: %+v", res.Dangerous, res.Unknown, res.Hits)
+	}
+}
+
+// pwned is the file every attack_* payload creates in its working
+// directory (scripts/gen-malicious-fixtures.py).
+const pwned = "vg-pwned"
+
+// attacks: issue #14's pickles that torch.load runs and that a denylist
+// scanner passed. want is a global that must be reported, not safe, and
+// why a substring of its reason.
+var attacks = []struct {
+	file, want, verdict, why string
+}{
+	{"attack_dotted_global.pkl", "torch.serialization.os.system", VerdictDangerous, "serialization.os (module os)"},
+	{"attack_dotted_stack_global.pkl", "pathlib.Path.write_text", VerdictUnknown, "dotted name walked with getattr"},
+	{"attack_import_dotted_name.pkl", "torch._utils._import_dotted_name", VerdictDangerous, "resolves a string"},
+	{"attack_import_dotted_name_dotted.pkl", "torch._utils._import_dotted_name", VerdictDangerous, "resolves a string"},
+	{"attack_string_escapes.pkl", "os.system", VerdictDangerous, "module os"},
+	{"attack_unicode_escapes.pkl", "os.system", VerdictDangerous, "module os"},
+	{"attack_deep_lists.pkl", "os.system", VerdictDangerous, "module os"},
+	{"attack_deep_marks.pkl", "os.system", VerdictDangerous, "module os"},
+	{"attack_memo_key_space.pkl", "os.system", VerdictDangerous, "module os"},
+	{"attack_int_base.pkl", "os.system", VerdictDangerous, "module os"},
+	{"attack_surrogate.pkl", "os.system", VerdictDangerous, "module os"},
+	{"attack_float_nul.pkl", "os.system", VerdictDangerous, "module os"},
+	{"attack_torch_zip_dotted.pt", "torch.serialization.os.system", VerdictDangerous, "serialization.os (module os)"},
+}
+
+// TestScanAttacks: scan fails each attack and names the global that runs
+// the payload, without running it.
+func TestScanAttacks(t *testing.T) {
+	for _, tc := range attacks {
+		t.Run(tc.file, func(t *testing.T) {
+			res, err := ScanFile(filepath.Join("testdata/malicious", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Safe {
+				t.Errorf("scan passes it: %+v", res)
+			}
+			found := false
+			for _, h := range res.Hits {
+				if h.Global == tc.want {
+					found = true
+					if h.Verdict != tc.verdict || !strings.Contains(h.Reason, tc.why) {
+						t.Errorf("%s: %s (%s), want %s with %q", h.Global, h.Verdict, h.Reason, tc.verdict, tc.why)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("%s not reported; hits %+v, errors %v", tc.want, res.Hits, res.Errors)
+			}
+			if len(res.Errors) != 0 {
+				t.Errorf("decode errors: %v", res.Errors)
+			}
+		})
+	}
+	if _, err := os.Stat(pwned); err == nil {
+		t.Fatalf("%s exists: a payload ran", pwned)
+	}
+}
+
+// torchLoadScript torch.loads each file named on stdin in a fresh temp
+// dir and prints whether the payload's file appeared there.
+const torchLoadScript = `
+import json, os, sys, tempfile, warnings
+warnings.simplefilter("ignore")
+import torch
+out = {}
+for p in sys.stdin.read().split():
+    d = tempfile.mkdtemp()
+    os.chdir(d)
+    try:
+        torch.load(p)
+    except Exception:
+        pass
+    out[os.path.basename(p)] = os.path.exists(os.path.join(d, "vg-pwned"))
+    os.chdir("/")
+    if os.path.exists(os.path.join(d, "vg-pwned")):
+        os.remove(os.path.join(d, "vg-pwned"))
+    os.rmdir(d)
+print(json.dumps(out))
+`
+
+// TestMaliciousFixturesRunUnderTorch proves the attack fixtures are real:
+// Debian's torch (1.13, weights_only=False by default) runs every payload
+// when it loads the file.
+func TestMaliciousFixturesRunUnderTorch(t *testing.T) {
+	var paths []string
+	for _, tc := range attacks {
+		p, err := filepath.Abs(filepath.Join("testdata/malicious", tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	cmd := exec.Command(testbin.Python(), "-c", torchLoadScript)
+	cmd.Stdin = strings.NewReader(strings.Join(paths, "\n"))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s with torch: %v (%s)", testbin.Python(), err, out)
+	}
+	var ran map[string]bool
+	if err := json.Unmarshal(out, &ran); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, tc := range attacks {
+		if !ran[tc.file] {
+			t.Errorf("%s: torch.load did not run the payload", tc.file)
+		}
+	}
+}
+
+// benignTorch are files real torch.save wrote; scan passes every one.
+var benignTorch = []string{
+	"torch/state_dict.pt", "torch/training.pt", "torch/legacy.pt", "torch/dtypes.pt", "torch/dtypes_legacy.pt",
+	"torch/numpy.pt", "torch/nested.pt", "torch/views.pt", "torch/lightning.ckpt", "torch/plain0.pkl", "torch/plain4.pkl",
+	"torch/hf/checkpoint-500/optimizer.pt", "torch/hf/checkpoint-500/rng_state.pth", "torch/hf/checkpoint-500/scheduler.pt",
+	"malicious/benign.pt", "malicious/benign_module_nn.pt", "malicious/benign_module_nn_more.pt",
+	"malicious/benign_module_nn_legacy.pt", "malicious/benign_quantized.pt", "malicious/benign_sparse.pt",
+	"malicious/benign_sparse_legacy.pt", "malicious/benign_training_full.pt", "malicious/benign_training_full_legacy.pt",
+	"malicious/benign_proto4.pt",
+}
+
+func TestScanPassesRealTorchFiles(t *testing.T) {
+	for _, p := range benignTorch {
+		res, err := ScanFile(filepath.Join("testdata", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Safe || res.Pickles == 0 {
+			for _, h := range res.Hits {
+				if h.Verdict != VerdictSafe {
+					t.Logf("%s: %s %s: %s", p, h.Verdict, h.Global, h.Reason)
+				}
+			}
+			t.Errorf("%s: safe=%v, %d pickles, errors %v", p, res.Safe, res.Pickles, res.Errors)
+		}
+	}
+}
+
+// TestScanAllow: a whole model with a class of its own fails until the
+// user allows that class by its full dotted path.
+func TestScanAllow(t *testing.T) {
+	for _, p := range []string{"testdata/malicious/benign_own_class.pt", "testdata/torch/module.pt"} {
+		res, err := ScanFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Safe || res.Unknown != 1 || res.Dangerous != 0 {
+			t.Errorf("%s: safe=%v unknown=%d dangerous=%d, want a failure on __main__.Net alone", p, res.Safe, res.Unknown, res.Dangerous)
+		}
+		res, err = ScanFileWith(p, ScanOptions{Allow: []string{"__main__.Net"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Safe {
+			t.Errorf("%s with --allow __main__.Net: %+v", p, res)
+		}
+	}
+	// --allow accepts that name only: a payload stays a failure.
+	res, err := ScanFileWith("testdata/malicious/attack_dotted_stack_global.pkl", ScanOptions{Allow: []string{"pathlib.Path"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Safe {
+		t.Error("allowing pathlib.Path passed pathlib.Path.write_text")
+	}
+	for _, bad := range []string{"Net", "os.", "a..b", "mod.na-me", ""} {
+		if CheckAllowName(bad) == nil {
+			t.Errorf("CheckAllowName(%q) accepted", bad)
+		}
+	}
+	if err := CheckAllowName("mypkg.models.Net"); err != nil {
+		t.Error(err)
 	}
 }

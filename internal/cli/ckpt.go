@@ -343,33 +343,46 @@ the rule that keeps each checkpoint and the space the deletions free.`,
 
 func newCmdCkptScan(f *Factory) *cobra.Command {
 	var asJSON bool
+	var allow []string
 	cmd := &cobra.Command{
-		Use:   "scan FILE|DIR [--json]",
-		Short: "Report pickle globals that could run code when the checkpoint is loaded",
+		Use:   "scan FILE|DIR [--allow MODULE.QUALNAME]... [--json]",
+		Short: "Fail unless every pickle global a checkpoint references is known to be safe",
 		Long: `scan lists every Python global a checkpoint's pickles reference, without
-running them, and classifies each: safe (on an allowlist derived from
-PyTorch's weights-only unpickler, plus collections and numpy array
-reconstruction), dangerous (os, subprocess, builtins eval/exec/getattr/
-__import__/open, runpy, importlib, marshal, pickle, socket, shutil, ctypes,
-...; or a reference that cannot be resolved statically) or unknown (your
-own classes, for instance: torch.load would import and call them).
+running them, and passes a file only when every one is on an allowlist:
+PyTorch's weights-only unpickler allowlist plus known-safe framework names
+(collections, numpy array reconstruction, the nn.Module classes torch.nn
+defines). Names are resolved the way Python's find_class resolves them
+(Python 2 renames, dotted names walked with getattr).
+
+It fails (exit 1) on anything else: a dangerous global (os, subprocess,
+builtins eval/exec/getattr/__import__/open, runpy, importlib, a resolver
+such as torch._utils._import_dotted_name, ...), an unknown one (your own
+classes: torch.load would import and call them; accept them with --allow),
+a reference that cannot be resolved without running the pickle, and a
+pickle the scanner cannot read to its end.
 
 Every file is scanned whatever its name or extension, every pickle in it
 (also a second pickle after the first STOP), and zip records are scanned
-even when their CRC is bad or the central directory is missing.
-
-Exit 1 when anything dangerous is found.`,
+even when their CRC is bad or the central directory is missing.`,
 		Example: `  vramguard ckpt scan downloaded/pytorch_model.bin
-  vramguard ckpt scan ~/models --json | jq '.[] | select(.dangerous > 0) | .path'`,
+  vramguard ckpt scan whole_model.pt --allow __main__.Net --allow mypkg.layers.Block
+  vramguard ckpt scan ~/models --json | jq '.[] | select(.safe | not) | .path'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			results, err := ckpt.ScanPath(args[0])
+			for _, a := range allow {
+				if err := ckpt.CheckAllowName(a); err != nil {
+					return Usagef("--allow: %v", err)
+				}
+			}
+			results, err := ckpt.ScanPathWith(args[0], ckpt.ScanOptions{Allow: allow})
 			if err != nil {
 				return ckptInputErr(err)
 			}
-			dangerous := 0
+			failed := 0
 			for _, r := range results {
-				dangerous += r.Dangerous
+				if !r.Safe {
+					failed++
+				}
 			}
 			if asJSON {
 				if results == nil {
@@ -381,13 +394,14 @@ Exit 1 when anything dangerous is found.`,
 			} else {
 				renderScan(f, results)
 			}
-			if dangerous > 0 {
+			if failed > 0 {
 				return Silent(ExitFailed)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print results as JSON")
+	cmd.Flags().StringArrayVar(&allow, "allow", nil, "also accept this global, by its full dotted path (module.qualname); repeatable")
 	return cmd
 }
 

@@ -188,9 +188,11 @@ func renderScan(f *Factory, rs []*ckpt.ScanResult) {
 		case r.Dangerous > 0:
 			verdict = fmt.Sprintf("DANGEROUS (%d)", r.Dangerous)
 		case r.Unknown > 0:
-			verdict = fmt.Sprintf("unknown globals (%d)", r.Unknown)
-		case r.Pickles == 0:
-			verdict = "no pickle"
+			verdict = fmt.Sprintf("UNKNOWN GLOBALS (%d)", r.Unknown)
+		case !r.Safe && r.Pickles == 0:
+			verdict = "FAILED (no pickle read)"
+		case !r.Safe:
+			verdict = "FAILED (pickle not read to its end)"
 		}
 		format := r.Format
 		if format == "" {
@@ -204,7 +206,7 @@ func renderScan(f *Factory, rs []*ckpt.ScanResult) {
 			fmt.Fprintf(w, "  %-9s %s  (%s at byte %d of %s) %s\n", h.Verdict, h.Global, h.Opcode, h.Offset, h.Record, h.Reason)
 		}
 		for _, e := range r.Errors {
-			fmt.Fprintf(w, "  note: %s\n", e)
+			fmt.Fprintf(w, "  error: %s\n", e)
 		}
 	}
 }
