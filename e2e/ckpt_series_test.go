@@ -1,0 +1,200 @@
+package e2e
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// seriesRun is a training run's directory written by real torch
+// (scripts/gen-ckpt-series.py): ckpt-{100,200,300}.pt (model, optimizer,
+// step) among vocab.pkl, tokenizer.json, config.pt, training_args.bin,
+// optimizer.pt (optimizer state alone, per-parameter step 400) and notes/
+// (a text file named .metadata and a README).
+const seriesRun = "../internal/ckpt/testdata/series/run"
+
+// copyRun copies seriesRun into a temp dir; the checkpoints get the oldest
+// modification times, so a pick by mtime would take a non-checkpoint.
+func copyRun(t *testing.T) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "run")
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var files []string
+	err := filepath.WalkDir(seriesRun, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			files = append(files, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.SliceStable(files, func(i, j int) bool {
+		return strings.HasPrefix(filepath.Base(files[i]), "ckpt-") && !strings.HasPrefix(filepath.Base(files[j]), "ckpt-")
+	})
+	for i, p := range files {
+		rel, _ := filepath.Rel(seriesRun, p)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dst, rel)
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(out, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mt := t0.Add(time.Duration(i) * time.Minute)
+		os.Chtimes(out, mt, mt)
+	}
+	return dst
+}
+
+func treeHashes(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(b)
+		rel, _ := filepath.Rel(dir, p)
+		out[rel] = hex.EncodeToString(sum[:])
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestCkptSeriesLatestAndPrune: `ckpt latest` picks ckpt-300.pt, and
+// `ckpt prune --keep-last 1 --apply` deletes ckpt-100.pt and ckpt-200.pt
+// and leaves every other file byte for byte as it was, naming each one it
+// left alone.
+func TestCkptSeriesLatestAndPrune(t *testing.T) {
+	e := newEnv(t)
+	dir := copyRun(t)
+
+	r := e.run("ckpt", "latest", dir)
+	if r.code != 0 || r.stdout != filepath.Join(dir, "ckpt-300.pt")+"\n" {
+		t.Fatalf("latest: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+
+	before := treeHashes(t, dir)
+	r = e.run("ckpt", "prune", dir, "--keep-last", "1", "--apply", "--json")
+	if r.code != 0 {
+		t.Fatalf("prune: exit %d\n%s", r.code, r.stderr)
+	}
+	var plan struct {
+		Deleted   []string `json:"deleted"`
+		LeftAlone []struct {
+			Path string `json:"path"`
+			Why  string `json:"why"`
+		} `json:"left_alone"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &plan); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	sort.Strings(plan.Deleted)
+	if strings.Join(plan.Deleted, " ") != filepath.Join(dir, "ckpt-100.pt")+" "+filepath.Join(dir, "ckpt-200.pt") {
+		t.Errorf("deleted %v", plan.Deleted)
+	}
+	after := treeHashes(t, dir)
+	for rel, sum := range before {
+		gone := rel == "ckpt-100.pt" || rel == "ckpt-200.pt"
+		got, ok := after[rel]
+		switch {
+		case gone && ok:
+			t.Errorf("%s survived --keep-last 1", rel)
+		case !gone && !ok:
+			t.Errorf("%s was deleted", rel)
+		case !gone && got != sum:
+			t.Errorf("%s changed", rel)
+		}
+	}
+	left := map[string]bool{}
+	for _, la := range plan.LeftAlone {
+		rel, _ := filepath.Rel(dir, la.Path)
+		left[rel] = la.Why != ""
+	}
+	for _, rel := range []string{"vocab.pkl", "config.pt", "training_args.bin", "optimizer.pt", "notes"} {
+		if !left[rel] {
+			t.Errorf("left_alone lacks %s (with a reason): %+v", rel, plan.LeftAlone)
+		}
+	}
+
+	// Nothing older is left: a second pass deletes nothing.
+	r = e.run("ckpt", "prune", dir, "--keep-last", "1", "--apply")
+	if r.code != 0 || !strings.Contains(r.stdout, "LEFT ALONE") || strings.Contains(r.stdout, "deleted") {
+		t.Errorf("second prune: exit %d\n%s", r.code, r.stdout)
+	}
+	if len(treeHashes(t, dir)) != len(before)-2 {
+		t.Error("the second prune deleted something")
+	}
+}
+
+// TestCkptLatestSymlinkedDir: `ckpt latest` and `run --resume-from` follow
+// a symlinked checkpoint directory: the job gets the newest checkpoint in
+// $VRAMGUARD_RESUME, named under the link.
+func TestCkptLatestSymlinkedDir(t *testing.T) {
+	e := newEnv(t)
+	dir := copyRun(t)
+	link := filepath.Join(t.TempDir(), "current")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(link, "ckpt-300.pt")
+	r := e.run("ckpt", "latest", link)
+	if r.code != 0 || r.stdout != want+"\n" {
+		t.Fatalf("latest via link: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = e.run("run", "--resume-from", link, "--", "bash", "-c", `printf '%s\n' "$VRAMGUARD_RESUME"`)
+	if r.code != 0 || r.stdout != want+"\n" {
+		t.Fatalf("run --resume-from link: exit %d stdout %q, want %q\nstderr:\n%s", r.code, r.stdout, want, r.stderr)
+	}
+}
+
+// TestCkptLatestAllInvalid: when every saved checkpoint is torn, `ckpt
+// latest` exits 1 naming each with its reason, and never offers the config
+// that sits next to them.
+func TestCkptLatestAllInvalid(t *testing.T) {
+	e := newEnv(t)
+	dir := copyRun(t)
+	for _, n := range []string{"ckpt-100.pt", "ckpt-200.pt", "ckpt-300.pt"} {
+		p := filepath.Join(dir, n)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b[:len(b)-200], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := e.run("ckpt", "latest", dir)
+	if r.code != 1 || r.stdout != "" {
+		t.Fatalf("exit %d stdout %q, want 1 and nothing", r.code, r.stdout)
+	}
+	for _, s := range []string{"ckpt-100.pt", "ckpt-200.pt", "ckpt-300.pt", "3 saved, every one failed verification"} {
+		if !strings.Contains(r.stderr, s) {
+			t.Errorf("stderr lacks %q:\n%s", s, r.stderr)
+		}
+	}
+	for _, s := range []string{"config.pt", "optimizer.pt", "vocab.pkl"} {
+		if strings.Contains(r.stderr, s) {
+			t.Errorf("stderr names %s:\n%s", s, r.stderr)
+		}
+	}
+}
