@@ -64,6 +64,12 @@ $VRAMGUARD_HOME/runs/RUN/attempt-N.log. The memory of its whole process tree
 ends, vramguard explains how (see docs/FAILURES.md for every reason) and what to
 change. No process of the job outlives it, even if vramguard itself is killed.
 
+With --resume-from, {resume} in the arguments is replaced by the checkpoint's
+path, as a whole argument or part of one (--resume={resume}); no shell is
+involved, so the path is passed verbatim. {resume} inside the script of a
+shell's -c (bash -c '... {resume}') is refused (exit 2), because the path would
+be read as shell code: use "$VRAMGUARD_RESUME" in the script instead.
+
 Exit status: the job's own (a job killed by signal N gives 128+N); 2 for bad
 usage; 3 when --memory-limit cannot be applied here.`,
 		Example: `  # supervise a training script
@@ -96,11 +102,11 @@ usage; 3 when --memory-limit cannot be applied here.`,
 	fl.DurationVar(&o.Backoff, "backoff", time.Second, "first restart delay; doubles each restart, with jitter")
 	fl.DurationVar(&o.BackoffMax, "backoff-max", 5*time.Minute, "longest restart delay")
 	fl.DurationVar(&o.StableAfter, "stable-after", 10*time.Second, "a failure sooner than this after start is a startup failure and is not retried (on-failure)")
-	fl.StringVar(&o.ResumeFrom, "resume-from", "", "before each attempt, find the newest valid checkpoint under DIR: exported as VRAMGUARD_RESUME and substituted for {resume} in the arguments")
+	fl.StringVar(&o.ResumeFrom, "resume-from", "", "before each attempt, find the newest valid checkpoint under DIR: exported as VRAMGUARD_RESUME and substituted for {resume} in the arguments (never inside an sh -c script: use \"$VRAMGUARD_RESUME\" there)")
 	fl.DurationVar(&o.StallTimeout, "stall-timeout", 0, "kill the job (reason stalled) after D without output, CPU use or progress; 0 disables")
 	fl.DurationVar(&o.OOMWarning, "oom-warning", 10*time.Minute, "alert when the memory forecast says the job runs out within D (leaks are alerted too)")
 	fl.DurationVar(&o.StopTimeout, "stop-timeout", 30*time.Second, "after Ctrl-C or stop, kill the job if it has not ended within D")
-	fl.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "how often to sample memory")
+	fl.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "how often to sample memory (at least 50ms)")
 	fl.BoolVar(&o.Detach, "detach", false, "run in the background, surviving the terminal; prints the run id")
 	fl.BoolVar(&o.JSON, "json", false, "print the post-mortem (or, with --detach, the run id) as JSON on stdout")
 	fl.StringVar(&o.GPUBackend, "gpu-backend", "auto", "where GPU memory is read: auto, nvml, none or sim:SCENARIO")
@@ -115,6 +121,10 @@ usage; 3 when --memory-limit cannot be applied here.`,
 	fl.MarkHidden("detached-run-id")
 	return cmd
 }
+
+// minSampleInterval is the shortest --sample-interval: each sample walks
+// the job's process tree in /proc and writes the store.
+const minSampleInterval = 50 * time.Millisecond
 
 func newRunID(now time.Time) string {
 	var b [3]byte
@@ -148,6 +158,12 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 		if st, err := os.Stat(o.ResumeFrom); err != nil || !st.IsDir() {
 			return Usagef("--resume-from %s: not a directory", o.ResumeFrom)
 		}
+		if err := checkResumePlaceholder(o.Command); err != nil {
+			return err
+		}
+	}
+	if o.SampleInterval < minSampleInterval {
+		return Usagef("--sample-interval %v: give at least 50ms", o.SampleInterval)
 	}
 	if _, err := exec.LookPath(o.Command[0]); err != nil {
 		return Usagef("cannot run %q: %v", o.Command[0], err)
@@ -232,7 +248,7 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 	if !o.NoProbe {
 		if h, closeProbe := probeHook(f, o, run); h != nil {
 			defer closeProbe()
-			so.Hooks = append(so.Hooks, h)
+			so.Probe = h
 		}
 	}
 	so.UnsavedWarning = o.UnsavedWarning

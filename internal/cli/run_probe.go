@@ -10,6 +10,9 @@ import (
 	"github.com/vramguard/vramguard/internal/supervise"
 )
 
+// The probe's hook is the supervisor's probe.
+var _ supervise.Probe = (*probe.Hook)(nil)
+
 // probeHook installs the probe and listens for it. It is the one place that
 // decides the probe's environment of a supervised job, Jupyter kernels
 // included: every attempt's processes report to this supervisor's socket,
@@ -19,17 +22,26 @@ import (
 // `vramguard serve` shows allocator figures of supervised jobs too. The agent
 // hears each process from that process itself: it never trusts a relay. A
 // failure never stops the job: it is logged and the job runs unprobed.
-func probeHook(f *Factory, o *RunOptions, run *store.Run) (supervise.Hook, func()) {
+func probeHook(f *Factory, o *RunOptions, run *store.Run) (*probe.Hook, func()) {
 	log := f.Logger()
 	dir, err := probe.Install(filepath.Join(f.Home(), "probe"))
 	if err != nil {
 		log.Warn("probe not installed; the job runs without it", "err", err)
 		return nil, nil
 	}
-	// Unix socket paths are short (107 bytes): keep it out of deep homes.
-	sock := filepath.Join(os.TempDir(), fmt.Sprintf("vramguard-%d", os.Getuid()), run.ID+".sock")
+	// Unix socket paths are short (107 bytes): keep it out of deep homes, in
+	// a directory no other user can enter ($XDG_RUNTIME_DIR, else TMPDIR).
+	sock, cleanup, note, err := probe.SupervisorSocket(f.Getenv, run.ID+".sock")
+	if err != nil {
+		log.Warn("probe socket unavailable; the job runs without the probe", "err", err)
+		return nil, nil
+	}
+	if note != "" {
+		fmt.Fprintf(f.IO.ErrOut, "vramguard: %s\n", note)
+	}
 	l, err := probe.Listen(sock)
 	if err != nil {
+		cleanup()
 		log.Warn("probe socket unavailable; the job runs without the probe", "err", err)
 		return nil, nil
 	}
@@ -37,6 +49,7 @@ func probeHook(f *Factory, o *RunOptions, run *store.Run) (supervise.Hook, func(
 		Hz: o.ProbeHz, RunDir: run.Dir, OOMSnapshot: o.OOMSnapshot, AtomicSave: o.AtomicSave, RunID: run.ID}, f.Now)
 	return h, func() {
 		l.Close()
+		cleanup()
 		// Forked workers that never dumped leave empty stack files.
 		probe.RemoveEmptyStackFiles(run.Dir)
 	}

@@ -1,17 +1,18 @@
 package probe
 
 import (
-	"encoding/json"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/vramguard/vramguard/internal/supervise"
+	"github.com/vramguard/vramguard/internal/postmortem"
+	"github.com/vramguard/vramguard/internal/timeline"
 )
 
-// Hook plugs the probe into `vramguard run` (supervise.Hook): it puts the
-// probe into each attempt's environment, reads the Listener, reports
-// training progress for stall detection, and adds the "probe" object (and,
+// Hook plugs the probe into `vramguard run` (it implements supervise.Probe;
+// cli asserts it): it puts the probe into each attempt's environment, reads
+// the Listener, reports training progress for stall detection and PyTorch's
+// allocator figures for the job's timeline, and adds the probe section (and,
 // after a CUDA OOM with a snapshot, the largest allocation sites) to the
 // post-mortem.
 type Hook struct {
@@ -26,12 +27,11 @@ type Hook struct {
 	seen     bool
 	open     map[int]bool // pids whose connection is open
 	steps    map[int]int64
+	cuda     map[int][]DeviceStats // the newest CUDA figures of each open process
 	progress time.Time
 	lastCkpt time.Time
 	closed   bool
 }
-
-var _ supervise.Hook = (*Hook)(nil)
 
 // NewHook reads l until it is closed. probeDir is what Install returned; o
 // is used for every attempt (Attempt is set per attempt). now stamps
@@ -40,7 +40,7 @@ func NewHook(probeDir string, l *Listener, o Options, now func() time.Time) *Hoo
 	if now == nil {
 		now = time.Now
 	}
-	h := &Hook{dir: probeDir, opts: o, now: now, open: map[int]bool{}, steps: map[int]int64{}}
+	h := &Hook{dir: probeDir, opts: o, now: now, open: map[int]bool{}, steps: map[int]int64{}, cuda: map[int][]DeviceStats{}}
 	h.cond = sync.NewCond(&h.mu)
 	go h.read(l.Messages())
 	return h
@@ -65,12 +65,20 @@ func (h *Hook) add(m Message) {
 		h.open[m.PID] = true
 	case TypeDisconnect:
 		delete(h.open, m.PID)
+		delete(h.cuda, m.PID)
 		return
 	case TypeInvalid:
 		return
 	}
 	h.seen = true
 	h.sum.Add(m)
+	if m.Type == TypeSample {
+		if len(m.CUDA) > 0 {
+			h.cuda[m.PID] = m.CUDA
+		} else {
+			delete(h.cuda, m.PID)
+		}
+	}
 	now := h.now()
 	if m.Type == TypeSample || m.Type == TypeCkpt || m.Type == TypeBye {
 		if s := m.OptimizerSteps + m.UserSteps; s > h.steps[m.PID] {
@@ -100,6 +108,7 @@ func (h *Hook) Started(attempt, pid int) {
 		h.sum = Summary{}
 		h.seen = false
 		h.steps = map[int]int64{}
+		h.cuda = map[int][]DeviceStats{}
 	}
 }
 
@@ -117,6 +126,37 @@ func (h *Hook) LastCheckpoint() (t time.Time, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lastCkpt, !h.lastCkpt.IsZero()
+}
+
+// FillSample adds PyTorch's own figures to a sample of the job: allocated,
+// reserved, inactive split bytes and allocation retries, each summed over
+// the job's probed processes and their devices (their newest report), and
+// the newest optimizer step any process counted. Figures stay nil when no
+// process reports CUDA statistics.
+func (h *Hook) FillSample(s *timeline.Sample) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var al, re, is, rt uint64
+	n := 0
+	for _, devs := range h.cuda {
+		for _, d := range devs {
+			al += uint64(max(d.AllocatedBytes, 0))
+			re += uint64(max(d.ReservedBytes, 0))
+			is += uint64(max(d.InactiveSplitBytes, 0))
+			rt += uint64(max(d.NumAllocRetries, 0))
+			n++
+		}
+	}
+	if n > 0 {
+		s.Allocated, s.Reserved, s.InactiveSplit, s.AllocRetries = timeline.U(al), timeline.U(re), timeline.U(is), timeline.U(rt)
+	}
+	var step int64 = -1
+	for _, v := range h.steps {
+		step = max(step, v)
+	}
+	if step >= 0 {
+		s.Step = &step
+	}
 }
 
 // PIDs lists the probed processes whose connection is open now: where to
@@ -146,8 +186,8 @@ const drainTimeout = 2 * time.Second
 
 // Finish waits (at most drainTimeout) for the attempt's probe connections to
 // close, then sets pm.Probe and, after a CUDA OOM with a snapshot,
-// pm.Extra["oom_allocation_sites"] (the ten largest sites).
-func (h *Hook) Finish(pm *supervise.Postmortem) {
+// pm.AllocationSites (the ten largest sites).
+func (h *Hook) Finish(pm *postmortem.Postmortem) {
 	deadline := time.Now().Add(drainTimeout)
 	timer := time.AfterFunc(drainTimeout, h.cond.Broadcast)
 	defer timer.Stop()
@@ -160,20 +200,14 @@ func (h *Hook) Finish(pm *supervise.Postmortem) {
 	if !seen {
 		return
 	}
-	if b, err := json.Marshal(sum); err == nil {
-		pm.Probe = b
-	}
+	p := sum.Probe
+	pm.Probe = &p
 	if sum.OOM != nil && sum.OOM.SnapshotPath != "" {
 		sites, err := TopAllocationSites(sum.OOM.SnapshotPath, 10)
-		var v any = sites
 		if err != nil {
-			v = map[string]string{"error": err.Error()}
-		}
-		if b, err := json.Marshal(v); err == nil {
-			if pm.Extra == nil {
-				pm.Extra = map[string]json.RawMessage{}
-			}
-			pm.Extra["oom_allocation_sites"] = b
+			pm.AllocationSitesError = err.Error()
+		} else {
+			pm.AllocationSites = sites
 		}
 	}
 }

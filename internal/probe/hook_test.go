@@ -2,7 +2,6 @@ package probe
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -13,10 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vramguard/vramguard/internal/supervise"
+	"github.com/vramguard/vramguard/internal/postmortem"
+	"github.com/vramguard/vramguard/internal/timeline"
 )
 
-// The supervise.Hook: env per attempt, progress from steps, and a
+// The supervisor's probe: env per attempt, progress from steps, and a
 // post-mortem that waits for the attempt's connections to close.
 func TestHook(t *testing.T) {
 	l := listen(t)
@@ -56,7 +56,7 @@ func TestHook(t *testing.T) {
 	}
 	// Finish must wait for this connection to close: close it from another
 	// goroutine once Finish is waiting (it cannot return before).
-	pm := &supervise.Postmortem{}
+	pm := &postmortem.Postmortem{}
 	done := make(chan struct{})
 	go func() {
 		h.Finish(pm)
@@ -79,33 +79,74 @@ func TestHook(t *testing.T) {
 	if lt, ok := h.LastCheckpoint(); !ok || lt != clock {
 		t.Errorf("last checkpoint %v %v", lt, ok)
 	}
-	var got struct {
-		Samples        int   `json:"samples"`
-		OptimizerSteps int64 `json:"optimizer_steps"`
-		Checkpoints    []struct{ Path string }
-		OOM            *struct {
-			SnapshotPath string `json:"snapshot_path"`
-		}
+	got := pm.Probe
+	if got == nil || got.Samples != 1 || got.OptimizerSteps != 4 || len(got.Checkpoints) != 1 || got.OOM == nil || got.OOM.SnapshotPath != snap {
+		t.Errorf("probe section: %+v", got)
 	}
-	if err := json.Unmarshal(pm.Probe, &got); err != nil {
-		t.Fatalf("%v: %s", err, pm.Probe)
-	}
-	if got.Samples != 1 || got.OptimizerSteps != 4 || len(got.Checkpoints) != 1 || got.OOM == nil || got.OOM.SnapshotPath != snap {
-		t.Errorf("probe object: %s", pm.Probe)
-	}
-	var sites []Site
-	if err := json.Unmarshal(pm.Extra["oom_allocation_sites"], &sites); err != nil || len(sites) != 4 || sites[0].Line != 63 {
-		t.Errorf("sites %s (%v)", pm.Extra["oom_allocation_sites"], err)
+	if sites := pm.AllocationSites; len(sites) != 4 || sites[0].Line != 63 || pm.AllocationSitesError != "" {
+		t.Errorf("sites %+v (%s)", sites, pm.AllocationSitesError)
 	}
 
 	// A new attempt starts a fresh summary; with no probe messages the
 	// post-mortem's probe stays null.
 	h.Started(2, 600)
-	pm2 := &supervise.Postmortem{}
+	pm2 := &postmortem.Postmortem{}
 	h.Finish(pm2)
-	if pm2.Probe != nil || pm2.Extra != nil {
-		t.Errorf("attempt without probe messages: probe %s extra %v", pm2.Probe, pm2.Extra)
+	if pm2.Probe != nil || pm2.AllocationSites != nil {
+		t.Errorf("attempt without probe messages: probe %+v sites %v", pm2.Probe, pm2.AllocationSites)
 	}
+}
+
+// FillSample sums PyTorch's figures over the job's processes and devices
+// (each process's newest report), drops a process once it disconnects, and
+// leaves the figures absent when nothing reports CUDA statistics.
+func TestHookFillSample(t *testing.T) {
+	l := listen(t)
+	h := NewHook("/probe", l, Options{Socket: l.Path(), RunDir: "/r"}, nil)
+	h.Started(1, 700)
+	var s timeline.Sample
+	h.FillSample(&s)
+	if s.Allocated != nil || s.Reserved != nil || s.Step != nil {
+		t.Fatalf("figures before any report: %+v", s)
+	}
+	dial := func(lines ...string) net.Conn {
+		c, err := net.Dial("unix", l.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte(strings.Join(lines, "\n") + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	stats := func(pid, seq int, dev int, alloc, reserved int64) string {
+		return fmt.Sprintf(`{"v":1,"type":"sample","pid":%d,"ts":%d,"optimizer_steps":%d,"cuda":[{"device":%d,"allocated_bytes":%d,"reserved_bytes":%d,"inactive_split_bytes":5,"num_alloc_retries":1}]}`,
+			pid, seq, seq, dev, alloc, reserved)
+	}
+	a := dial(`{"v":1,"type":"hello","pid":701,"ts":1}`, stats(701, 2, 0, 100, 200), stats(701, 3, 0, 300, 400))
+	b := dial(`{"v":1,"type":"hello","pid":702,"ts":1}`, stats(702, 7, 1, 1000, 2000))
+	defer a.Close()
+	waitFill := func(want uint64) timeline.Sample {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var s timeline.Sample
+			h.FillSample(&s)
+			if s.Allocated != nil && *s.Allocated == want {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("allocated %v, want %d", s.Allocated, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	s = waitFill(1300)
+	if *s.Reserved != 2400 || *s.InactiveSplit != 10 || *s.AllocRetries != 2 || s.Step == nil || *s.Step != 7 {
+		t.Errorf("sum over processes: reserved %d inactive %d retries %d step %v", *s.Reserved, *s.InactiveSplit, *s.AllocRetries, s.Step)
+	}
+	b.Close()
+	waitFill(300)
 }
 
 // StackSignal makes a probed process write all its threads' stacks to

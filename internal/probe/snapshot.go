@@ -8,16 +8,12 @@ import (
 	"strings"
 
 	"github.com/vramguard/vramguard/internal/ckpt/pickle"
+	"github.com/vramguard/vramguard/internal/postmortem"
 )
 
 // Site is one place in Python code that holds live CUDA memory at the OOM.
-type Site struct {
-	File     string `json:"file"`
-	Line     int64  `json:"line"`
-	Function string `json:"function"`
-	Bytes    int64  `json:"bytes"`  // sum of the live blocks allocated here
-	Blocks   int    `json:"blocks"` // how many
-}
+// Site is one allocation site.
+type Site = postmortem.AllocSite
 
 // snapshotLimits bound the decode of a snapshot: the pickle package's
 // defaults (which grow with it), with room for the larger snapshots a long

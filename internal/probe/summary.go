@@ -1,32 +1,16 @@
 package probe
 
 import (
-	"encoding/json"
 	"slices"
-	"time"
+
+	"github.com/vramguard/vramguard/internal/postmortem"
 )
 
-// Summary folds a run's probe messages into the "probe" object of
-// `vramguard explain --json`. The zero value is ready to use; Add is not safe
-// for concurrent use.
-//
-// Steps are per process: OptimizerSteps is the largest count any one process
-// reported (data-parallel ranks each count their own steps; forked DataLoader
-// workers count none), not a sum.
+// Summary folds a run's probe messages into the post-mortem's probe
+// section (postmortem.Probe). The zero value is ready to use; Add is not
+// safe for concurrent use.
 type Summary struct {
-	Samples            int          `json:"samples"`
-	OptimizerSteps     int64        `json:"optimizer_steps"`
-	UserSteps          int64        `json:"user_steps"`
-	PeakAllocatedBytes *int64       `json:"peak_allocated_bytes"` // max over processes and devices; null without CUDA
-	PeakReservedBytes  *int64       `json:"peak_reserved_bytes"`
-	PeakRSSBytes       int64        `json:"peak_rss_bytes"` // largest RSS of any one process
-	NumAllocRetries    int64        `json:"num_alloc_retries"`
-	NumOOMs            int64        `json:"num_ooms"`
-	Checkpoints        []Checkpoint `json:"checkpoints"`
-	OOM                *OOM         `json:"oom"` // the first CUDA OOM; null when none
-	Errors             []string     `json:"errors,omitempty"`
-	Dropped            int64        `json:"dropped,omitempty"`
-	PIDs               []int        `json:"pids"`
+	postmortem.Probe
 
 	retries map[devKey]int64
 	ooms    map[devKey]int64
@@ -34,31 +18,11 @@ type Summary struct {
 
 type devKey struct{ pid, dev int }
 
-// Checkpoint is one torch.save the probe saw.
-type Checkpoint struct {
-	Path    string    `json:"path"`
-	Bytes   int64     `json:"bytes"`
-	Seconds float64   `json:"seconds"`
-	T       time.Time `json:"t"`
-	PID     int       `json:"pid"`
-	Atomic  bool      `json:"atomic,omitempty"`
-	Error   string    `json:"error,omitempty"` // the save raised; Bytes is 0
-	Steps   int64     `json:"optimizer_steps"` // the process's count at the save
-}
-
-// OOM is a CUDA out-of-memory error the probe saw.
-type OOM struct {
-	PID          int       `json:"pid"`
-	T            time.Time `json:"t"`
-	Source       string    `json:"source"`
-	Device       *int      `json:"device"`
-	AllocBytes   *int64    `json:"alloc_bytes"`
-	FreeBytes    *int64    `json:"free_bytes,omitempty"`
-	Message      string    `json:"message,omitempty"`
-	SummaryPath  string    `json:"summary_path,omitempty"`
-	SnapshotPath string    `json:"snapshot_path,omitempty"`
-	Count        int       `json:"count"` // OOM events from all processes
-}
+// Checkpoint and OOM are the post-mortem's types.
+type (
+	Checkpoint = postmortem.Checkpoint
+	OOM        = postmortem.OOM
+)
 
 // Add folds one message in.
 func (s *Summary) Add(m Message) {
@@ -121,28 +85,4 @@ func maxPtr(p *int64, v int64) *int64 {
 		return &v
 	}
 	return p
-}
-
-// MarshalJSON writes empty lists as [] rather than null.
-func (s Summary) MarshalJSON() ([]byte, error) {
-	type plain Summary
-	p := plain(s)
-	if p.Checkpoints == nil {
-		p.Checkpoints = []Checkpoint{}
-	}
-	if p.PIDs == nil {
-		p.PIDs = []int{}
-	}
-	return json.Marshal(p)
-}
-
-// LastCheckpoint returns the time of the latest successful save, for the
-// --unsaved-warning clock; ok is false when there was none.
-func (s *Summary) LastCheckpoint() (t time.Time, ok bool) {
-	for _, c := range s.Checkpoints {
-		if c.Error == "" && c.T.After(t) {
-			t, ok = c.T, true
-		}
-	}
-	return t, ok
 }

@@ -110,6 +110,47 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state directory %s: %w", dir, err)
 	}
+	return open(dir)
+}
+
+// OpenExisting opens the database in dir for a command that only reads: it
+// creates nothing, and answers ErrNoStore when dir holds no database yet.
+func OpenExisting(dir string) (*Store, error) {
+	if _, err := os.Stat(filepath.Join(dir, "vramguard.db")); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", dir, ErrNoStore)
+	}
+	return open(dir)
+}
+
+// ErrNoStore is returned by OpenExisting for a state directory without a
+// database (no run was ever recorded there).
+var ErrNoStore = errors.New("no runs yet")
+
+// ErrCorrupt is returned by Open for a database file that is not an SQLite
+// database or is damaged; CorruptError says which file.
+var ErrCorrupt = errors.New("not a valid vramguard database")
+
+// CorruptError is a database file Open cannot use.
+type CorruptError struct {
+	Path string
+	Err  error // what SQLite said
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("%s is %v (%v)", e.Path, ErrCorrupt, e.Err)
+}
+
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// corrupt reports whether err is SQLite's answer to a damaged file or one
+// that is not a database at all (SQLITE_CORRUPT, SQLITE_NOTADB).
+func corrupt(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "file is not a database") || strings.Contains(s, "database disk image is malformed") ||
+		strings.Contains(s, "SQLITE_NOTADB") || strings.Contains(s, "SQLITE_CORRUPT")
+}
+
+func open(dir string) (*Store, error) {
 	path := filepath.Join(dir, "vramguard.db")
 	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
 	db, err := sql.Open("sqlite", dsn)
@@ -119,6 +160,9 @@ func Open(dir string) (*Store, error) {
 	s := &Store{db: db, path: path}
 	if err := s.migrate(); err != nil {
 		db.Close()
+		if corrupt(err) {
+			return nil, &CorruptError{Path: path, Err: err}
+		}
 		return nil, fmt.Errorf("migrate %s: %w", path, err)
 	}
 	return s, nil
@@ -143,7 +187,7 @@ func (s *Store) migrate() error {
 		if _, err := tx.Exec(migrations[i]); err != nil {
 			tx.Rollback()
 			// Another process may have migrated concurrently.
-			if strings.Contains(err.Error(), "already exists") {
+			if strings.Contains(err.Error(), "already exists") || strings.Contains(err.Error(), "duplicate column name") {
 				continue
 			}
 			return fmt.Errorf("migration %d: %w", i+1, err)

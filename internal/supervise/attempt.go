@@ -22,9 +22,12 @@ import (
 	"github.com/vramguard/vramguard/internal/cgroup"
 	"github.com/vramguard/vramguard/internal/ckpt"
 	"github.com/vramguard/vramguard/internal/diagnose"
-	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/joblog"
+	"github.com/vramguard/vramguard/internal/monitor"
+	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/timeline"
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // attempt runs the command once and returns its post-mortem.
@@ -48,21 +51,23 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 		}
 		for _, sk := range pm.Resume.Skipped {
 			s.notifyf("skipped checkpoint %s: %s", sk.Path, sk.Reason)
-			s.event(ctx, n, "resume_skipped", sk.Path+": "+sk.Reason, sk)
+			s.event(ctx, n, timeline.KindResumeSkipped, sk.Path+": "+sk.Reason, sk)
 		}
 	}
-	for _, h := range o.Hooks {
-		env = h.Env(env, n)
+	if o.Probe != nil {
+		env = o.Probe.Env(env, n)
 	}
 
 	if err := o.Store.StartAttempt(context.WithoutCancel(ctx), &store.Attempt{RunID: o.RunID, N: n, StartedAt: start, LogPath: pm.LogPath, ResumeFrom: resumeFrom(pm)}); err != nil {
-		return nil, err
+		// A store that cannot be written (a full disk) never stops the job.
+		s.notifyf("could not record attempt %d in the state database: %v", n, err)
 	}
 	lw, err := joblog.Create(pm.LogPath, o.Now)
 	if err != nil {
 		return nil, err
 	}
 	defer lw.Close()
+	lw.SetNotify(func(msg string) { s.notifyf("%s", msg) })
 
 	var group *cgroup.Group
 	if o.MemoryLimit > 0 {
@@ -79,13 +84,14 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	// A request that came while no attempt ran is answered by this one.
 	s.drainRestarts()
 	in := diagnose.Input{}
-	a := &running{s: s, pm: pm, n: n, lw: lw, group: group, tail: joblog.NewTail(200)}
+	a := &running{s: s, pm: pm, n: n, lw: lw, group: group, tail: joblog.NewTail(200),
+		mon: monitor.New(monitor.Config{OOMWarning: o.OOMWarning, UnsavedAfter: o.UnsavedWarning, StallAfter: o.StallTimeout}, start)}
 	if err := a.start(argv, env); err != nil {
 		in.StartErr = err
 		in.ExitCode = 127
 	} else {
-		for _, h := range o.Hooks {
-			h.Started(n, a.jobPID)
+		if o.Probe != nil {
+			o.Probe.Started(n, a.jobPID)
 		}
 		o.Store.SetAttemptPID(context.WithoutCancel(ctx), o.RunID, n, a.jobPID)
 		o.Store.SetJobPID(context.WithoutCancel(ctx), o.RunID, a.jobPID)
@@ -105,8 +111,13 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	pm.EndedAt = o.Now()
 	pm.DurationS = pm.EndedAt.Sub(start).Seconds()
 	pm.Memory = a.mem
-	for _, h := range o.Hooks {
-		h.Finish(pm)
+	if a.mem.Samples > 0 {
+		sum := a.mon.Summary()
+		pm.Monitor = &sum
+		pm.Evidence = append(pm.Evidence, monitorEvidence(&sum)...)
+	}
+	if o.Probe != nil {
+		o.Probe.Finish(pm)
 	}
 	if pm.Resume != nil && len(pm.Resume.Skipped) > 0 {
 		for _, sk := range pm.Resume.Skipped {
@@ -117,7 +128,7 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	if err := o.Store.FinishAttempt(context.WithoutCancel(ctx), o.RunID, n, pm.EndedAt, pm.ExitCode, pm.Reason, b); err != nil {
 		o.Logger.Warn("store attempt", "err", err)
 	}
-	s.event(ctx, n, "exit", exitMsg, map[string]any{"reason": pm.Reason, "exit_code": pm.ExitCode, "restarted_by_request": s.restartNow})
+	s.event(ctx, n, timeline.KindExit, exitMsg, map[string]any{"reason": pm.Reason, "exit_code": pm.ExitCode, "restarted_by_request": s.restartNow})
 	return pm, nil
 }
 
@@ -197,13 +208,15 @@ type running struct {
 	lastCPUTime time.Time
 	seen        map[int]bool
 	mem         MemStats
-	oomStart    uint64
-	cgDir       string
-	cgVersion   int
-	// pathLimit is the tightest memory limit on the job's cgroup path, its
-	// own cgroup or an ancestor's (a SLURM step under its job's limit, a
-	// limited slice); 0 when none
-	pathLimit     uint64
+	// oomStart is the oom_kill count of the cgroup the job runs in (its
+	// own or the one it sits in) at the start; cgDir that cgroup
+	oomStart  uint64
+	cgDir     string
+	cgVersion int
+	// job reads the job's tree through the sampler; last is its newest
+	// sample's tree figure
+	job           *sampler.JobWatch
+	last          lastSample
 	interrupted   bool
 	restarting    bool // ended by a restart request
 	stalled       bool
@@ -212,42 +225,55 @@ type running struct {
 	final         statusMsg
 	haveFinal     bool
 	startedUptime float64
-	gpuAt         time.Time
-	gpuProcs      []gpu.Process
-	live          *live
-	unsavedWarned time.Time
+	// mon turns the attempt's samples, output and progress into events
+	mon *monitor.Monitor
 }
 
-// analyse feeds the online leak detector and reports its alerts: a line on
-// the terminal and an event, once per episode.
+// analyse completes a sample with the probe's allocator figures and the
+// limit in force, and hands it to the monitor; what the monitor raises is a
+// line on the terminal and an event.
 func (a *running) analyse(ctx context.Context, now time.Time, rss uint64, x *store.Sample) {
 	o := a.s.o
-	if a.live == nil {
-		a.live = newLive(o.OOMWarning.Seconds())
+	if o.Probe != nil {
+		o.Probe.FillSample(x)
 	}
-	s := analyze.NaNSample(now.Sub(a.pm.StartedAt).Seconds())
-	s.RSS = float64(rss)
-	if a.mem.Limit > 0 {
-		s.Limit = float64(a.mem.Limit)
+	if x.Limit == 0 && a.mem.Limit > 0 {
+		x.Limit, x.LimitSource = a.mem.Limit, a.mem.LimitSource
 	}
-	if x.GPUUsed != nil && *x.GPUUsed > 0 {
-		s.Used = float64(*x.GPUUsed)
+	a.emit(ctx, a.mon.Observe(x))
+}
+
+// emit sends the monitor's events to the terminal and the store.
+func (a *running) emit(ctx context.Context, evs []timeline.Event) {
+	for _, e := range evs {
+		a.s.notifyf("%s", e.Message)
+		a.s.event(ctx, a.n, e.Kind, e.Message, e.Data)
 	}
-	for _, h := range o.Hooks {
-		if pm, ok := h.(ProbeMemory); ok {
-			if al, re, is, rt, ok := pm.ProbeMemory(); ok {
-				s.Allocated, s.Reserved, s.InactiveSplit, s.AllocRetries = al, re, is, rt
-				v1, v2 := uint64(al), uint64(re)
-				x.Allocated, x.Reserved = &v1, &v2
-			}
+}
+
+// monitorEvidence says what the monitor saw during the attempt, for the
+// post-mortem: when a leak was first seen and what the forecast was.
+func monitorEvidence(sum *monitor.Summary) []string {
+	var out []string
+	if l := sum.Leak; l != nil {
+		what := "GPU memory leak"
+		if l.Series == "rss" {
+			what = "host memory leak"
+		} else if l.Ambiguous {
+			what = "GPU memory growth (leak or fragmentation)"
 		}
+		line := fmt.Sprintf("the monitor raised a %s at %s (t=%.0fs): +%s/s since t=%.0fs", what,
+			l.DetectedAt.Local().Format("15:04:05"), l.DetectedS, units.FormatBytes(l.LeakRate), l.LeakStartS)
+		if l.OOMETA != nil {
+			line += fmt.Sprintf(", forecast then: out of memory in about %s", analyze.FormatDuration(*l.OOMETA))
+		}
+		out = append(out, line)
 	}
-	for _, al := range a.live.observe(s) {
-		a.s.notifyf("%s", al.Message)
-		a.s.event(ctx, a.n, string(al.Kind), al.Message, map[string]any{
-			"verdict": al.Report.Verdict, "series": al.Report.Series, "leak_rate_bytes_per_s": finite(al.Report.LeakRate),
-			"oom_eta_s": finite(al.Report.OOMETA), "confidence": al.Report.Confidence, "evidence": al.Report.Evidence})
+	if f := sum.Forecast; f != nil && f.OOMETA != nil {
+		out = append(out, fmt.Sprintf("the monitor forecast the OOM at %s (t=%.0fs): out of memory in about %s",
+			f.DetectedAt.Local().Format("15:04:05"), f.DetectedS, analyze.FormatDuration(*f.OOMETA)))
 	}
+	return out
 }
 
 func finite(v float64) any {
@@ -362,9 +388,11 @@ func (a *running) start(argv, env []string) error {
 			a.oomStart = m.OOMKills
 		}
 	}
-	if l, err := o.Cgroup.LimitsOf(a.jobPID); err == nil {
-		a.pathLimit = l.MemoryBytes
+	spec := sampler.JobSpec{Root: a.shimPID, Main: a.jobPID, Proc: o.Proc, Cgroups: o.Cgroup}
+	if a.group != nil && a.group.Dir != "" {
+		spec.Cgroup, spec.CgroupVersion = a.group.Dir, a.group.Version
 	}
+	a.job = o.Sampler.WatchJob(spec)
 	return nil
 }
 
@@ -415,7 +443,7 @@ func (a *running) watch(ctx context.Context) {
 				fwd = syscall.SIGTERM
 			}
 			a.s.notifyf("stopping the job (%s forwarded; again to kill it, or it is killed in %s)", diagnose.SignalName(fwd), o.StopTimeout)
-			a.s.event(ctx, a.n, "stop", "stopped by "+diagnose.SignalName(sig.(syscall.Signal)), nil)
+			a.s.event(ctx, a.n, timeline.KindStop, "stopped by "+diagnose.SignalName(sig.(syscall.Signal)), nil)
 			_ = syscall.Kill(a.shimPID, fwd)
 			stopTimer = time.After(o.StopTimeout)
 		case _, ok := <-a.s.restarts:
@@ -434,7 +462,7 @@ func (a *running) watch(ctx context.Context) {
 			}
 			a.restarting = true
 			a.s.notifyf("restart requested: ending attempt %d (SIGTERM; again to kill it, or it is killed in %s), then attempt %d starts", a.n, o.StopTimeout, a.n+1)
-			a.s.event(ctx, a.n, "restart_requested", fmt.Sprintf("restart requested: attempt %d is ended (SIGTERM, SIGKILL after %s) and attempt %d starts", a.n, o.StopTimeout, a.n+1), nil)
+			a.s.event(ctx, a.n, timeline.KindRestartRequested, fmt.Sprintf("restart requested: attempt %d is ended (SIGTERM, SIGKILL after %s) and attempt %d starts", a.n, o.StopTimeout, a.n+1), nil)
 			_ = syscall.Kill(a.shimPID, syscall.SIGTERM)
 			stopTimer = time.After(o.StopTimeout)
 		case <-stopTimer:
@@ -442,8 +470,7 @@ func (a *running) watch(ctx context.Context) {
 			killAll()
 		case <-tick.C:
 			a.sample(ctx)
-			a.unsavedCheck(ctx, o.Now())
-			if a.stallCheck(ctx) {
+			if a.check(ctx, o.Now()) {
 				killAll()
 			}
 		}
@@ -477,45 +504,38 @@ func (a *running) waitCopies() {
 	}
 }
 
-// stallCheck reports whether the job stalled; it collects stacks first.
-func (a *running) stallCheck(ctx context.Context) bool {
+// check applies the monitor's time-based rules (unsaved work, stall) and
+// reports whether the job stalled; it collects stacks first.
+func (a *running) check(ctx context.Context, now time.Time) bool {
 	o := a.s.o
-	if o.StallTimeout <= 0 || a.stalled || a.interrupted || a.restarting {
-		return false
-	}
-	now := o.Now()
 	a.mu.Lock()
-	last := a.lastOutput
-	if a.lastCPUTime.After(last) {
-		last = a.lastCPUTime
-	}
+	a.mon.Output(a.lastOutput)
 	a.mu.Unlock()
-	for _, h := range o.Hooks {
-		if p := h.Progress(); p.After(last) {
-			last = p
+	if o.Probe != nil {
+		a.mon.Progress(o.Probe.Progress())
+		if t, ok := o.Probe.LastCheckpoint(); ok {
+			a.mon.Checkpoint(t)
 		}
 	}
-	idle := now.Sub(last)
-	if idle < o.StallTimeout {
-		return false
+	stalled := false
+	for _, e := range a.mon.Check(now, a.n) {
+		if e.Kind == timeline.KindStalled {
+			if a.stalled || a.interrupted || a.restarting {
+				continue
+			}
+			a.stalled, a.stallDesc, stalled = true, e.Message, true
+			e.Message = "the job stalled: " + e.Message
+		}
+		a.emit(ctx, []timeline.Event{e})
 	}
-	a.stalled = true
-	a.stallDesc = fmt.Sprintf("no output, no CPU time used by any of its processes and no training progress for %s (--stall-timeout %s)", idle.Round(time.Second), o.StallTimeout)
-	a.s.notifyf("the job stalled: %s", a.stallDesc)
-	a.s.event(ctx, a.n, "stalled", a.stallDesc, nil)
-	a.stacks = a.collectStacks()
-	return true
+	if stalled {
+		a.stacks = a.collectStacks()
+	}
+	return stalled
 }
 
 // StackSignal asks the probe inside Python processes to dump their stacks.
 const StackSignal = syscall.SIGUSR2
-
-// StackTargets is implemented by a Hook that knows which processes can take
-// StackSignal (the probed Python processes); any other process would die of
-// it, so nothing else is signalled.
-type StackTargets interface {
-	PIDs() []int
-}
 
 // collectStacks asks probed Python processes for their stacks (the probe
 // registers faulthandler on StackSignal and writes
@@ -523,11 +543,11 @@ type StackTargets interface {
 // within two seconds.
 func (a *running) collectStacks() []string {
 	o := a.s.o
+	// Only the probed Python processes take StackSignal; any other process
+	// would die of it.
 	var pids []int
-	for _, h := range o.Hooks {
-		if st, ok := h.(StackTargets); ok {
-			pids = append(pids, st.PIDs()...)
-		}
+	if o.Probe != nil {
+		pids = o.Probe.PIDs()
 	}
 	if len(pids) == 0 {
 		return nil
@@ -555,43 +575,6 @@ func (a *running) collectStacks() []string {
 	return out
 }
 
-// CheckpointClock is implemented by a Hook that sees checkpoints being saved.
-type CheckpointClock interface {
-	LastCheckpoint() (time.Time, bool)
-}
-
-// unsavedCheck warns, once per checkpoint, when the job has trained for
-// longer than UnsavedWarning since its last checkpoint (or its start).
-func (a *running) unsavedCheck(ctx context.Context, now time.Time) {
-	o := a.s.o
-	if o.UnsavedWarning <= 0 {
-		return
-	}
-	since := a.pm.StartedAt
-	var progress time.Time
-	for _, h := range o.Hooks {
-		if c, ok := h.(CheckpointClock); ok {
-			if t, ok := c.LastCheckpoint(); ok && t.After(since) {
-				since = t
-			}
-		}
-		if p := h.Progress(); p.After(progress) {
-			progress = p
-		}
-	}
-	// Only training counts: the job must have made progress after the save.
-	if progress.IsZero() || !progress.After(since) || now.Sub(since) < o.UnsavedWarning {
-		return
-	}
-	if a.unsavedWarned.Equal(since) {
-		return
-	}
-	a.unsavedWarned = since
-	msg := fmt.Sprintf("%s of training since the last checkpoint (--unsaved-warning %s): a crash now loses it all", now.Sub(since).Round(time.Second), o.UnsavedWarning)
-	a.s.notifyf("%s", msg)
-	a.s.event(ctx, a.n, "unsaved_work", msg, map[string]any{"since": since, "seconds": now.Sub(since).Seconds()})
-}
-
 // input gathers the evidence for diagnose once the attempt ended.
 func (a *running) input() diagnose.Input {
 	// a stop that comes while a restart is under way wins
@@ -603,126 +586,63 @@ func (a *running) input() diagnose.Input {
 		in.ExitCode = 1
 		in.Signal = syscall.SIGKILL
 	}
+	end := a.s.o.Now()
+	var ownPeak uint64
 	if a.cgDir != "" {
 		if m, err := cgroup.ReadMemory(a.cgDir, a.cgVersion); err == nil {
 			if m.OOMKills > a.oomStart {
 				in.OOMKills = int(m.OOMKills - a.oomStart)
 				a.mem.CgroupOOMKills = m.OOMKills - a.oomStart
 			}
-			if m.Peak > a.mem.PeakCgroup && a.group != nil {
-				a.mem.PeakCgroup = m.Peak
+			if a.group != nil {
+				ownPeak = m.Peak
 			}
 		}
 	}
+	a.finishMemory(ownPeak)
 	if in.OOMKills == 0 && (in.Signal == syscall.SIGKILL || a.final.ExitCode != 0) {
-		in.KernelOOM = kernelOOM(a.seen, a.startedUptime)
+		for _, l := range kernelOOM(a.seen, a.startedUptime) {
+			in.KernelOOM = append(in.KernelOOM, labelKernelOOM(l))
+		}
 	}
-	in.PeakRSS = a.mem.PeakRSS
-	if a.mem.PeakCgroup > in.PeakRSS {
-		in.PeakRSS = a.mem.PeakCgroup
+	if in.OOMKills > 0 || len(in.KernelOOM) > 0 {
+		if e := a.lastSampleEvidence(end); e != "" {
+			in.KernelOOM = append(in.KernelOOM, e)
+		}
 	}
-	in.Limit, in.LimitSource = a.mem.Limit, a.mem.LimitSource
+	in.PeakRSS, in.PeakWhat = a.mem.PeakRSS, peakWhat(a.mem.PeakSource)
+	in.Limit, in.LimitSource, in.LimitPeak = a.mem.Limit, a.mem.LimitSource, a.mem.LimitPeak
+	a.s.o.Store.UpdatePeaks(context.Background(), a.s.o.RunID, a.mem.PeakRSS, a.mem.PeakGPU)
 	return in
 }
 
-// sample reads the job's process tree, its cgroup and its GPU memory.
+// sample reads the job's process tree through the sampler (host memory of
+// every process, the job's own cgroup, the limit in force, GPU memory from
+// the sampler's shared process list) and records it.
 func (a *running) sample(ctx context.Context) {
 	o := a.s.o
-	all, err := o.Proc.All()
-	if err != nil || a.shimPID == 0 {
+	if a.job == nil {
 		return
 	}
-	tree := treeBelow(all, a.shimPID)
-	var rss, cpu uint64
-	type pinfo struct {
-		PID  int    `json:"pid"`
-		PPID int    `json:"ppid"`
-		Comm string `json:"comm"`
-		RSS  uint64 `json:"rss_bytes"`
-		GPU  uint64 `json:"gpu_bytes,omitempty"`
-	}
-	procs := make([]pinfo, 0, len(tree))
-	inTree := make(map[int]int, len(tree))
-	for _, p := range tree {
-		if p.State == "Z" {
-			continue
-		}
-		rss += p.RSSBytes
-		cpu += p.CPUTicks
-		inTree[p.PID] = len(procs)
-		procs = append(procs, pinfo{PID: p.PID, PPID: p.PPID, Comm: p.Comm, RSS: p.RSSBytes})
-	}
-	if len(procs) == 0 {
+	x, info, err := a.job.Read(ctx)
+	if err != nil {
 		return
 	}
-	now := o.Now()
-	x := &store.Sample{Attempt: a.n, T: now, RSS: rss, NProcs: len(procs), CPUTicks: cpu}
+	x.Attempt = a.n
+	now := x.T
 	a.mu.Lock()
-	for pid := range inTree {
+	for _, pid := range info.PIDs {
 		a.seen[pid] = true
 	}
-	if cpu != a.lastCPU {
-		a.lastCPU, a.lastCPUTime = cpu, now
-	}
-	if rss > a.mem.PeakRSS {
-		a.mem.PeakRSS = rss
-	}
-	if len(procs) > a.mem.PeakProcs {
-		a.mem.PeakProcs = len(procs)
+	if x.CPUTicks != a.lastCPU {
+		a.lastCPU, a.lastCPUTime = x.CPUTicks, now
 	}
 	a.mu.Unlock()
-	if a.cgDir != "" {
-		if m, err := cgroup.ReadMemory(a.cgDir, a.cgVersion); err == nil {
-			u, l := m.Usage, m.Limit
-			x.CgroupUsage = &u
-			if l > 0 {
-				x.CgroupLimit = &l
-				a.mem.Limit, a.mem.LimitSource = l, "cgroup"
-				if a.group != nil {
-					a.mem.LimitSource = "--memory-limit"
-				}
-			}
-			if u > a.mem.PeakCgroup {
-				a.mem.PeakCgroup = u
-			}
-		}
-	}
-	if p := a.pathLimit; p > 0 && (a.mem.Limit == 0 || p < a.mem.Limit) {
-		// an ancestor's limit binds the job tighter than its own cgroup's
-		a.mem.Limit, a.mem.LimitSource = p, "cgroup"
-	}
-	if a.mem.Limit == 0 {
-		if mi, err := o.Proc.MemInfo(); err == nil {
-			a.mem.Limit, a.mem.LimitSource = mi.Total, "host"
-		}
-	}
-	// NVML's process query is expensive and takes a driver lock: at most
-	// once a second, whatever the sample interval.
-	if now.Sub(a.gpuAt) >= time.Second {
-		a.gpuAt = now
-		a.gpuProcs, _ = o.GPU.Processes(ctx)
-	}
-	if gp := a.gpuProcs; len(gp) > 0 {
-		var used uint64
-		for _, g := range gp {
-			if i, ok := inTree[g.PID]; ok {
-				used += g.UsedBytes
-				procs[i].GPU += g.UsedBytes
-			}
-		}
-		x.GPUUsed = &used
-		if used > a.mem.PeakGPU {
-			a.mem.PeakGPU = used
-		}
-	}
-	a.analyse(ctx, now, rss, x)
+	a.record(&x, &info)
+	a.analyse(ctx, now, x.RSS, &x)
 	a.mem.Samples++
 	if keepSample(a.mem.Samples) {
-		if len(procs) > 64 {
-			procs = procs[:64]
-		}
-		x.Procs, _ = json.Marshal(procs)
-		if err := o.Store.AddSample(context.WithoutCancel(ctx), o.RunID, x); err != nil {
+		if err := o.Store.AddSample(context.WithoutCancel(ctx), o.RunID, &x); err != nil {
 			o.Logger.Warn("store sample", "err", err)
 		}
 		o.Store.UpdatePeaks(context.WithoutCancel(ctx), o.RunID, a.mem.PeakRSS, a.mem.PeakGPU)

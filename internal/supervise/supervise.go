@@ -22,8 +22,12 @@ import (
 	"github.com/vramguard/vramguard/internal/cgroup"
 	"github.com/vramguard/vramguard/internal/diagnose"
 	"github.com/vramguard/vramguard/internal/gpu"
+	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/termsafe"
+	"github.com/vramguard/vramguard/internal/timeline"
 	"github.com/vramguard/vramguard/internal/units"
 )
 
@@ -48,9 +52,14 @@ type Options struct {
 	// run continues, e.g. a restarted Jupyter kernel).
 	FirstAttempt int
 	Store        *store.Store
-	GPU          gpu.Backend
-	Proc         procfs.FS
-	Cgroup       cgroup.Reader
+	// GPU is the backend a Sampler is made from when Sampler is nil.
+	GPU gpu.Backend
+	// Sampler is the one reader of the GPU backend: the job's tree is read
+	// through it (sampler.JobWatch), never by polling the backend here.
+	Sampler *sampler.Sampler
+	// Proc and Cgroup are the /proc and cgroup trees the job is read from.
+	Proc   procfs.FS
+	Cgroup cgroup.Reader
 
 	// Stdin is given to the job (nil: /dev/null). Stdout and Stderr receive
 	// the job's output as it arrives (nil: log only). Notify receives
@@ -90,18 +99,26 @@ type Options struct {
 	Self   string
 	Logger *slog.Logger
 	Now    func() time.Time
-	// Hooks let other packages (the probe) add to an attempt.
-	Hooks []Hook
+	// Probe is the in-process probe; nil: none (--no-probe).
+	Probe Probe
 }
 
-// Hook extends an attempt: Env may add variables before start; Progress
-// reports activity (e.g. optimizer steps) for stall detection; Finish may
-// add to the post-mortem.
-type Hook interface {
+// Probe is what a supervisor asks of the in-process probe inside the job
+// (probe.Hook implements it; cli asserts so). Env puts the probe into an
+// attempt's environment; Started begins an attempt; Progress is when the
+// job last made training progress (optimizer steps, saves) and
+// LastCheckpoint when it last saved one; FillSample adds PyTorch's
+// allocator figures to a sample of the job; PIDs lists the probed processes
+// (the only ones that may take StackSignal); Finish adds the probe's section
+// to the post-mortem once the attempt ended.
+type Probe interface {
 	Env(env []string, attempt int) []string
 	Started(attempt, pid int)
 	Progress() time.Time
-	Finish(pm *Postmortem)
+	LastCheckpoint() (time.Time, bool)
+	FillSample(s *timeline.Sample)
+	PIDs() []int
+	Finish(pm *postmortem.Postmortem)
 }
 
 // Result is how a whole run ended.
@@ -134,6 +151,10 @@ func (o *Options) defaults() {
 	}
 	if o.GPU == nil {
 		o.GPU = gpu.None{}
+	}
+	if o.Sampler == nil {
+		// New fails only without a backend, and there is one by now.
+		o.Sampler, _ = sampler.New(sampler.Config{Backend: o.GPU, Now: o.Now})
 	}
 	if o.Notify == nil {
 		o.Notify = io.Discard
@@ -187,9 +208,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	end := o.Now()
 	pm.Attempts = first - 1 + len(s.attempts)
 	b, _ := json.Marshal(pm)
-	if err := o.Store.FinishRun(context.WithoutCancel(ctx), o.RunID, store.StatusFinished, pm.Reason, pm.ExitCode, end, b); err != nil {
-		return nil, err
-	}
+	s.finishRun(ctx, pm.Reason, pm.ExitCode, end, b)
 	s.printPostmortem(pm)
 	return &Result{ExitStatus: pm.ExitCode, Postmortem: pm}, nil
 }
@@ -288,7 +307,8 @@ func (s *supervisor) interruptibleSleep(d time.Duration) bool {
 
 // printPostmortem writes the short post-mortem for people.
 func (s *supervisor) printPostmortem(pm *Postmortem) {
-	w := s.o.Notify
+	// The evidence quotes the job's log: show its escape sequences, never obey them.
+	w := termsafe.Writer(s.o.Notify)
 	if pm.Reason == diagnose.Success {
 		fmt.Fprintf(w, "vramguard: run %s finished successfully after %s%s\n", pm.RunID, fmtDur(pm.DurationS), memSuffix(pm))
 		return

@@ -1,0 +1,159 @@
+package monitor
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/timeline"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// hostSample is a host-only reading i seconds in.
+func hostSample(i int, rss float64, limit uint64) timeline.Sample {
+	return timeline.Sample{Attempt: 1, T: t0.Add(time.Duration(i) * time.Second), RSS: uint64(rss), NProcs: 1,
+		Limit: limit, LimitSource: "cgroup", CPUTicks: uint64(i)}
+}
+
+// The leak verdict and its alerts, once per episode, for the series the
+// monitor follows; a steady job and a cache warm-up that plateaus raise
+// nothing.
+func TestObserve(t *testing.T) {
+	const gib = 1 << 30
+	tests := []struct {
+		name      string
+		sample    func(i int) timeline.Sample
+		wantLeak  int
+		wantOOM   int
+		wantSerie string
+	}{
+		{"host leak heading for its limit", func(i int) timeline.Sample {
+			// 8 GiB base, a sawtooth, and 4 MiB/s that never comes back
+			return hostSample(i, 8*gib+float64(i%20)*(64<<20)+float64(i)*(4<<20), 18*gib)
+		}, 1, 1, "rss"},
+		{"steady host sawtooth", func(i int) timeline.Sample {
+			return hostSample(i, 8*gib+float64(i%20)*(64<<20)+32<<20*math.Sin(float64(i)/7), 64*gib)
+		}, 0, 0, ""},
+		{"allocator leak the probe reports", func(i int) timeline.Sample {
+			s := hostSample(i, 2*gib, 64*gib)
+			al := uint64(gib + i%10*(16<<20) + i*(2<<20))
+			re := al + 512<<20
+			s.Allocated, s.Reserved, s.GPUTotal = &al, &re, timeline.U(80*gib)
+			return s
+		}, 1, 0, "allocated"},
+		{"allocator cache warm-up that plateaus", func(i int) timeline.Sample {
+			s := hostSample(i, 2*gib, 64*gib)
+			al := uint64(gib + i%10*(16<<20))
+			re := uint64(2*gib) + uint64(min(i, 300))*(8<<20)
+			s.Allocated, s.Reserved, s.GPUTotal = &al, &re, timeline.U(80*gib)
+			return s
+		}, 0, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := New(Config{NearLimit: -1}, t0)
+			counts := map[timeline.Kind]int{}
+			var samples []timeline.Sample
+			for i := 0; i < 1800; i++ {
+				s := tt.sample(i)
+				samples = append(samples, s)
+				for _, e := range m.Observe(&s) {
+					counts[e.Kind]++
+					if e.Message == "" || len(e.Data) == 0 || !e.T.Equal(s.T) {
+						t.Errorf("event %+v lacks its message, data or time", e)
+					}
+				}
+			}
+			if counts[timeline.KindLeak] != tt.wantLeak || counts[timeline.KindOOMForecast] != tt.wantOOM {
+				t.Fatalf("events %v, want %d leak and %d oom_forecast", counts, tt.wantLeak, tt.wantOOM)
+			}
+			sum := m.Summary()
+			if tt.wantLeak == 0 {
+				if sum.Leak != nil || sum.Verdict == "leak" {
+					t.Errorf("summary %+v, want no leak", sum)
+				}
+				return
+			}
+			l := sum.Leak
+			if l == nil || l.Series != tt.wantSerie || sum.Verdict != "leak" {
+				t.Fatalf("summary %+v leak %+v, want a leak on %s", sum, l, tt.wantSerie)
+			}
+			if l.LeakStartS < 0 || l.LeakStartS > l.DetectedS || !l.DetectedAt.Equal(t0.Add(time.Duration(l.DetectedS*1e9))) {
+				t.Errorf("leak start %.1fs, detected %.1fs at %v", l.LeakStartS, l.DetectedS, l.DetectedAt)
+			}
+			// a rate of 2 or 4 MiB/s, within the fit's noise
+			if want := map[string]float64{"rss": 4 << 20, "allocated": 2 << 20}[tt.wantSerie]; math.Abs(l.LeakRate-want) > 0.25*want {
+				t.Errorf("leak rate %.0f B/s, want about %.0f", l.LeakRate, want)
+			}
+			// the stored timeline replayed gives the same finding
+			r := Replay(Config{NearLimit: -1}, t0, samples)
+			if r.Leak == nil || r.Leak.DetectedS != l.DetectedS || r.Leak.LeakStartS != l.LeakStartS || r.Verdict != sum.Verdict {
+				t.Errorf("replay %+v, live %+v", r.Leak, l)
+			}
+		})
+	}
+}
+
+// near_limit compares the quantity the limit is enforced on and is raised
+// once per episode.
+func TestNearLimit(t *testing.T) {
+	m := New(Config{}, t0)
+	var got []timeline.Event
+	levels := []uint64{50, 85, 91, 95, 80, 92, 70, 71, 93}
+	for i, pct := range levels {
+		s := hostSample(i, 1, 100<<20)
+		// the job's own cgroup is what the limit is enforced on; RSS is not
+		s.CgroupLimit, s.CgroupUsage = timeline.U(100<<20), timeline.U(pct<<20)
+		got = append(got, m.Observe(&s)...)
+	}
+	// 91 opens an episode; 80 does not close it (under 72% does); 70 does
+	if len(got) != 2 || got[0].T != t0.Add(2*time.Second) || got[1].T != t0.Add(8*time.Second) {
+		t.Fatalf("near_limit events %+v", got)
+	}
+	for _, e := range got {
+		if e.Kind != timeline.KindNearLimit {
+			t.Errorf("kind %s", e.Kind)
+		}
+	}
+}
+
+// Unsaved work: only after training progress since the last save, once per
+// checkpoint; a stall: no output, CPU or progress for StallAfter, once.
+func TestCheck(t *testing.T) {
+	m := New(Config{UnsavedAfter: time.Minute, StallAfter: 30 * time.Second}, t0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	if evs := m.Check(at(90), 1); len(evs) != 1 || evs[0].Kind != timeline.KindStalled {
+		t.Fatalf("idle 90 s: %+v, want a stall only (no training, so nothing unsaved)", evs)
+	}
+	m = New(Config{UnsavedAfter: time.Minute, StallAfter: 30 * time.Second}, t0)
+	m.Progress(at(20))
+	m.Output(at(50))
+	if evs := m.Check(at(59), 1); len(evs) != 0 {
+		t.Fatalf("at 59 s: %+v", evs)
+	}
+	m.Progress(at(61))
+	evs := m.Check(at(61), 1)
+	if len(evs) != 1 || evs[0].Kind != timeline.KindUnsaved {
+		t.Fatalf("at 61 s: %+v, want unsaved_work", evs)
+	}
+	if evs := m.Check(at(70), 1); len(evs) != 0 {
+		t.Fatalf("second unsaved warning for the same stretch: %+v", evs)
+	}
+	m.Checkpoint(at(80))
+	m.Progress(at(141))
+	if evs := m.Check(at(141), 1); len(evs) != 1 || evs[0].Kind != timeline.KindUnsaved {
+		t.Fatalf("a minute after the checkpoint: %+v", evs)
+	}
+	// CPU time counts as activity: samples whose CPU ticks move keep it alive
+	for i := 142; i < 200; i++ {
+		s := hostSample(i, 1<<30, 0)
+		m.Observe(&s)
+	}
+	if evs := m.Check(at(200), 1); len(evs) != 0 {
+		t.Fatalf("busy job: %+v", evs)
+	}
+	if evs := m.Check(at(240), 1); len(evs) != 1 || evs[0].Kind != timeline.KindStalled {
+		t.Fatalf("40 s without CPU: %+v", evs)
+	}
+}
