@@ -150,9 +150,9 @@ func detectDir(dir string) string {
 	for _, e := range ents {
 		name := e.Name()
 		switch {
-		case e.IsDir():
+		case entryIsDir(dir, e):
 			hasSubdir = true
-		case !e.Type().IsRegular():
+		case !entryIsRegular(dir, e):
 		case dcpShardName.MatchString(name):
 			return FormatDCP
 		case name == ".metadata":

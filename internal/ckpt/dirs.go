@@ -285,7 +285,7 @@ func newestMTime(dir string, t0 time.Time) time.Time {
 
 func dirSize(dir string) int64 {
 	var n int64
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	walkFollow(dir, func(p string, d os.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			if info, err := d.Info(); err == nil {
 				n += info.Size()
@@ -360,7 +360,7 @@ func inspectHF(dir string, rep *Report, opt Options) {
 	}
 	names := make([]string, 0, len(ents))
 	for _, e := range ents {
-		if e.Type().IsRegular() {
+		if entryIsRegular(dir, e) {
 			names = append(names, e.Name())
 		}
 	}

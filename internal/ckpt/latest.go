@@ -124,7 +124,7 @@ func scanTree(dir string) (*tree, error) {
 		t.entries = append(t.entries, entryOf(rep))
 	}
 	base := strings.Count(filepath.Clean(root), string(filepath.Separator))
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	err = walkFollow(root, func(p string, d fs.DirEntry, err error) error { // fswalk.go: follows symlinks
 		if err != nil {
 			if p == root {
 				return err

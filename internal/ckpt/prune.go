@@ -236,6 +236,9 @@ func Prune(dir string, pol PrunePolicy, apply bool) (*PrunePlan, error) {
 		if err != nil || p == root || !strings.HasPrefix(p, root+string(filepath.Separator)) {
 			return plan, fmt.Errorf("refusing to delete %s: outside %s", it.Path, dir)
 		}
+		if err := underRoot(dir, p); err != nil {
+			return plan, fmt.Errorf("refusing to delete %s: %v (%s)", it.Path, err, dir)
+		}
 		st, err := os.Lstat(p)
 		if err != nil {
 			return plan, fmt.Errorf("delete %s: %w", it.Path, err)

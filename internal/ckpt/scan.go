@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -281,7 +280,7 @@ func ScanPathWith(path string, opts ScanOptions) ([]*ScanResult, error) {
 		return []*ScanResult{r}, nil
 	}
 	var out []*ScanResult
-	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+	err = walkFollow(path, func(p string, d fs.DirEntry, err error) error { // fswalk.go: follows symlinks
 		if err != nil {
 			if p == path {
 				return err
