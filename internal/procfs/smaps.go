@@ -40,6 +40,16 @@ func (fs FS) SmapsRollup(pid int) (Rollup, error) {
 	return ParseSmapsRollup(b), nil
 }
 
+// Exists reports whether /proc/<pid> is there (a zombie's is).
+func (fs FS) Exists(pid int) bool {
+	root := fs.Root
+	if root == "" {
+		root = "/"
+	}
+	_, err := os.Stat(filepath.Join(root, "proc", strconv.Itoa(pid)))
+	return err == nil
+}
+
 // ParseSmapsRollup parses smaps_rollup ("Key:   N kB" lines after a header
 // line); unknown or malformed lines are ignored.
 func ParseSmapsRollup(b []byte) Rollup {

@@ -153,7 +153,7 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 			v := roll.PSS
 			r.PSS = &v
 			pss += v
-		case err == nil || gone(err):
+		case err == nil || gone(err) && !sp.Proc.Exists(p.PID):
 			continue // it ended (or let go of its memory) between the two reads
 		default: // unreadable (another user's process): stat's RSS only
 			pssOK = false
