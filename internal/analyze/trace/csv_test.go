@@ -1,9 +1,12 @@
 package trace
 
 import (
+	"io"
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/vramguard/vramguard/internal/analyze"
 )
 
 func TestReadMalformed(t *testing.T) {
@@ -68,6 +71,70 @@ func TestReadPublicCopies(t *testing.T) {
 		}
 		if l.NVMLOnly != math.IsNaN(s[len(s)/2].Allocated) {
 			t.Errorf("%s: nvml_only=%v but allocated=%v", name, l.NVMLOnly, s[len(s)/2].Allocated)
+		}
+	}
+}
+
+// same reports whether two figures are the same, NaN (absent) included.
+func same(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
+
+// Writer writes every column; ReadRows reads back the very numbers written,
+// absent figures as empty cells and back as absent.
+func TestWriteRead(t *testing.T) {
+	n := math.NaN()
+	rows := []Row{
+		{Sample: analyze.Sample{T: 0, Allocated: n, Reserved: n, Used: 545259520, Total: 25769803776, RSS: 3 << 30, Limit: n,
+			InactiveSplit: n, AllocRetries: n, Step: -1}, PSS: n, CgroupUsage: n},
+		{Sample: analyze.Sample{T: 0.7, Allocated: 4294967296, Reserved: 4311744512, Used: 4836032512, Total: 25769803776,
+			RSS: 3221225472, Limit: 68719476736, InactiveSplit: 1048576, AllocRetries: 0, Step: 0}, PSS: 2899102924, CgroupUsage: 3435973836},
+		{Sample: analyze.Sample{T: 899.123, Allocated: 1, Reserved: 2, Used: n, Total: n, RSS: n, Limit: 17179869184,
+			InactiveSplit: 3, AllocRetries: 7, Step: 1284}, PSS: n, CgroupUsage: 5},
+		// not measured: negative and infinite figures are written as absent
+		{Sample: analyze.Sample{T: 1e6 + 0.001, Allocated: -1, Reserved: math.Inf(1), Used: n, Total: n, RSS: n, Limit: n,
+			InactiveSplit: n, AllocRetries: n, Step: -1}, PSS: n, CgroupUsage: n},
+	}
+	var b strings.Builder
+	w := NewWriter(&b)
+	for _, r := range rows {
+		if err := w.Write(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	want := []string{
+		"t,allocated,reserved,used,total,rss,pss,limit,cgroup_usage,step,inactive_split,alloc_retries",
+		"0,,,545259520,25769803776,3221225472,,,,,,",
+		"0.7,4294967296,4311744512,4836032512,25769803776,3221225472,2899102924,68719476736,3435973836,0,1048576,0",
+		"899.123,1,2,,,,,17179869184,5,1284,3,7",
+		"1000000.001,,,,,,,,,,,",
+		"",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("wrote\n%s\nwant\n%s", b.String(), strings.Join(want, "\n"))
+	}
+	got, err := ReadRows(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows[3].Allocated, rows[3].Reserved = n, n
+	if len(got) != len(rows) {
+		t.Fatalf("read %d rows, want %d", len(got), len(rows))
+	}
+	for i, g := range got {
+		r := rows[i]
+		if !same(g.T, r.T) || !same(g.Allocated, r.Allocated) || !same(g.Reserved, r.Reserved) || !same(g.Used, r.Used) ||
+			!same(g.Total, r.Total) || !same(g.RSS, r.RSS) || !same(g.Limit, r.Limit) || !same(g.InactiveSplit, r.InactiveSplit) ||
+			!same(g.AllocRetries, r.AllocRetries) || g.Step != r.Step || !same(g.PSS, r.PSS) || !same(g.CgroupUsage, r.CgroupUsage) {
+			t.Errorf("row %d read back as %+v, want %+v", i, g, r)
+		}
+	}
+	for _, bad := range []float64{-0.5, n, math.Inf(1)} {
+		w := NewWriter(io.Discard)
+		if err := w.Write(Row{Sample: analyze.NaNSample(bad)}); err == nil || w.Flush() == nil {
+			t.Errorf("time %v written without an error", bad)
 		}
 	}
 }

@@ -48,13 +48,9 @@ func ReadLabels(dir string) (map[string]Label, error) {
 }
 
 // Analyze feeds samples one by one to a new detector and returns its report
-// after the last one, as `vramguard analyze` does.
+// after the last one, as `vramguard analyze` does (analyze.Replay).
 func Analyze(samples []analyze.Sample, cfg analyze.Config) analyze.Report {
-	d := analyze.NewDetector(cfg)
-	for _, s := range samples {
-		d.Add(s)
-	}
-	return d.Report()
+	return analyze.Replay(samples, cfg)
 }
 
 // Result is one trace's outcome.
