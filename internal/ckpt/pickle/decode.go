@@ -55,6 +55,7 @@ type Result struct {
 	Exts     []int32
 	PersIDs  int
 	Buffers  int
+	ErrAt    int64 // offset of the opcode that failed; -1 when none did
 }
 
 // ErrLimit is wrapped by errors that come from a bound in Limits.
@@ -74,7 +75,9 @@ func Decode(r io.ReaderAt, off, size int64, lim Limits) (*Result, error) {
 	d.res.Protocol = 0
 	err := d.run()
 	d.res.End = d.src.pos
+	d.res.ErrAt = -1
 	if err != nil {
+		d.res.ErrAt = d.opPos
 		return &d.res, fmt.Errorf("pickle at byte %d: %w", d.opPos, err)
 	}
 	return &d.res, nil
