@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -53,7 +53,10 @@ type Proc struct {
 
 // Proc reads /proc/<pid>/stat.
 func (fs FS) Proc(pid int) (Proc, error) {
-	b, err := os.ReadFile(fs.path(strconv.Itoa(pid), "stat"))
+	r := getReader()
+	defer putReader(r)
+	r.setPath(fs.Root, pid, "stat")
+	b, err := r.read()
 	if err != nil {
 		return Proc{}, err
 	}
@@ -65,7 +68,8 @@ func (fs FS) Proc(pid int) (Proc, error) {
 }
 
 // ParseStat parses the contents of /proc/<pid>/stat. The command name may
-// hold spaces and parentheses, so fields are counted from the last ')'.
+// hold spaces and parentheses, so fields are counted from the last ')'. It
+// allocates nothing: command names are interned.
 func ParseStat(b []byte) (Proc, error) {
 	open := bytes.IndexByte(b, '(')
 	closeIdx := bytes.LastIndexByte(b, ')')
@@ -73,60 +77,74 @@ func ParseStat(b []byte) (Proc, error) {
 		return Proc{}, fmt.Errorf("no command name")
 	}
 	var p Proc
-	var err error
-	if p.PID, err = strconv.Atoi(strings.TrimSpace(string(b[:open]))); err != nil {
-		return Proc{}, fmt.Errorf("pid: %w", err)
+	pid, ok := parseInt(bytes.TrimSpace(b[:open]))
+	if !ok || int64(int(pid)) != pid {
+		return Proc{}, fmt.Errorf("pid: invalid %q", bytes.TrimSpace(b[:open]))
 	}
-	p.Comm = string(b[open+1 : closeIdx])
-	f := strings.Fields(string(b[closeIdx+1:]))
-	// f[0] is field 3 (state) of proc(5).
-	if len(f) < 22 {
-		return Proc{}, fmt.Errorf("only %d fields", len(f)+2)
-	}
-	p.State = f[0]
-	ints := make([]uint64, len(f))
-	for i := 1; i < 22; i++ {
-		v, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			return Proc{}, fmt.Errorf("field %d: %w", i+3, err)
+	p.PID = int(pid)
+	p.Comm = intern(b[open+1 : closeIdx])
+	// Fields 3 (state) to 24 (rss) of proc(5).
+	rest := b[closeIdx+1:]
+	var f []byte
+	var ints [25]uint64
+	for i := 3; i <= 24; i++ {
+		if f, rest = nextField(rest); len(f) == 0 {
+			return Proc{}, fmt.Errorf("only %d fields", i-1)
+		}
+		if i == 3 {
+			if len(f) == 1 && f[0] < 0x80 {
+				p.State = states[f[0]]
+			} else {
+				p.State = string(f)
+			}
+			continue
+		}
+		v, ok := parseInt(f)
+		if !ok {
+			return Proc{}, fmt.Errorf("field %d: invalid %q", i, f)
 		}
 		if v < 0 {
 			v = 0
 		}
 		ints[i] = uint64(v)
 	}
-	p.PPID, p.PGID, p.SID = int(ints[1]), int(ints[2]), int(ints[3])
-	p.CPUTicks = ints[11] + ints[12] // utime (14) + stime (15)
-	p.StartTicks = ints[19]          // starttime (22)
-	p.RSSBytes = ints[21] * PageSize // rss (24), in pages
+	p.PPID, p.PGID, p.SID = int(ints[4]), int(ints[5]), int(ints[6])
+	p.CPUTicks = ints[14] + ints[15] // utime + stime
+	p.StartTicks = ints[22]          // starttime
+	p.RSSBytes = ints[24] * PageSize // rss, in pages
 	return p, nil
 }
 
 // PIDs lists the numeric entries of /proc in ascending order.
 func (fs FS) PIDs() ([]int, error) {
-	ents, err := os.ReadDir(fs.path())
-	if err != nil {
+	r := getReader()
+	defer putReader(r)
+	if err := r.pidsInto(fs.Root); err != nil {
 		return nil, fmt.Errorf("read %s: %w", fs.path(), err)
 	}
-	pids := make([]int, 0, len(ents))
-	for _, e := range ents {
-		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 0 {
-			pids = append(pids, pid)
-		}
-	}
-	sort.Ints(pids)
+	pids := slices.Clone(r.pids)
+	slices.Sort(pids)
 	return pids, nil
 }
 
-// All reads every process. Processes that exit while being read are left out.
+// All reads every process, in ascending order of PID. Processes that exit
+// while being read are left out. Apart from the result it allocates nothing
+// once warm: one pooled buffer serves every file.
 func (fs FS) All() ([]Proc, error) {
-	pids, err := fs.PIDs()
-	if err != nil {
-		return nil, err
+	r := getReader()
+	defer putReader(r)
+	if err := r.pidsInto(fs.Root); err != nil {
+		return nil, fmt.Errorf("read %s: %w", fs.path(), err)
 	}
-	out := make([]Proc, 0, len(pids))
-	for _, pid := range pids {
-		p, err := fs.Proc(pid)
+	slices.Sort(r.pids)
+	out := make([]Proc, 0, len(r.pids))
+	for _, pid := range r.pids {
+		r.setPath(fs.Root, pid, "stat")
+		b, err := r.read()
+		if err != nil {
+			continue
+		}
+		p, err := ParseStat(b)
 		if err != nil {
 			continue
 		}
@@ -158,15 +176,15 @@ func Tree(procs []Proc, root int) []Proc {
 
 // Cmdline reads /proc/<pid>/cmdline as argv.
 func (fs FS) Cmdline(pid int) ([]string, error) {
-	b, err := os.ReadFile(fs.path(strconv.Itoa(pid), "cmdline"))
-	if err != nil {
-		return nil, err
-	}
+	return readFile(fs, pid, "cmdline", parseCmdline)
+}
+
+func parseCmdline(b []byte) []string {
 	b = bytes.TrimRight(b, "\x00")
 	if len(b) == 0 {
-		return nil, nil
+		return nil
 	}
-	return strings.Split(string(b), "\x00"), nil
+	return strings.Split(string(b), "\x00")
 }
 
 // Status is the subset of /proc/<pid>/status vramguard uses.
@@ -182,42 +200,65 @@ type Status struct {
 
 // Status reads /proc/<pid>/status.
 func (fs FS) Status(pid int) (Status, error) {
-	b, err := os.ReadFile(fs.path(strconv.Itoa(pid), "status"))
-	if err != nil {
-		return Status{}, err
-	}
-	return ParseStatus(b), nil
+	return readFile(fs, pid, "status", ParseStatus)
 }
 
-// ParseStatus parses /proc/<pid>/status; unknown or malformed lines are ignored.
+// ParseStatus parses /proc/<pid>/status; unknown or malformed lines are
+// ignored. It allocates only the name and the NSpid list.
 func ParseStatus(b []byte) Status {
 	var s Status
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon < 0 {
 			continue
 		}
-		f := strings.Fields(v)
-		switch k {
+		k, v := line[:colon], line[colon+1:]
+		switch string(k) {
 		case "Name":
-			s.Name = strings.TrimSpace(v)
+			s.Name = string(bytes.TrimSpace(v))
 		case "Uid":
-			if len(f) > 0 {
-				s.UID, _ = strconv.Atoi(f[0])
-			}
-		case "NSpid":
-			for _, x := range f {
-				if n, err := strconv.Atoi(x); err == nil {
-					s.NSpid = append(s.NSpid, n)
+			if f, _ := nextField(v); len(f) > 0 {
+				if n, ok := parseInt(f); ok && int64(int(n)) == n {
+					s.UID = int(n)
 				}
 			}
+		case "NSpid":
+			n := 0
+			for f, rest := nextField(v); len(f) > 0; f, rest = nextField(rest) {
+				n++
+			}
+			if n > 0 {
+				s.NSpid = make([]int, 0, n)
+			}
+			for f, rest := nextField(v); len(f) > 0; f, rest = nextField(rest) {
+				if x, ok := parseInt(f); ok && int64(int(x)) == x {
+					s.NSpid = append(s.NSpid, int(x))
+				}
+			}
+			if len(s.NSpid) == 0 {
+				s.NSpid = nil
+			}
 		case "VmRSS":
-			s.VmRSS = kB(f)
+			s.VmRSS = kBBytes(v)
 		case "VmSwap":
-			s.VmSwap = kB(f)
+			s.VmSwap = kBBytes(v)
 		}
 	}
 	return s
+}
+
+// kBBytes is the first field of a "  1234 kB" value, in bytes (0 when it
+// is not a number).
+func kBBytes(v []byte) uint64 {
+	f, _ := nextField(v)
+	n, _ := parseUint(f)
+	return n * 1024
 }
 
 func kB(f []string) uint64 {
@@ -237,30 +278,45 @@ type CgroupEntry struct {
 
 // Cgroups reads /proc/<pid>/cgroup.
 func (fs FS) Cgroups(pid int) ([]CgroupEntry, error) {
-	b, err := os.ReadFile(fs.path(strconv.Itoa(pid), "cgroup"))
-	if err != nil {
-		return nil, err
-	}
-	return ParseCgroups(b), nil
+	return readFile(fs, pid, "cgroup", ParseCgroups)
 }
 
-// ParseCgroups parses /proc/<pid>/cgroup lines "id:controllers:path".
+// ParseCgroups parses /proc/<pid>/cgroup lines "id:controllers:path". The
+// paths share one copy of the file.
 func ParseCgroups(b []byte) []CgroupEntry {
-	var out []CgroupEntry
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return nil
+	}
+	all := string(b)
+	out := make([]CgroupEntry, 0, strings.Count(all, "\n")+1)
+	for rest := all; rest != ""; {
+		line := rest
+		if i := strings.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = ""
+		}
+		idStr, after, ok := strings.Cut(line, ":")
+		if !ok {
 			continue
 		}
-		id, err := strconv.Atoi(parts[0])
+		ctrls, path, ok := strings.Cut(after, ":")
+		if !ok {
+			continue
+		}
+		id, err := strconv.Atoi(idStr)
 		if err != nil {
 			continue
 		}
-		e := CgroupEntry{ID: id, Path: parts[2]}
-		if parts[1] != "" {
-			e.Controllers = strings.Split(parts[1], ",")
+		e := CgroupEntry{ID: id, Path: path}
+		if ctrls != "" {
+			e.Controllers = strings.Split(ctrls, ",")
 		}
 		out = append(out, e)
+	}
+	if len(out) == 0 {
+		return nil
 	}
 	return out
 }

@@ -1,9 +1,12 @@
 package procfs
 
 import (
+	"errors"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -113,5 +116,32 @@ func TestRootedFixture(t *testing.T) {
 	argv, err := fs.Cmdline(4242)
 	if err != nil || !reflect.DeepEqual(argv, []string{"python", "train.py"}) {
 		t.Errorf("Cmdline = %q, %v", argv, err)
+	}
+	all, err := fs.All()
+	if err != nil || len(all) != 1 || all[0].PID != 4242 || all[0].Comm != "train" || all[0].StartTicks != 9 {
+		t.Errorf("All = %+v, %v", all, err)
+	}
+	// A command line longer than the pooled buffer is read whole.
+	long := strings.Repeat("x", 10000)
+	os.WriteFile(filepath.Join(dir, "cmdline"), []byte("python\x00"+long+"\x00"), 0o644)
+	argv, err = fs.Cmdline(4242)
+	if err != nil || len(argv) != 2 || argv[1] != long {
+		t.Errorf("long Cmdline: %d args, %v", len(argv), err)
+	}
+	if _, err := fs.Status(4243); !errors.Is(err, iofs.ErrNotExist) {
+		t.Errorf("Status of a missing process: %v, want not exist", err)
+	}
+}
+
+// TestParseAllocs: parsing stat and status allocates nothing but the NSpid
+// list and the name (command names are interned).
+func TestParseAllocs(t *testing.T) {
+	stat := []byte("1234 (python3) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0 98765 1000000 2560 18446744073709551615")
+	if n := testing.AllocsPerRun(100, func() { ParseStat(stat) }); n != 0 {
+		t.Errorf("ParseStat: %v allocations", n)
+	}
+	status := []byte("Name:\tpython\nUid:\t1000\t1000\t1000\t1000\nNSpid:\t4242\t17\t1\nVmRSS:\t  2048 kB\n")
+	if n := testing.AllocsPerRun(100, func() { ParseStatus(status) }); n > 2 {
+		t.Errorf("ParseStatus: %v allocations", n)
 	}
 }
