@@ -9,8 +9,9 @@
 package attrib
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -147,7 +148,20 @@ type Attributor struct {
 	Pods *PodIndex
 
 	seen map[procKey]*info
+
+	// Scratch kept from pass to pass so that a pass over an unchanged
+	// process table allocates little beyond its result.
+	spare  map[procKey]*info
+	procs  map[int]*info
+	edges  []edge
+	kidPID []int
+	roots  map[int]bool
+	order  []int
+	devs   []int
 }
+
+// edge is a parent and one of its children.
+type edge struct{ ppid, pid int }
 
 // procKey identifies a process across PID reuse.
 type procKey struct {
@@ -162,12 +176,48 @@ type info struct {
 	cgroups *Context
 	argv    []string
 	argvOK  bool
+	// key is the job key "pid:<pid>:<start>" when this process is a root;
+	// name the job name derived from nameComm and argv.
+	key      string
+	name     string
+	nameComm string
+	nameOK   bool
 }
 
 type pass struct {
 	a     *Attributor
 	procs map[int]*info
-	kids  map[int][]int
+	// gpu holds the driver's records of live processes sorted by PID (in
+	// the driver's order within a PID); jobs' processes share it.
+	gpu []gpu.Process
+	// slab and devSlab are the backing of the jobs' Processes and Devices.
+	slab    []Process
+	devSlab []int
+}
+
+// kids returns pid's children in ascending order of PID.
+func (ps *pass) kids(pid int) []int {
+	e := ps.a.edges
+	lo, _ := slices.BinarySearchFunc(e, pid, func(x edge, pid int) int { return cmp.Compare(x.ppid, pid) })
+	hi := lo
+	for hi < len(e) && e[hi].ppid == pid {
+		hi++
+	}
+	return ps.a.kidPID[lo:hi]
+}
+
+// onGPU returns the driver's records of pid.
+func (ps *pass) onGPU(pid int) []gpu.Process {
+	g := ps.gpu
+	lo, _ := slices.BinarySearchFunc(g, pid, func(x gpu.Process, pid int) int { return cmp.Compare(x.PID, pid) })
+	hi := lo
+	for hi < len(g) && g[hi].PID == pid {
+		hi++
+	}
+	if lo == hi {
+		return nil
+	}
+	return g[lo:hi:hi]
 }
 
 func (ps *pass) ctx(pid int) Context {
@@ -214,8 +264,20 @@ func (a *Attributor) Attribute(gprocs []gpu.Process) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("scan processes: %w", err)
 	}
-	ps := &pass{a: a, procs: make(map[int]*info, len(all)), kids: map[int][]int{}}
-	seen := make(map[procKey]*info, len(all))
+	if a.procs == nil {
+		a.procs, a.roots = map[int]*info{}, map[int]bool{}
+	}
+	clear(a.procs)
+	clear(a.roots)
+	ps := &pass{a: a, procs: a.procs}
+	// Processes are remembered from the last pass; those that exited are
+	// forgotten, so the cache holds only the living.
+	seen := a.spare
+	if seen == nil {
+		seen = make(map[procKey]*info, len(all))
+	}
+	clear(seen)
+	a.edges = a.edges[:0]
 	for _, p := range all {
 		k := procKey{p.PID, p.StartTicks}
 		in := a.seen[k]
@@ -225,35 +287,56 @@ func (a *Attributor) Attribute(gprocs []gpu.Process) (Result, error) {
 		in.p = p // stat (RSS, CPU, parent) is fresh every pass
 		seen[k] = in
 		ps.procs[p.PID] = in
-		ps.kids[p.PPID] = append(ps.kids[p.PPID], p.PID)
+		a.edges = append(a.edges, edge{p.PPID, p.PID})
 	}
-	// Forget processes that exited: the cache holds only the living.
-	a.seen = seen
+	a.seen, a.spare = seen, a.seen
+	slices.SortFunc(a.edges, func(x, y edge) int {
+		if c := cmp.Compare(x.ppid, y.ppid); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.pid, y.pid)
+	})
+	a.kidPID = a.kidPID[:0]
+	for _, e := range a.edges {
+		a.kidPID = append(a.kidPID, e.pid)
+	}
+
 	res := Result{Jobs: []Job{}, Vanished: []gpu.Process{}, Scanned: len(all)}
-	onGPU := map[int][]gpu.Process{}
-	roots := map[int]bool{}
-	var rootOrder []int
+	live := 0
+	for _, g := range gprocs {
+		if _, ok := ps.procs[g.PID]; ok {
+			live++
+		}
+	}
+	ps.gpu = make([]gpu.Process, 0, live)
+	a.order = a.order[:0]
 	for _, g := range gprocs {
 		if _, ok := ps.procs[g.PID]; !ok {
 			res.Vanished = append(res.Vanished, g)
 			res.VanishedBytes += g.UsedBytes
 			continue
 		}
-		onGPU[g.PID] = append(onGPU[g.PID], g)
+		ps.gpu = append(ps.gpu, g)
 		r := ps.root(g.PID)
-		if !roots[r] {
-			roots[r] = true
-			rootOrder = append(rootOrder, r)
+		if !a.roots[r] {
+			a.roots[r] = true
+			a.order = append(a.order, r)
 		}
 	}
-	for _, r := range rootOrder {
-		res.Jobs = append(res.Jobs, ps.job(r, roots, onGPU))
+	slices.SortStableFunc(ps.gpu, func(x, y gpu.Process) int { return cmp.Compare(x.PID, y.PID) })
+	ps.slab = make([]Process, 0, len(ps.gpu))
+	ps.devSlab = make([]int, 0, len(ps.gpu))
+	if len(a.order) > 0 {
+		res.Jobs = make([]Job, 0, len(a.order))
 	}
-	sort.SliceStable(res.Jobs, func(i, j int) bool {
-		if res.Jobs[i].GPUBytes != res.Jobs[j].GPUBytes {
-			return res.Jobs[i].GPUBytes > res.Jobs[j].GPUBytes
+	for _, r := range a.order {
+		res.Jobs = append(res.Jobs, ps.job(r, a.roots))
+	}
+	slices.SortStableFunc(res.Jobs, func(x, y Job) int {
+		if x.GPUBytes != y.GPUBytes {
+			return cmp.Compare(y.GPUBytes, x.GPUBytes)
 		}
-		return res.Jobs[i].RootPID < res.Jobs[j].RootPID
+		return cmp.Compare(x.RootPID, y.RootPID)
 	})
 	return res, nil
 }
@@ -317,7 +400,7 @@ func (ps *pass) root(pid int) int {
 		if pc != program(in.p.Comm) && !launchers[pc] {
 			return cur
 		}
-		if ps.ctx(parent.p.PID).Scope() != ps.ctx(cur).Scope() {
+		if !sameScope(ps.ctx(parent.p.PID), ps.ctx(cur)) {
 			return cur
 		}
 		if s := ps.status(cur).NSpid; len(s) > 1 && s[len(s)-1] == 1 {
@@ -329,16 +412,18 @@ func (ps *pass) root(pid int) int {
 
 // job builds the job rooted at r: r and its descendants, except subtrees
 // rooted at another job's root.
-func (ps *pass) job(r int, roots map[int]bool, onGPU map[int][]gpu.Process) Job {
+func (ps *pass) job(r int, roots map[int]bool) Job {
 	root := ps.procs[r]
-	j := Job{RootPID: r, Devices: []int{}, SMUtilPercent: -1, Processes: []Process{}}
+	j := Job{RootPID: r, SMUtilPercent: -1}
 	sim, _ := ps.a.Src.(Simulator)
 	probe, _ := ps.a.Hints.(ProbeHints)
-	devs := map[int]bool{}
-	queue := []int{r}
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
+	devs := ps.a.devs[:0]
+	// The job's processes are appended to the pass's slab in breadth-first
+	// order; the slab itself is the queue.
+	start := len(ps.slab)
+	ps.slab = append(ps.slab, Process{PID: r})
+	for next := start; next < len(ps.slab); next++ {
+		pid := ps.slab[next].PID
 		in := ps.procs[pid]
 		st := ps.status(pid)
 		p := Process{
@@ -351,10 +436,10 @@ func (ps *pass) job(r int, roots map[int]bool, onGPU map[int][]gpu.Process) Job 
 		if sim != nil {
 			p.Simulated = sim.Simulated(pid)
 		}
-		for _, g := range onGPU[pid] {
-			p.GPU = append(p.GPU, g)
+		p.GPU = ps.onGPU(pid)
+		for _, g := range p.GPU {
 			p.GPUBytes += g.UsedBytes
-			devs[g.DeviceIndex] = true
+			devs = append(devs, g.DeviceIndex)
 			if g.SMUtilPercent >= 0 {
 				j.SMUtilPercent = max(j.SMUtilPercent, 0) + g.SMUtilPercent
 			}
@@ -376,19 +461,21 @@ func (ps *pass) job(r int, roots map[int]bool, onGPU map[int][]gpu.Process) Job 
 		}
 		j.GPUBytes += p.GPUBytes
 		j.RSSBytes += p.RSSBytes
-		j.Processes = append(j.Processes, p)
-		kids := ps.kids[pid]
-		sort.Ints(kids)
-		for _, k := range kids {
+		ps.slab[next] = p
+		for _, k := range ps.kids(pid) {
 			if !roots[k] {
-				queue = append(queue, k)
+				ps.slab = append(ps.slab, Process{PID: k})
 			}
 		}
 	}
-	for d := range devs {
-		j.Devices = append(j.Devices, d)
-	}
-	sort.Ints(j.Devices)
+	end := len(ps.slab)
+	j.Processes = ps.slab[start:end:end]
+	slices.Sort(devs)
+	devs = slices.Compact(devs)
+	d0 := len(ps.devSlab)
+	ps.devSlab = append(ps.devSlab, devs...)
+	j.Devices = ps.devSlab[d0:len(ps.devSlab):len(ps.devSlab)]
+	ps.a.devs = devs
 	j.SMUtilPercent = min(j.SMUtilPercent, 100)
 
 	j.Context = ps.ctx(r)
@@ -396,8 +483,14 @@ func (ps *pass) job(r int, roots map[int]bool, onGPU map[int][]gpu.Process) Job 
 		j.Context.Namespace, j.Context.PodName = p.Namespace, p.Name
 	}
 	argv := ps.cmdline(r)
-	j.Name = commandName(root.p.Comm, argv)
-	j.Key = "pid:" + strconv.Itoa(r) + ":" + strconv.FormatUint(root.p.StartTicks, 10)
+	if !root.nameOK || root.nameComm != root.p.Comm {
+		root.name, root.nameComm, root.nameOK = commandName(root.p.Comm, argv), root.p.Comm, true
+	}
+	j.Name = root.name
+	if root.key == "" {
+		root.key = "pid:" + strconv.Itoa(r) + ":" + strconv.FormatUint(root.p.StartTicks, 10)
+	}
+	j.Key = root.key
 	kernel, isKernel := KernelID(argv)
 	if id, name, ok := ps.a.run(r); ok {
 		j.Kind, j.RunID, j.Key = KindRun, id, "run:"+id

@@ -162,6 +162,15 @@ func TestGolden(t *testing.T) {
 			}
 			got, _ := json.MarshalIndent(res, "", "  ")
 			got = append(got, '\n')
+			// A second pass answers from what the first one kept (command
+			// lines, cgroups, status); it must come to the same result.
+			res2, err := a.Attribute(fx.gpu)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again, _ := json.MarshalIndent(res2, "", "  "); string(append(again, '\n')) != string(got) {
+				t.Errorf("second pass differs from the first:\n%s", again)
+			}
 			golden := filepath.Join("testdata", name+".golden.json")
 			if *update {
 				if err := os.WriteFile(golden, got, 0o644); err != nil {

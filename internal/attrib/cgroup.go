@@ -45,17 +45,33 @@ func (c Context) PodRef() string {
 // Scope is a key that is equal for processes in the same container, pod,
 // SLURM job or unit; the rollup never climbs across a change of scope.
 func (c Context) Scope() string {
+	kind, id := c.scope()
+	if kind == "" {
+		return ""
+	}
+	return kind + id
+}
+
+// scope is Scope in two parts, so that comparing scopes builds no string.
+func (c Context) scope() (kind, id string) {
 	switch {
 	case c.ContainerID != "":
-		return "ctr:" + c.ContainerID
+		return "ctr:", c.ContainerID
 	case c.PodUID != "":
-		return "pod:" + c.PodUID
+		return "pod:", c.PodUID
 	case c.SlurmJob != "":
-		return "slurm:" + c.SlurmJob
+		return "slurm:", c.SlurmJob
 	case c.Unit != "":
-		return "unit:" + c.Unit
+		return "unit:", c.Unit
 	}
-	return ""
+	return "", ""
+}
+
+// sameScope is a.Scope() == b.Scope().
+func sameScope(a, b Context) bool {
+	ka, ia := a.scope()
+	kb, ib := b.scope()
+	return ka == kb && ia == ib
 }
 
 var (
@@ -98,13 +114,17 @@ func ParseCgroup(entries []procfs.CgroupEntry) Context {
 	if path == "" {
 		return c
 	}
-	for _, r := range reCtr {
-		if m := r.re.FindStringSubmatch(path); m != nil {
-			c.ContainerID, c.Runtime = m[1], r.runtime
-			break
+	// The cheap tests come first: every container pattern needs 64 hex
+	// digits, a pod "kubepods", a SLURM job "slurm", a unit its suffix.
+	if has64Hex(path) {
+		for _, r := range reCtr {
+			if m := r.re.FindStringSubmatch(path); m != nil {
+				c.ContainerID, c.Runtime = m[1], r.runtime
+				break
+			}
 		}
 	}
-	if m := rePod.FindStringSubmatch(path); m != nil && strings.Contains(path, "kubepods") {
+	if m := findIf(rePod, path, "kubepods"); m != nil {
 		c.PodUID = strings.ReplaceAll(m[1], "_", "-")
 		c.QoS = "guaranteed"
 		if q := reQoS.FindStringSubmatch(path); q != nil {
@@ -119,16 +139,41 @@ func ParseCgroup(entries []procfs.CgroupEntry) Context {
 			}
 		}
 	}
-	if m := reSlurmJob.FindStringSubmatch(path); m != nil && (strings.Contains(path, "slurm")) {
+	if m := findIf(reSlurmJob, path, "slurm"); m != nil {
 		c.SlurmJob = m[1]
 		if s := reSlurmStp.FindStringSubmatch(path); s != nil {
 			c.SlurmStep = s[1]
 		}
 	}
-	if ms := reUnit.FindAllStringSubmatch(path, -1); ms != nil && c.ContainerID == "" {
-		c.Unit = ms[len(ms)-1][1]
+	if c.ContainerID == "" && (strings.Contains(path, ".service") || strings.Contains(path, ".scope")) {
+		if ms := reUnit.FindAllStringSubmatch(path, -1); ms != nil {
+			c.Unit = ms[len(ms)-1][1]
+		}
 	}
 	return c
+}
+
+// findIf is re.FindStringSubmatch(s) when s contains need, else nil.
+func findIf(re *regexp.Regexp, s, need string) []string {
+	if !strings.Contains(s, need) {
+		return nil
+	}
+	return re.FindStringSubmatch(s)
+}
+
+// has64Hex reports whether s holds 64 lowercase hex digits in a row.
+func has64Hex(s string) bool {
+	run := 0
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; '0' <= c && c <= '9' || 'a' <= c && c <= 'f' {
+			if run++; run == 64 {
+				return true
+			}
+		} else {
+			run = 0
+		}
+	}
+	return false
 }
 
 // pickCgroup chooses the line that carries the most: v2's unified "0::"
