@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vramguard/vramguard/internal/ckpt/pickle"
 	"github.com/vramguard/vramguard/internal/testbin"
 )
 
@@ -266,5 +267,121 @@ func TestScanAllow(t *testing.T) {
 	}
 	if err := CheckAllowName("mypkg.models.Net"); err != nil {
 		t.Error(err)
+	}
+}
+
+// allowSplitsScript reads "full home" pairs and, for each, imports every
+// module a pickle could name on the way to it (home and the packages
+// above it), walks the rest with getattr as find_class does, and checks it
+// reaches the object home.name names. It also prints torch's own
+// weights-only allowlist.
+const allowSplitsScript = `
+import importlib, json, sys, warnings
+warnings.simplefilter("ignore")
+import torch
+from torch._weights_only_unpickler import _get_allowed_globals
+out = {"missing": [], "mismatch": [], "torch": sorted(_get_allowed_globals().keys())}
+for line in sys.stdin:
+    full, home = line.split()
+    name = full[len(home) + 1:]
+    try:
+        obj = importlib.import_module(home)
+        for p in name.split("."):
+            obj = getattr(obj, p)
+    except Exception:
+        out["missing"].append(full)
+        continue
+    parts = home.split(".")
+    for i in range(1, len(parts) + 1):
+        mod = ".".join(parts[:i])
+        rest = full[len(mod) + 1:]
+        try:
+            o = importlib.import_module(mod)
+            for p in rest.split("."):
+                o = getattr(o, p)
+        except Exception as e:
+            out["mismatch"].append(f"{mod} + {rest}: {e}")
+            continue
+        if o is not obj:
+            out["mismatch"].append(f"{mod} + {rest} is not {full}")
+print(json.dumps(out))
+`
+
+// TestAllowlistAsPython checks the allowlist against Debian's torch: every
+// split of an allowed name that allowedGlobal accepts reaches the same
+// object in Python, every name exists unless it belongs to a later torch
+// or numpy, and everything torch's weights-only unpickler allows is
+// allowed.
+func TestAllowlistAsPython(t *testing.T) {
+	var in strings.Builder
+	for full, home := range allowIndex {
+		in.WriteString(full + " " + home + "\n")
+	}
+	cmd := exec.Command(testbin.Python(), "-c", allowSplitsScript)
+	cmd.Stdin = strings.NewReader(in.String())
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s with torch: %v (%s)", testbin.Python(), err, out)
+	}
+	var got struct{ Missing, Mismatch, Torch []string }
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, m := range got.Mismatch {
+		t.Errorf("split reaches another object: %s", m)
+	}
+	later := func(full string) bool {
+		for _, p := range []string{"numpy._core.", "torch.distributed.checkpoint.", "torch._utils._rebuild_", "torch.device", "torch._tensor."} {
+			if strings.HasPrefix(full, p) {
+				return true
+			}
+		}
+		return false
+	}
+	t.Logf("not in Debian's torch 1.13/numpy 1.24 (later releases): %v", got.Missing)
+	for _, m := range got.Missing {
+		if !later(m) {
+			t.Errorf("%s does not exist in Debian's torch/numpy", m)
+		}
+	}
+	if len(got.Torch) < 50 {
+		t.Fatalf("torch's allowlist has %d names", len(got.Torch))
+	}
+	for _, full := range got.Torch {
+		i := strings.LastIndexByte(full, '.')
+		if !allowedGlobal(full[:i], full[i+1:], nil) {
+			t.Errorf("torch's weights-only unpickler allows %s, scan does not", full)
+		}
+	}
+}
+
+// TestResolveGlobal: names as find_class reads them.
+func TestResolveGlobal(t *testing.T) {
+	tests := []struct {
+		mod, name string
+		proto     int
+		safe      bool
+	}{
+		{"torch._utils", "_rebuild_tensor_v2", 2, true},
+		{"torch", "_utils._rebuild_tensor_v2", 4, true},
+		{"torch.nn", "modules.conv.Conv2d", 4, true},
+		{"torch.nn.modules.conv", "Conv2d", 2, true},
+		{"__builtin__", "set", 2, true},                    // fix_imports below protocol 3
+		{"__builtin__", "set", 3, false},                   // no such module in Python 3
+		{"copy_reg", "_reconstructor", 2, false},           // copyreg._reconstructor: not allowed
+		{"torch.tensor", "_rebuild_from_type_v2", 2, true}, // torch's own rename
+		{"torch", "_utils._import_dotted_name", 4, false},
+		{"torch", "serialization.os.system", 4, false},
+		{"torch._utils", "torch.contiguous_format", 4, false}, // through a module attribute
+		{"torch._utils._rebuild_tensor_v2", "x", 4, false},
+		{"torch", "FloatStorage", 2, true},
+		{"os", "FloatStorage", 2, false},
+		{"collections", "OrderedDict.__init__.__globals__", 4, false},
+	}
+	for _, tc := range tests {
+		v, why := Classify(pickle.GlobalRef{Global: pickle.Global{Module: tc.mod, Name: tc.name}, Resolved: true, Proto: tc.proto}, nil)
+		if (v == VerdictSafe) != tc.safe {
+			t.Errorf("%s + %s (protocol %d): %s %s", tc.mod, tc.name, tc.proto, v, why)
+		}
 	}
 }
