@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-
-	"github.com/vramguard/vramguard/internal/procfs"
 )
 
 var reKernelOOM = regexp.MustCompile(`(?:Killed process|oom-kill:.*\bpid=|Memory cgroup out of memory: Killed process) ?(\d+)`)
@@ -62,13 +60,4 @@ func uptime() float64 {
 	var up float64
 	fmt.Sscanf(string(b), "%f", &up)
 	return up
-}
-
-// treeBelow returns the processes below root (root excluded).
-func treeBelow(all []procfs.Proc, root int) []procfs.Proc {
-	t := procfs.Tree(all, root)
-	if len(t) <= 1 {
-		return nil
-	}
-	return t[1:]
 }
