@@ -610,7 +610,7 @@ func (a *running) input() diagnose.Input {
 			in.KernelOOM = append(in.KernelOOM, e)
 		}
 	}
-	in.PeakRSS, in.PeakWhat = a.mem.PeakRSS, peakWhat(a.mem.PeakSource)
+	in.PeakRSS, in.PeakWhat = a.mem.PeakRSS, a.mem.PeakWhat()
 	in.Limit, in.LimitSource, in.LimitPeak = a.mem.Limit, a.mem.LimitSource, a.mem.LimitPeak
 	a.s.o.Store.UpdatePeaks(context.Background(), a.s.o.RunID, a.mem.PeakRSS, a.mem.PeakGPU)
 	return in

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/timeline"
 	"github.com/vramguard/vramguard/internal/units"
@@ -25,13 +26,6 @@ import (
 //     largest max RSS the kernel accounted to any one process of the job.
 //   - a cgroup figure is the job's own cgroup's (--memory-limit), page cache
 //     included, or the limiting cgroup's, named by its path.
-
-// Peak sources.
-const (
-	peakKernel  = "kernel_max_rss"
-	peakTreePSS = "tree_pss"
-	peakTreeRSS = "tree_rss"
-)
 
 // lastSample is the tree figure of the newest sample, to set against the
 // kernel's OOM report.
@@ -103,29 +97,16 @@ func (a *running) finishMemory(cgroupPeak uint64) {
 
 func (a *running) setPeak() {
 	m := &a.mem
-	m.PeakRSS, m.PeakSource = m.PeakTree, peakTreePSS
+	m.PeakRSS, m.PeakSource = m.PeakTree, postmortem.PeakTreePSS
 	if m.TreeFigure == "rss" {
-		m.PeakSource = peakTreeRSS
+		m.PeakSource = postmortem.PeakTreeRSS
 	}
 	if m.KernelMaxRSS > m.PeakTree || m.PeakTree == 0 {
-		m.PeakRSS, m.PeakSource = m.KernelMaxRSS, peakKernel
+		m.PeakRSS, m.PeakSource = m.KernelMaxRSS, postmortem.PeakKernelMaxRSS
 	}
 	if m.PeakRSS == 0 {
 		m.PeakSource = ""
 	}
-}
-
-// peakWhat says in words what the peak host memory is.
-func peakWhat(source string) string {
-	switch source {
-	case peakKernel:
-		return "the kernel's max RSS of its largest process"
-	case peakTreePSS:
-		return "PSS summed over its processes"
-	case peakTreeRSS:
-		return "RSS summed over its processes"
-	}
-	return ""
 }
 
 var (
