@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,31 +12,23 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramguard/vramguard/internal/analyze"
+	"github.com/vramguard/vramguard/internal/analyze/runtrace"
 	"github.com/vramguard/vramguard/internal/analyze/trace"
 	"github.com/vramguard/vramguard/internal/units"
 )
 
-// TimelineSource gives the recorded memory timeline of a run (an id, a name,
-// or "last"), oldest sample first. The run store implements it.
-type TimelineSource interface {
-	Timeline(run string) ([]analyze.Sample, error)
-}
-
-// NewTimelineSource opens the recorded runs for `vramguard analyze RUN`. It is
-// nil until the run store is wired in; analyze then accepts files only.
-var NewTimelineSource func(f *Factory) (TimelineSource, error)
-
 type analyzeOptions struct {
-	Target string
-	JSON   bool
-	Score  []string
+	Target  string
+	JSON    bool
+	Score   []string
+	Attempt int
 }
 
 // NewCmdAnalyze builds `vramguard analyze`.
 func NewCmdAnalyze(f *Factory) *cobra.Command {
 	opts := &analyzeOptions{}
 	cmd := &cobra.Command{
-		Use:   "analyze TRACE.csv|RUN",
+		Use:   "analyze TRACE.csv|RUN [--attempt N]",
 		Short: "Tell a memory leak from the allocator's cache and forecast the OOM",
 		Long: `Analyze a job's memory timeline: is it leaking (tensors kept alive step after step),
 is the caching allocator growing (fragmentation), or is it stable? When memory is
@@ -47,8 +40,14 @@ runs, so detected_at_t is when a live run would have been warned.
 TRACE.csv has the header t,allocated,reserved,used,total (seconds; bytes of
 torch.cuda.memory_allocated(), memory_reserved(), NVML used memory, device total);
 allocated and reserved may be empty when only NVML watched. Optional extra columns:
-rss, limit, step, inactive_split, alloc_retries. RUN is a recorded run's id or name,
-or "last".
+rss, pss, limit, cgroup_usage, step, inactive_split, alloc_retries (rss and limit
+feed the host-memory leak test; ` + "`vramguard runs export`" + ` writes them all).
+
+RUN is a recorded run's id, id prefix or name, or "last": its last attempt's
+recorded samples (--attempt N: attempt N's), time counted from the attempt's start,
+go through the same detector with the same settings as the live monitor did, so
+the verdict is the one the monitor reached at the last sample. A run without
+samples exits 1.
 
 --score DIR runs the detector over a labelled directory (a labels.json beside the
 CSVs, as in shared/traces), prints precision, recall, false alarms, detection delay
@@ -61,8 +60,12 @@ variable-length traces, ETA within ±25% for >= 80% of leaking traces) are misse
   # the same, as one JSON object for scripts
   vramguard analyze trace.csv --json | jq .verdict
 
-  # the newest recorded run
+  # the newest recorded run (its last attempt)
   vramguard analyze last
+
+  # its first attempt, and the same timeline as a CSV to keep or share
+  vramguard analyze last --attempt 1
+  vramguard runs export last --attempt 1 -o run.csv && vramguard analyze run.csv
 
   # score the detector on labelled traces (several directories add up)
   vramguard analyze --score ../shared/traces/public --score /tmp/seed2`,
@@ -76,6 +79,9 @@ variable-length traces, ETA within ±25% for >= 80% of leaking traces) are misse
 			if len(args) != 1 {
 				return Usagef("want one TRACE.csv or RUN, got %d arguments\nRun 'vramguard analyze --help' for usage.", len(args))
 			}
+			if opts.Attempt < 0 {
+				return Usagef("--attempt %d: want an attempt number (1, 2, ...)", opts.Attempt)
+			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -83,18 +89,25 @@ variable-length traces, ETA within ±25% for >= 80% of leaking traces) are misse
 				return analyzeScore(f, opts)
 			}
 			opts.Target = args[0]
-			return analyzeRun(f, opts)
+			return analyzeTarget(cmd.Context(), f, opts)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print one JSON object")
 	cmd.Flags().StringArrayVar(&opts.Score, "score", nil, "score the detector over a labelled `DIR` (repeatable)")
+	cmd.Flags().IntVar(&opts.Attempt, "attempt", 0, "with RUN: analyze attempt `N` (default: the last)")
 	return cmd
 }
 
-func analyzeRun(f *Factory, opts *analyzeOptions) error {
-	samples, err := loadTimeline(f, opts.Target)
+func analyzeTarget(ctx context.Context, f *Factory, opts *analyzeOptions) error {
+	samples, isFile, err := loadTrace(opts.Target)
 	if err != nil {
 		return err
+	}
+	if !isFile {
+		return analyzeRecorded(ctx, f, opts)
+	}
+	if opts.Attempt != 0 {
+		return Usagef("--attempt is for a recorded RUN, not a file")
 	}
 	rep := trace.Analyze(samples, analyze.DefaultConfig())
 	if opts.JSON {
@@ -104,39 +117,60 @@ func analyzeRun(f *Factory, opts *analyzeOptions) error {
 	return nil
 }
 
-// loadTimeline reads a CSV file, or asks the run store for RUN.
-func loadTimeline(f *Factory, target string) ([]analyze.Sample, error) {
+// analyzeRecorded replays a recorded run's attempt through the detector, as
+// the live monitor saw it.
+func analyzeRecorded(ctx context.Context, f *Factory, opts *analyzeOptions) error {
+	st, r, err := f.openRun(ctx, opts.Target)
+	if err != nil {
+		var ee *ExitError
+		if errors.As(err, &ee) && ee.Code == ExitUsage { // no such run, or no store to look in
+			return Usagef("%s: no such file; %v", opts.Target, ee.Err)
+		}
+		return err
+	}
+	defer st.Close()
+	rec, err := loadAttempt(ctx, st, r, opts.Attempt)
+	if err != nil {
+		return err
+	}
+	if len(rec.Samples) == 0 {
+		return Failf("run %s attempt %d has no memory samples to analyze (it ended before the first sample, or has just started)", r.ID, rec.Attempt.N)
+	}
+	rep := runtrace.Replay(rec.Samples, rec.Attempt.StartedAt, analyze.DefaultConfig())
+	if opts.JSON {
+		o := analyzeJSON(rep)
+		o.RunID, o.Attempt = r.ID, rec.Attempt.N
+		return f.WriteJSON(o)
+	}
+	name := r.ID
+	if r.Name != "" {
+		name += " (" + r.Name + ")"
+	}
+	writeAnalyzeHuman(f.IO.Out, fmt.Sprintf("run %s attempt %d", name, rec.Attempt.N), rep)
+	fmt.Fprintf(f.IO.Out, "  (t counts seconds from the attempt's start, %s)\n", rec.Attempt.StartedAt.Local().Format("2006-01-02 15:04:05"))
+	return nil
+}
+
+// loadTrace reads target when it is a file; isFile is false when target
+// names no file and may name a recorded run.
+func loadTrace(target string) (samples []analyze.Sample, isFile bool, err error) {
 	st, statErr := os.Stat(target)
 	switch {
 	case statErr == nil && st.IsDir():
-		return nil, Usagef("%s is a directory: want a TRACE.csv (or --score %s for a labelled directory)", target, target)
+		return nil, true, Usagef("%s is a directory: want a TRACE.csv (or --score %s for a labelled directory)", target, target)
 	case statErr == nil:
 		s, err := trace.ReadFile(target)
 		if err != nil {
-			return nil, Usagef("%v", err)
+			return nil, true, Usagef("%v", err)
 		}
 		if len(s) == 0 {
-			return nil, Usagef("%s: no samples after the header", target)
+			return nil, true, Usagef("%s: no samples after the header", target)
 		}
-		return s, nil
+		return s, true, nil
 	case strings.HasSuffix(strings.ToLower(target), ".csv") || strings.ContainsRune(target, os.PathSeparator):
-		return nil, Usagef("%s: no such file", target)
+		return nil, true, Usagef("%s: no such file", target)
 	}
-	if NewTimelineSource == nil {
-		return nil, Usagef("%q is not a file, and recorded runs cannot be analyzed yet: give a TRACE.csv", target)
-	}
-	src, err := NewTimelineSource(f)
-	if err != nil {
-		return nil, Envf("open recorded runs: %v", err)
-	}
-	s, err := src.Timeline(target)
-	if err != nil {
-		return nil, Usagef("run %q: %v", target, err)
-	}
-	if len(s) == 0 {
-		return nil, Failf("run %q has no memory samples", target)
-	}
-	return s, nil
+	return nil, false, nil
 }
 
 // analyzeOutput is the --json object; absent numbers are null.
@@ -155,6 +189,9 @@ type analyzeOutput struct {
 	Advice          []string       `json:"advice"`
 	Samples         int            `json:"samples"`
 	HostLeak        *analyzeOutput `json:"host_leak,omitempty"`
+	// a recorded run's id and attempt (analyze RUN)
+	RunID   string `json:"run_id,omitempty"`
+	Attempt int    `json:"attempt,omitempty"`
 }
 
 func num(v float64) *float64 {

@@ -20,7 +20,8 @@ func NewCmdRuns(f *Factory) *cobra.Command {
 		Use:   "runs",
 		Short: "List supervised runs, newest first",
 		Example: `  vramguard runs
-  vramguard runs --limit 5 --json | jq '.[] | select(.reason=="cuda_oom") | .id'`,
+  vramguard runs --limit 5 --json | jq '.[] | select(.reason=="cuda_oom") | .id'
+  vramguard runs export last -o last.csv`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -45,6 +46,7 @@ func NewCmdRuns(f *Factory) *cobra.Command {
 	}
 	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "show at most N runs (0 for all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.AddCommand(newCmdRunsExport(f))
 	return cmd
 }
 
