@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/vramguard/vramguard/internal/agent/web"
+	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/store"
@@ -453,9 +454,16 @@ func (a *Agent) apiRun(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
-	atts, _ := a.cfg.Store.Attempts(ctx, run.ID)
-	evs, _ := a.cfg.Store.Events(ctx, run.ID)
-	writeJSON(w, http.StatusOK, map[string]any{"run": run, "postmortem": run.Postmortem, "attempts": atts, "events": evs})
+	doc, err := postmortem.Build(ctx, a.cfg.Store, run, a.cfg.Now())
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	// the document `explain --json` prints, and the run's record
+	writeJSON(w, http.StatusOK, struct {
+		*postmortem.Document
+		Run *store.Run `json:"run"`
+	}{doc, run})
 }
 
 // apiPostEvent records a note on the timeline: {"job_key": ..., "message": ...}.

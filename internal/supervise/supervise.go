@@ -15,7 +15,6 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -28,7 +27,6 @@ import (
 	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/termsafe"
 	"github.com/vramguard/vramguard/internal/timeline"
-	"github.com/vramguard/vramguard/internal/units"
 )
 
 // Restart policies.
@@ -308,57 +306,7 @@ func (s *supervisor) interruptibleSleep(d time.Duration) bool {
 // printPostmortem writes the short post-mortem for people.
 func (s *supervisor) printPostmortem(pm *Postmortem) {
 	// The evidence quotes the job's log: show its escape sequences, never obey them.
-	w := termsafe.Writer(s.o.Notify)
-	if pm.Reason == diagnose.Success {
-		fmt.Fprintf(w, "vramguard: run %s finished successfully after %s%s\n", pm.RunID, fmtDur(pm.DurationS), memSuffix(pm))
-		return
-	}
-	fmt.Fprintf(w, "\n── vramguard post-mortem: run %s", pm.RunID)
-	if pm.Name != "" {
-		fmt.Fprintf(w, " (%s)", pm.Name)
-	}
-	fmt.Fprintf(w, ", attempt %d ──\n", pm.Attempt)
-	fmt.Fprintf(w, "reason:   %s — %s\n", pm.Reason, pm.Summary)
-	fmt.Fprintf(w, "ran for:  %s%s, exit status %d\n", fmtDur(pm.DurationS), memSuffix(pm), pm.ExitCode)
-	if len(pm.Evidence) > 0 {
-		fmt.Fprintln(w, "evidence:")
-		for _, e := range pm.Evidence {
-			fmt.Fprintf(w, "  • %s\n", strings.ReplaceAll(e, "\n", "\n    "))
-		}
-	}
-	if pm.Resume != nil {
-		for _, sk := range pm.Resume.Skipped {
-			fmt.Fprintf(w, "  • resume skipped %s: %s\n", sk.Path, sk.Reason)
-		}
-	}
-	if len(pm.Advice) > 0 {
-		fmt.Fprintln(w, "what to change:")
-		for _, a := range pm.Advice {
-			fmt.Fprintf(w, "  • %s\n", a)
-		}
-	}
-	if pm.RestartDecision != "" {
-		fmt.Fprintf(w, "restart:  %s\n", pm.RestartDecision)
-	}
-	fmt.Fprintf(w, "more:     vramguard explain %s    vramguard logs %s\n", pm.RunID, pm.RunID)
-}
-
-func memSuffix(pm *Postmortem) string {
-	if pm.Memory.PeakRSS == 0 {
-		return ""
-	}
-	return ", peak host memory " + units.FormatBytes(pm.Memory.PeakRSS)
-}
-
-func fmtDur(s float64) string {
-	d := time.Duration(s * float64(time.Second))
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Hour:
-		return d.Round(100 * time.Millisecond).String()
-	}
-	return d.Round(time.Second).String()
+	postmortem.RenderShort(termsafe.Writer(s.o.Notify), pm)
 }
 
 // RunDir is where a run's files live under the state directory.

@@ -92,7 +92,9 @@ function renderRuns(d) {
     tr.onclick = async () => {
       const pm = document.getElementById("postmortem");
       const x = await get("/api/v1/runs/" + encodeURIComponent(r.id));
-      pm.textContent = JSON.stringify({ run: x.run, postmortem: x.postmortem, attempts: x.attempts }, null, 2);
+      // the post-mortem document `vramguard explain --json` prints, less its event list
+      const { events, run, ...doc } = x;
+      pm.textContent = JSON.stringify(doc, null, 2);
       pm.hidden = false;
     };
     return tr;

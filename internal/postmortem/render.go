@@ -1,0 +1,307 @@
+package postmortem
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/analyze"
+	"github.com/vramguard/vramguard/internal/diagnose"
+	"github.com/vramguard/vramguard/internal/monitor"
+	"github.com/vramguard/vramguard/internal/units"
+)
+
+// RenderShort writes the post-mortem `vramguard run` prints when an attempt
+// ends: one line for a success, else reason, evidence and advice.
+func RenderShort(w io.Writer, pm *Postmortem) {
+	if pm.Reason == diagnose.Success {
+		fmt.Fprintf(w, "vramguard: run %s finished successfully after %s%s\n", pm.RunID, FormatSeconds(pm.DurationS), memSuffix(pm))
+		return
+	}
+	fmt.Fprintf(w, "\n── vramguard post-mortem: run %s", pm.RunID)
+	if pm.Name != "" {
+		fmt.Fprintf(w, " (%s)", pm.Name)
+	}
+	fmt.Fprintf(w, ", attempt %d ──\n", pm.Attempt)
+	fmt.Fprintf(w, "reason:   %s — %s\n", pm.Reason, pm.Summary)
+	fmt.Fprintf(w, "ran for:  %s%s, exit status %d\n", FormatSeconds(pm.DurationS), memSuffix(pm), pm.ExitCode)
+	if len(pm.Evidence) > 0 {
+		fmt.Fprintln(w, "evidence:")
+		for _, e := range pm.Evidence {
+			fmt.Fprintf(w, "  • %s\n", strings.ReplaceAll(e, "\n", "\n    "))
+		}
+	}
+	if pm.Resume != nil {
+		for _, sk := range pm.Resume.Skipped {
+			fmt.Fprintf(w, "  • resume skipped %s: %s\n", sk.Path, sk.Reason)
+		}
+	}
+	if len(pm.Advice) > 0 {
+		fmt.Fprintln(w, "what to change:")
+		for _, a := range pm.Advice {
+			fmt.Fprintf(w, "  • %s\n", a)
+		}
+	}
+	if pm.RestartDecision != "" {
+		fmt.Fprintf(w, "restart:  %s\n", pm.RestartDecision)
+	}
+	fmt.Fprintf(w, "more:     vramguard explain %s    vramguard logs %s\n", pm.RunID, pm.RunID)
+}
+
+// memSuffix names the peak the post-mortem leads with.
+func memSuffix(pm *Postmortem) string {
+	if pm.Memory.PeakRSS == 0 {
+		return ""
+	}
+	s := ", peak host memory " + units.FormatBytes(pm.Memory.PeakRSS)
+	if w := pm.Memory.PeakWhat(); w != "" {
+		s += " (" + w + ")"
+	}
+	return s
+}
+
+// Render writes the document `vramguard explain` prints.
+func Render(w io.Writer, d *Document) {
+	fmt.Fprintf(w, "run       %s", d.RunID)
+	if d.Name != "" {
+		fmt.Fprintf(w, " (%s)", d.Name)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "command   %s\n", strings.Join(d.Command, " "))
+	fmt.Fprintf(w, "status    %s\n", d.Status)
+	if d.Reason != "" {
+		fmt.Fprintf(w, "reason    %s — %s\n", d.Reason, d.Summary)
+	} else {
+		fmt.Fprintf(w, "reason    (none yet) %s\n", d.Summary)
+	}
+	if d.Ended {
+		fmt.Fprintf(w, "exit      %d", d.ExitCode)
+		if d.Signal != nil && *d.Signal != "" {
+			fmt.Fprintf(w, " (%s)", *d.Signal)
+		}
+		fmt.Fprintln(w)
+	}
+	list := func(title string, items []string) {
+		if len(items) == 0 {
+			return
+		}
+		fmt.Fprintf(w, "\n%s\n", title)
+		for _, it := range items {
+			fmt.Fprintf(w, "  • %s\n", strings.ReplaceAll(it, "\n", "\n    "))
+		}
+	}
+	list("evidence", d.Evidence)
+	if oom := d.OOM; oom != nil {
+		fmt.Fprintln(w, "\nCUDA OOM numbers")
+		for _, f := range []struct {
+			name string
+			v    *uint64
+		}{{"tried to allocate", oom.TriedBytes}, {"GPU total", oom.TotalBytes}, {"GPU free", oom.FreeBytes},
+			{"allocated by PyTorch", oom.AllocatedBytes}, {"reserved, unallocated", oom.ReservedUnallocatedBytes}} {
+			if f.v != nil {
+				fmt.Fprintf(w, "  %-23s %s\n", f.name, units.FormatBytes(*f.v))
+			}
+		}
+	}
+	list("what to change", d.Advice)
+	if d.RestartDecision != "" {
+		fmt.Fprintf(w, "\nrestart   %s\n", d.RestartDecision)
+	}
+	if len(d.AttemptsDetail) > 0 {
+		fmt.Fprintln(w, "\nattempts")
+		for _, a := range d.AttemptsDetail {
+			ec := "-"
+			if a.ExitCode != nil {
+				ec = fmt.Sprint(*a.ExitCode)
+			}
+			reason := a.Reason
+			if reason == "" {
+				reason = "-"
+			}
+			line := fmt.Sprintf("  #%d  %-22s exit %-4s %8s", a.N, reason, ec, time.Duration(a.DurationS*float64(time.Second)).Round(100*time.Millisecond))
+			if a.ResumeFrom != "" {
+				line += "  resumed from " + a.ResumeFrom
+			}
+			fmt.Fprintln(w, line)
+		}
+	}
+	if d.Monitor != nil {
+		renderMonitor(w, d.Monitor)
+	}
+	renderTimeline(w, &d.Timeline, &d.Memory)
+	if d.Probe != nil {
+		renderProbe(w, d.Probe, d.AllocationSites, d.AllocationSitesError)
+	}
+}
+
+func renderMonitor(w io.Writer, m *monitor.Summary) {
+	fmt.Fprintln(w, "\nmonitor")
+	v := m.Verdict
+	if m.Series != "" {
+		v += " (" + seriesName(m.Series) + ")"
+	}
+	fmt.Fprintf(w, "  verdict   %s, over %d samples\n", v, m.Samples)
+	if l := m.Leak; l != nil {
+		fmt.Fprintf(w, "  leak      first seen %s (t=%.0fs): +%s/s of %s since t=%.0fs\n", l.DetectedAt.Local().Format("15:04:05"),
+			l.DetectedS, units.FormatBytes(l.LeakRate), seriesName(l.Series), l.LeakStartS)
+		if l.OOMETA != nil {
+			fmt.Fprintf(w, "            forecast then: out of memory in about %s\n", analyze.FormatDuration(*l.OOMETA))
+		}
+	}
+	if f := m.Forecast; f != nil && f.OOMETA != nil {
+		fmt.Fprintf(w, "  forecast  at %s (t=%.0fs): out of memory in about %s\n", f.DetectedAt.Local().Format("15:04:05"),
+			f.DetectedS, analyze.FormatDuration(*f.OOMETA))
+	}
+}
+
+func seriesName(s string) string {
+	switch s {
+	case "rss":
+		return "host memory"
+	case "allocated":
+		return "PyTorch allocated"
+	case "reserved":
+		return "PyTorch reserved"
+	case "used":
+		return "GPU memory (NVML)"
+	}
+	return s
+}
+
+func renderTimeline(w io.Writer, tl *TimelineSummary, mem *MemStats) {
+	if tl.Samples == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nmemory timeline")
+	fmt.Fprintf(w, "  host RSS  %s  first %s, peak %s, last %s (summed over the job's processes; %d samples, up to %d processes)\n",
+		tl.Sparkline, units.FormatBytes(tl.RSSFirst), units.FormatBytes(tl.RSSPeak), units.FormatBytes(tl.RSSLast), tl.Samples, tl.MaxProcesses)
+	if tl.PSSPeak != nil {
+		fmt.Fprintf(w, "  host PSS  peak %s (shared pages split between the processes sharing them)\n", units.FormatBytes(*tl.PSSPeak))
+	}
+	if tl.CgroupPeak != nil {
+		s := "  cgroup    peak " + units.FormatBytes(*tl.CgroupPeak)
+		if tl.CgroupLimit != nil {
+			s += " of its " + units.FormatBytes(*tl.CgroupLimit) + " limit"
+		}
+		fmt.Fprintln(w, s+" (the job's own cgroup, page cache included)")
+	}
+	if tl.GPUPeak != nil {
+		fmt.Fprintf(w, "  GPU       peak %s (NVML, the job's processes)\n", units.FormatBytes(*tl.GPUPeak))
+	}
+	if tl.AllocPeak != nil {
+		s := "  PyTorch   peak allocated " + units.FormatBytes(*tl.AllocPeak)
+		if tl.ReservedPeak != nil {
+			s += ", reserved " + units.FormatBytes(*tl.ReservedPeak)
+		}
+		fmt.Fprintln(w, s+" (the probe, summed over processes)")
+	}
+}
+
+func renderProbe(w io.Writer, p *Probe, sites []AllocSite, sitesErr string) {
+	fmt.Fprintln(w, "\nprobe (inside PyTorch)")
+	fmt.Fprintf(w, "  steps     %d optimizer steps", p.OptimizerSteps)
+	if p.UserSteps > 0 {
+		fmt.Fprintf(w, ", %d counted by the job", p.UserSteps)
+	}
+	fmt.Fprintf(w, " (%d samples from %d processes)\n", p.Samples, len(p.PIDs))
+	if p.PeakAllocatedBytes != nil || p.PeakReservedBytes != nil {
+		s := "  peaks    "
+		if p.PeakAllocatedBytes != nil {
+			s += " allocated " + units.FormatBytes(*p.PeakAllocatedBytes)
+		}
+		if p.PeakReservedBytes != nil {
+			s += ", reserved " + units.FormatBytes(*p.PeakReservedBytes)
+		}
+		fmt.Fprintln(w, s+" (one device of one process)")
+	}
+	if p.PeakRSSBytes > 0 {
+		fmt.Fprintf(w, "  host      largest RSS of one process %s\n", units.FormatBytes(p.PeakRSSBytes))
+	}
+	if p.NumAllocRetries > 0 || p.NumOOMs > 0 {
+		fmt.Fprintf(w, "  allocator %d retries, %d OOMs\n", p.NumAllocRetries, p.NumOOMs)
+	}
+	if n := len(p.Checkpoints); n > 0 {
+		fmt.Fprintf(w, "  checkpoints (%d)\n", n)
+		shown := p.Checkpoints
+		if len(shown) > 10 {
+			fmt.Fprintf(w, "    … %d earlier\n", len(shown)-10)
+			shown = shown[len(shown)-10:]
+		}
+		for _, c := range shown {
+			what := units.FormatBytes(c.Bytes) + " in " + FormatSeconds(c.Seconds)
+			if c.Error != "" {
+				what = "failed: " + c.Error
+			}
+			atomic := ""
+			if c.Atomic {
+				atomic = ", atomic"
+			}
+			fmt.Fprintf(w, "    %s  %s  %s (step %d%s)\n", c.T.Local().Format("15:04:05"), filepath.Base(c.Path), what, c.Steps, atomic)
+		}
+	}
+	if o := p.OOM; o != nil {
+		s := fmt.Sprintf("  CUDA OOM  %s in pid %d (%s)", o.T.Local().Format("15:04:05"), o.PID, o.Source)
+		if o.AllocBytes != nil {
+			s += ", tried to allocate " + units.FormatBytes(*o.AllocBytes)
+		}
+		if o.Count > 1 {
+			s += fmt.Sprintf(", %d in all", o.Count)
+		}
+		fmt.Fprintln(w, s)
+		if o.SnapshotPath != "" {
+			fmt.Fprintf(w, "            snapshot %s\n", o.SnapshotPath)
+		}
+	}
+	if len(sites) > 0 {
+		fmt.Fprintln(w, "  largest allocation sites at the OOM")
+		for _, s := range sites {
+			fmt.Fprintf(w, "    %10s  %s:%d %s (%d blocks)\n", units.FormatBytes(s.Bytes), s.File, s.Line, s.Function, s.Blocks)
+		}
+	} else if sitesErr != "" {
+		fmt.Fprintf(w, "  allocation sites unreadable: %s\n", sitesErr)
+	}
+	for _, e := range p.Errors {
+		fmt.Fprintf(w, "  probe error: %s\n", e)
+	}
+}
+
+// FormatSeconds formats a duration in seconds for people.
+func FormatSeconds(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// Sparkline draws vals resampled to width cells.
+func Sparkline(vals []float64, width int) string {
+	if len(vals) == 0 {
+		return ""
+	}
+	bars := []rune("▁▂▃▄▅▆▇█")
+	lo, hi := vals[0], vals[0]
+	for _, v := range vals {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	n := min(width, len(vals))
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		a, z := i*len(vals)/n, (i+1)*len(vals)/n
+		m := vals[a]
+		for _, v := range vals[a:z] {
+			m = max(m, v)
+		}
+		k := 0
+		if hi > lo {
+			k = int((m - lo) / (hi - lo) * float64(len(bars)-1))
+		}
+		b.WriteRune(bars[k])
+	}
+	return b.String()
+}
