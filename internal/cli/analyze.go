@@ -45,8 +45,9 @@ feed the host-memory leak test; ` + "`vramguard runs export`" + ` writes them al
 
 RUN is a recorded run's id, id prefix or name, or "last": its last attempt's
 recorded samples (--attempt N: attempt N's), time counted from the attempt's start,
-go through the same detector with the same settings as the live monitor did, so
-the verdict is the one the monitor reached at the last sample. A run without
+go through the same detector with the same settings as the live monitor, so the
+verdict is the one the monitor reached at the last sample (past an attempt's first
+3600 samples the store keeps every 10th: see docs/ANALYSIS.md). An attempt without
 samples exits 1.
 
 --score DIR runs the detector over a labelled directory (a labels.json beside the
