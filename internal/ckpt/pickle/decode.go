@@ -894,6 +894,12 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
+		if _, isStr := t.(string); isStr {
+			// A str has no __setstate__ and no __dict__: Python leaves it
+			// as it is (state None) or fails. It stays a str, so a
+			// STACK_GLOBAL operand built this way is still read.
+			return nil
+		}
 		c, ok := t.(*Call)
 		if !ok {
 			// BUILD on a Global or container still means a __setstate__

@@ -36,7 +36,7 @@ var pyRuleCases = []string{
 	// globals: find_class sees the raw operands
 	"cos\nsystem\n.", "\x80\x04cos\npath.join\n.", "\x80\x04\x8c\x05torch\x8c\x19_utils._import_dotted_name\x93.",
 	"\x80\x02c__builtin__\nset\n.", "(ios\nsep\no.",
-	"\x80\x04Vo\\u0073\nVsystem\n\x93.", "\x80\x04S'\\157\\163'\nS'sys\\x74em'\n\x93.",
+	"\x80\x04Vo\\u0073\nVsystem\n\x93.", "\x8c\x070000000Nb\x8c\x040000\x93.", "\x80\x04S'\\157\\163'\nS'sys\\x74em'\n\x93.",
 	// deep nesting before a global
 	"\x80\x02" + strings.Repeat("(", 3000) + strings.Repeat("t", 3000) + "0cos\nsystem\n.",
 	"\x80\x02" + strings.Repeat("]", 3000) + strings.Repeat("a", 2999) + "0cos\nsystem\n.",
