@@ -129,7 +129,8 @@ func (fs FS) PIDs() ([]int, error) {
 
 // All reads every process, in ascending order of PID. Processes that exit
 // while being read are left out. Apart from the result it allocates nothing
-// once warm: one pooled buffer serves every file.
+// once warm: one pooled buffer serves every file, and the live /proc's stat
+// files stay open from one call to the next (see statFiles).
 func (fs FS) All() ([]Proc, error) {
 	r := getReader()
 	defer putReader(r)
@@ -137,10 +138,28 @@ func (fs FS) All() ([]Proc, error) {
 		return nil, fmt.Errorf("read %s: %w", fs.path(), err)
 	}
 	slices.Sort(r.pids)
+	var kept *statFiles
+	if fs.Root == "" {
+		if kept = liveStat.Swap(nil); kept != nil {
+			kept.gen++
+			defer func() {
+				kept.sweep()
+				if !liveStat.CompareAndSwap(nil, kept) {
+					kept.closeAll()
+				}
+			}()
+		}
+	}
 	out := make([]Proc, 0, len(r.pids))
 	for _, pid := range r.pids {
-		r.setPath(fs.Root, pid, "stat")
-		b, err := r.read()
+		var b []byte
+		var err error
+		if kept != nil {
+			b, err = kept.read(r, pid)
+		} else {
+			r.setPath(fs.Root, pid, "stat")
+			b, err = r.read()
+		}
 		if err != nil {
 			continue
 		}

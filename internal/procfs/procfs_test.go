@@ -4,8 +4,10 @@ import (
 	"errors"
 	iofs "io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -143,5 +145,61 @@ func TestParseAllocs(t *testing.T) {
 	status := []byte("Name:\tpython\nUid:\t1000\t1000\t1000\t1000\nNSpid:\t4242\t17\t1\nVmRSS:\t  2048 kB\n")
 	if n := testing.AllocsPerRun(100, func() { ParseStatus(status) }); n > 2 {
 		t.Errorf("ParseStatus: %v allocations", n)
+	}
+}
+
+// TestKeptStatFiles: All keeps the live stat files open between calls, sees
+// a process that exits leave, and closes what it kept for it.
+func TestKeptStatFiles(t *testing.T) {
+	var fs FS
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	has := func(all []Proc) bool {
+		for _, p := range all {
+			if p.PID == pid {
+				return true
+			}
+		}
+		return false
+	}
+	// kept reports whether this process holds /proc/<pid>/stat open.
+	kept := func() bool {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "/proc/" + strconv.Itoa(pid) + "/stat"
+		for _, e := range ents {
+			if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); l == want {
+				return true
+			}
+		}
+		return false
+	}
+	for i := 0; i < 2; i++ {
+		all, err := fs.All()
+		if err != nil || !has(all) {
+			t.Fatalf("pass %d: sleep %d missing (%v)", i, pid, err)
+		}
+	}
+	if !kept() {
+		t.Errorf("%d's stat is not kept open", pid)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	all, err := fs.All()
+	if err != nil || has(all) {
+		t.Fatalf("sleep %d still listed after exiting (%v)", pid, err)
+	}
+	if kept() {
+		t.Errorf("%d's stat still open after it left", pid)
+	}
+	CloseStatFiles()
+	all, err = fs.All()
+	if err != nil || len(all) == 0 {
+		t.Fatalf("All after CloseStatFiles: %d, %v", len(all), err)
 	}
 }
