@@ -1,13 +1,38 @@
 #!/usr/bin/python3
-"""The same work as one vramguard sample, done with psutil (Debian's
-python3-psutil), for the side-by-side in docs/PERFORMANCE.md.
+"""The reads of one vramguard sample done in Python, for the side-by-side in
+docs/PERFORMANCE.md (bench/gpu/run.sh runs it next to
+`go test -bench FullSample ./internal/sampler/`).
 
-It starts N `sleep` processes (the "GPU processes"), then per iteration:
-scans every process for pid/ppid/name (as vramguard scans /proc/*/stat to
-build the tree), and for each of the N processes reads its command line,
-RSS, uids, NSpid (psutil has no API for it: /proc/PID/status) and cgroup
-(no psutil API either: /proc/PID/cgroup). Prints mean ms per iteration.
+It starts N `sleep` processes (the "GPU processes"), then times one sample
+four ways, each the mean of ITERS samples after one warm-up sample, in
+wall-clock ms and in CPU ms (user+system of this process):
+
+  psutil/steady  what vramguard's sampler does every second, with psutil:
+                 psutil.process_iter(["ppid", "name"]) over every process
+                 (vramguard reads /proc/*/stat for the same: the tree, and
+                 (pid, start time) to notice PID reuse), RSS of each GPU
+                 process (memory_info), and, once per (pid, create time),
+                 what cannot change: cmdline, uid and NSpid (one read of
+                 /proc/PID/status) and /proc/PID/cgroup (psutil has no API
+                 for NSpid and cgroups; the status read is psutil's own,
+                 memoised under oneshot()).
+  psutil/cold    the same with nothing kept between samples: cmdline,
+                 status and cgroup are read for every GPU process every
+                 time (vramguard's FullSample/cold: a new Attributor per
+                 sample).
+  python/steady  plain Python opening exactly the files vramguard reads
+                 (os.listdir("/proc"), every /proc/PID/stat; status, cmdline
+                 and cgroup once per process), parsing the same fields:
+                 what the reads cost in Python without psutil.
+  python/cold    the same, status, cmdline and cgroup every sample.
+
+What psutil reads beyond vramguard: process_iter checks each known process
+with is_running(), which reads /proc/PID/stat once more; name() also reads
+/proc/PID/cmdline for a command name of 15 characters or more (it may be
+truncated); memory_info reads /proc/PID/statm, where vramguard takes RSS
+from stat. Those are psutil's way to get the same figures.
 """
+import os
 import subprocess
 import sys
 import time
@@ -15,43 +40,105 @@ import time
 import psutil
 
 
-def sample(pids):
-    procs = {}
-    for p in psutil.process_iter(["pid", "ppid", "name"]):
-        procs[p.info["pid"]] = p.info
-    out = []
-    for pid in pids:
-        p = psutil.Process(pid)
-        with p.oneshot():
-            row = {
-                "cmdline": p.cmdline(),
-                "rss": p.memory_info().rss,
-                "uid": p.uids().real,
-                "ppid": procs[pid]["ppid"],
-            }
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("NSpid:"):
-                    row["nspid"] = line.split()[1:]
-        with open(f"/proc/{pid}/cgroup") as f:
-            row["cgroup"] = f.read()
-        out.append(row)
-    return len(procs), out
+def parse_status(data):
+    uid, nspid = None, None
+    for line in data.split(b"\n"):
+        if line.startswith(b"Uid:"):
+            uid = int(line.split()[1])
+        elif line.startswith(b"NSpid:"):
+            nspid = [int(x) for x in line.split()[1:]]
+    return uid, nspid
+
+
+class PsutilSampler:
+    def __init__(self, keep):
+        self.keep = keep
+        self.known = {}  # (pid, create_time) -> immutable facts
+
+    def sample(self, gpids):
+        procs = {}
+        for p in psutil.process_iter(["ppid", "name"]):
+            procs[p.pid] = p
+        known = {}
+        out = []
+        for pid in gpids:
+            p = procs[pid]
+            with p.oneshot():
+                key = (pid, p.create_time())
+                facts = self.known.get(key) if self.keep else None
+                if facts is None:
+                    uid, nspid = parse_status(p._proc._read_status_file())
+                    with open(f"/proc/{pid}/cgroup", "rb") as f:
+                        cgroup = f.read()
+                    facts = (p.cmdline(), p.uids().real, nspid, cgroup)
+                known[key] = facts
+                out.append((pid, p.info["ppid"], p.info["name"], p.memory_info().rss, facts))
+        self.known = known
+        return len(procs), out
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class PlainSampler:
+    """The files vramguard reads, read and parsed in plain Python."""
+
+    def __init__(self, keep):
+        self.keep = keep
+        self.known = {}
+
+    def sample(self, gpids):
+        procs = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                data = read(f"/proc/{name}/stat")
+            except OSError:
+                continue
+            l, r = data.index(b"("), data.rindex(b")")
+            f = data[r + 2:].split()
+            procs[int(name)] = (data[l + 1:r], int(f[1]), int(f[19]), int(f[21]))  # comm, ppid, start, rss
+        known = {}
+        out = []
+        for pid in gpids:
+            comm, ppid, start, rss = procs[pid]
+            key = (pid, start)
+            facts = self.known.get(key) if self.keep else None
+            if facts is None:
+                uid, nspid = parse_status(read(f"/proc/{pid}/status"))
+                argv = read(f"/proc/{pid}/cmdline").rstrip(b"\0").split(b"\0")
+                facts = (argv, uid, nspid, read(f"/proc/{pid}/cgroup"))
+            known[key] = facts
+            out.append((pid, ppid, comm, rss * 4096, facts))
+        self.known = known
+        return len(procs), out
+
+
+def timed(sampler, pids, iters):
+    scanned, _ = sampler.sample(pids)  # warm up (and fill what is kept)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(iters):
+        sampler.sample(pids)
+    return (time.perf_counter() - t0) / iters, (time.process_time() - c0) / iters, scanned
 
 
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     iters = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    only = sys.argv[3] if len(sys.argv) > 3 else ""
     kids = [subprocess.Popen(["sleep", "600"]) for _ in range(n)]
     try:
         pids = [k.pid for k in kids]
-        scanned, _ = sample(pids)  # warm up
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            sample(pids)
-        dt = (time.perf_counter() - t0) / iters
-        print(f"psutil {psutil.__version__}: {dt * 1e3:.1f} ms per sample "
-              f"({n} processes, {scanned} scanned, {iters} iterations)")
+        for name, s in [("psutil/steady", PsutilSampler(True)), ("psutil/cold", PsutilSampler(False)),
+                        ("python/steady", PlainSampler(True)), ("python/cold", PlainSampler(False))]:
+            if only and not name.startswith(only):
+                continue
+            dt, cpu, scanned = timed(s, pids, iters)
+            print(f"{name:14} {dt * 1e3:7.2f} ms per sample, {cpu * 1e3:7.2f} cpu-ms ({n} GPU processes, "
+                  f"{scanned} scanned, {iters} samples; psutil {psutil.__version__})", flush=True)
     finally:
         for k in kids:
             k.kill()

@@ -1,12 +1,37 @@
 #!/usr/bin/env bash
-# Side-by-side overhead of one full GPU sample: vramguard's sampler (sim GPUs,
-# live /proc, cgroups) against psutil iterating the same processes.
+# Side-by-side cost of one full GPU sample: vramguard's sampler (8 simulated
+# GPUs, 200 GPU processes that are real `sleep`s, the live /proc, cgroups)
+# against psutil doing the same reads (bench/gpu/psutil_sample.py says what
+# each variant reads). The two alternate ROUNDS times in one run, so both see
+# the same machine; each round prints both and their ratio, in wall-clock ms
+# and in CPU ms per sample.
+#
+#   bench/gpu/run.sh            # N=200 ITERS=50 ROUNDS=3
 # Needs: go, /usr/bin/python3 with python3-psutil (apt-get install python3-psutil).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${N:-200}
-ITERS=${ITERS:-30}
-echo "== vramguard (go test -bench FullSample, 8 simulated GPUs, $N GPU processes)"
-go test -run '^$' -bench 'FullSample' -benchtime "${ITERS}x" ./internal/sampler/ | grep -E '^Benchmark'
-echo "== psutil ($N processes)"
-/usr/bin/python3 bench/gpu/psutil_sample.py "$N" "$ITERS"
+ITERS=${ITERS:-50}
+ROUNDS=${ROUNDS:-3}
+[ "$N" = 200 ] || echo "note: the Go benchmark always uses 200 GPU processes" >&2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+go test -c -o "$tmp/sampler.test" ./internal/sampler/
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs, $(go version | cut -d' ' -f3), psutil $(/usr/bin/python3 -c 'import psutil; print(psutil.__version__)')"
+for r in $(seq "$ROUNDS"); do
+	echo "## round $r, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+	(cd internal/sampler && "$tmp/sampler.test" -test.run '^$' -test.bench 'FullSample' \
+		-test.benchtime "${ITERS}x" -test.benchmem) | grep -E '^Benchmark' | tee "$tmp/go"
+	/usr/bin/python3 bench/gpu/psutil_sample.py "$N" "$ITERS" | tee "$tmp/py"
+	awk -v r="$r" '
+		FILENAME ~ /go$/ && /gpu\+proc\+cgroups/ { gw["steady"] = $3 / 1e6; gc["steady"] = $5 }
+		FILENAME ~ /go$/ && /FullSample\/cold/ { gw["cold"] = $3 / 1e6; gc["cold"] = $5 }
+		FILENAME ~ /py$/ && /^psutil\// { split($1, k, "/"); pw[k[2]] = $2; pc[k[2]] = $6 }
+		END {
+			for (m in gw)
+				printf "round %s %-6s vramguard %6.2f ms (%6.2f cpu-ms)  psutil %7.2f ms (%7.2f cpu-ms)  psutil/vramguard %5.1fx wall, %5.1fx cpu\n",
+					r, m, gw[m], gc[m], pw[m], pc[m], pw[m] / gw[m], pc[m] / gc[m]
+		}' "$tmp/go" "$tmp/py" | sort -k3 -r | tee -a "$tmp/summary"
+done
+echo "## summary"
+cat "$tmp/summary"
