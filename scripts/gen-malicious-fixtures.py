@@ -108,6 +108,24 @@ def torch_zip_attack(path):
     os.remove(tmp)
 
 
+def tar_attack(path):
+    """A pre-1.0 torch tar (torch.load still reads the layout) whose payload
+    is the second pickle of the storages record: the per-storage pickle,
+    which follows the count and which a scanner reading one pickle per
+    record never sees."""
+    import io
+    import tarfile
+    storages = b"\x80\x02K\x01." + b"\x80\x02" + PAYLOAD
+    records = {"sys_info": b"\x80\x02}q\x00.", "storages": storages,
+               "tensors": b"\x80\x02K\x00.", "pickle": b"\x80\x02}q\x00."}
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in records.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mtime = 0
+            tar.addfile(info, io.BytesIO(data))
+
+
 class Net(nn.Module):
     pass
 
@@ -160,6 +178,7 @@ def main():
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(data)
     torch_zip_attack(os.path.join(OUT, "attack_torch_zip_dotted.pt"))
+    tar_attack(os.path.join(OUT, "attack_tar_storages.tar"))
     benign()
 
 

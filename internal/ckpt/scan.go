@@ -190,30 +190,117 @@ func scanPickles(r io.ReaderAt, off, size int64, record string, res *ScanResult,
 				return
 			}
 		}
-		pr, err := pickle.Decode(r, off, size, scanLimits)
 		name := record
 		if name == "" {
 			name = fmt.Sprintf("pickle %d", i+1)
 		}
-		if pr != nil {
-			res.Pickles++
-			for _, g := range pr.Globals {
-				v, why := Classify(g, res.allow)
-				if g.Detail != "" {
-					why = g.Detail + "; " + why
-				}
-				res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: v, Reason: why, Record: name, Offset: g.Offset, Opcode: g.Opcode})
-			}
-		}
-		if err != nil {
-			res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", name, err))
-			return
-		}
-		if record != "" {
+		pr, ok := scanOne(r, off, size, name, res)
+		if !ok || record != "" {
 			return
 		}
 		off = pr.End
 	}
+}
+
+// scanOne decodes one pickle at off, classifies its globals and records a
+// decode error; ok is false after an error.
+func scanOne(r io.ReaderAt, off, size int64, name string, res *ScanResult) (*pickle.Result, bool) {
+	pr, err := pickle.Decode(r, off, size, scanLimits)
+	if pr != nil {
+		res.Pickles++
+		for _, g := range pr.Globals {
+			v, why := Classify(g, res.allow)
+			if g.Detail != "" {
+				why = g.Detail + "; " + why
+			}
+			res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: v, Reason: why, Record: name, Offset: g.Offset, Opcode: g.Opcode})
+		}
+	}
+	if err != nil {
+		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", name, err))
+		return pr, false
+	}
+	return pr, true
+}
+
+// scanTarRecord scans every pickle torch's pre-1.0 loader reads from a
+// record: "storages" is a count, then per storage a pickle (key, location,
+// storage class) followed by an 8-byte element count and the raw elements,
+// then a pickle of storage views; "tensors" is a count, then per tensor a
+// pickle followed by ndim (4 bytes), 4 bytes, sizes and strides (8 bytes
+// each per dimension) and an 8-byte offset. A layout it cannot follow fails
+// the scan: torch would read pickles the scan did not see.
+func scanTarRecord(r io.ReaderAt, off, end int64, name string, res *ScanResult) {
+	pr, ok := scanOne(r, off, end, name, res)
+	if !ok || (name != "storages" && name != "tensors") {
+		return
+	}
+	fail := func(format string, a ...any) {
+		res.Errors = append(res.Errors, fmt.Sprintf("%s: %s; torch reads pickles from here on that scan cannot find", name, fmt.Sprintf(format, a...)))
+	}
+	n, isInt := pr.Value.(int64)
+	if !isInt || n < 0 || n > end-pr.End {
+		fail("the count is %v, not a number of records", describeValue(pr.Value))
+		return
+	}
+	off = pr.End
+	le := func(at int64, w int) (int64, bool) {
+		var b [8]byte
+		if at < 0 || at+int64(w) > end {
+			return 0, false
+		}
+		if _, err := r.ReadAt(b[:w], at); err != nil {
+			return 0, false
+		}
+		var v uint64
+		for i := w - 1; i >= 0; i-- {
+			v = v<<8 | uint64(b[i])
+		}
+		if w == 4 {
+			return int64(int32(v)), true
+		}
+		return int64(v), true
+	}
+	for i := int64(0); i < n; i++ {
+		pr, ok := scanOne(r, off, end, fmt.Sprintf("%s pickle %d", name, i+2), res)
+		if !ok {
+			return
+		}
+		if name == "tensors" {
+			ndim, ok := le(pr.End, 4)
+			if !ok || ndim < 0 || ndim > 64 {
+				fail("tensor %d: bad ndim", i)
+				return
+			}
+			off = pr.End + 8 + 16*ndim + 8
+			continue
+		}
+		args, _ := pr.Value.(pickle.Tuple)
+		var g pickle.Global
+		if len(args) == 3 {
+			g, _ = args[2].(pickle.Global)
+		}
+		dt, known := dtypeFromStorageClass(g.Name)
+		esize := elemSize[dt]
+		count, ok := le(pr.End, 8)
+		if !known || esize == 0 || !ok || count < 0 || count > (end-pr.End)/esize {
+			fail("storage %d: not (key, location, storage class) followed by its elements", i)
+			return
+		}
+		off = pr.End + 8 + count*esize
+	}
+	if name == "storages" && off < end {
+		// (torch stops with EOFError when the views pickle is missing)
+		scanOne(r, off, end, name+" views", res)
+	}
+}
+
+func describeValue(v any) string {
+	switch v.(type) {
+	case int64, string, bool, float64:
+		return fmt.Sprint(v)
+	}
+	return fmt.Sprintf("a %T", v)
 }
 
 func scanZip(r io.ReaderAt, size int64, res *ScanResult) {
@@ -253,7 +340,7 @@ func scanTar(r io.ReaderAt, size int64, res *ScanResult) {
 		}
 		switch strings.TrimPrefix(name, "./") {
 		case "pickle", "sys_info", "tensors", "storages":
-			scanPickles(r, data, end, name, res, false)
+			scanTarRecord(r, data, end, strings.TrimPrefix(name, "./"), res)
 		}
 		off = data + (n+511)/512*512
 	}

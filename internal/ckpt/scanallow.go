@@ -62,6 +62,8 @@ var weightsOnlyGlobals = []string{
 	// added by later torch releases to the weights-only allowlist
 	"torch._utils._rebuild_tensor_v3", "torch._utils._rebuild_parameter_with_state",
 	"torch._utils._rebuild_qtensor", "torch._utils._rebuild_nested_tensor",
+	"torch._utils._rebuild_wrapper_subclass", "torch._utils._rebuild_device_tensor_from_numpy",
+	"torch._utils._rebuild_device_tensor_from_cpu_tensor",
 	"torch._tensor._rebuild_from_type_v2", "torch.device", "_codecs.encode",
 	"builtins.set", "builtins.frozenset", "builtins.bytearray", "builtins.complex", "builtins.slice",
 	"builtins.range", "builtins.int", "builtins.float", "builtins.str", "builtins.bool", "builtins.tuple",
