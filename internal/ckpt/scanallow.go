@@ -19,10 +19,12 @@ import (
 //     rebuild functions and types later torch releases added to it.
 //   - torch dtypes, storage classes, layouts, memory formats and qschemes,
 //     as torch pickles them (GLOBAL torch <name>): isTorchConstant.
-//   - frameworkGlobals: known-safe classes real torch.save output names:
-//     collections containers, the Python 2 builtins protocol-2 pickles
-//     name for sets/bytes/complex, numpy array reconstruction, quantized
-//     and sparse rebuilds.
+//   - frameworkGlobals: known-safe names real torch.save output holds:
+//     collections containers, numpy array and scalar reconstruction,
+//     torch.distributed.checkpoint's .metadata dataclasses, and the
+//     activation functions whole-model saves name. (The Python 2 names
+//     protocol 2 writes, __builtin__.set and the like, reach these through
+//     fix_imports.)
 //   - nnModuleClasses: the nn.Module classes torch.nn defines (a whole
 //     pickled model made of torch.nn layers). Unpickling one creates the
 //     object with cls.__new__ and sets its __dict__ (Module.__setstate__);
@@ -36,7 +38,7 @@ import (
 // object reached by walking it with getattr from the module, so "torch" +
 // "_utils._rebuild_tensor_v2" is the same function as "torch._utils" +
 // "_rebuild_tensor_v2". Only walks through packages to the canonical
-// module are accepted (TestAllowlistSplitsAsPython checks each against
+// module are accepted (TestAllowlistAsPython checks each against
 // Python).
 
 var weightsOnlyGlobals = []string{
