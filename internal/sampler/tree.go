@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/vramguard/vramguard/internal/cgroup"
@@ -153,7 +151,7 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 			v := roll.PSS
 			r.PSS = &v
 			pss += v
-		case err == nil || gone(err) && !sp.Proc.Exists(p.PID):
+		case err == nil || ended(sp.Proc, p.PID):
 			continue // it ended (or let go of its memory) between the two reads
 		default: // unreadable (another user's process): stat's RSS only
 			pssOK = false
@@ -296,7 +294,9 @@ func (w *JobWatch) gpu(ctx context.Context) ([]gpu.Device, []gpu.Process, time.T
 	return smp.Devices, smp.Processes, smp.ProcessTime, true
 }
 
-// gone reports whether err means the process no longer exists.
-func gone(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
+// ended reports whether pid has ended (or is ending: a zombie, or dead
+// while its /proc files are torn down), read again after a failed read.
+func ended(fs procfs.FS, pid int) bool {
+	p, err := fs.Proc(pid)
+	return err != nil || p.State == "Z" || p.State == "X" || p.State == "x"
 }

@@ -43,9 +43,14 @@ func (a *running) record(x *timeline.Sample, info *sampler.TreeInfo) {
 	if x.PSS != nil {
 		tree, what = *x.PSS, "pss"
 	}
-	if tree > m.PeakTree || m.TreeFigure == "" {
-		m.PeakTree = max(m.PeakTree, tree)
-		m.TreeFigure = what
+	// One figure for the peak: PSS once any sample had it (a sample that
+	// could not read a process's smaps_rollup gives RSS, which would count
+	// shared pages again), RSS only for a job never read otherwise.
+	switch {
+	case x.PSS != nil && m.TreeFigure != "pss":
+		m.PeakTree, m.TreeFigure = tree, "pss"
+	case x.PSS != nil || m.TreeFigure != "pss":
+		m.PeakTree, m.TreeFigure = max(m.PeakTree, tree), what
 	}
 	m.PeakTreeRSS = max(m.PeakTreeRSS, x.RSS)
 	m.PeakProcs = max(m.PeakProcs, x.NProcs)
