@@ -90,14 +90,19 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 		return err
 	}
 	defer b.Close()
-	s, err := sampler.New(sampler.Config{
+	hints := runctl.NewHints(f.Home(), f.Getenv)
+	cfg := sampler.Config{
 		Backend:         b,
-		Attributor:      &attrib.Attributor{Src: procSource(b, o.GPU.ProcRoot), Hints: runctl.NewHints(f.Home(), f.Getenv), Pods: attrib.NewPodIndex(attrib.PodLogDir(o.GPU.ProcRoot))},
+		Attributor:      &attrib.Attributor{Src: procSource(b, o.GPU.ProcRoot), Hints: hints, Pods: attrib.NewPodIndex(attrib.PodLogDir(o.GPU.ProcRoot))},
 		ProcessInterval: o.Interval,
 		DeviceInterval:  o.DeviceInterval,
 		Now:             f.Now,
-		FlagJobs:        topFlagJobs,
-	})
+	}
+	if o.GPU.ProcRoot == "" {
+		// supervised runs are jobs of this machine, on a GPU or not
+		cfg.Runs = hints
+	}
+	s, err := sampler.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -117,8 +122,3 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 	}
 	return runTopTUI(ctx, f, o, s, note)
 }
-
-// topFlagJobs is where leak and OOM verdicts from internal/analyze plug into
-// top: it receives each job with its recent history and returns flags such
-// as "leak" or "oom-risk". Until that analysis lands it flags nothing.
-var topFlagJobs sampler.JobFlagger = nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/gpu"
+	"github.com/vramguard/vramguard/internal/monitor"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/units"
 )
@@ -27,6 +28,10 @@ type topSnapshot struct {
 	Dropped       gpu.DropCounts `json:"dropped"`
 	Scanned       int            `json:"processes_scanned"`
 	TookMS        float64        `json:"sample_ms"`
+	// Verdicts holds the monitor's summary of each job, by job key: a
+	// supervised run's own monitor's, else the one top keeps for the job
+	// (which needs minutes of samples: none under --once).
+	Verdicts map[string]monitor.Summary `json:"verdicts"`
 }
 
 func newSnapshot(smp sampler.Sample, note, sortBy, filter string) topSnapshot {
@@ -34,12 +39,19 @@ func newSnapshot(smp sampler.Sample, note, sortBy, filter string) topSnapshot {
 	if devs == nil {
 		devs = []gpu.Device{}
 	}
-	return topSnapshot{
+	snap := topSnapshot{
 		Time: smp.Time, Backend: smp.Backend, Note: note, Devices: devs,
 		Jobs:     arrangeJobs(smp.Attrib.Jobs, sortBy, filter),
 		Vanished: nonNilProcs(smp.Attrib.Vanished), VanishedBytes: smp.Attrib.VanishedBytes,
 		Dropped: smp.Dropped, Scanned: smp.Attrib.Scanned, TookMS: float64(smp.Took.Microseconds()) / 1000,
+		Verdicts: map[string]monitor.Summary{},
 	}
+	for _, j := range snap.Jobs {
+		if jd := smp.Judged[j.Key]; jd != nil {
+			snap.Verdicts[j.Key] = jd.Summary
+		}
+	}
+	return snap
 }
 
 func nonNilProcs(p []gpu.Process) []gpu.Process {

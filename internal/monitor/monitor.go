@@ -90,7 +90,7 @@ type Summary struct {
 	Leak *Finding `json:"leak"`
 	// Forecast is the newest OOM forecast alert, nil when none was raised.
 	Forecast *Finding `json:"oom_forecast"`
-	// Samples is how many samples the detector accepted.
+	// Samples is how many samples the monitor observed.
 	Samples int `json:"samples"`
 	// Report is the detector's current report in full.
 	Report *analyze.Report `json:"-"`
@@ -108,6 +108,7 @@ type Monitor struct {
 	have     bool
 	leak     *Finding
 	forecast *Finding
+	n        int // samples observed
 
 	lastActivity  time.Time // output, CPU time or training progress
 	progress      time.Time // training progress (optimizer steps, saves)
@@ -147,6 +148,7 @@ func (m *Monitor) Observe(s *timeline.Sample) []timeline.Event {
 		m.lastActivity = s.T
 	}
 	m.lastCPU, m.haveCPU = s.CPUTicks, true
+	m.n++
 	if m.det.Add(s.ForAnalysis(m.start)) {
 		m.report, m.have = m.det.Report(), true
 		for _, al := range m.al.Observe(m.report) {
@@ -304,7 +306,7 @@ func (m *Monitor) Summary() Summary {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.report
-	s := Summary{Verdict: string(r.Verdict), Series: string(r.Series), Leak: m.leak, Forecast: m.forecast, Samples: r.Samples, Report: &r}
+	s := Summary{Verdict: string(r.Verdict), Series: string(r.Series), Leak: m.leak, Forecast: m.forecast, Samples: m.n, Report: &r}
 	if !m.have {
 		s.Verdict = string(analyze.VerdictInsufficientData)
 	}
@@ -330,3 +332,43 @@ func zeroNaN(v float64) float64 {
 }
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }
+
+// FromFindings rebuilds a run's summary from the leak and oom_forecast
+// events its own monitor raised (timeline.RunState.Findings): the first
+// leak and the newest forecast. Views that do not supervise a run use it,
+// so they show the run's own verdict.
+func FromFindings(evs []timeline.Event) Summary {
+	var s Summary
+	for _, e := range evs {
+		var f Finding
+		if json.Unmarshal(e.Data, &f) != nil {
+			continue
+		}
+		switch e.Kind {
+		case timeline.KindLeak:
+			if s.Leak == nil {
+				s.Leak = &f
+			}
+		case timeline.KindOOMForecast:
+			s.Forecast = &f
+		}
+	}
+	if s.Leak != nil {
+		s.Verdict, s.Series = s.Leak.Verdict, s.Leak.Series
+	}
+	return s
+}
+
+// Flags are the short labels `top` shows for a summary: "leak" while the
+// verdict is a leak, "oom-risk" while the newest forecast's moment lies
+// ahead of now.
+func (s *Summary) Flags(now time.Time) []string {
+	var out []string
+	if s.Leak != nil && s.Verdict == string(analyze.VerdictLeak) {
+		out = append(out, "leak")
+	}
+	if f := s.Forecast; f != nil && f.OOMAt != nil && f.OOMAt.After(now) {
+		out = append(out, "oom-risk")
+	}
+	return out
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/vramguard/vramguard/internal/jupyter"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/timeline"
 )
 
 // Hints tells attribution which PIDs are the jobs of supervised runs and
@@ -23,6 +24,9 @@ type Hints struct {
 	loaded  time.Time
 	byPID   map[int]*store.Run
 	refresh time.Duration
+
+	runningAt time.Time
+	running   []timeline.RunState
 
 	nbLoaded  time.Time
 	notebooks map[string]string // kernel id -> notebook path

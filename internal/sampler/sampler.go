@@ -14,6 +14,8 @@ import (
 
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/gpu"
+	"github.com/vramguard/vramguard/internal/monitor"
+	"github.com/vramguard/vramguard/internal/timeline"
 )
 
 // MinProcessInterval is the shortest allowed period between process-list
@@ -34,12 +36,6 @@ type Point struct {
 	RSSBytes uint64    `json:"rss_bytes"`
 }
 
-// JobFlagger is the hook through which leak and OOM analysis
-// (internal/analyze) flags jobs: after every process sample it is called for
-// each job with the job's recent history (oldest first, the current point
-// last), and what it returns becomes Job.Flags.
-type JobFlagger func(job *attrib.Job, history []Point, now time.Time) []string
-
 // Config configures a Sampler.
 type Config struct {
 	Backend gpu.Backend
@@ -54,8 +50,9 @@ type Config struct {
 	// History is how long each job's points are kept (default 10 minutes).
 	History time.Duration
 	Now     func() time.Time
-	// FlagJobs is the leak/OOM hook; nil sets no flags.
-	FlagJobs JobFlagger
+	// Runs supplies the supervised runs in progress (nil: none): each
+	// becomes a job, and is judged by its own monitor's findings.
+	Runs RunSource
 }
 
 // Sample is one shared reading. Readers must treat its slices as read-only.
@@ -72,6 +69,11 @@ type Sample struct {
 	Attrib      attrib.Result  `json:"-"`
 	// Took is how long the last full sample took (driver, /proc, cgroups).
 	Took time.Duration `json:"took_ns"`
+	// Runs are the supervised runs in progress (with Config.Runs).
+	Runs []timeline.RunState `json:"-"`
+	// Judged holds each job's judgement by job key; Attrib.Jobs[i].Flags
+	// are its short form.
+	Judged map[string]*Judgement `json:"-"`
 }
 
 // Sampler polls a backend and shares the results.
@@ -83,6 +85,7 @@ type Sampler struct {
 	have    bool
 	changed chan struct{}
 	hist    map[string][]Point
+	mons    map[string]*monitor.Monitor // the monitor of each job not supervised by vramguard run
 }
 
 // New returns a Sampler; it does not poll until Run or Refresh.
@@ -105,7 +108,7 @@ func New(cfg Config) (*Sampler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Sampler{cfg: cfg, changed: make(chan struct{}), hist: map[string][]Point{}}, nil
+	return &Sampler{cfg: cfg, changed: make(chan struct{}), hist: map[string][]Point{}, mons: map[string]*monitor.Monitor{}}, nil
 }
 
 // Intervals returns the process and device polling periods in force.
@@ -139,6 +142,7 @@ func (s *Sampler) Refresh(ctx context.Context) (Sample, error) {
 	} else {
 		smp.Attrib = attrib.Result{Jobs: []attrib.Job{}, Vanished: []gpu.Process{}}
 	}
+	s.addRuns(ctx, &smp)
 	smp.Took = time.Since(start)
 
 	s.mu.Lock()
@@ -153,6 +157,12 @@ func (s *Sampler) Refresh(ctx context.Context) (Sample, error) {
 // gone jobs, and runs the flag hook. s.mu is held.
 func (s *Sampler) record(smp *Sample, now time.Time) {
 	cut := now.Add(-s.cfg.History)
+	totals := map[int]uint64{}
+	for _, d := range smp.Devices {
+		if _, ok := totals[d.Index]; !ok {
+			totals[d.Index] = d.TotalBytes
+		}
+	}
 	seen := map[string]bool{}
 	for i := range smp.Attrib.Jobs {
 		j := &smp.Attrib.Jobs[i]
@@ -164,13 +174,16 @@ func (s *Sampler) record(smp *Sample, now time.Time) {
 		}
 		h = h[k:]
 		s.hist[j.Key] = h
-		if s.cfg.FlagJobs != nil {
-			j.Flags = s.cfg.FlagJobs(j, append([]Point(nil), h...), now)
-		}
+		s.judge(j, smp, now, totals)
 	}
 	for k, h := range s.hist {
 		if !seen[k] && (len(h) == 0 || h[len(h)-1].T.Before(cut)) {
 			delete(s.hist, k)
+		}
+	}
+	for k := range s.mons {
+		if !seen[k] {
+			delete(s.mons, k) // a job that comes back starts a new timeline
 		}
 	}
 }

@@ -2,7 +2,9 @@ package sampler
 
 import (
 	"context"
+	"encoding/json"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,7 +13,9 @@ import (
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/gpu/sim"
+	"github.com/vramguard/vramguard/internal/monitor"
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/timeline"
 )
 
 // counting wraps a backend and counts driver calls.
@@ -86,17 +90,7 @@ func TestIntervalsAreBounded(t *testing.T) {
 func TestRefreshAttributesAndKeepsHistory(t *testing.T) {
 	c := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
 	b := newSim(t, c)
-	var flagged []int
-	s, _ := New(Config{
-		Backend: b, Attributor: &attrib.Attributor{Src: b.Host(procfs.FS{})}, Now: c.now, History: 5 * time.Second,
-		FlagJobs: func(j *attrib.Job, h []Point, now time.Time) []string {
-			flagged = append(flagged, len(h))
-			if len(h) >= 2 && h[len(h)-1].GPUBytes > h[0].GPUBytes {
-				return []string{"growing"}
-			}
-			return nil
-		},
-	})
+	s, _ := New(Config{Backend: b, Attributor: &attrib.Attributor{Src: b.Host(procfs.FS{})}, Now: c.now, History: 5 * time.Second})
 	ctx := context.Background()
 	var last Sample
 	for i := 0; i < 8; i++ {
@@ -122,11 +116,9 @@ func TestRefreshAttributesAndKeepsHistory(t *testing.T) {
 	if len(h) != 6 || h[len(h)-1].GPUBytes != j.GPUBytes {
 		t.Errorf("history has %d points (last %+v); want 6 ending at %d", len(h), h[len(h)-1], j.GPUBytes)
 	}
-	if want := []int{1, 2, 3, 4, 5, 6, 6, 6}; len(flagged) != len(want) || flagged[7] != 6 {
-		t.Errorf("flag hook saw history lengths %v, want %v", flagged, want)
-	}
-	if len(j.Flags) != 1 || j.Flags[0] != "growing" {
-		t.Errorf("flags %v, want [growing] from the hook", j.Flags)
+	// the job's own monitor saw every sample, though history keeps 6
+	if jd := last.Judged[j.Key]; jd == nil || !jd.Own || jd.Summary.Samples != 8 || len(j.Flags) != 0 {
+		t.Errorf("judgement %+v flags %v, want the job's own monitor over 8 samples, no flags yet", jd, j.Flags)
 	}
 	if last.Seq != 8 {
 		t.Errorf("seq %d, want 8", last.Seq)
@@ -186,5 +178,73 @@ func TestNextHonoursContext(t *testing.T) {
 	cancel()
 	if _, err := s.Next(ctx, 0); err != context.Canceled {
 		t.Fatalf("Next on a cancelled context: %v", err)
+	}
+}
+
+// runs is a RunSource with fixed runs.
+type runs []timeline.RunState
+
+func (r runs) Running(context.Context) []timeline.RunState { return r }
+
+// A job whose GPU memory keeps growing is flagged a leak by its own
+// monitor, and an OOM risk as the device fills; a supervised run is a job
+// even with no GPU memory and carries its own monitor's verdict, which the
+// sampler never judges again.
+func TestJudge(t *testing.T) {
+	c := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	sc, err := sim.Parse([]byte(`{
+  "name": "leak", "devices": [{"name": "G", "total": "80GiB"}],
+  "processes": [
+    {"pid": 710001, "device": 0, "memory": [["0s","8GiB"],["20m","70GiB"]],
+     "host": {"ppid": 1, "comm": "python3", "cmdline": ["python3","leaky.py"], "rss": "1GiB"}}
+  ]
+}`), os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := sim.New(sc, sim.WithClock(c.now))
+	leak, _ := json.Marshal(monitor.Finding{Verdict: "leak", Series: "rss", LeakStartS: 12, DetectedS: 300})
+	run := timeline.RunState{ID: "r1", Name: "cpu-job", JobPID: 4000000, Attempt: 1,
+		Latest:   &timeline.Sample{RSS: 3 << 30},
+		Findings: []timeline.Event{{Kind: timeline.KindLeak, Data: leak}}}
+	s, _ := New(Config{Backend: b, Attributor: &attrib.Attributor{Src: b.Host(procfs.FS{})}, Now: c.now, Runs: runs{run}})
+	ctx := context.Background()
+	var last Sample
+	leakAt := -1
+	for i := 0; i < 900; i++ {
+		smp, err := s.Refresh(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = smp
+		for _, jd := range smp.Judged {
+			for _, e := range jd.Events {
+				if e.Kind == timeline.KindLeak && leakAt < 0 {
+					leakAt = i
+				}
+			}
+		}
+		c.add(time.Second)
+	}
+	var sim, cpu *attrib.Job
+	for i := range last.Attrib.Jobs {
+		switch j := &last.Attrib.Jobs[i]; j.Key {
+		case "run:r1":
+			cpu = j
+		default:
+			sim = j
+		}
+	}
+	if cpu == nil || cpu.RSSBytes != 3<<30 || cpu.Kind != attrib.KindRun || len(cpu.Flags) != 1 || cpu.Flags[0] != "leak" {
+		t.Fatalf("supervised CPU run as a job: %+v", cpu)
+	}
+	if jd := last.Judged["run:r1"]; jd.Own || jd.Summary.Leak == nil || jd.Summary.Leak.DetectedS != 300 {
+		t.Errorf("run judgement %+v: want the run's own finding", jd)
+	}
+	if sim == nil || leakAt < 0 || !slices.Contains(sim.Flags, "leak") {
+		t.Fatalf("leaking GPU job: flags %v, leak event at sample %d", sim, leakAt)
+	}
+	if jd := last.Judged[sim.Key]; !jd.Own || jd.Summary.Leak == nil || jd.Summary.Leak.Series != "used" {
+		t.Errorf("GPU job judgement %+v", jd.Summary.Leak)
 	}
 }

@@ -508,12 +508,32 @@ func (s *Store) AddSample(ctx context.Context, runID string, x *Sample) error {
 	return nil
 }
 
+const sampleCols = `attempt,t,rss,nprocs,cgroup_usage,cgroup_limit,gpu_used,cpu_ticks,allocated,reserved,procs,
+		pss,limit_bytes,limit_source,gpu_total,inactive_split,alloc_retries,step`
+
 // Samples lists a run's samples in time order.
 func (s *Store) Samples(ctx context.Context, runID string) ([]*Sample, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT attempt,t,rss,nprocs,cgroup_usage,cgroup_limit,gpu_used,cpu_ticks,allocated,reserved,procs,
-		pss,limit_bytes,limit_source,gpu_total,inactive_split,alloc_retries,step FROM samples WHERE run_id=? ORDER BY t, rowid`, runID)
-	if err != nil {
+	return s.querySamples(ctx, `SELECT `+sampleCols+` FROM samples WHERE run_id=? ORDER BY t, rowid`, runID)
+}
+
+// AttemptSamples lists one attempt's samples in time order.
+func (s *Store) AttemptSamples(ctx context.Context, runID string, attempt int) ([]*Sample, error) {
+	return s.querySamples(ctx, `SELECT `+sampleCols+` FROM samples WHERE run_id=? AND attempt=? ORDER BY t, rowid`, runID, attempt)
+}
+
+// LatestSample returns an attempt's newest sample, nil when it has none.
+func (s *Store) LatestSample(ctx context.Context, runID string, attempt int) (*Sample, error) {
+	xs, err := s.querySamples(ctx, `SELECT `+sampleCols+` FROM samples WHERE run_id=? AND attempt=? ORDER BY t DESC, rowid DESC LIMIT 1`, runID, attempt)
+	if err != nil || len(xs) == 0 {
 		return nil, err
+	}
+	return xs[0], nil
+}
+
+func (s *Store) querySamples(ctx context.Context, q string, args ...any) ([]*Sample, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read samples: %w", err)
 	}
 	defer rows.Close()
 	var out []*Sample
@@ -539,6 +559,39 @@ func (s *Store) Samples(ctx context.Context, runID string) ([]*Sample, error) {
 			x.Procs = json.RawMessage(procs)
 		}
 		out = append(out, &x)
+	}
+	return out, rows.Err()
+}
+
+// AttemptEvents lists one attempt's events of the given kinds (all kinds
+// when none is given) in time order.
+func (s *Store) AttemptEvents(ctx context.Context, runID string, attempt int, kinds ...string) ([]*Event, error) {
+	q := `SELECT id,attempt,t,kind,message,data FROM events WHERE run_id=? AND attempt=?`
+	args := []any{runID, attempt}
+	if len(kinds) > 0 {
+		q += ` AND kind IN (?` + strings.Repeat(`,?`, len(kinds)-1) + `)`
+		for _, k := range kinds {
+			args = append(args, k)
+		}
+	}
+	rows, err := s.db.QueryContext(ctx, q+` ORDER BY t, id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	defer rows.Close()
+	var out []*Event
+	for rows.Next() {
+		e := Event{RunID: runID}
+		var t int64
+		var data string
+		if err := rows.Scan(&e.ID, &e.Attempt, &t, &e.Kind, &e.Message, &data); err != nil {
+			return nil, err
+		}
+		e.T = time.UnixMilli(t)
+		if data != "" {
+			e.Data = json.RawMessage(data)
+		}
+		out = append(out, &e)
 	}
 	return out, rows.Err()
 }

@@ -91,3 +91,20 @@ func (s *Sample) ForAnalysis(t0 time.Time) analyze.Sample {
 	}
 	return a
 }
+
+// RunState is a supervised run in progress as its own timeline records it:
+// the newest sample of its current attempt and the monitor's findings
+// (leak and oom_forecast events) for that attempt. Views that do not
+// supervise the run (top, serve) show these rather than judge it again, so
+// a run has one verdict everywhere.
+type RunState struct {
+	ID           string
+	Name         string
+	JobPID       int
+	Attempt      int
+	AttemptStart time.Time
+	// Latest is the attempt's newest sample, nil before the first.
+	Latest *Sample
+	// Findings are the attempt's leak and oom_forecast events, oldest first.
+	Findings []Event
+}
