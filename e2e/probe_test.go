@@ -37,7 +37,7 @@ while time.time() < end:
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	if n := strings.Count(r.stderr, "since the last checkpoint"); n != 1 {
+	if n := strings.Count(r.stderr, "(--unsaved-warning 1s): a crash now loses it all"); n != 1 {
 		t.Errorf("%d unsaved-work warnings, want 1:\n%s", n, r.stderr)
 	}
 	pm := e.explain("last")
