@@ -84,16 +84,20 @@ func (t *Tail) Lines() []string {
 
 // Copy reads stream s from r until EOF: each chunk goes to the log first,
 // then to pass (the terminal; nil for none) and the tail. A failing pass
-// writer (a closed terminal) is dropped; the log keeps everything. activity
-// is called after each chunk.
+// writer (a closed terminal) is dropped; the log keeps everything. A log
+// that cannot be written (a full disk) never stops the copy: the pipe is
+// drained to the end whatever happens to the log, so the job neither blocks
+// nor dies of a broken pipe; the log's first error is returned at the end.
+// activity is called after each chunk.
 func Copy(lw *Writer, s byte, r io.Reader, pass io.Writer, tail *Tail, activity func(int)) error {
 	buf := make([]byte, 1<<20)
+	var logErr error
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
 			chunk := buf[:n]
-			if werr := lw.Write(s, chunk, n < len(buf)); werr != nil {
-				return werr
+			if werr := lw.Write(s, chunk, n < len(buf)); werr != nil && logErr == nil {
+				logErr = werr
 			}
 			if pass != nil {
 				if _, perr := pass.Write(chunk); perr != nil {
@@ -108,8 +112,11 @@ func Copy(lw *Writer, s byte, r io.Reader, pass io.Writer, tail *Tail, activity 
 			}
 		}
 		if err != nil {
+			if werr := lw.Write(s, nil, true); logErr == nil {
+				logErr = werr
+			}
 			if err == io.EOF {
-				return lw.Write(s, nil, true)
+				return logErr
 			}
 			return err
 		}

@@ -31,15 +31,41 @@ const prefixLen = len(TimeLayout) + 4 // "TS sF "
 
 // Writer appends records to a log file. It is safe for concurrent use by the
 // two stream copiers.
+//
+// A write that fails (no space left on the device, a quota, an I/O error)
+// never stops the job's output: the Writer drops what it cannot write,
+// takes the file back to its last whole record, says once through the
+// notify function that logging stopped, and tries again at most every
+// RetryEvery. When a write succeeds again it first writes a note ('v')
+// saying how many bytes of the job's output were not logged, so the log
+// marks its gap.
 type Writer struct {
-	mu  sync.Mutex
-	f   *os.File
-	w   *bufio.Writer
-	now func() time.Time
-	err error
-	// scratch holds one chunk's records while they are assembled.
-	scratch []byte
+	mu   sync.Mutex
+	f    *os.File
+	path string
+	now  func() time.Time
+	// buf holds records not yet written; pending counts the job's bytes in
+	// it, good is the file's size up to the last record written whole.
+	buf     []byte
+	pending int64
+	good    int64
+	// While stopped, writes are dropped and counted in lost; a retry is due
+	// RetryEvery after lastTry.
+	stopped  bool
+	lost     int64
+	lastTry  time.Time
+	why      error
+	notify   func(string)
+	notified bool // said that logging stopped
+	resumed  bool // said that it resumed
+	closed   bool
 }
+
+// RetryEvery is how often a Writer whose writes failed tries again.
+var RetryEvery = 200 * time.Millisecond
+
+// bufSize is how much a Writer buffers before it writes.
+const bufSize = 256 << 10
 
 // Create opens path for appending records.
 func Create(path string, now func() time.Time) (*Writer, error) {
@@ -50,22 +76,63 @@ func Create(path string, now func() time.Time) (*Writer, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Writer{f: f, w: bufio.NewWriterSize(f, 256<<10), now: now}, nil
+	lw := &Writer{f: f, path: path, now: now, buf: make([]byte, 0, bufSize)}
+	if st, err := f.Stat(); err == nil {
+		lw.good = st.Size()
+	}
+	return lw, nil
+}
+
+// SetNotify sets where the Writer says, once, that logging stopped (and
+// that it resumed): one line without the "vramguard: " prefix.
+func (lw *Writer) SetNotify(fn func(msg string)) {
+	lw.mu.Lock()
+	lw.notify = fn
+	lw.mu.Unlock()
+}
+
+// Lost is how many bytes of the job's output are not in the log so far.
+func (lw *Writer) Lost() int64 {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.lost
 }
 
 // Write records chunk as read from stream ('o' or 'e'). flush asks for the
 // buffer to reach the file now (the copier sets it when the pipe is drained).
+// It fails only after Close: a chunk that cannot be written is counted as
+// lost (see Writer).
 func (lw *Writer) Write(stream byte, chunk []byte, flush bool) error {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	if lw.err != nil {
-		return lw.err
+	if lw.closed {
+		return os.ErrClosed
 	}
+	now := lw.now()
+	if lw.stopped {
+		if now.Sub(lw.lastTry) < RetryEvery {
+			lw.lost += int64(len(chunk))
+			return nil
+		}
+		lw.lastTry = now
+		if !lw.resume(now) {
+			lw.lost += int64(len(chunk))
+			return nil
+		}
+	}
+	lw.buf = appendRecords(lw.buf, now, stream, chunk)
+	lw.pending += int64(len(chunk))
+	if flush || len(lw.buf) >= bufSize {
+		lw.flush(now)
+	}
+	return nil
+}
+
+// appendRecords appends chunk's records to rec: one per line, all with
+// time t; a last piece without newline is a '+' record.
+func appendRecords(rec []byte, t time.Time, stream byte, chunk []byte) []byte {
 	var tsBuf [40]byte
-	ts := lw.now().UTC().AppendFormat(tsBuf[:0], TimeLayout)
-	// Records are assembled in one scratch buffer and written at once: one
-	// copy per byte, not four calls per line.
-	rec := lw.scratch[:0]
+	ts := t.UTC().AppendFormat(tsBuf[:0], TimeLayout)
 	for len(chunk) > 0 {
 		i := bytes.IndexByte(chunk, '\n')
 		flag := byte('|')
@@ -80,14 +147,61 @@ func (lw *Writer) Write(stream byte, chunk []byte, flush bool) error {
 		rec = append(rec, line...)
 		rec = append(rec, '\n')
 	}
-	if _, err := lw.w.Write(rec); err != nil {
-		lw.err = err
+	return rec
+}
+
+// flush writes the buffer; on failure it drops it and stops.
+func (lw *Writer) flush(now time.Time) {
+	if len(lw.buf) == 0 {
+		return
 	}
-	lw.scratch = rec[:0]
-	if flush && lw.err == nil {
-		lw.err = lw.w.Flush()
+	err := lw.writeOut(lw.buf)
+	if err != nil {
+		lw.lost += lw.pending
+		lw.stop(now, err)
 	}
-	return lw.err
+	lw.buf, lw.pending = lw.buf[:0], 0
+}
+
+// writeOut writes b whole or, failing, takes the file back to its last
+// whole record.
+func (lw *Writer) writeOut(b []byte) error {
+	n, err := lw.f.Write(b)
+	if err == nil {
+		lw.good += int64(n)
+		return nil
+	}
+	if n > 0 {
+		lw.f.Truncate(lw.good)
+	}
+	return err
+}
+
+func (lw *Writer) stop(now time.Time, err error) {
+	lw.stopped, lw.lastTry, lw.why = true, now, err
+	if lw.notify != nil && !lw.notified {
+		lw.notified = true
+		lw.notify(fmt.Sprintf("logging stopped: %v; the job's output still reaches the terminal, and logging resumes when there is room again", err))
+	}
+}
+
+// resume writes the note that marks the gap; it reports whether logging
+// goes on.
+func (lw *Writer) resume(now time.Time) bool {
+	note := appendRecords(nil, now, 'v', []byte(lw.gapNote()))
+	if err := lw.writeOut(note); err != nil {
+		return false
+	}
+	if lw.notify != nil && lw.notified && !lw.resumed {
+		lw.resumed = true
+		lw.notify(fmt.Sprintf("logging resumed in %s; %d bytes of the job's output are missing from it", lw.path, lw.lost))
+	}
+	lw.stopped, lw.lost = false, 0
+	return true
+}
+
+func (lw *Writer) gapNote() string {
+	return fmt.Sprintf("vramguard: %d bytes of output were not logged here (%v)\n", lw.lost, lw.why)
 }
 
 // Note writes a line of vramguard's own (restart notices) as stream 'v'.
@@ -95,13 +209,26 @@ func (lw *Writer) Note(msg string) error {
 	return lw.Write('v', []byte(msg+"\n"), true)
 }
 
-// Close flushes and closes the file.
+// Close writes what is buffered and closes the file. A log that misses
+// output gets the note that says so, room permitting; the error is the
+// reason output was lost, if any was.
 func (lw *Writer) Close() error {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	err := lw.w.Flush()
-	if cerr := lw.f.Close(); err == nil {
-		err = cerr
+	if lw.closed {
+		return os.ErrClosed
+	}
+	now := lw.now()
+	if !lw.stopped {
+		lw.flush(now)
+	}
+	if lw.stopped && lw.lost > 0 {
+		lw.resume(now)
+	}
+	lw.closed = true
+	err := lw.f.Close()
+	if lw.stopped || lw.why != nil {
+		err = fmt.Errorf("log %s misses output: %w", lw.path, lw.why)
 	}
 	return err
 }
