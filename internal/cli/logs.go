@@ -42,6 +42,9 @@ N) across restarts, until it ends.`,
 			if err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("attempt") && attempt < 1 {
+				return Usagef("--attempt %d: attempts are numbered from 1 (without --attempt: the latest)", attempt)
+			}
 			ctx := cmd.Context()
 			st, r, err := f.openRun(ctx, args[0])
 			if err != nil {
@@ -85,8 +88,8 @@ func showLogs(ctx context.Context, f *Factory, st *store.Store, r *store.Run, at
 	if len(attempts) == 0 && !follow {
 		return Failf("run %s has no attempts yet", r.ID)
 	}
-	if attempt > 0 && attempt > len(attempts) && !follow {
-		return Usagef("run %s has %d attempts", r.ID, len(attempts))
+	if attempt > len(attempts) && (!follow || r.Status != store.StatusRunning) {
+		return Usagef("run %s has %d attempts: there is no attempt %d", r.ID, len(attempts), attempt)
 	}
 	if !follow {
 		a := attempts[len(attempts)-1]

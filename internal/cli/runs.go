@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -25,7 +26,14 @@ func NewCmdRuns(f *Factory) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			st, err := f.openStore(ctx)
+			st, err := f.openStoreRead(ctx)
+			if errors.Is(err, store.ErrNoStore) {
+				// Nothing recorded, and a read creates nothing.
+				if asJSON {
+					return f.WriteJSON([]runJSON{})
+				}
+				return printRuns(f, nil)
+			}
 			if err != nil {
 				return err
 			}

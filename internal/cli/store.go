@@ -15,18 +15,51 @@ import (
 func (f *Factory) openStore(ctx context.Context) (*store.Store, error) {
 	s, err := store.Open(f.Home())
 	if err != nil {
-		return nil, Envf("%v", err)
+		return nil, storeErr(err)
 	}
+	return f.markLost(ctx, s), nil
+}
+
+// openStoreRead is openStore for commands that only read (runs, logs,
+// explain): they create nothing, and a state directory without a database
+// answers an error that wraps store.ErrNoStore.
+func (f *Factory) openStoreRead(ctx context.Context) (*store.Store, error) {
+	s, err := store.OpenExisting(f.Home())
+	if errors.Is(err, store.ErrNoStore) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	return f.markLost(ctx, s), nil
+}
+
+// storeErr maps a failure to open the database to an exit: a damaged file
+// is bad input (exit 2) with how to set it aside; anything else is the
+// environment (exit 3).
+func storeErr(err error) error {
+	var ce *store.CorruptError
+	if errors.As(err, &ce) {
+		return Usagef("%v; move it aside to start a fresh one (its runs are then no longer listed): mv %s %s.corrupt",
+			err, ce.Path, ce.Path)
+	}
+	return Envf("%v", err)
+}
+
+func (f *Factory) markLost(ctx context.Context, s *store.Store) *store.Store {
 	fs := procfs.FS{}
 	if _, err := s.MarkLost(ctx, func(pid int, start uint64) bool { return runctl.Alive(fs, pid, start) }, f.Now()); err != nil {
 		f.Logger().Warn("mark lost runs", "err", err)
 	}
-	return s, nil
+	return s
 }
 
 // openRun opens the store and finds RUN in it; the caller closes the store.
 func (f *Factory) openRun(ctx context.Context, ref string) (*store.Store, *store.Run, error) {
-	st, err := f.openStore(ctx)
+	st, err := f.openStoreRead(ctx)
+	if errors.Is(err, store.ErrNoStore) {
+		return nil, nil, Usagef("unknown run %q: no runs yet in %s", ref, f.Home())
+	}
 	if err != nil {
 		return nil, nil, err
 	}
