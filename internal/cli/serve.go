@@ -37,6 +37,8 @@ type serveOptions struct {
 	UnsavedAfter time.Duration
 	ProbeSocket  string
 	JSON         bool
+	AllowedHosts []string
+	tokenSet     bool // --token was given, even as ""
 }
 
 // NewCmdServe builds `vramguard serve`.
@@ -59,7 +61,10 @@ sample for --keep-fine, the per-minute peak for --keep-coarse, at most
   /healthz     200 while samples are fresh
 
 It listens on 127.0.0.1 unless --listen says otherwise; any other address
-needs a token (--token or --token-file). Requests that change anything
+needs a token (--token or --token-file). On a loopback address it answers only
+requests for a loopback host (localhost, 127.0.0.1, [::1]; 421 otherwise), so
+that a web page cannot read it through DNS rebinding; --allowed-host NAME adds
+a name (a proxy's, an SSH tunnel's). Requests that change anything
 (POST /api/v1/events, /api/v1/jobs/KEY/kill, /api/v1/runs/ID/stop) need the
 token as "Authorization: Bearer TOKEN" whatever the address.
 
@@ -73,6 +78,7 @@ retries. See docs/SERVE.md.`,
   curl -s localhost:9345/api/v1/jobs | jq '.jobs[] | {name, gpu_bytes}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.tokenSet = cmd.Flags().Changed("token")
 			return runServe(cmd.Context(), f, o)
 		},
 	}
@@ -84,6 +90,7 @@ retries. See docs/SERVE.md.`,
 	fl.StringVar(&o.Listen, "listen", "127.0.0.1:9345", "address to serve HTTP on (beyond loopback needs --token)")
 	fl.StringVar(&o.Token, "token", "", "token for mutating requests (visible in ps; prefer --token-file)")
 	fl.StringVar(&o.TokenFile, "token-file", "", "file holding the token")
+	fl.StringArrayVar(&o.AllowedHosts, "allowed-host", nil, "on a loopback address, also answer requests for this Host `NAME` (repeatable; localhost, 127.0.0.0/8 and [::1] always are)")
 	fl.DurationVar(&o.Interval, "interval", time.Second, "how often to sample (at least 1s)")
 	fl.DurationVar(&o.KeepFine, "keep-fine", 24*time.Hour, "how long every sample is kept")
 	fl.DurationVar(&o.KeepCoarse, "keep-coarse", 30*24*time.Hour, "how long per-step peaks are kept")
@@ -105,6 +112,9 @@ func (o *serveOptions) token() (string, error) {
 		return "", Usagef("--token and --token-file cannot be used together")
 	}
 	if o.TokenFile == "" {
+		if o.tokenSet && strings.TrimSpace(o.Token) == "" {
+			return "", Usagef("--token is empty or blank: give a secret (or none at all on a loopback address)")
+		}
 		return o.Token, nil
 	}
 	b, err := os.ReadFile(o.TokenFile)
@@ -221,7 +231,7 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 	if err != nil {
 		return Envf("listen on %s: %v", o.Listen, err)
 	}
-	srv := &http.Server{Handler: ag.Handler(token), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: agent.HostGuard(o.Listen, o.AllowedHosts, ag.Handler(token)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	addr := ln.Addr().String()
 	if o.JSON {
 		_ = f.WriteJSON(map[string]any{"listen": addr, "url": "http://" + addr + "/", "probe_socket": sock, "home": f.Home(), "backend": b.Name()})
