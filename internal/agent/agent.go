@@ -25,26 +25,27 @@ import (
 	"github.com/vramguard/vramguard/internal/analyze"
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/gpu"
+	"github.com/vramguard/vramguard/internal/monitor"
 	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/timeline"
 )
 
-// Event kinds. Those in alertKinds are also alerts.
+// Event kinds the agent raises: timeline's, under the names the agent's
+// code and tests use. timeline.Alert says which are alerts.
 const (
-	EventStart       = "start"        // a job appeared on a GPU
-	EventExit        = "exit"         // a job left, nothing says it failed
-	EventDied        = "died"         // a job left after an OOM, a failed run, or without its probe's goodbye
-	EventRestart     = "restart"      // a supervised run started a new attempt
-	EventOOM         = "oom"          // the probe saw a CUDA out-of-memory error
-	EventCheckpoint  = "checkpoint"   // the probe saw torch.save finish
-	EventLeak        = "leak"         // the leak detector found a leak
-	EventOOMForecast = "oom_forecast" // the OOM forecast fell below the threshold
-	EventUnsaved     = "unsaved_work" // a job has run long without a checkpoint
-	EventNote        = "note"         // posted through the API
+	EventStart       = timeline.KindStart
+	EventExit        = timeline.KindExit
+	EventDied        = timeline.KindDied
+	EventRestart     = timeline.KindRestart
+	EventOOM         = timeline.KindOOM
+	EventCheckpoint  = timeline.KindCheckpoint
+	EventLeak        = timeline.KindLeak
+	EventOOMForecast = timeline.KindOOMForecast
+	EventUnsaved     = timeline.KindUnsaved
+	EventNote        = timeline.KindNote
 )
-
-var alertKinds = map[string]bool{EventDied: true, EventLeak: true, EventOOMForecast: true, EventUnsaved: true}
 
 // Config configures an Agent.
 type Config struct {
@@ -72,14 +73,19 @@ type jobState struct {
 	Limit     uint64 // total memory of the job's devices
 	Labels    Labels
 	LastCkpt  time.Time
-	Report    *analyze.Report
+	// Judged is the monitor's judgement of the job in the newest sample
+	// (a supervised run's own monitor's, else the sampler's).
+	Judged    *sampler.Judgement
 	OOMs      int
 	ProbeSeen bool
 	ProbeBye  bool
-	unsavedAt time.Time
 
-	det *analyze.Detector
-	al  *analyze.Alerter
+	// rules applies the monitor's time rules (unsaved work) to a job the
+	// agent hears the probe of; a supervised run applies its own.
+	rules *monitor.Monitor
+	// findings is the id of the newest finding of a supervised run that
+	// the agent has raised as its own event
+	findings int64
 }
 
 // Labels are the job's Prometheus labels. Pod is the pod's name and
@@ -239,12 +245,12 @@ func (a *Agent) Ingest(ctx context.Context, smp sampler.Sample) {
 		seen[j.Key] = true
 		js := a.jobs[j.Key]
 		if js == nil {
-			js = &jobState{FirstSeen: now, det: analyze.NewDetector(analyze.DefaultConfig()), al: analyze.NewAlerter(a.cfg.Alerts.analyzer())}
+			js = &jobState{FirstSeen: now, rules: monitor.New(monitor.Config{UnsavedAfter: a.cfg.Alerts.UnsavedAfter, NearLimit: -1}, now)}
 			a.jobs[j.Key] = js
 			evs = append(evs, a.jobEvent(&j, now, EventStart, fmt.Sprintf("%s %s started (pid %d)", j.Kind, j.Name, j.RootPID), nil))
 		} else if j.RootPID != js.Job.RootPID && j.Kind == attrib.KindRun {
 			evs = append(evs, a.jobEvent(&j, now, EventRestart, fmt.Sprintf("run %s restarted (pid %d -> %d)", j.Name, js.Job.RootPID, j.RootPID), nil))
-			js.det = analyze.NewDetector(analyze.DefaultConfig())
+			js.rules = monitor.New(monitor.Config{UnsavedAfter: a.cfg.Alerts.UnsavedAfter, NearLimit: -1}, now)
 			js.FirstSeen = now
 		}
 		var limit uint64
@@ -272,7 +278,7 @@ func (a *Agent) Ingest(ctx context.Context, smp sampler.Sample) {
 		if js.ID != 0 {
 			a.tl.Add(js.ID, p)
 		}
-		evs = append(evs, a.judge(js, p, now)...)
+		evs = append(evs, a.judge(js, &smp, now)...)
 		for _, pr := range j.Processes {
 			if st, ok := a.cfg.Hints.probe(pr.PID); ok {
 				js.ProbeSeen = true
@@ -281,7 +287,11 @@ func (a *Agent) Ingest(ctx context.Context, smp sampler.Sample) {
 				}
 			}
 		}
-		evs = append(evs, a.unsaved(js, now)...)
+		if j.RunID == "" && js.ProbeSeen {
+			for _, e := range js.rules.Check(now, 0) {
+				evs = append(evs, a.jobEventRaw(&js.Job, now, e.Kind, js.Job.Name+": "+e.Message, e.Data))
+			}
+		}
 	}
 	for key, js := range a.jobs {
 		if seen[key] {
@@ -315,65 +325,37 @@ func (a *Agent) Ingest(ctx context.Context, smp sampler.Sample) {
 	a.emit(ctx, evs)
 }
 
-// judge feeds the detector and returns the alerts its report raises.
+// judge takes the job's judgement from the sample and returns the events
+// to raise: what the sampler's monitor raised for a job vramguard run does
+// not supervise, and a supervised run's own findings that the agent has not
+// raised yet (so its alerts reach the agent's log and webhooks too).
 // a.mu is held.
-func (a *Agent) judge(js *jobState, p Point, now time.Time) []*store.AgentEvent {
-	s := analyze.NaNSample(now.Sub(js.FirstSeen).Seconds())
-	s.Used, s.RSS = float64(p.GPU), float64(p.RSS)
-	if js.Limit > 0 {
-		s.Total = float64(js.Limit)
-	}
-	if p.Alloc >= 0 {
-		s.Allocated = float64(p.Alloc)
-	}
-	if p.Reserved >= 0 {
-		s.Reserved = float64(p.Reserved)
-	}
-	if !js.det.Add(s) {
+func (a *Agent) judge(js *jobState, smp *sampler.Sample, now time.Time) []*store.AgentEvent {
+	j := &js.Job
+	jd := smp.Judged[j.Key]
+	js.Judged = jd
+	if jd == nil {
 		return nil
 	}
-	r := js.det.Report()
-	js.Report = &r
 	var evs []*store.AgentEvent
-	for _, al := range js.al.Observe(r) {
-		kind := EventLeak
-		if al.Kind == analyze.AlertOOM {
-			kind = EventOOMForecast
+	if jd.Own {
+		for _, e := range jd.Events {
+			evs = append(evs, a.jobEventRaw(j, now, e.Kind, j.Name+": "+e.Message, e.Data))
 		}
-		data := map[string]any{"verdict": r.Verdict, "series": r.Series, "confidence": finite(r.Confidence)}
-		if v := finite(r.LeakRate); v != nil {
-			data["leak_bytes_per_s"] = v
+		return evs
+	}
+	for _, r := range smp.Runs {
+		if r.ID != j.RunID {
+			continue
 		}
-		if v := finite(r.OOMETA); v != nil {
-			data["oom_eta_s"] = v
+		for _, f := range r.Findings {
+			if f.ID > js.findings {
+				js.findings = f.ID
+				evs = append(evs, a.jobEventRaw(j, f.T, f.Kind, j.Name+": "+f.Message, f.Data))
+			}
 		}
-		evs = append(evs, a.jobEvent(&js.Job, now, kind, al.Message, data))
 	}
 	return evs
-}
-
-// unsaved raises unsaved_work once per stretch: a job the probe watches
-// that has run longer than UnsavedAfter since its last checkpoint (or its
-// start). a.mu is held.
-func (a *Agent) unsaved(js *jobState, now time.Time) []*store.AgentEvent {
-	after := a.cfg.Alerts.UnsavedAfter
-	if after <= 0 || !js.ProbeSeen {
-		return nil
-	}
-	since := js.FirstSeen
-	if js.LastCkpt.After(since) {
-		since = js.LastCkpt
-	}
-	if now.Sub(since) < after || !js.unsavedAt.Before(since) {
-		return nil
-	}
-	js.unsavedAt = now
-	what := "no checkpoint since it started"
-	if !js.LastCkpt.IsZero() {
-		what = "last checkpoint " + js.LastCkpt.Format(time.RFC3339)
-	}
-	return []*store.AgentEvent{a.jobEvent(&js.Job, now, EventUnsaved,
-		fmt.Sprintf("%s has run %s without saving (%s)", js.Job.Name, now.Sub(since).Round(time.Second), what), nil)}
 }
 
 // ended says how a job that left the GPU ended. a.mu is held.
@@ -401,11 +383,15 @@ func (a *Agent) ended(ctx context.Context, js *jobState, now time.Time) *store.A
 }
 
 func (a *Agent) jobEvent(j *attrib.Job, t time.Time, kind, msg string, data map[string]any) *store.AgentEvent {
-	e := &store.AgentEvent{JobKey: j.Key, JobName: j.Name, T: t, Kind: kind, Message: msg}
+	var raw json.RawMessage
 	if data != nil {
-		e.Data, _ = json.Marshal(data)
+		raw, _ = json.Marshal(data)
 	}
-	return e
+	return a.jobEventRaw(j, t, kind, msg, raw)
+}
+
+func (a *Agent) jobEventRaw(j *attrib.Job, t time.Time, kind, msg string, data json.RawMessage) *store.AgentEvent {
+	return &store.AgentEvent{JobKey: j.Key, JobName: j.Name, T: t, Kind: kind, Message: msg, Data: data}
 }
 
 // AddEvent records an event (from the API or a test) and dispatches it.
@@ -431,7 +417,7 @@ func (a *Agent) emit(ctx context.Context, evs []*store.AgentEvent) {
 }
 
 func (a *Agent) notify(e *store.AgentEvent) {
-	if alertKinds[e.Kind] {
+	if timeline.Alert(e.Kind) {
 		a.alerts.Raise(e)
 	}
 	a.mu.Lock()
@@ -492,9 +478,16 @@ func (a *Agent) probeMessage(ctx context.Context, m probe.Message) {
 			alloc += d.AllocatedBytes
 			res += d.ReservedBytes
 		}
+		progressed := false
 		a.cfg.Hints.update(pid, func(s *probeState) {
 			s.alloc, s.reserved, s.has, s.t = uint64(alloc), uint64(res), len(m.CUDA) > 0, now
+			if st := m.OptimizerSteps + m.UserSteps; st > s.steps {
+				s.steps, progressed = st, true
+			}
 		})
+		if progressed {
+			a.withJobOf(pid, func(js *jobState) { js.rules.Progress(now) })
+		}
 	case probe.TypeHello, probe.TypeTorch:
 		a.cfg.Hints.update(pid, func(s *probeState) { s.t = now })
 	case probe.TypeBye:
@@ -510,6 +503,7 @@ func (a *Agent) probeMessage(ctx context.Context, m probe.Message) {
 		var e *store.AgentEvent
 		a.withJobOf(pid, func(js *jobState) {
 			js.LastCkpt = now
+			js.rules.Checkpoint(now)
 			msg := fmt.Sprintf("%s saved %s", js.Job.Name, m.Path)
 			data := map[string]any{"path": m.Path, "pid": pid}
 			if m.Bytes != nil {
@@ -573,30 +567,35 @@ type Snapshot struct {
 
 // JobView is one live job as the API shows it.
 type JobView struct {
-	Key       string          `json:"key"`
-	Kind      string          `json:"kind"`
-	Name      string          `json:"name"`
-	RootPID   int             `json:"root_pid"`
-	PIDs      []int           `json:"pids"`
-	RunID     string          `json:"run_id,omitempty"`
-	Labels    Labels          `json:"labels"`
-	Devices   []int           `json:"devices"`
-	GPUBytes  uint64          `json:"gpu_bytes"`
-	RSSBytes  uint64          `json:"rss_bytes"`
-	Alloc     *uint64         `json:"allocated_bytes,omitempty"`
-	Reserved  *uint64         `json:"reserved_bytes,omitempty"`
-	Limit     uint64          `json:"limit_bytes"`
-	FirstSeen time.Time       `json:"first_seen"`
-	LastCkpt  *time.Time      `json:"last_checkpoint,omitempty"`
-	CkptAgeS  *float64        `json:"seconds_since_checkpoint,omitempty"`
-	Verdict   string          `json:"verdict,omitempty"`
-	Leak      bool            `json:"leak"`
-	OOMETA    *float64        `json:"oom_eta_s,omitempty"`
-	Report    json.RawMessage `json:"report,omitempty"`
-	Orphan    bool            `json:"orphan,omitempty"`
-	Live      bool            `json:"live"`
-	EndedAt   *time.Time      `json:"ended_at,omitempty"`
-	id        int64
+	Key       string     `json:"key"`
+	Kind      string     `json:"kind"`
+	Name      string     `json:"name"`
+	RootPID   int        `json:"root_pid"`
+	PIDs      []int      `json:"pids"`
+	RunID     string     `json:"run_id,omitempty"`
+	Labels    Labels     `json:"labels"`
+	Devices   []int      `json:"devices"`
+	GPUBytes  uint64     `json:"gpu_bytes"`
+	RSSBytes  uint64     `json:"rss_bytes"`
+	Alloc     *uint64    `json:"allocated_bytes,omitempty"`
+	Reserved  *uint64    `json:"reserved_bytes,omitempty"`
+	Limit     uint64     `json:"limit_bytes"`
+	FirstSeen time.Time  `json:"first_seen"`
+	LastCkpt  *time.Time `json:"last_checkpoint,omitempty"`
+	CkptAgeS  *float64   `json:"seconds_since_checkpoint,omitempty"`
+	Verdict   string     `json:"verdict,omitempty"`
+	Leak      bool       `json:"leak"`
+	// LeakStart is when the leak began, as the monitor first saw it.
+	LeakStart *time.Time `json:"leak_start,omitempty"`
+	// OOMETA is the time left until the forecast OOM, counted down from
+	// the newest forecast.
+	OOMETA *float64 `json:"oom_eta_s,omitempty"`
+	// Monitor is the monitor's summary of the job (a supervised run's own).
+	Monitor *monitor.Summary `json:"monitor,omitempty"`
+	Orphan  bool             `json:"orphan,omitempty"`
+	Live    bool             `json:"live"`
+	EndedAt *time.Time       `json:"ended_at,omitempty"`
+	id      int64
 }
 
 // Snapshot returns the live state.
@@ -632,35 +631,25 @@ func (js *jobState) view(now time.Time) JobView {
 		age := now.Sub(t).Seconds()
 		v.LastCkpt, v.CkptAgeS = &t, &age
 	}
-	if r := js.Report; r != nil {
-		v.Verdict = string(r.Verdict)
-		v.Leak = r.Verdict == analyze.VerdictLeak
-		if eta := finite(r.OOMETA); eta != nil {
-			v.OOMETA = eta
+	if jd := js.Judged; jd != nil {
+		sum := jd.Summary
+		v.Monitor = &sum
+		v.Verdict = sum.Verdict
+		if l := sum.Leak; l != nil && sum.Verdict == string(analyze.VerdictLeak) {
+			v.Leak = true
+			ls := l.LeakStart
+			v.LeakStart = &ls
 		}
-		v.Report, _ = json.Marshal(reportJSON(r))
+		// the newest forecast, else the one the leak came with, counted down to now
+		for _, f := range []*monitor.Finding{sum.Forecast, sum.Leak} {
+			if f != nil && f.OOMAt != nil {
+				eta := math.Max(0, f.OOMAt.Sub(now).Seconds())
+				v.OOMETA = &eta
+				break
+			}
+		}
 	}
 	return v
-}
-
-// reportJSON is a detector report with NaN turned into absent fields.
-func reportJSON(r *analyze.Report) map[string]any {
-	m := map[string]any{"verdict": r.Verdict, "series": r.Series, "ambiguous": r.Ambiguous,
-		"confidence": finite(r.Confidence), "evidence": r.Evidence, "advice": r.Advice, "samples": r.Samples}
-	for k, v := range map[string]float64{"leak_bytes_per_s": r.LeakRate, "leak_start_s": r.LeakStartT,
-		"detected_at_s": r.DetectedAtT, "oom_eta_s": r.OOMETA, "oom_eta_low_s": r.OOMETALow, "oom_eta_high_s": r.OOMETAHigh, "limit_bytes": r.Limit} {
-		if f := finite(v); f != nil {
-			m[k] = f
-		}
-	}
-	return m
-}
-
-func finite(f float64) *float64 {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return nil
-	}
-	return &f
 }
 
 // jobID returns the store id of a live job, or looks it up among stored

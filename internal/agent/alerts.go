@@ -10,15 +10,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vramguard/vramguard/internal/analyze"
 	"github.com/vramguard/vramguard/internal/store"
 )
 
 // AlertConfig says when alerts are raised and where they go.
 type AlertConfig struct {
-	// OOMThreshold raises oom_forecast when a job's forecast OOM is nearer
-	// than this (default 10 minutes).
-	OOMThreshold time.Duration
 	// UnsavedAfter raises unsaved_work when a probed job has gone this long
 	// without a checkpoint (0: never).
 	UnsavedAfter time.Duration
@@ -33,14 +29,6 @@ type AlertConfig struct {
 	Backoff time.Duration
 	// Timeout bounds one POST (default 10s).
 	Timeout time.Duration
-}
-
-func (c AlertConfig) analyzer() analyze.AlerterConfig {
-	cfg := analyze.DefaultAlerterConfig()
-	if c.OOMThreshold > 0 {
-		cfg.OOMThresholdS = c.OOMThreshold.Seconds()
-	}
-	return cfg
 }
 
 // Alert is what the log and the webhook receive.

@@ -26,6 +26,7 @@ type probeState struct {
 	t               time.Time
 	ckpt            time.Time
 	bye             bool
+	steps           int64 // the newest step count the process reported
 }
 
 // NewHints wraps runs (nil: no supervised runs).

@@ -37,6 +37,7 @@ var (
 	dJobRes     = desc("job_torch_reserved_bytes", "PyTorch reserved memory of a job (from the probe).", jobLabels...)
 	dJobLimit   = desc("job_memory_limit_bytes", "Total memory of the GPUs a job uses.", jobLabels...)
 	dJobLeak    = desc("job_leak_detected", "1 when the leak detector's verdict for a job is a leak.", jobLabels...)
+	dJobLeakAt  = desc("job_leak_start_timestamp_seconds", "When a job's leak began, as the monitor first saw it (Unix seconds); absent without a leak.", jobLabels...)
 	dJobETA     = desc("job_oom_eta_seconds", "Forecast time until a job runs out of GPU memory at its current trend; absent when nothing rises.", jobLabels...)
 	dJobCkpt    = desc("job_seconds_since_checkpoint", "Seconds since a job's last checkpoint the probe saw.", jobLabels...)
 	dJobUptime  = desc("job_seconds", "Seconds since the agent first saw a job.", jobLabels...)
@@ -61,7 +62,7 @@ type collector struct{ a *Agent }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dBuild, dDevTotal, dDevUsed, dDevUtil, dJobGPU, dJobRSS, dJobAlloc, dJobRes, dJobLimit,
-		dJobLeak, dJobETA, dJobCkpt, dJobUptime, dJobInfo, dJobs, dVanished, dDropped, dSamples, dAge, dCollDur, dCollOK,
+		dJobLeak, dJobLeakAt, dJobETA, dJobCkpt, dJobUptime, dJobInfo, dJobs, dVanished, dDropped, dSamples, dAge, dCollDur, dCollOK,
 		dAlerts, dWebhookOK, dWebhookErr, dWebhookDr, dWebhookQ, dProbeMsgs, dProbeRej} {
 		ch <- d
 	}
@@ -122,6 +123,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			leak = 1
 		}
 		g(dJobLeak, leak, l...)
+		if j.LeakStart != nil {
+			g(dJobLeakAt, float64(j.LeakStart.UnixMilli())/1000, l...)
+		}
 		if j.OOMETA != nil {
 			g(dJobETA, *j.OOMETA, l...)
 		}

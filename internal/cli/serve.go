@@ -188,24 +188,31 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 	}
 	defer st.Close()
 
-	hints := agent.NewHints(runctl.NewHints(f.Home(), f.Getenv))
+	runs := runctl.NewHints(f.Home(), f.Getenv)
+	hints := agent.NewHints(runs)
 	src := procSource(b, o.GPU.ProcRoot)
 	simulated := func(int) bool { return false }
 	if s, ok := src.(attrib.Simulator); ok {
 		simulated = s.Simulated
 	}
-	smp, err := sampler.New(sampler.Config{
+	scfg := sampler.Config{
 		Backend:         b,
 		Attributor:      &attrib.Attributor{Src: src, Hints: hints, Pods: attrib.NewPodIndex(attrib.PodLogDir(o.GPU.ProcRoot))},
 		ProcessInterval: o.Interval,
 		Now:             f.Now,
-	})
+		OOMWarning:      o.OOMThreshold,
+	}
+	if o.GPU.ProcRoot == "" {
+		// supervised runs are jobs of this machine, on a GPU or not
+		scfg.Runs = runs
+	}
+	smp, err := sampler.New(scfg)
 	if err != nil {
 		return err
 	}
 	cfg := agent.Config{
 		Sampler: smp, Store: st, Hints: hints, Retention: ret, Simulated: simulated, Now: f.Now, Log: log, Version: Version,
-		Alerts: agent.AlertConfig{OOMThreshold: o.OOMThreshold, UnsavedAfter: o.UnsavedAfter, Webhook: o.Webhook},
+		Alerts: agent.AlertConfig{UnsavedAfter: o.UnsavedAfter, Webhook: o.Webhook},
 	}
 	sock := o.ProbeSocket
 	if sock == "" {

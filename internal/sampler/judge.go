@@ -77,7 +77,7 @@ func (s *Sampler) judge(j *attrib.Job, smp *Sample, now time.Time, totals map[in
 	}
 	m := s.mons[j.Key]
 	if m == nil {
-		m = monitor.New(monitor.Config{NearLimit: -1}, now)
+		m = monitor.New(monitor.Config{NearLimit: -1, OOMWarning: s.cfg.OOMWarning}, now)
 		s.mons[j.Key] = m
 	}
 	x := timeline.Sample{T: now, RSS: j.RSSBytes, NProcs: len(j.Processes), GPUUsed: timeline.U(j.GPUBytes),

@@ -50,6 +50,9 @@ type Config struct {
 	// History is how long each job's points are kept (default 10 minutes).
 	History time.Duration
 	Now     func() time.Time
+	// OOMWarning is when the monitor of a job not supervised by vramguard
+	// run raises oom_forecast (default 10 minutes).
+	OOMWarning time.Duration
 	// Runs supplies the supervised runs in progress (nil: none): each
 	// becomes a job, and is judged by its own monitor's findings.
 	Runs RunSource
