@@ -270,3 +270,56 @@ func deref(p *uint64) uint64 {
 }
 
 func mb(v uint64) string { return fmt.Sprintf("%.1fMB", float64(v)/1e6) }
+
+// TestPercentOfMemoryLimit: a job OOM-killed under --memory-limit 250m is
+// measured against its limit by what the limit holds, the cgroup's charge
+// (it cannot exceed the limit: no "146% of its limit"), and the figures in
+// the evidence say what they are. The job has a cgroup of its own, so its
+// cgroup figure is reported; a job without one reports none.
+func TestPercentOfMemoryLimit(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("this test creates a memory cgroup and must run as root (as CI does)")
+	}
+	const limit = 250 << 20
+	e := newEnv(t)
+	r := e.run("run", "--sample-interval", "100ms", "--memory-limit", "250m", "--", python, job("host_oom.py"))
+	if r.code != 137 {
+		t.Fatalf("exit %d, want 137\n%s", r.code, r.stderr)
+	}
+	pm := e.explain("last")
+	mem, _ := pm["memory"].(map[string]any)
+	ev := strings.Join(strs(pm["evidence"]), "\n")
+	t.Logf("memory %v\nevidence:\n%s", mem, ev)
+	if pm["reason"] != "host_oom_killed" || mem["limit_source"] != "--memory-limit" || mem["limit_bytes"] != float64(limit) {
+		t.Fatalf("reason %v, limit %v (%v)", pm["reason"], mem["limit_bytes"], mem["limit_source"])
+	}
+	lp, _ := mem["limit_peak_bytes"].(float64)
+	if lp <= 0.9*limit || lp > limit {
+		t.Errorf("limit_peak_bytes %v: the cgroup's charge at an OOM kill is at its %d limit", lp, limit)
+	}
+	if pc, _ := mem["peak_cgroup_bytes"].(float64); pc != lp {
+		t.Errorf("peak_cgroup_bytes %v, the own cgroup's charge peak %v", pc, lp)
+	}
+	for _, want := range []string{"its cgroup's charge (page cache included) peaked at", "% of its 250 MiB limit (--memory-limit)", "vramguard's last sample: PSS summed over"} {
+		if !strings.Contains(ev, want) {
+			t.Errorf("evidence lacks %q", want)
+		}
+	}
+	for _, pct := range []string{"101%", "102%", "11", "12", "13", "14"} {
+		if strings.Contains(ev, pct+"% of its") {
+			t.Errorf("evidence puts the job over its limit (%s)", pct)
+		}
+	}
+
+	// without a cgroup of its own the job has no cgroup figure
+	e = newEnv(t)
+	if r := e.run("run", "--no-probe", "--sample-interval", "100ms", "--", python, "-c", "import time; time.sleep(0.5)"); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	pm = e.explain("last")
+	mem, _ = pm["memory"].(map[string]any)
+	tl, _ := pm["timeline"].(map[string]any)
+	if mem["peak_cgroup_bytes"] != float64(0) || (tl != nil && tl["cgroup_peak_bytes"] != nil) {
+		t.Errorf("a cgroup figure for a job without a cgroup of its own: %v, timeline %v", mem["peak_cgroup_bytes"], tl["cgroup_peak_bytes"])
+	}
+}

@@ -153,6 +153,8 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 			pss += v
 		case err == nil || ended(sp.Proc, p.PID):
 			continue // it ended (or let go of its memory) between the two reads
+		case p.RSSBytes == 0:
+			continue // no memory left to it: being killed, its pages already reaped
 		default: // unreadable (another user's process): stat's RSS only
 			pssOK = false
 		}
