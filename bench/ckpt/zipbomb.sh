@@ -1,0 +1,10 @@
+#!/bin/sh
+# Build vramguard and time `ckpt scan|inspect|verify` and torch.load on the
+# zip bomb fixtures (needs python3-torch).
+#   bench/ckpt/zipbomb.sh [OLD_VRAMGUARD]
+set -eu
+cd "$(dirname "$0")/../.."
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+go build -o "$out/vramguard" ./cmd/vramguard
+/usr/bin/python3 bench/ckpt/zipbomb.py "$out/vramguard" "$@"
