@@ -76,6 +76,10 @@ func scanZipArchive(r io.ReaderAt, size int64, res *ScanResult) {
 			zipFinding(res, e.Name, int64(e.HeaderOffset), "record %q inflates from %d to %d bytes (%d:1): a deflate bomb; torch.load allocates and inflates all of it",
 				e.Name, e.CompSize, e.Size, e.Size/max(e.CompSize, 1))
 		}
+		if e.ReadErr != nil {
+			zipFinding(res, e.Name, int64(e.HeaderOffset), "record %q cannot be read as torch would read it, so it is not scanned: %v", e.Name, e.ReadErr)
+			continue
+		}
 		if e.Size == 0 || isStorageRecord(e.Name) {
 			continue
 		}

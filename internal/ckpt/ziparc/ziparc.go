@@ -316,6 +316,9 @@ func Open(r io.ReaderAt, size int64, lim Limits) (*Archive, error) {
 		if en.Method == 0 && en.CompSize != en.Size {
 			a.anomaly("stored record %q has size %d but %d stored bytes: torch's reader reads %d", en.Name, en.Size, en.CompSize, en.Size)
 		}
+		if en.Size > 0 && (strings.HasSuffix(en.Name, "/") || en.ExternalAttr&0x10 != 0) {
+			a.anomaly("record %q holds %d bytes but is marked as a directory: torch's reader returns none of them (an uninitialised buffer)", en.Name, en.Size)
+		}
 		if strings.IndexByte(en.Name, 0) >= 0 {
 			a.anomaly("record name %q holds a NUL byte", en.Name)
 		}
@@ -729,12 +732,7 @@ func (r *Record) ReadAt(p []byte, off int64) (int, error) {
 // Err is why reading the record stopped short, if it did: the deflate
 // stream is broken or shorter than the directory says, or the archive's
 // inflate budget is spent (wraps ErrInflateBudget).
-func (r *Record) Err() error {
-	if r.done && r.err != nil && r.base+int64(len(r.win)) >= r.size {
-		return nil
-	}
-	return r.err
-}
+func (r *Record) Err() error { return r.err }
 
 // Close releases the inflater.
 func (r *Record) Close() error {
