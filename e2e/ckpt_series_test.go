@@ -198,3 +198,41 @@ func TestCkptLatestAllInvalid(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeFromNothingValidIsLoud: --resume-from a directory whose
+// checkpoints are all torn starts the job from scratch, and says so on the
+// terminal, in the events and in the post-mortem (issue #14 item 4).
+func TestResumeFromNothingValidIsLoud(t *testing.T) {
+	e := newEnv(t)
+	dir := copyRun(t)
+	for _, n := range []string{"ckpt-100.pt", "ckpt-200.pt", "ckpt-300.pt"} {
+		p := filepath.Join(dir, n)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b[:len(b)-200], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := e.run("run", "--resume-from", dir, "--", "sh", "-c", `echo "resume=[$VRAMGUARD_RESUME]"; exit 3`)
+	if r.code != 3 || !strings.Contains(r.stdout, "resume=[]") {
+		t.Fatalf("exit %d stdout %q", r.code, r.stdout)
+	}
+	if !strings.Contains(r.stderr, "WARNING: attempt 1 starts from scratch: no valid checkpoint in") || !strings.Contains(r.stderr, "ckpt-300.pt") {
+		t.Errorf("no loud warning naming the torn checkpoints:\n%s", r.stderr)
+	}
+	d := e.explain("last")
+	if !strings.Contains(strings.Join(strs(d["evidence"]), "\n"), "resume: the attempt started from scratch: no valid checkpoint") {
+		t.Errorf("post-mortem evidence: %v", d["evidence"])
+	}
+	found := false
+	for _, ev := range d["events"].([]any) {
+		if ev.(map[string]any)["kind"] == "resume_none" {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("no resume_none event")
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/vramguard/vramguard/internal/analyze"
 	"github.com/vramguard/vramguard/internal/analyze/runtrace"
 	"github.com/vramguard/vramguard/internal/analyze/trace"
+	"github.com/vramguard/vramguard/internal/monitor"
 	"github.com/vramguard/vramguard/internal/units"
 )
 
@@ -138,9 +139,12 @@ func analyzeRecorded(ctx context.Context, f *Factory, opts *analyzeOptions) erro
 		return Failf("run %s attempt %d has no memory samples to analyze (it ended before the first sample, or has just started)", r.ID, rec.Attempt.N)
 	}
 	rep := runtrace.Replay(rec.Samples, rec.Attempt.StartedAt, analyze.DefaultConfig())
+	// the live monitor's findings, replayed: when the leak was first seen
+	// and its start as the run's alert gave them
+	mon := monitor.Replay(monitor.Config{}, rec.Attempt.StartedAt, rec.Samples)
 	if opts.JSON {
 		o := analyzeJSON(rep)
-		o.RunID, o.Attempt = r.ID, rec.Attempt.N
+		o.RunID, o.Attempt, o.Monitor = r.ID, rec.Attempt.N, &mon
 		return f.WriteJSON(o)
 	}
 	name := r.ID
@@ -148,6 +152,9 @@ func analyzeRecorded(ctx context.Context, f *Factory, opts *analyzeOptions) erro
 		name += " (" + r.Name + ")"
 	}
 	writeAnalyzeHuman(f.IO.Out, fmt.Sprintf("run %s attempt %d", name, rec.Attempt.N), rep)
+	if l := mon.Leak; l != nil {
+		fmt.Fprintf(f.IO.Out, "  monitor   the live monitor raised it at t=%.0fs (leak since t=%.0fs)\n", l.DetectedS, l.LeakStartS)
+	}
 	fmt.Fprintf(f.IO.Out, "  (t counts seconds from the attempt's start, %s)\n", rec.Attempt.StartedAt.Local().Format("2006-01-02 15:04:05"))
 	return nil
 }
@@ -193,6 +200,9 @@ type analyzeOutput struct {
 	// a recorded run's id and attempt (analyze RUN)
 	RunID   string `json:"run_id,omitempty"`
 	Attempt int    `json:"attempt,omitempty"`
+	// Monitor is the live monitor's summary replayed over the recorded
+	// attempt (analyze RUN): its leak is the run's leak alert.
+	Monitor *monitor.Summary `json:"monitor,omitempty"`
 }
 
 func num(v float64) *float64 {

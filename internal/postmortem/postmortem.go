@@ -85,6 +85,10 @@ type Resume struct {
 	Dir     string        `json:"dir"`
 	From    string        `json:"from"` // "" when none was found
 	Skipped []SkippedCkpt `json:"skipped"`
+	// Problem says why the attempt started from scratch although the
+	// directory holds checkpoints (none of them valid), or could not be
+	// read; "" when it resumed, or found no checkpoint at all.
+	Problem string `json:"problem,omitempty"`
 }
 
 // SkippedCkpt is a newer checkpoint passed over because it failed the check.

@@ -33,7 +33,7 @@ func RenderShort(w io.Writer, pm *Postmortem) {
 			fmt.Fprintf(w, "  • %s\n", strings.ReplaceAll(e, "\n", "\n    "))
 		}
 	}
-	if pm.Resume != nil {
+	if pm.Resume != nil && pm.Resume.Problem == "" {
 		for _, sk := range pm.Resume.Skipped {
 			fmt.Fprintf(w, "  • resume skipped %s: %s\n", sk.Path, sk.Reason)
 		}

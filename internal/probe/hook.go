@@ -131,24 +131,37 @@ func (h *Hook) LastCheckpoint() (t time.Time, ok bool) {
 // FillSample adds PyTorch's own figures to a sample of the job: allocated,
 // reserved, inactive split bytes and allocation retries, each summed over
 // the job's probed processes and their devices (their newest report), and
-// the newest optimizer step any process counted. Figures stay nil when no
-// process reports CUDA statistics.
+// the newest optimizer step any process counted; and, when the sample has
+// no device total from NVML, the total of the devices the job uses as torch
+// reports it. Figures stay nil when no process reports CUDA statistics.
 func (h *Hook) FillSample(s *timeline.Sample) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var al, re, is, rt uint64
 	n := 0
+	totals := map[int]uint64{} // device -> its total memory, as torch.cuda.mem_get_info saw it
 	for _, devs := range h.cuda {
 		for _, d := range devs {
 			al += uint64(max(d.AllocatedBytes, 0))
 			re += uint64(max(d.ReservedBytes, 0))
 			is += uint64(max(d.InactiveSplitBytes, 0))
 			rt += uint64(max(d.NumAllocRetries, 0))
+			if d.TotalBytes != nil && *d.TotalBytes > 0 {
+				totals[d.Device] = max(totals[d.Device], uint64(*d.TotalBytes))
+			}
 			n++
 		}
 	}
 	if n > 0 {
 		s.Allocated, s.Reserved, s.InactiveSplit, s.AllocRetries = timeline.U(al), timeline.U(re), timeline.U(is), timeline.U(rt)
+	}
+	if s.GPUTotal == nil && len(totals) > 0 {
+		// no NVML reading of the devices: the probe's own
+		var t uint64
+		for _, v := range totals {
+			t += v
+		}
+		s.GPUTotal = &t
 	}
 	var step int64 = -1
 	for _, v := range h.steps {

@@ -120,7 +120,7 @@ func TestHookFillSample(t *testing.T) {
 		return c
 	}
 	stats := func(pid, seq int, dev int, alloc, reserved int64) string {
-		return fmt.Sprintf(`{"v":1,"type":"sample","pid":%d,"ts":%d,"optimizer_steps":%d,"cuda":[{"device":%d,"allocated_bytes":%d,"reserved_bytes":%d,"inactive_split_bytes":5,"num_alloc_retries":1}]}`,
+		return fmt.Sprintf(`{"v":1,"type":"sample","pid":%d,"ts":%d,"optimizer_steps":%d,"cuda":[{"device":%d,"allocated_bytes":%d,"reserved_bytes":%d,"inactive_split_bytes":5,"num_alloc_retries":1,"total_bytes":8000}]}`,
 			pid, seq, seq, dev, alloc, reserved)
 	}
 	a := dial(`{"v":1,"type":"hello","pid":701,"ts":1}`, stats(701, 2, 0, 100, 200), stats(701, 3, 0, 300, 400))
@@ -142,7 +142,8 @@ func TestHookFillSample(t *testing.T) {
 		}
 	}
 	s = waitFill(1300)
-	if *s.Reserved != 2400 || *s.InactiveSplit != 10 || *s.AllocRetries != 2 || s.Step == nil || *s.Step != 7 {
+	// two devices of 8000 bytes each: one per process
+	if *s.Reserved != 2400 || *s.InactiveSplit != 10 || *s.AllocRetries != 2 || s.Step == nil || *s.Step != 7 || s.GPUTotal == nil || *s.GPUTotal != 16000 {
 		t.Errorf("sum over processes: reserved %d inactive %d retries %d step %v", *s.Reserved, *s.InactiveSplit, *s.AllocRetries, s.Step)
 	}
 	b.Close()

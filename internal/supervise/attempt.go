@@ -53,6 +53,12 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 			s.notifyf("skipped checkpoint %s: %s", sk.Path, sk.Reason)
 			s.event(ctx, n, timeline.KindResumeSkipped, sk.Path+": "+sk.Reason, sk)
 		}
+		if p := pm.Resume.Problem; p != "" {
+			// training would silently start over: say so where it is seen
+			msg := fmt.Sprintf("WARNING: attempt %d starts from scratch: %s", n, p)
+			s.notifyf("%s", msg)
+			s.event(ctx, n, timeline.KindResumeNone, msg, nil)
+		}
 	}
 	if o.Probe != nil {
 		env = o.Probe.Env(env, n)
@@ -85,7 +91,7 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	s.drainRestarts()
 	in := diagnose.Input{}
 	a := &running{s: s, pm: pm, n: n, lw: lw, group: group, tail: joblog.NewTail(200),
-		mon: monitor.New(monitor.Config{OOMWarning: o.OOMWarning, UnsavedAfter: o.UnsavedWarning, StallAfter: o.StallTimeout}, start)}
+		mon: monitor.New(monitor.Config{OOMWarning: o.OOMWarning, UnsavedAfter: o.UnsavedWarning, StallAfter: o.StallTimeout}, start.Truncate(time.Millisecond))}
 	if err := a.start(argv, env); err != nil {
 		in.StartErr = err
 		in.ExitCode = 127
@@ -119,9 +125,13 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	if o.Probe != nil {
 		o.Probe.Finish(pm)
 	}
-	if pm.Resume != nil && len(pm.Resume.Skipped) > 0 {
-		for _, sk := range pm.Resume.Skipped {
-			pm.Evidence = append(pm.Evidence, fmt.Sprintf("resume: skipped newer checkpoint %s (%s)", sk.Path, sk.Reason))
+	if pm.Resume != nil {
+		if pm.Resume.Problem != "" {
+			pm.Evidence = append(pm.Evidence, "resume: the attempt started from scratch: "+pm.Resume.Problem)
+		} else {
+			for _, sk := range pm.Resume.Skipped {
+				pm.Evidence = append(pm.Evidence, fmt.Sprintf("resume: skipped newer checkpoint %s (%s)", sk.Path, sk.Reason))
+			}
 		}
 	}
 	b, _ := json.Marshal(pm)
@@ -142,16 +152,19 @@ func resumeFrom(pm *Postmortem) string {
 // findResume picks the newest checkpoint that passes the structural check.
 func (s *supervisor) findResume() *Resume {
 	r := &Resume{Dir: s.o.ResumeFrom, Skipped: []SkippedCkpt{}}
-	best, skipped, err := ckpt.Latest(s.o.ResumeFrom)
+	res, err := ckpt.FindLatest(s.o.ResumeFrom)
 	if err != nil {
-		s.notifyf("cannot look for checkpoints in %s: %v", s.o.ResumeFrom, err)
+		r.Problem = fmt.Sprintf("cannot look for checkpoints in %s: %v", s.o.ResumeFrom, err)
 		return r
 	}
-	for _, e := range skipped {
+	for _, e := range res.SkippedNewer {
 		r.Skipped = append(r.Skipped, SkippedCkpt{Path: e.Path, Reason: e.Reason})
 	}
-	if best != nil {
-		r.From = best.Path
+	if res.Best != nil {
+		r.From = res.Best.Path
+	} else if p := res.Problem(); p != nil {
+		// checkpoints were saved and none can be resumed from
+		r.Problem = p.Error()
 	}
 	return r
 }
@@ -237,6 +250,9 @@ func (a *running) analyse(ctx context.Context, now time.Time, rss uint64, x *sto
 	if o.Probe != nil {
 		o.Probe.FillSample(x)
 	}
+	// The store keeps milliseconds: the monitor sees the times a replay of
+	// the stored timeline will see, so `analyze RUN` agrees with it.
+	x.T = x.T.Truncate(time.Millisecond)
 	if x.Limit == 0 && a.mem.Limit > 0 {
 		x.Limit, x.LimitSource = a.mem.Limit, a.mem.LimitSource
 	}
