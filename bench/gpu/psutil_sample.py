@@ -5,7 +5,7 @@ docs/PERFORMANCE.md (bench/gpu/run.sh runs it next to
 
 It starts N `sleep` processes (the "GPU processes"), then times one sample
 four ways, each the mean of ITERS samples after one warm-up sample, in
-wall-clock ms and in CPU ms (user+system of this process):
+wall-clock ms and in CPU ms (user+system of this process, and system alone):
 
   psutil/steady  what vramguard's sampler does every second, with psutil:
                  psutil.process_iter(["ppid", "name"]) over every process
@@ -119,10 +119,12 @@ class PlainSampler:
 
 def timed(sampler, pids, iters):
     scanned, _ = sampler.sample(pids)  # warm up (and fill what is kept)
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0 = time.perf_counter(), os.times()
     for _ in range(iters):
         sampler.sample(pids)
-    return (time.perf_counter() - t0) / iters, (time.process_time() - c0) / iters, scanned
+    t1, c1 = time.perf_counter(), os.times()
+    cpu = (c1.user - c0.user + c1.system - c0.system) / iters
+    return (t1 - t0) / iters, cpu, (c1.system - c0.system) / iters, scanned
 
 
 def main():
@@ -136,8 +138,8 @@ def main():
                         ("python/steady", PlainSampler(True)), ("python/cold", PlainSampler(False))]:
             if only and not name.startswith(only):
                 continue
-            dt, cpu, scanned = timed(s, pids, iters)
-            print(f"{name:14} {dt * 1e3:7.2f} ms per sample, {cpu * 1e3:7.2f} cpu-ms ({n} GPU processes, "
+            dt, cpu, sys_, scanned = timed(s, pids, iters)
+            print(f"{name:14} {dt * 1e3:7.2f} ms per sample, {cpu * 1e3:7.2f} cpu-ms, {sys_ * 1e3:7.2f} sys-ms ({n} GPU processes, "
                   f"{scanned} scanned, {iters} samples; psutil {psutil.__version__})", flush=True)
     finally:
         for k in kids:

@@ -24,13 +24,18 @@ for r in $(seq "$ROUNDS"); do
 		-test.benchtime "${ITERS}x" -test.benchmem) | grep -E '^Benchmark' | tee "$tmp/go"
 	/usr/bin/python3 bench/gpu/psutil_sample.py "$N" "$ITERS" | tee "$tmp/py"
 	awk -v r="$r" '
-		FILENAME ~ /go$/ && /gpu\+proc\+cgroups/ { gw["steady"] = $3 / 1e6; gc["steady"] = $5 }
-		FILENAME ~ /go$/ && /FullSample\/cold/ { gw["cold"] = $3 / 1e6; gc["cold"] = $5 }
-		FILENAME ~ /py$/ && /^psutil\// { split($1, k, "/"); pw[k[2]] = $2; pc[k[2]] = $6 }
+		FILENAME ~ /go$/ && /gpu\+proc\+cgroups/ { m = "steady" }
+		FILENAME ~ /go$/ && /FullSample\/cold/ { m = "cold" }
+		FILENAME ~ /go$/ && m != "" {
+			gw[m] = $3 / 1e6
+			for (i = 4; i <= NF; i++) { if ($i == "cpu-ms/op") gc[m] = $(i-1); if ($i == "sys-ms/op") gs[m] = $(i-1) }
+			m = ""
+		}
+		FILENAME ~ /py$/ && /^psutil\// { split($1, k, "/"); pw[k[2]] = $2; pc[k[2]] = $6; ps[k[2]] = $8 }
 		END {
 			for (m in gw)
-				printf "round %s %-6s vramguard %6.2f ms (%6.2f cpu-ms)  psutil %7.2f ms (%7.2f cpu-ms)  psutil/vramguard %5.1fx wall, %5.1fx cpu\n",
-					r, m, gw[m], gc[m], pw[m], pc[m], pw[m] / gw[m], pc[m] / gc[m]
+				printf "round %s %-6s vramguard %6.2f ms (%5.2f cpu-ms, %5.2f sys)  psutil %6.2f ms (%6.2f cpu-ms, %6.2f sys)  psutil/vramguard %5.1fx wall, %5.1fx cpu\n",
+					r, m, gw[m], gc[m], gs[m], pw[m], pc[m], ps[m], pw[m] / gw[m], pc[m] / gc[m]
 		}' "$tmp/go" "$tmp/py" | sort -k3 -r | tee -a "$tmp/summary"
 done
 echo "## summary"

@@ -158,6 +158,15 @@ type Attributor struct {
 	roots  map[int]bool
 	order  []int
 	devs   []int
+	jobs   []Job
+	rank   []jobRank
+	all    []procfs.Proc
+}
+
+// appendAller is a ProcSource that can scan into a reused slice
+// (procfs.FS).
+type appendAller interface {
+	AppendAll(dst []procfs.Proc) ([]procfs.Proc, error)
 }
 
 // edge is a parent and one of its children.
@@ -260,7 +269,14 @@ func (a *Attributor) run(pid int) (string, string, bool) {
 
 // Attribute reads the process table once and groups gprocs into jobs.
 func (a *Attributor) Attribute(gprocs []gpu.Process) (Result, error) {
-	all, err := a.Src.All()
+	var all []procfs.Proc
+	var err error
+	if ap, ok := a.Src.(appendAller); ok {
+		all, err = ap.AppendAll(a.all[:0])
+		a.all = all
+	} else {
+		all, err = a.Src.All()
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("scan processes: %w", err)
 	}
@@ -326,19 +342,36 @@ func (a *Attributor) Attribute(gprocs []gpu.Process) (Result, error) {
 	slices.SortStableFunc(ps.gpu, func(x, y gpu.Process) int { return cmp.Compare(x.PID, y.PID) })
 	ps.slab = make([]Process, 0, len(ps.gpu))
 	ps.devSlab = make([]int, 0, len(ps.gpu))
-	if len(a.order) > 0 {
-		res.Jobs = make([]Job, 0, len(a.order))
+	// Jobs are built in the pass's scratch and placed in order, most GPU
+	// memory first, then by root PID; sorting small keys instead of jobs
+	// moves each job once.
+	a.jobs = a.jobs[:0]
+	a.rank = a.rank[:0]
+	for i, r := range a.order {
+		a.jobs = append(a.jobs, ps.job(r, a.roots))
+		a.rank = append(a.rank, jobRank{a.jobs[i].GPUBytes, r, i})
 	}
-	for _, r := range a.order {
-		res.Jobs = append(res.Jobs, ps.job(r, a.roots))
-	}
-	slices.SortStableFunc(res.Jobs, func(x, y Job) int {
-		if x.GPUBytes != y.GPUBytes {
-			return cmp.Compare(y.GPUBytes, x.GPUBytes)
+	slices.SortFunc(a.rank, func(x, y jobRank) int {
+		if x.gpu != y.gpu {
+			return cmp.Compare(y.gpu, x.gpu)
 		}
-		return cmp.Compare(x.RootPID, y.RootPID)
+		return cmp.Compare(x.root, y.root)
 	})
+	if len(a.rank) > 0 {
+		res.Jobs = make([]Job, len(a.rank))
+		for i, k := range a.rank {
+			res.Jobs[i] = a.jobs[k.i]
+		}
+	}
+	clear(a.jobs) // keep no reference to this pass's result
 	return res, nil
+}
+
+// jobRank is the sort key of a job: GPU bytes, root PID, and where it is.
+type jobRank struct {
+	gpu  uint64
+	root int
+	i    int
 }
 
 // launchers start the processes of one job; they count as its root.

@@ -131,7 +131,11 @@ func (fs FS) PIDs() ([]int, error) {
 // while being read are left out. Apart from the result it allocates nothing
 // once warm: one pooled buffer serves every file, and the live /proc's stat
 // files stay open from one call to the next (see statFiles).
-func (fs FS) All() ([]Proc, error) {
+func (fs FS) All() ([]Proc, error) { return fs.AppendAll(nil) }
+
+// AppendAll is All appending to dst, so a caller that scans every second can
+// reuse one slice.
+func (fs FS) AppendAll(dst []Proc) ([]Proc, error) {
 	r := getReader()
 	defer putReader(r)
 	if err := r.pidsInto(fs.Root); err != nil {
@@ -150,7 +154,7 @@ func (fs FS) All() ([]Proc, error) {
 			}()
 		}
 	}
-	out := make([]Proc, 0, len(r.pids))
+	out := slices.Grow(dst, len(r.pids))
 	for _, pid := range r.pids {
 		var b []byte
 		var err error
