@@ -64,9 +64,6 @@ It listens on 127.0.0.1 unless --listen says otherwise; any other address
 needs a token (--token or --token-file). On a loopback address it answers only
 requests for a loopback host (localhost, 127.0.0.1, [::1]; 421 otherwise), so
 that a web page cannot read it through DNS rebinding; --allowed-host NAME adds
-a name (a proxy's, an SSH tunnel's). On a loopback address it answers only
-requests for a loopback host (localhost, 127.0.0.1, [::1]; 421 otherwise), so
-that a web page cannot read it through DNS rebinding; --allowed-host NAME adds
 a name (a proxy's, an SSH tunnel's). Requests that change anything
 (POST /api/v1/events, /api/v1/jobs/KEY/kill, /api/v1/runs/ID/stop) need the
 token as "Authorization: Bearer TOKEN" whatever the address.
@@ -93,7 +90,6 @@ retries. See docs/SERVE.md.`,
 	fl.StringVar(&o.Listen, "listen", "127.0.0.1:9345", "address to serve HTTP on (beyond loopback needs --token)")
 	fl.StringVar(&o.Token, "token", "", "token for mutating requests (visible in ps; prefer --token-file)")
 	fl.StringVar(&o.TokenFile, "token-file", "", "file holding the token")
-	fl.StringArrayVar(&o.AllowedHosts, "allowed-host", nil, "on a loopback address, also answer requests for this Host `NAME` (repeatable; localhost, 127.0.0.0/8 and [::1] always are)")
 	fl.StringArrayVar(&o.AllowedHosts, "allowed-host", nil, "on a loopback address, also answer requests for this Host `NAME` (repeatable; localhost, 127.0.0.0/8 and [::1] always are)")
 	fl.DurationVar(&o.Interval, "interval", time.Second, "how often to sample (at least 1s)")
 	fl.DurationVar(&o.KeepFine, "keep-fine", 24*time.Hour, "how long every sample is kept")
