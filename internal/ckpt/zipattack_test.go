@@ -27,7 +27,7 @@ var zipAttacks = []struct {
 	{"stored_size.pt", []string{"has size 1052 but 1008 stored bytes", "os.system"}, true},
 	{"deflated_big.pt", []string{"over the scanner's", "deflate bomb", "os.system"}, true},
 	{"local_sizes.pt", []string{"the local header says 5 bytes"}, false},
-	{"bomb_overlap.pt", []string{"overlap: the bytes", "36 more overlapping records", "deflate bomb"}, false},
+	{"bomb_overlap.pt", []string{"overlap: the bytes", "more anomalies of the kinds above", "deflate bomb"}, false},
 	{"bomb_single.pt", []string{"deflate bomb"}, false},
 }
 

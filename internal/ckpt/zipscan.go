@@ -42,7 +42,7 @@ func scanZipArchive(r io.ReaderAt, size int64, res *ScanResult) {
 	a, err := ziparc.Open(r, size, ziparc.DefaultLimits)
 	if err != nil {
 		if errors.Is(err, ziparc.ErrLimit) {
-			zipFinding(res, "", 0, "the archive is over the scanner's limits, its records are not scanned (torch may still load it): %v", err)
+			zipFinding(res, "zip structure", 0, "the archive is over the scanner's limits, its records are not scanned (torch may still load it): %v", err)
 		}
 		// torch cannot read an archive that Open refuses for any other
 		// reason (the same rules as its reader). A torn archive's first
@@ -62,17 +62,19 @@ func scanZipArchive(r io.ReaderAt, size int64, res *ScanResult) {
 		return
 	}
 	for _, an := range a.Anomalies() {
-		zipFinding(res, "", 0, "torch and other zip readers see this archive differently: %s", an)
+		zipFinding(res, "zip structure", 0, "torch and other zip readers see this archive differently: %s", an)
 	}
 	type rng struct {
 		off        int64
 		comp, size uint64
 		method     uint16
 	}
-	done := map[rng]bool{}
+	done, bombs := map[rng]bool{}, map[rng]bool{}
 	for i := range a.Entries {
 		e := &a.Entries[i]
-		if e.Method == 8 && e.Size >= bombMinSize && e.Size/bombRatio > e.CompSize {
+		key := rng{e.DataOff, e.CompSize, e.Size, e.Method}
+		if e.Method == 8 && e.Size >= bombMinSize && e.Size/bombRatio > e.CompSize && !bombs[key] {
+			bombs[key] = true
 			zipFinding(res, e.Name, int64(e.HeaderOffset), "record %q inflates from %d to %d bytes (%d:1): a deflate bomb; torch.load allocates and inflates all of it",
 				e.Name, e.CompSize, e.Size, e.Size/max(e.CompSize, 1))
 		}
@@ -83,7 +85,6 @@ func scanZipArchive(r io.ReaderAt, size int64, res *ScanResult) {
 		if e.Size == 0 || isStorageRecord(e.Name) {
 			continue
 		}
-		key := rng{e.DataOff, e.CompSize, e.Size, e.Method}
 		if done[key] {
 			continue // the same bytes: decoded once, the overlap is an anomaly above
 		}

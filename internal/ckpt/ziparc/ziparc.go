@@ -122,6 +122,7 @@ type Archive struct {
 	Duplicate []string // names recorded more than once (ignoring ASCII case, as torch looks them up)
 
 	anomalies []string
+	kinds     map[string]int
 	inflated  int64
 	budget    int64
 }
@@ -346,6 +347,7 @@ func Open(r io.ReaderAt, size int64, lim Limits) (*Archive, error) {
 		a.anomaly("the central directory holds %d %s after its %d records", len(p), what, nTotal)
 	}
 	a.readLocals()
+	a.finishAnomalies()
 	return a, nil
 }
 
@@ -359,9 +361,27 @@ func foldASCII(s string) string {
 	return string(b)
 }
 
+// anomaly records one anomaly; of each kind (format) the first three are
+// kept and the rest counted (see finishAnomalies).
 func (a *Archive) anomaly(format string, args ...any) {
-	if len(a.anomalies) < 1000 {
+	if a.kinds == nil {
+		a.kinds = map[string]int{}
+	}
+	a.kinds[format]++
+	if a.kinds[format] <= 3 {
 		a.anomalies = append(a.anomalies, fmt.Sprintf(format, args...))
+	}
+}
+
+func (a *Archive) finishAnomalies() {
+	more := 0
+	for _, n := range a.kinds {
+		if n > 3 {
+			more += n - 3
+		}
+	}
+	if more > 0 {
+		a.anomalies = append(a.anomalies, fmt.Sprintf("%d more anomalies of the kinds above", more))
 	}
 }
 
@@ -479,7 +499,6 @@ func (a *Archive) readLocals() {
 		}
 		return spans[x].i < spans[y].i
 	})
-	overlaps := 0
 	gapBudget := int64(16 << 20)
 	reach := int64(0) // furthest end of data so far
 	reachIdx := -1
@@ -490,10 +509,7 @@ func (a *Archive) readLocals() {
 			a.checkGap(0, s.start, nil, &gapBudget)
 		}
 		if reachIdx >= 0 && s.start < reach {
-			overlaps++
-			if overlaps <= 3 {
-				a.anomaly("records %q and %q overlap: the bytes at %d..%d belong to both", a.Entries[reachIdx].Name, e.Name, s.start, reach)
-			}
+			a.anomaly("records %q and %q overlap: the bytes at %d..%d belong to both", a.Entries[reachIdx].Name, e.Name, s.start, reach)
 		} else if reachIdx >= 0 && s.start > reach {
 			a.checkGap(reach, s.start, &a.Entries[reachIdx], &gapBudget)
 		}
@@ -503,9 +519,6 @@ func (a *Archive) readLocals() {
 		if s.start < a.CDOffset+a.CDSize && s.end > a.CDOffset {
 			a.anomaly("record %q (bytes %d..%d) overlaps the central directory (%d..%d)", e.Name, s.start, s.end, a.CDOffset, a.CDOffset+a.CDSize)
 		}
-	}
-	if overlaps > 3 {
-		a.anomaly("%d more overlapping records", overlaps-3)
 	}
 	if reachIdx >= 0 && reach < a.CDOffset {
 		a.checkGap(reach, a.CDOffset, &a.Entries[reachIdx], &gapBudget)
@@ -581,7 +594,7 @@ func (a *Archive) checkGap(from, to int64, prev *Entry, budget *int64) {
 	buf := make([]byte, n)
 	k, _ := a.r.ReadAt(buf, from)
 	if i := bytes.Index(buf[:k], []byte("PK\x03\x04")); i >= 0 {
-		a.anomaly("%d bytes between records at %d hold a local header (at %d) that is not in the central directory", to-from, from, from+int64(i))
+		a.anomaly("the bytes %d..%d, in no record, hold a local header (at %d) that is not in the central directory", from, to, from+int64(i))
 	}
 }
 
