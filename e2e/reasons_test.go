@@ -72,7 +72,7 @@ func TestReasons(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.reason+"/"+filepath.Base(tt.args[len(tt.args)-1]), func(t *testing.T) {
 			e := newEnv(t)
-			args := append([]string{"run", "--sample-interval", "100ms"}, tt.args...)
+			var args []string
 			if tt.args[0] == "--memory-limit" {
 				args = append([]string{"run", "--sample-interval", "100ms", "--memory-limit", tt.args[1], "--"}, tt.args[2:]...)
 			} else {

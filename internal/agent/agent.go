@@ -652,27 +652,6 @@ func (js *jobState) view(now time.Time) JobView {
 	return v
 }
 
-// jobID returns the store id of a live job, or looks it up among stored
-// ones.
-func (a *Agent) jobID(ctx context.Context, key string, since time.Time) (int64, *store.AgentJob, error) {
-	a.mu.RLock()
-	js := a.jobs[key]
-	a.mu.RUnlock()
-	if js != nil && js.ID != 0 {
-		return js.ID, nil, nil
-	}
-	jobs, err := a.cfg.Store.AgentJobs(ctx, since)
-	if err != nil {
-		return 0, nil, err
-	}
-	for _, j := range jobs {
-		if j.Key == key {
-			return j.ID, j, nil
-		}
-	}
-	return 0, nil, nil
-}
-
 func pidList(pids []int) string {
 	s := make([]string, len(pids))
 	for i, p := range pids {

@@ -129,7 +129,7 @@ func TestTopUnderTmux(t *testing.T) {
 	m.keys("/")
 	m.text("train")
 	m.keys("Enter")
-	s = m.waitFor("the filter", func(s string) bool {
+	m.waitFor("the filter", func(s string) bool {
 		return strings.Contains(s, "filter: train") && !strings.Contains(s, "embed.py") && !strings.Contains(s, "sleep")
 	})
 	m.keys("Enter")
