@@ -1,6 +1,7 @@
 package ckpt
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -151,10 +152,10 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 	case len(head) == 4 && string(head) == "PK\x03\x04":
 		scanZip(r, size, res)
 	case res.Format == FormatSafetensors, res.Format == FormatTorchTar:
-		// no pickle in a safetensors file; the tar layout's pickle record
-		// is scanned below
 		if res.Format == FormatTorchTar {
 			scanTar(r, size, res)
+		} else {
+			scanSafetensorsAsPickle(r, size, res)
 		}
 	default:
 		scanPickles(r, 0, size, "", res, true)
@@ -221,6 +222,37 @@ func scanOne(r io.ReaderAt, off, size int64, name string, res *ScanResult) (*pic
 		return pr, false
 	}
 	return pr, true
+}
+
+// scanSafetensorsAsPickle: a safetensors file holds no pickle, but
+// torch.load, given one under any name, unpickles it from byte 0. A header
+// whose bytes also spell pickle opcodes reaching a global would run, so the
+// scan decodes that view too and classifies every global it meets. A stop
+// of the decoder is a finding only when a bound of the decoder caused it:
+// the file parsed completely as safetensors, and every other stop is one
+// of the grammar errors Python raises at the same byte (the operand rules
+// are Python's, TestOperandsAsPython), so nothing after it runs.
+func scanSafetensorsAsPickle(r io.ReaderAt, size int64, res *ScanResult) {
+	var b [1]byte
+	if _, err := r.ReadAt(b[:], 0); err != nil || !pickle.IsOpcode(b[0]) {
+		return
+	}
+	pr, err := pickle.Decode(r, 0, size, scanLimits)
+	if len(pr.Globals) == 0 && (err == nil || !errors.Is(err, pickle.ErrLimit)) {
+		return
+	}
+	name := "the file read as a pickle (what torch.load does with it)"
+	res.Pickles++
+	for _, g := range pr.Globals {
+		v, why := Classify(g, res.allow)
+		if g.Detail != "" {
+			why = g.Detail + "; " + why
+		}
+		res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: v, Reason: why, Record: name, Offset: g.Offset, Opcode: g.Opcode})
+	}
+	if err != nil && errors.Is(err, pickle.ErrLimit) {
+		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", name, err))
+	}
 }
 
 // scanTarRecord scans every pickle torch's pre-1.0 loader reads from a

@@ -3,7 +3,9 @@ package ckpt
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -216,6 +218,7 @@ var benignTorch = []string{
 	"torch/state_dict.pt", "torch/training.pt", "torch/legacy.pt", "torch/dtypes.pt", "torch/dtypes_legacy.pt",
 	"torch/numpy.pt", "torch/nested.pt", "torch/views.pt", "torch/lightning.ckpt", "torch/plain0.pkl", "torch/plain4.pkl",
 	"torch/hf/checkpoint-500/optimizer.pt", "torch/hf/checkpoint-500/rng_state.pth", "torch/hf/checkpoint-500/scheduler.pt",
+	"torch/model.safetensors", "torch/hf/checkpoint-500/model.safetensors",
 	"malicious/benign.pt", "malicious/benign_module_nn.pt", "malicious/benign_module_nn_more.pt",
 	"malicious/benign_module_nn_legacy.pt", "malicious/benign_quantized.pt", "malicious/benign_sparse.pt",
 	"malicious/benign_sparse_legacy.pt", "malicious/benign_training_full.pt", "malicious/benign_training_full_legacy.pt",
@@ -228,7 +231,7 @@ func TestScanPassesRealTorchFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !res.Safe || res.Pickles == 0 {
+		if !res.Safe || (res.Pickles == 0 && res.Format != FormatSafetensors) {
 			for _, h := range res.Hits {
 				if h.Verdict != VerdictSafe {
 					t.Logf("%s: %s %s: %s", p, h.Verdict, h.Global, h.Reason)
@@ -437,5 +440,56 @@ func TestScanTarFollowsStorages(t *testing.T) {
 	short := append([]byte("\x80\x02K\x03."), storage("0")...)
 	if res := scan(build(short)); res.Safe {
 		t.Errorf("storages record shorter than its count passes: %+v", res)
+	}
+}
+
+// polyglotSafetensors is a file our reader parses as safetensors (a JSON
+// header with one empty tensor, padded with spaces) whose first bytes are
+// also a pickle: PROTO 4 (the header length's low bytes), BINFLOAT eating
+// the rest of the length, then, inside the JSON key,
+// multiprocessing.popen_spawn_posix + os.path.os.path.os.path.os.system
+// (a dotted walk to os.system) called with "touch vg-pwned". torch.load
+// does not know safetensors and unpickles it from byte 0. (4.6 MB, so it
+// is built here, not committed; scripts/gen-malicious-fixtures.py has
+// nothing to add.)
+func polyglotSafetensors() []byte {
+	sb := func(s string) string { return "\x8c" + string(rune(len(s))) + s }
+	pick := sb("multiprocessing.popen_spawn_posix") + sb("os.path.os.path.os.path.os.system") + "\x93" +
+		sb(fmt.Sprintf("%-32s", "touch vg-pwned")) + "\x85R"
+	const n = 0x80 | 0x04<<8 | 'G'<<16
+	header := `{"k` + pick + `":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}}`
+	header += strings.Repeat(" ", n-len(header))
+	var b bytes.Buffer
+	binary.Write(&b, binary.LittleEndian, uint64(n))
+	b.WriteString(header)
+	return b.Bytes()
+}
+
+// TestScanSafetensorsPolyglot: scan reads a safetensors file the way
+// torch.load would too, and Debian's torch does run this one.
+func TestScanSafetensorsPolyglot(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "pytorch_model.bin")
+	if err := os.WriteFile(p, polyglotSafetensors(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ScanFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Format != FormatSafetensors || res.Safe || res.Dangerous != 1 {
+		t.Fatalf("format %s safe=%v dangerous=%d: %+v", res.Format, res.Safe, res.Dangerous, res.Hits)
+	}
+	if h := res.Hits[0]; h.Global != "multiprocessing.popen_spawn_posix.os.path.os.path.os.path.os.system" {
+		t.Errorf("hit %+v", h)
+	}
+	cmd := exec.Command(testbin.Python(), "-c", torchLoadScript)
+	cmd.Stdin = strings.NewReader(p)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s with torch: %v (%s)", testbin.Python(), err, out)
+	}
+	if !strings.Contains(string(out), `"pytorch_model.bin": true`) {
+		t.Errorf("torch.load did not run the polyglot's payload: %s", out)
 	}
 }
