@@ -182,3 +182,24 @@ func TestInflateBudgetAndForwardReads(t *testing.T) {
 		t.Errorf("inflated %d", a.Inflated())
 	}
 }
+
+// A deflate stream longer than the directory's size is read up to the size
+// and no further; ReadSmall refuses it, as torch's reader does.
+func TestRecordStopsAtSize(t *testing.T) {
+	b := mkzip([]rec{{name: "a/data.pkl", data: []byte(strings.Repeat("abc", 1000)), method: 8}}, nil)
+	a := open(t, b)
+	e := &a.Entries[0]
+	e.Size = 100 // as if the directory said 100
+	r, err := a.Open(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := make([]byte, 200)
+	n, err := r.ReadAt(p, 0)
+	if n != 100 || err != io.EOF {
+		t.Fatalf("ReadAt = %d, %v; want 100, EOF", n, err)
+	}
+	if _, err := a.ReadSmall(e, 1000); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("ReadSmall of a longer stream: %v", err)
+	}
+}

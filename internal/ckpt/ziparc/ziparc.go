@@ -706,6 +706,9 @@ func (r *Record) ReadAt(p []byte, off int64) (int, error) {
 		} else if need := want - have; need > chunk {
 			chunk = need
 		}
+		if have := r.base + int64(len(r.win)); chunk > r.size-have {
+			chunk = r.size - have // never inflate past the record's size
+		}
 		if left := r.a.budget - r.a.inflated; chunk > left {
 			chunk = left
 		}
@@ -732,7 +735,11 @@ func (r *Record) ReadAt(p []byte, off int64) (int, error) {
 	if off > r.base+int64(len(r.win)) {
 		return 0, r.err
 	}
-	n := copy(p, r.win[off-r.base:])
+	end := int64(len(r.win))
+	if r.base+end > r.size {
+		end = r.size - r.base
+	}
+	n := copy(p, r.win[off-r.base:end])
 	if n < len(p) {
 		if off+int64(n) >= r.size {
 			return n, io.EOF
