@@ -347,8 +347,10 @@ func memEvidence(in Input) string {
 		return s + fmt.Sprintf("; its cgroup's charge (page cache included) peaked at %s, %.0f%% of its %s limit (%s)",
 			units.FormatBytes(in.LimitPeak), pct(in.LimitPeak, in.Limit), units.FormatBytes(in.Limit), in.LimitSource)
 	}
-	return s + fmt.Sprintf("; it ran under a %s limit (%s) on its cgroup's charge, which could not be read",
-		units.FormatBytes(in.Limit), in.LimitSource)
+	// the charge the limit holds was not read: the job's own memory is a
+	// part of it, so its share is a floor, said as such
+	return s + fmt.Sprintf(", at least %.0f%% of its %s limit (%s): the cgroup's charge, which the limit holds, was not read",
+		pct(in.PeakRSS, in.Limit), units.FormatBytes(in.Limit), in.LimitSource)
 }
 
 func pct(a, b uint64) float64 { return 100 * float64(a) / float64(b) }

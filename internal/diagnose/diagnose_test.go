@@ -70,6 +70,10 @@ func TestKilledSaysHowCloseToTheLimit(t *testing.T) {
 	if !strings.Contains(ev, "peak host memory of the job: 7 GiB (PSS summed over its processes); its cgroup's charge (page cache included) peaked at 9 GiB, 90% of its 10 GiB limit (cgroup)") {
 		t.Errorf("evidence %q", v.Evidence)
 	}
+	v = Classify(Input{Signal: syscall.SIGKILL, ExitCode: -1, PeakRSS: 9 << 30, Limit: 10 << 30, LimitSource: "cgroup"})
+	if ev := strings.Join(v.Evidence, "\n"); !strings.Contains(ev, "peak host memory of the job: 9 GiB, at least 90% of its 10 GiB limit (cgroup): the cgroup's charge, which the limit holds, was not read") {
+		t.Errorf("evidence %q", v.Evidence)
+	}
 	v = Classify(Input{Signal: syscall.SIGKILL, ExitCode: -1, PeakRSS: 8 << 30, Limit: 16 << 30, LimitSource: "host"})
 	if ev := strings.Join(v.Evidence, "\n"); !strings.Contains(ev, "peak host memory of the job: 8 GiB, 50% of the host's 16 GiB of RAM") {
 		t.Errorf("evidence %q", v.Evidence)

@@ -81,6 +81,10 @@ type TreeInfo struct {
 	// the kernel compares with the limit.
 	LimitCgroup string
 	LimitUsage  uint64
+	// LimitHighWater is the high-water mark the kernel keeps for that
+	// cgroup (memory.peak, memory.max_usage_in_bytes), since its creation:
+	// a rise during the job is the job's doing, or its neighbours'.
+	LimitHighWater uint64
 	// GPUTime is when the GPU process list used was read (zero: none).
 	GPUTime time.Time
 }
@@ -190,9 +194,9 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 	info.LimitCgroup = w.limitDir
 	if w.limitDir != "" {
 		if w.limitDir == sp.Cgroup && x.CgroupUsage != nil {
-			info.LimitUsage = *x.CgroupUsage
+			info.LimitUsage, info.LimitHighWater = *x.CgroupUsage, info.CgroupPeak
 		} else if m, err := cgroup.ReadMemory(w.limitDir, w.limitVer); err == nil {
-			info.LimitUsage = m.Usage
+			info.LimitUsage, info.LimitHighWater = m.Usage, m.Peak
 		}
 	}
 

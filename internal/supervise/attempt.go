@@ -229,6 +229,7 @@ type running struct {
 	// sample's tree figure
 	job           *sampler.JobWatch
 	last          lastSample
+	water         limitWater
 	interrupted   bool
 	restarting    bool // ended by a restart request
 	stalled       bool

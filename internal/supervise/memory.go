@@ -2,11 +2,14 @@ package supervise
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/vramguard/vramguard/internal/cgroup"
 	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/timeline"
@@ -36,6 +39,16 @@ type lastSample struct {
 	nprocs int
 }
 
+// limitWater follows the kernel's high-water mark of the cgroup whose limit
+// binds the job, when that is not the job's own: the mark at the first
+// sample and the directory it was read for. A mark higher at the end was
+// set during the attempt, so it is the cgroup's peak charge in that time,
+// exactly, where samples could miss the moment before an OOM kill.
+type limitWater struct {
+	dir   string
+	start uint64
+}
+
 // record folds one sample into the attempt's memory figures.
 func (a *running) record(x *timeline.Sample, info *sampler.TreeInfo) {
 	m := &a.mem
@@ -63,6 +76,9 @@ func (a *running) record(x *timeline.Sample, info *sampler.TreeInfo) {
 		}
 		m.Limit, m.LimitSource, m.LimitCgroup = x.Limit, x.LimitSource, info.LimitCgroup
 		if info.LimitCgroup != "" {
+			if a.water.dir != info.LimitCgroup {
+				a.water = limitWater{dir: info.LimitCgroup, start: info.LimitHighWater}
+			}
 			m.LimitPeak = max(m.LimitPeak, info.LimitUsage)
 			if info.LimitCgroup == a.ownCgroup() {
 				m.LimitPeak = max(m.LimitPeak, info.CgroupPeak)
@@ -74,6 +90,14 @@ func (a *running) record(x *timeline.Sample, info *sampler.TreeInfo) {
 	}
 	a.setPeak()
 	a.last = lastSample{t: x.T, figure: tree, what: what, nprocs: x.NProcs}
+}
+
+// waterVersion tells a v1 memory cgroup directory from a v2 one.
+func waterVersion(dir string) int {
+	if _, err := os.Stat(filepath.Join(dir, "memory.usage_in_bytes")); err == nil {
+		return 1
+	}
+	return 2
 }
 
 // ownCgroup is the directory of the job's own cgroup, "" when none.
@@ -90,6 +114,11 @@ func (a *running) finishMemory(cgroupPeak uint64) {
 	m := &a.mem
 	if a.haveFinal {
 		m.KernelMaxRSS = max(m.KernelMaxRSS, a.final.MaxRSS)
+	}
+	if w := a.water; w.dir != "" && w.dir == m.LimitCgroup && w.dir != a.ownCgroup() {
+		if c, err := cgroup.ReadMemory(w.dir, waterVersion(w.dir)); err == nil && c.Peak > w.start {
+			m.LimitPeak = max(m.LimitPeak, c.Peak)
+		}
 	}
 	if a.group != nil && cgroupPeak > 0 {
 		m.PeakCgroup = max(m.PeakCgroup, cgroupPeak)

@@ -1,6 +1,9 @@
 package supervise
 
 import (
+	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -53,14 +56,29 @@ func TestMemoryFigures(t *testing.T) {
 }
 
 func TestMemoryFiguresWithoutOwnCgroup(t *testing.T) {
-	// the job sits in a machine-wide cgroup: no cgroup figure is the job's,
-	// and an ancestor's limit is measured against that cgroup's charge
-	a := &running{}
-	x := timeline.Sample{T: time.Unix(1, 0), RSS: 50 * mib, PSS: timeline.U(40 * mib), NProcs: 1, Limit: 160 * mib, LimitSource: "cgroup"}
-	a.record(&x, &sampler.TreeInfo{LimitCgroup: "/sys/fs/cgroup/memory/slurm/job_7", LimitUsage: 150 * mib})
-	a.finishMemory(0)
-	if m := a.mem; m.PeakCgroup != 0 || m.LimitPeak != 150*mib || m.LimitCgroup != "/sys/fs/cgroup/memory/slurm/job_7" || m.PeakRSS != 40*mib {
-		t.Errorf("%+v", m)
+	// the job sits in a cgroup under a limited ancestor: no cgroup figure is
+	// the job's, and the limit is measured against the ancestor's charge,
+	// sampled, or the kernel's high-water mark where it rose during the
+	// attempt (the moment before an OOM kill falls between samples)
+	dir := t.TempDir()
+	write := func(name string, v uint64) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(strconv.FormatUint(v, 10)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("memory.current", 150*mib)
+	write("memory.peak", 152*mib) // set before the job, by someone else
+	for _, tt := range []struct {
+		peakAtEnd, want uint64
+	}{{152 * mib, 150 * mib}, {159 * mib, 159 * mib}} {
+		a := &running{}
+		x := timeline.Sample{T: time.Unix(1, 0), RSS: 50 * mib, PSS: timeline.U(40 * mib), NProcs: 1, Limit: 160 * mib, LimitSource: "cgroup"}
+		a.record(&x, &sampler.TreeInfo{LimitCgroup: dir, LimitUsage: 150 * mib, LimitHighWater: 152 * mib})
+		write("memory.peak", tt.peakAtEnd)
+		a.finishMemory(0)
+		if m := a.mem; m.PeakCgroup != 0 || m.LimitPeak != tt.want || m.LimitCgroup != dir || m.PeakRSS != 40*mib {
+			t.Errorf("high-water %d at the end: %+v, want limit peak %d", tt.peakAtEnd, m, tt.want)
+		}
 	}
 }
 
