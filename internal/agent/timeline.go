@@ -12,17 +12,11 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/timeline"
 )
 
-// Point is one reading of a job's memory. Alloc and Reserved are PyTorch's
-// own figures from the probe, -1 when no probe reports for the job.
-type Point struct {
-	T        int64 `json:"t"` // Unix milliseconds
-	GPU      int64 `json:"gpu"`
-	RSS      int64 `json:"rss"`
-	Alloc    int64 `json:"alloc"`
-	Reserved int64 `json:"reserved"`
-}
+// Point is the timeline's compact reading of a job.
+type Point = timeline.Point
 
 // Resolutions of stored timelines.
 const (

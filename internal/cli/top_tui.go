@@ -12,6 +12,7 @@ import (
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/sampler"
+	"github.com/vramguard/vramguard/internal/timeline"
 	"github.com/vramguard/vramguard/internal/units"
 )
 
@@ -401,29 +402,29 @@ func deviceBar(d gpu.Device, width int) string {
 var sparkRunes = []rune("▁▂▃▄▅▆▇█")
 
 // sparkline draws the last width points' GPU memory, scaled to their range.
-func sparkline(h []sampler.Point, width int) string {
+func sparkline(h []timeline.Point, width int) string {
 	if len(h) == 0 {
 		return ""
 	}
 	if len(h) > width {
 		// Keep the newest points, one per column, evenly spaced.
 		step := float64(len(h)) / float64(width)
-		pts := make([]sampler.Point, width)
+		pts := make([]timeline.Point, width)
 		for i := range pts {
 			pts[i] = h[int(float64(i)*step)]
 		}
 		pts[width-1] = h[len(h)-1]
 		h = pts
 	}
-	lo, hi := h[0].GPUBytes, h[0].GPUBytes
+	lo, hi := h[0].GPU, h[0].GPU
 	for _, p := range h {
-		lo, hi = min(lo, p.GPUBytes), max(hi, p.GPUBytes)
+		lo, hi = min(lo, p.GPU), max(hi, p.GPU)
 	}
 	var b strings.Builder
 	for _, p := range h {
 		i := 0
 		if hi > lo {
-			i = int(float64(p.GPUBytes-lo) / float64(hi-lo) * float64(len(sparkRunes)-1))
+			i = int(float64(p.GPU-lo) / float64(hi-lo) * float64(len(sparkRunes)-1))
 		}
 		b.WriteRune(sparkRunes[i])
 	}

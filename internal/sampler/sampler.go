@@ -29,13 +29,6 @@ const minDeviceInterval = 100 * time.Millisecond
 // minProcess is MinProcessInterval, lowered only by this package's tests.
 var minProcess = MinProcessInterval
 
-// Point is one job's footprint at one time, for sparklines and analysis.
-type Point struct {
-	T        time.Time `json:"t"`
-	GPUBytes uint64    `json:"gpu_bytes"`
-	RSSBytes uint64    `json:"rss_bytes"`
-}
-
 // Config configures a Sampler.
 type Config struct {
 	Backend gpu.Backend
@@ -87,7 +80,7 @@ type Sampler struct {
 	latest  Sample
 	have    bool
 	changed chan struct{}
-	hist    map[string][]Point
+	hist    map[string][]timeline.Point
 	mons    map[string]*monitor.Monitor // the monitor of each job not supervised by vramguard run
 }
 
@@ -111,7 +104,7 @@ func New(cfg Config) (*Sampler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Sampler{cfg: cfg, changed: make(chan struct{}), hist: map[string][]Point{}, mons: map[string]*monitor.Monitor{}}, nil
+	return &Sampler{cfg: cfg, changed: make(chan struct{}), hist: map[string][]timeline.Point{}, mons: map[string]*monitor.Monitor{}}, nil
 }
 
 // Intervals returns the process and device polling periods in force.
@@ -170,9 +163,16 @@ func (s *Sampler) record(smp *Sample, now time.Time) {
 	for i := range smp.Attrib.Jobs {
 		j := &smp.Attrib.Jobs[i]
 		seen[j.Key] = true
-		h := append(s.hist[j.Key], Point{T: now, GPUBytes: j.GPUBytes, RSSBytes: j.RSSBytes})
+		p := timeline.Point{T: now.UnixMilli(), GPU: int64(j.GPUBytes), RSS: int64(j.RSSBytes), Alloc: -1, Reserved: -1}
+		if j.AllocatedBytes != nil {
+			p.Alloc = int64(*j.AllocatedBytes)
+		}
+		if j.ReservedBytes != nil {
+			p.Reserved = int64(*j.ReservedBytes)
+		}
+		h := append(s.hist[j.Key], p)
 		k := 0
-		for k < len(h) && h[k].T.Before(cut) {
+		for k < len(h) && h[k].T < cut.UnixMilli() {
 			k++
 		}
 		h = h[k:]
@@ -180,7 +180,7 @@ func (s *Sampler) record(smp *Sample, now time.Time) {
 		s.judge(j, smp, now, totals)
 	}
 	for k, h := range s.hist {
-		if !seen[k] && (len(h) == 0 || h[len(h)-1].T.Before(cut)) {
+		if !seen[k] && (len(h) == 0 || h[len(h)-1].T < cut.UnixMilli()) {
 			delete(s.hist, k)
 		}
 	}
@@ -271,8 +271,8 @@ func (s *Sampler) Next(ctx context.Context, seq uint64) (Sample, error) {
 }
 
 // History returns a copy of the job's points, oldest first.
-func (s *Sampler) History(key string) []Point {
+func (s *Sampler) History(key string) []timeline.Point {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Point(nil), s.hist[key]...)
+	return append([]timeline.Point(nil), s.hist[key]...)
 }

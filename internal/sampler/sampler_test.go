@@ -113,7 +113,7 @@ func TestRefreshAttributesAndKeepsHistory(t *testing.T) {
 	}
 	h := s.History(j.Key)
 	// 8 points over 7 s with a 5 s window keeps the last 6.
-	if len(h) != 6 || h[len(h)-1].GPUBytes != j.GPUBytes {
+	if len(h) != 6 || h[len(h)-1].GPU != int64(j.GPUBytes) {
 		t.Errorf("history has %d points (last %+v); want 6 ending at %d", len(h), h[len(h)-1], j.GPUBytes)
 	}
 	// the job's own monitor saw every sample, though history keeps 6

@@ -108,3 +108,14 @@ type RunState struct {
 	// Findings are the attempt's leak and oom_forecast events, oldest first.
 	Findings []Event
 }
+
+// Point is the compact form of a sample that views keep by the thousand:
+// the dashboard's stored timelines, top's sparklines. Alloc and Reserved
+// are PyTorch's own figures, -1 when no probe reported them.
+type Point struct {
+	T        int64 `json:"t"` // Unix milliseconds
+	GPU      int64 `json:"gpu"`
+	RSS      int64 `json:"rss"`
+	Alloc    int64 `json:"alloc"`
+	Reserved int64 `json:"reserved"`
+}
