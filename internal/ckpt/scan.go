@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/vramguard/vramguard/internal/ckpt/pickle"
@@ -159,6 +160,12 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 		}
 	default:
 		scanPickles(r, 0, size, "", res, true)
+		// torch.load tries a non-zip file as a pre-1.0 tar first: a
+		// pickle whose first block is also a valid tar header is loaded as
+		// a tar, from its records.
+		if pythonTarHeader(r) {
+			scanTar(r, size, res)
+		}
 	}
 	res.Dangerous, res.Unknown = 0, 0
 	for _, h := range res.Hits {
@@ -352,11 +359,56 @@ func (p pickleBytes) ReadAt(b []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// pythonTarHeader says whether Python's tarfile opens r: its first block
+// is not all NUL and carries a valid header checksum (the sum of the block
+// with the checksum field read as spaces, bytes unsigned or signed).
+func pythonTarHeader(r io.ReaderAt) bool {
+	var blk [512]byte
+	if n, _ := r.ReadAt(blk[:], 0); n < 512 || allNul(blk[:]) {
+		return false
+	}
+	f := blk[148:156]
+	if f[0] == 0o200 || f[0] == 0o377 {
+		return true // base-256 checksum: take it as valid
+	}
+	want, err := strconv.ParseInt(strings.TrimSpace(string(trimNul(f))), 8, 64)
+	if err != nil && strings.TrimSpace(string(trimNul(f))) != "" {
+		return false
+	}
+	var us, ss int64 = 256, 256
+	for i, c := range blk {
+		if i >= 148 && i < 156 {
+			continue
+		}
+		us += int64(c)
+		ss += int64(int8(c))
+	}
+	return want == us || want == ss
+}
+
+func allNul(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func scanTar(r io.ReaderAt, size int64, res *ScanResult) {
 	var off int64
 	for off+512 <= size {
 		var blk [512]byte
-		if _, err := r.ReadAt(blk[:], off); err != nil || blk[0] == 0 {
+		if _, err := r.ReadAt(blk[:], off); err != nil || allNul(blk[:]) {
+			return
+		}
+		// Extended headers rename the next member and links make
+		// extraction read another member's data: torch would read
+		// records scan cannot name.
+		switch tf := blk[156]; tf {
+		case 0, '0', '3', '4', '5', '6', '7':
+		default:
+			res.Errors = append(res.Errors, fmt.Sprintf("tar member at byte %d has type %q (a link or an extended header): torch's loader may read records under other names than scan sees", off, tf))
 			return
 		}
 		name := string(trimNul(blk[:100]))

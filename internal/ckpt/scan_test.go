@@ -493,3 +493,77 @@ func TestScanSafetensorsPolyglot(t *testing.T) {
 		t.Errorf("torch.load did not run the polyglot's payload: %s", out)
 	}
 }
+
+// tarBlock is one ustar header: name, size and type, with its checksum.
+func tarBlock(name string, size int, typ byte) []byte {
+	b := make([]byte, 512)
+	copy(b, name)
+	copy(b[100:], "0000644\x00")
+	copy(b[108:], "0000000\x00")
+	copy(b[116:], "0000000\x00")
+	copy(b[124:], fmt.Sprintf("%011o\x00", size))
+	copy(b[136:], "00000000000\x00")
+	b[156] = typ
+	copy(b[257:], "ustar\x0000")
+	copy(b[148:], "        ")
+	sum := 0
+	for _, c := range b {
+		sum += int(c)
+	}
+	copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
+	return b
+}
+
+// TestScanPickleTarPolyglot: a file that starts as a harmless pickle and is
+// also a valid tar is loaded by torch.load as a pre-1.0 tar, from its
+// storages record; scan reads it that way too. A tar that hides a member
+// behind a link fails.
+func TestScanPickleTarPolyglot(t *testing.T) {
+	payload := []byte("\x80\x02cos\nsystem\n(S'touch vg-pwned'\ntR.")
+	pad := func(b []byte) []byte { return append(b, make([]byte, (512-len(b)%512)%512)...) }
+	var f []byte
+	f = append(f, tarBlock("\x80\x02K\x01.", 0, '0')...)
+	f = append(f, tarBlock("storages", len(payload), '0')...)
+	f = append(f, pad(payload)...)
+	f = append(f, make([]byte, 1024)...)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "model.pt")
+	if err := os.WriteFile(p, f, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ScanFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Safe || res.Dangerous != 1 || res.Hits[len(res.Hits)-1].Record != "storages" {
+		t.Errorf("format %s safe=%v dangerous=%d hits %+v errors %v", res.Format, res.Safe, res.Dangerous, res.Hits, res.Errors)
+	}
+	cmd := exec.Command(testbin.Python(), "-c", torchLoadScript)
+	cmd.Stdin = strings.NewReader(p)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s with torch: %v (%s)", testbin.Python(), err, out)
+	}
+	if !strings.Contains(string(out), `"model.pt": true`) {
+		t.Errorf("torch.load did not run the tar's payload: %s", out)
+	}
+	// storages as a hard link to a member of another name.
+	var l []byte
+	l = append(l, tarBlock("evil", len(payload), '0')...)
+	l = append(l, pad(payload)...)
+	link := tarBlock("storages", 0, '1')
+	copy(link[157:], "evil")
+	copy(link[148:], "        ")
+	sum := 0
+	for _, c := range link {
+		sum += int(c)
+	}
+	copy(link[148:], fmt.Sprintf("%06o\x00 ", sum))
+	l = append(l, link...)
+	l = append(l, make([]byte, 1024)...)
+	res = &ScanResult{Format: FormatTorchTar}
+	scanReader(bytes.NewReader(l), int64(len(l)), res)
+	if res.Safe {
+		t.Errorf("a tar with a hard link passes: %+v", res)
+	}
+}
