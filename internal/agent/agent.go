@@ -127,7 +127,7 @@ type Agent struct {
 	start  time.Time
 
 	mu        sync.RWMutex
-	latest    sampler.Sample
+	latest    sampler.Reading
 	have      bool
 	jobs      map[string]*jobState
 	lastErr   error
@@ -228,7 +228,7 @@ func (a *Agent) SamplerError(err error) {
 // Ingest takes one full sample: updates jobs, timelines, detectors, and
 // raises the events and alerts that follow. Run calls it for every sample;
 // tests and benchmarks may call it directly.
-func (a *Agent) Ingest(ctx context.Context, smp sampler.Sample) {
+func (a *Agent) Ingest(ctx context.Context, smp sampler.Reading) {
 	now := smp.ProcessTime
 	totals := map[int]uint64{}
 	for _, d := range smp.Devices {
@@ -330,7 +330,7 @@ func (a *Agent) Ingest(ctx context.Context, smp sampler.Sample) {
 // not supervise, and a supervised run's own findings that the agent has not
 // raised yet (so its alerts reach the agent's log and webhooks too).
 // a.mu is held.
-func (a *Agent) judge(js *jobState, smp *sampler.Sample, now time.Time) []*store.AgentEvent {
+func (a *Agent) judge(js *jobState, smp *sampler.Reading, now time.Time) []*store.AgentEvent {
 	j := &js.Job
 	jd := smp.Judged[j.Key]
 	js.Judged = jd

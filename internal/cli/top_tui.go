@@ -37,7 +37,7 @@ func runTopTUI(ctx context.Context, f *Factory, o *topOptions, s *sampler.Sample
 	return nil
 }
 
-type sampleMsg sampler.Sample
+type sampleMsg sampler.Reading
 type sampleErrMsg struct{ err error }
 type killDoneMsg struct {
 	what string
@@ -60,7 +60,7 @@ type topModel struct {
 	fs   procfs.FS
 	errs chan error
 
-	smp      sampler.Sample
+	smp      sampler.Reading
 	have     bool
 	jobs     []attrib.Job
 	rows     []topRow
@@ -136,7 +136,7 @@ func (m *topModel) rebuild() {
 func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case sampleMsg:
-		m.smp, m.have = sampler.Sample(msg), true
+		m.smp, m.have = sampler.Reading(msg), true
 		m.rebuild()
 		return m, m.waitSample(msg.Seq)
 	case sampleErrMsg:

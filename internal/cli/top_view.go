@@ -34,7 +34,7 @@ type topSnapshot struct {
 	Verdicts map[string]monitor.Summary `json:"verdicts"`
 }
 
-func newSnapshot(smp sampler.Sample, note, sortBy, filter string) topSnapshot {
+func newSnapshot(smp sampler.Reading, note, sortBy, filter string) topSnapshot {
 	devs := smp.Devices
 	if devs == nil {
 		devs = []gpu.Device{}

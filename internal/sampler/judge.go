@@ -29,7 +29,7 @@ type Judgement struct {
 // addRuns makes every supervised run in progress a job of smp, GPU memory
 // or not: a run training on the CPU (or not yet on a GPU) is still a job to
 // watch. Its host and allocator figures come from its own newest sample.
-func (s *Sampler) addRuns(ctx context.Context, smp *Sample) {
+func (s *Sampler) addRuns(ctx context.Context, smp *Reading) {
 	if s.cfg.Runs == nil {
 		return
 	}
@@ -61,7 +61,7 @@ func (s *Sampler) addRuns(ctx context.Context, smp *Sample) {
 
 // judge sets j's flags from its judgement and records the judgement. s.mu
 // is held.
-func (s *Sampler) judge(j *attrib.Job, smp *Sample, now time.Time, totals map[int]uint64) {
+func (s *Sampler) judge(j *attrib.Job, smp *Reading, now time.Time, totals map[int]uint64) {
 	if smp.Judged == nil {
 		smp.Judged = map[string]*Judgement{}
 	}

@@ -32,7 +32,7 @@ var minProcess = MinProcessInterval
 // Config configures a Sampler.
 type Config struct {
 	Backend gpu.Backend
-	// Attributor groups processes into jobs; nil leaves Sample.Attrib empty.
+	// Attributor groups processes into jobs; nil leaves Reading.Attrib empty.
 	Attributor *attrib.Attributor
 	// ProcessInterval is the period of process-list queries (default and
 	// minimum MinProcessInterval).
@@ -51,8 +51,8 @@ type Config struct {
 	Runs RunSource
 }
 
-// Sample is one shared reading. Readers must treat its slices as read-only.
-type Sample struct {
+// Reading is one shared reading of the machine (devices, processes, jobs). Readers must treat its slices as read-only.
+type Reading struct {
 	// Seq increases with every update (device-only updates included).
 	Seq uint64 `json:"seq"`
 	// Time is when devices were read; ProcessTime when processes were.
@@ -77,7 +77,7 @@ type Sampler struct {
 	cfg Config
 
 	mu      sync.Mutex
-	latest  Sample
+	latest  Reading
 	have    bool
 	changed chan struct{}
 	hist    map[string][]timeline.Point
@@ -114,25 +114,25 @@ func (s *Sampler) Intervals() (process, device time.Duration) {
 
 // Refresh takes a full sample now (devices, processes, attribution),
 // publishes it and returns it.
-func (s *Sampler) Refresh(ctx context.Context) (Sample, error) {
+func (s *Sampler) Refresh(ctx context.Context) (Reading, error) {
 	start := time.Now()
 	devs, err := s.cfg.Backend.Devices(ctx)
 	if err != nil {
-		return Sample{}, fmt.Errorf("read GPU devices: %w", err)
+		return Reading{}, fmt.Errorf("read GPU devices: %w", err)
 	}
 	procs, err := s.cfg.Backend.Processes(ctx)
 	if err != nil {
-		return Sample{}, fmt.Errorf("read GPU processes: %w", err)
+		return Reading{}, fmt.Errorf("read GPU processes: %w", err)
 	}
 	now := s.cfg.Now()
-	smp := Sample{Time: now, ProcessTime: now, Backend: s.cfg.Backend.Name(), Devices: devs, Processes: procs}
+	smp := Reading{Time: now, ProcessTime: now, Backend: s.cfg.Backend.Name(), Devices: devs, Processes: procs}
 	if d, ok := s.cfg.Backend.(gpu.Dropper); ok {
 		smp.Dropped = d.Dropped()
 	}
 	if s.cfg.Attributor != nil {
 		res, err := s.cfg.Attributor.Attribute(procs)
 		if err != nil {
-			return Sample{}, err
+			return Reading{}, err
 		}
 		smp.Attrib = res
 	} else {
@@ -151,7 +151,7 @@ func (s *Sampler) Refresh(ctx context.Context) (Sample, error) {
 
 // record appends each job's point to its history, prunes old points and
 // gone jobs, and runs the flag hook. s.mu is held.
-func (s *Sampler) record(smp *Sample, now time.Time) {
+func (s *Sampler) record(smp *Reading, now time.Time) {
 	cut := now.Add(-s.cfg.History)
 	totals := map[int]uint64{}
 	for _, d := range smp.Devices {
@@ -192,7 +192,7 @@ func (s *Sampler) record(smp *Sample, now time.Time) {
 }
 
 // publish makes smp the latest sample and wakes readers. s.mu is held.
-func (s *Sampler) publish(smp Sample) {
+func (s *Sampler) publish(smp Reading) {
 	smp.Seq = s.latest.Seq + 1
 	s.latest, s.have = smp, true
 	close(s.changed)
@@ -245,14 +245,14 @@ func (s *Sampler) Run(ctx context.Context, onErr func(error)) error {
 }
 
 // Latest returns the most recent sample, and false before the first.
-func (s *Sampler) Latest() (Sample, bool) {
+func (s *Sampler) Latest() (Reading, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.latest, s.have
 }
 
 // Next waits for a sample newer than seq (0: any) and returns it.
-func (s *Sampler) Next(ctx context.Context, seq uint64) (Sample, error) {
+func (s *Sampler) Next(ctx context.Context, seq uint64) (Reading, error) {
 	for {
 		s.mu.Lock()
 		if s.have && s.latest.Seq > seq {
@@ -265,7 +265,7 @@ func (s *Sampler) Next(ctx context.Context, seq uint64) (Sample, error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return Sample{}, ctx.Err()
+			return Reading{}, ctx.Err()
 		}
 	}
 }

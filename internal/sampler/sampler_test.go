@@ -92,7 +92,7 @@ func TestRefreshAttributesAndKeepsHistory(t *testing.T) {
 	b := newSim(t, c)
 	s, _ := New(Config{Backend: b, Attributor: &attrib.Attributor{Src: b.Host(procfs.FS{})}, Now: c.now, History: 5 * time.Second})
 	ctx := context.Background()
-	var last Sample
+	var last Reading
 	for i := 0; i < 8; i++ {
 		smp, err := s.Refresh(ctx)
 		if err != nil {
@@ -209,7 +209,7 @@ func TestJudge(t *testing.T) {
 		Findings: []timeline.Event{{Kind: timeline.KindLeak, Data: leak}}}
 	s, _ := New(Config{Backend: b, Attributor: &attrib.Attributor{Src: b.Host(procfs.FS{})}, Now: c.now, Runs: runs{run}})
 	ctx := context.Background()
-	var last Sample
+	var last Reading
 	leakAt := -1
 	for i := 0; i < 900; i++ {
 		smp, err := s.Refresh(ctx)

@@ -50,7 +50,7 @@ type JobSpec struct {
 	// Proc and Cgroups are the /proc and cgroup trees to read (zero: live).
 	Proc    procfs.FS
 	Cgroups cgroup.Reader
-	// MaxProcs caps TreeInfo.Procs and Sample.Procs (default 64).
+	// MaxProcs caps TreeInfo.Procs and timeline.Sample.Procs (default 64).
 	MaxProcs int
 }
 
@@ -76,7 +76,7 @@ type TreeInfo struct {
 	CgroupPeak     uint64
 	CgroupOOMKills uint64
 	// LimitCgroup is the directory of the cgroup whose limit is
-	// Sample.Limit ("" for the host's RAM); LimitUsage is that cgroup's
+	// timeline.Sample.Limit ("" for the host's RAM); LimitUsage is that cgroup's
 	// charge now (page cache and any other process in it included): what
 	// the kernel compares with the limit.
 	LimitCgroup string
@@ -125,7 +125,7 @@ var ErrNoProcesses = errors.New("no live process in the job's tree")
 // Read reads the tree below Root now: its processes from /proc, PSS from
 // smaps_rollup, its own cgroup, the limit in force, and GPU memory per
 // process from the Sampler's shared process list (refreshed at most once
-// per process interval, whoever asks). Sample.Attempt is left 0.
+// per process interval, whoever asks). timeline.Sample.Attempt is left 0.
 func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) {
 	var info TreeInfo
 	sp := w.spec
@@ -275,7 +275,7 @@ var treeRefresh sync.Mutex
 // there are no devices or the lists cannot be read.
 func (w *JobWatch) gpu(ctx context.Context) ([]gpu.Device, []gpu.Process, time.Time, bool) {
 	s := w.s
-	fresh := func() (Sample, bool) {
+	fresh := func() (Reading, bool) {
 		smp, ok := s.Latest()
 		return smp, ok && s.cfg.Now().Sub(smp.ProcessTime) < s.cfg.ProcessInterval
 	}
