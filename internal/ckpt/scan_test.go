@@ -567,3 +567,28 @@ func TestScanPickleTarPolyglot(t *testing.T) {
 		t.Errorf("a tar with a hard link passes: %+v", res)
 	}
 }
+
+// TestScanDeepNesting: nesting far beyond any fixed limit, as Python reads
+// it, is followed to the payload after it in linear time (the decoder keeps
+// an explicit stack).
+func TestScanDeepNesting(t *testing.T) {
+	const n = 300_000
+	var b bytes.Buffer
+	b.WriteString("\x80\x02")
+	b.WriteString(strings.Repeat("(", n))
+	b.WriteString(strings.Repeat("l", n))
+	b.WriteString(strings.Repeat("]", n))
+	b.WriteString(strings.Repeat("a", n-1))
+	b.WriteString("00cos\nsystem\n(S'x'\ntR.")
+	p := filepath.Join(t.TempDir(), "deep.pkl")
+	if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ScanFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Safe || res.Dangerous != 1 || len(res.Errors) != 0 {
+		t.Errorf("safe=%v dangerous=%d errors %v", res.Safe, res.Dangerous, res.Errors)
+	}
+}
