@@ -6,13 +6,16 @@
 # the same machine; each round prints both and their ratio, in wall-clock ms
 # and in CPU ms per sample.
 #
-#   bench/gpu/run.sh            # N=200 ITERS=50 ROUNDS=3
+#   bench/gpu/run.sh            # N=200 ITERS=30 GO_ITERS=200 ROUNDS=5
+# (ITERS samples per psutil variant, GO_ITERS per Go benchmark: the Go
+# samples are short, and more of them average out the garbage collector.)
 # Needs: go, /usr/bin/python3 with python3-psutil (apt-get install python3-psutil).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${N:-200}
-ITERS=${ITERS:-50}
-ROUNDS=${ROUNDS:-3}
+ITERS=${ITERS:-30}
+GO_ITERS=${GO_ITERS:-200}
+ROUNDS=${ROUNDS:-5}
 [ "$N" = 200 ] || echo "note: the Go benchmark always uses 200 GPU processes" >&2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -21,7 +24,7 @@ echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs, $(go version | cut -d' ' -f3)
 for r in $(seq "$ROUNDS"); do
 	echo "## round $r, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 	(cd internal/sampler && "$tmp/sampler.test" -test.run '^$' -test.bench 'FullSample' \
-		-test.benchtime "${ITERS}x" -test.benchmem) | grep -E '^Benchmark' | tee "$tmp/go"
+		-test.benchtime "${GO_ITERS}x" -test.benchmem) | grep -E '^Benchmark' | tee "$tmp/go"
 	/usr/bin/python3 bench/gpu/psutil_sample.py "$N" "$ITERS" | tee "$tmp/py"
 	awk -v r="$r" '
 		FILENAME ~ /go$/ && /gpu\+proc\+cgroups/ { m = "steady" }

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Output throughput of a job under `vramguard run` against what users run
-# today: the same job into a plain file, and through `tee` into a file.
+# today: the same job into a plain file, and through `tee` into a file. The
+# three ways take turns within each repetition (plain, tee, vramguard run,
+# then the next repetition), so a change of load on the machine hits all
+# three alike; the median of each is reported, and vramguard's rate as a
+# fraction of tee's. Before each run the previous outputs are deleted and
+# `sync` flushes what is left, so no run pays for another's writeback.
 # Usage: bench/run/throughput.sh [MB] [REPS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,11 +27,25 @@ plain() { sh -c "$gen" > "$tmp/plain.out"; }
 teed() { sh -c "$gen" | tee "$tmp/tee.out" > /dev/null; }
 vg() { VRAMGUARD_HOME="$tmp/home" "$tmp/vramguard" run -- sh -c "$gen" > /dev/null 2>&1; }
 
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+for i in $(seq "$REPS"); do
+  for way in plain teed vg; do
+    # Each run starts alike: the previous outputs gone and written back, so
+    # no run pays for another's dirty pages.
+    rm -rf "$tmp/plain.out" "$tmp/tee.out" "$tmp/home"
+    sync
+    t=$(timeit $way)
+    echo "$t" >> "$tmp/$way.times"
+    printf 'rep %d %-6s %6.3f s\n' "$i" "$way" "$t"
+  done
+done
 printf '%-34s %10s %10s\n' "way ($MB MB of 100-byte lines)" "median s" "MB/s"
 for way in plain teed vg; do
-  ts=$(for _ in $(seq "$REPS"); do timeit $way; done | median)
+  ts=$(median < "$tmp/$way.times")
+  echo "$ts" > "$tmp/$way.median"
   case $way in plain) name="sh > file";; teed) name="sh | tee file > /dev/null";; vg) name="vramguard run -- sh > /dev/null";; esac
   printf '%-34s %10.3f %10.0f\n' "$name" "$ts" "$(echo "$MB / $ts" | bc -l)"
 done
+printf 'vramguard run / tee: %.2f of tee'"'"'s rate (medians)\n' "$(echo "$(cat "$tmp/teed.median") / $(cat "$tmp/vg.median")" | bc -l)"
 log=$(ls "$tmp"/home/runs/*/attempt-1.log | head -1)
 echo "vramguard log file: $(du -m "$log" | cut -f1) MB for $MB MB of output (timestamp and stream per line)"
