@@ -463,7 +463,8 @@ func TestAllocatorLeakEverywhere(t *testing.T) {
 	}
 }
 
-// scrape reads /metrics into "name{first label" -> value.
+// scrape reads /metrics into "name{job_name=\"JOB\"" -> value (the job
+// label alone, whatever order the other labels come in).
 func scrape(t *testing.T, url string) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -472,6 +473,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 	}
 	defer resp.Body.Close()
 	out := map[string]float64{}
+	job := regexp.MustCompile(`[{,]job_name="([^"]*)"`)
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
@@ -487,8 +489,10 @@ func scrape(t *testing.T, url string) map[string]float64 {
 			continue
 		}
 		key := line[:i]
-		if j := strings.IndexByte(key, ','); j > 0 {
-			key = key[:j]
+		if j := strings.IndexByte(key, '{'); j > 0 {
+			if m := job.FindStringSubmatch(key); m != nil {
+				key = key[:j] + `{job_name="` + m[1] + `"`
+			}
 		}
 		out[key] = v
 	}
