@@ -188,7 +188,7 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 	}
 	defer st.Close()
 
-	runs := runctl.NewHints(f.Home(), f.Getenv)
+	runs := runctl.NewStoreHints(st, f.Home(), f.Getenv)
 	hints := agent.NewHints(runs)
 	src := procSource(b, o.GPU.ProcRoot)
 	simulated := func(int) bool { return false }

@@ -19,6 +19,7 @@ import (
 // attrib.NotebookHints.
 type Hints struct {
 	home    string
+	st      *store.Store // the caller's open store, or nil: open home's for each read
 	getenv  func(string) string
 	mu      sync.Mutex
 	loaded  time.Time
@@ -44,6 +45,27 @@ func NewHints(home string, getenv func(string) string) *Hints {
 		getenv = os.Getenv
 	}
 	return &Hints{home: home, getenv: getenv, refresh: 3 * time.Second}
+}
+
+// NewStoreHints is NewHints over a store the caller keeps open (a daemon's),
+// so that reading it every second costs no open.
+func NewStoreHints(st *store.Store, home string, getenv func(string) string) *Hints {
+	h := NewHints(home, getenv)
+	h.st = st
+	return h
+}
+
+// open returns the store to read and how to let it go; ok is false when
+// there is none to read (no state directory yet: nothing runs).
+func (h *Hints) open() (st *store.Store, done func(), ok bool) {
+	if h.st != nil {
+		return h.st, func() {}, true
+	}
+	st, err := store.OpenExisting(h.home)
+	if err != nil {
+		return nil, nil, false
+	}
+	return st, func() { st.Close() }, true
 }
 
 // RunForPID implements attrib.OwnerHints.
@@ -79,7 +101,7 @@ func (h *Hints) loadNotebooks() {
 	nbs := map[string]string{}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if st, err := store.Open(h.home); err == nil {
+	if st, done, ok := h.open(); ok {
 		if ks, err := st.Kernels(ctx); err == nil {
 			for _, k := range ks {
 				if k.Notebook != "" {
@@ -87,7 +109,7 @@ func (h *Hints) loadNotebooks() {
 				}
 			}
 		}
-		st.Close()
+		done()
 	}
 	home, _ := os.UserHomeDir()
 	if servers, err := jupyter.Discover(jupyter.RuntimeDirs(h.getenv, home, os.Geteuid() == 0)); err == nil && len(servers) > 0 {
@@ -101,11 +123,11 @@ func (h *Hints) loadNotebooks() {
 func (h *Hints) load() {
 	h.loaded = time.Now()
 	ctx := context.Background()
-	st, err := store.Open(h.home)
-	if err != nil {
+	st, done, ok := h.open()
+	if !ok {
 		return
 	}
-	defer st.Close()
+	defer done()
 	runs, err := st.Runs(ctx, 200)
 	if err != nil {
 		return

@@ -20,12 +20,12 @@ func (h *Hints) Running(ctx context.Context) []timeline.RunState {
 		return h.running
 	}
 	h.runningAt = time.Now()
-	st, err := store.OpenExisting(h.home)
-	if err != nil {
+	st, done, ok := h.open()
+	if !ok {
 		h.running = []timeline.RunState{}
 		return h.running
 	}
-	defer st.Close()
+	defer done()
 	out, err := RunningStates(ctx, st)
 	if err != nil {
 		return h.running
