@@ -188,7 +188,7 @@ func (m *Monitor) nearLimit(s *timeline.Sample) (timeline.Event, bool) {
 	switch {
 	case !m.nearIn && frac >= m.cfg.NearLimit:
 		m.nearIn = true
-		msg := fmt.Sprintf("host memory at %.0f%% of its %s limit (%s of %s: %s)", 100*frac, s.LimitSource,
+		msg := fmt.Sprintf("host memory at %.0f%% of its limit (%s): %s of %s, %s", 100*frac, s.LimitSource,
 			units.FormatBytes(float64(used)), units.FormatBytes(float64(limit)), what)
 		data, _ := json.Marshal(map[string]any{"used_bytes": used, "limit_bytes": limit, "limit_source": s.LimitSource, "fraction": frac})
 		return timeline.Event{T: s.T, Attempt: s.Attempt, Kind: timeline.KindNearLimit, Message: msg, Data: data}, true
