@@ -340,7 +340,7 @@ func TestAllowlistAsPython(t *testing.T) {
 		t.Errorf("split reaches another object: %s", m)
 	}
 	later := func(full string) bool {
-		for _, p := range []string{"numpy._core.", "torch.distributed.checkpoint.", "torch._utils._rebuild_", "torch.device", "torch._tensor."} {
+		for _, p := range []string{"numpy._core.", "torch.distributed.checkpoint.", "torch._utils._rebuild_", "torch.device", "torch._tensor.", "torch.nn.parameter.Buffer"} {
 			if strings.HasPrefix(full, p) {
 				return true
 			}

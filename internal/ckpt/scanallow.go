@@ -82,7 +82,10 @@ var frameworkGlobals = []string{
 	"torch.distributed.checkpoint.metadata.Metadata", "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
 	"torch.distributed.checkpoint.metadata.TensorProperties", "torch.distributed.checkpoint.metadata.ChunkStorageMetadata",
 	"torch.distributed.checkpoint.metadata.BytesStorageMetadata", "torch.distributed.checkpoint.metadata.MetadataIndex",
-	"torch.distributed.checkpoint.filesystem._StorageInfo",
+	"torch.distributed.checkpoint.filesystem._StorageInfo", "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
+	"torch.distributed.checkpoint.metadata.StorageMeta",
+	// parameters of lazy modules not run yet, and torch 2.5's Buffer
+	"torch.nn.parameter.UninitializedParameter", "torch.nn.parameter.UninitializedBuffer", "torch.nn.parameter.Buffer",
 	// activation functions a whole-module save names (TransformerEncoderLayer.activation)
 	"torch.nn.functional.relu", "torch.nn.functional.gelu", "torch.nn.functional.silu",
 	"torch.nn.functional.elu", "torch.nn.functional.leaky_relu", "torch.nn.functional.tanh",
