@@ -11,6 +11,7 @@ package attrib
 import (
 	"cmp"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -161,6 +162,38 @@ type Attributor struct {
 	jobs   []Job
 	rank   []jobRank
 	all    []procfs.Proc
+	// table keeps the live /proc between passes (Src is procfs.FS{}): only
+	// the stat of processes a pass uses is read (see procfs.Table).
+	table *procfs.Table
+}
+
+// Close releases the files the Attributor keeps open between passes. It
+// may be used again afterwards.
+func (a *Attributor) Close() {
+	if a.table != nil {
+		a.table.Close()
+	}
+}
+
+// scan lists the processes: through the table for the live /proc, so that
+// info.stale marks those whose stat was not read in this pass.
+func (a *Attributor) scan() ([]procfs.Proc, bool, error) {
+	if fs, ok := a.Src.(procfs.FS); ok && fs.Root == "" {
+		if a.table == nil {
+			a.table = procfs.NewTable(fs)
+			runtime.AddCleanup(a, func(t *procfs.Table) { t.Close() }, a.table)
+		}
+		all, err := a.table.Scan(a.all[:0])
+		a.all = all
+		return all, true, err
+	}
+	if ap, ok := a.Src.(appendAller); ok {
+		all, err := ap.AppendAll(a.all[:0])
+		a.all = all
+		return all, false, err
+	}
+	all, err := a.Src.All()
+	return all, false, err
 }
 
 // appendAller is a ProcSource that can scan into a reused slice
@@ -185,6 +218,9 @@ type info struct {
 	cgroups *Context
 	argv    []string
 	argvOK  bool
+	// stale is set when p is from an earlier pass (its place in the tree
+	// is current; the rest is read when the pass uses it: pass.use).
+	stale bool
 	// key is the job key "pid:<pid>:<start>" when this process is a root;
 	// name the job name derived from nameComm and argv.
 	key      string
@@ -202,6 +238,18 @@ type pass struct {
 	// slab and devSlab are the backing of the jobs' Processes and Devices.
 	slab    []Process
 	devSlab []int
+}
+
+// use makes in.p current: a process whose stat the scan did not read is
+// read now. If it has exited since the scan, the last reading stands.
+func (ps *pass) use(in *info) *info {
+	if in.stale {
+		in.stale = false
+		if p, err := ps.a.table.Restat(in.p.PID); err == nil && p.StartTicks == in.p.StartTicks {
+			in.p = p
+		}
+	}
+	return in
 }
 
 // kids returns pid's children in ascending order of PID.
@@ -269,14 +317,7 @@ func (a *Attributor) run(pid int) (string, string, bool) {
 
 // Attribute reads the process table once and groups gprocs into jobs.
 func (a *Attributor) Attribute(gprocs []gpu.Process) (Result, error) {
-	var all []procfs.Proc
-	var err error
-	if ap, ok := a.Src.(appendAller); ok {
-		all, err = ap.AppendAll(a.all[:0])
-		a.all = all
-	} else {
-		all, err = a.Src.All()
-	}
+	all, lazy, err := a.scan()
 	if err != nil {
 		return Result{}, fmt.Errorf("scan processes: %w", err)
 	}
@@ -300,7 +341,8 @@ func (a *Attributor) Attribute(gprocs []gpu.Process) (Result, error) {
 		if in == nil {
 			in = &info{}
 		}
-		in.p = p // stat (RSS, CPU, parent) is fresh every pass
+		in.p = p // stat (RSS, CPU, parent) is fresh every pass, or read when used
+		in.stale = lazy && !a.table.Fresh(p.PID)
 		seen[k] = in
 		ps.procs[p.PID] = in
 		a.edges = append(a.edges, edge{p.PPID, p.PID})
@@ -421,11 +463,12 @@ func (ps *pass) root(pid int) int {
 		if _, ok := KernelID(ps.cmdline(cur)); ok {
 			return cur
 		}
-		in := ps.procs[cur]
+		in := ps.use(ps.procs[cur])
 		parent, ok := ps.procs[in.p.PPID]
 		if !ok || parent.p.PID <= 1 {
 			return cur
 		}
+		ps.use(parent)
 		pc := program(parent.p.Comm)
 		if boundaries[pc] || boundaries[parent.p.Comm] {
 			return cur
@@ -457,7 +500,7 @@ func (ps *pass) job(r int, roots map[int]bool) Job {
 	ps.slab = append(ps.slab, Process{PID: r})
 	for next := start; next < len(ps.slab); next++ {
 		pid := ps.slab[next].PID
-		in := ps.procs[pid]
+		in := ps.use(ps.procs[pid])
 		st := ps.status(pid)
 		p := Process{
 			PID: pid, PPID: in.p.PPID, Comm: in.p.Comm, Cmdline: ps.cmdline(pid), UID: st.UID,

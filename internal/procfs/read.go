@@ -1,6 +1,7 @@
 package procfs
 
 import (
+	"encoding/binary"
 	"os"
 	"strconv"
 	"sync"
@@ -28,6 +29,7 @@ type reader struct {
 	buf  []byte
 	dir  []byte
 	pids []int
+	inos []uint64 // the directory entries' inode numbers, as pids
 }
 
 var readers = sync.Pool{New: func() any {
@@ -243,8 +245,8 @@ func readFile[T any](fs FS, pid int, name string, parse func([]byte) T) (T, erro
 	return parse(b), nil
 }
 
-// pidsInto appends the numeric entries of root/proc to r.pids, in the
-// order the directory lists them.
+// pidsInto sets r.pids to the numeric entries of root/proc, in the order
+// the directory lists them, and r.inos to their inode numbers.
 func (r *reader) pidsInto(root string) error {
 	r.setPath(root, -1, "")
 	fd, err := r.open(unix.O_DIRECTORY)
@@ -255,7 +257,7 @@ func (r *reader) pidsInto(root string) error {
 	if r.dir == nil {
 		r.dir = make([]byte, 32<<10)
 	}
-	r.pids = r.pids[:0]
+	r.pids, r.inos = r.pids[:0], r.inos[:0]
 	for {
 		n, err := unix.Getdents(fd, r.dir)
 		if err == unix.EINTR {
@@ -275,6 +277,7 @@ func (r *reader) pidsInto(root string) error {
 			}
 			if pid, ok := direntPID(b[19:reclen]); ok {
 				r.pids = append(r.pids, pid)
+				r.inos = append(r.inos, binary.NativeEndian.Uint64(b[0:8]))
 			}
 			b = b[reclen:]
 		}

@@ -65,8 +65,9 @@ func cpuTime() (user, sys time.Duration) {
 // from sim, a scan of the live /proc (every process's stat), and status,
 // cmdline and cgroup for every job's processes. gpu+proc+cgroups is the
 // sampler's steady state, where those three are kept per (pid, start time)
-// from the previous sample and the stat files stay open; cold is every
-// sample as the first one: a new Attributor, no stat file open.
+// from the previous sample, the stat files stay open and only the stat of
+// processes that may have moved or that a job uses is read; cold is every
+// sample as the first one: a new Attributor, nothing kept.
 func BenchmarkFullSample(b *testing.B) {
 	sc := benchScenario(b, 8, 200)
 	for _, bc := range []struct {
@@ -97,7 +98,7 @@ func BenchmarkFullSample(b *testing.B) {
 					// As the first sample: nothing kept by attrib,
 					// no stat file kept open by procfs.
 					b.StopTimer()
-					procfs.CloseStatFiles()
+					s.cfg.Attributor.Close()
 					s.cfg.Attributor = &attrib.Attributor{Src: procfs.FS{}}
 					b.StartTimer()
 				}
