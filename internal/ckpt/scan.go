@@ -346,19 +346,6 @@ func scanZip(r io.ReaderAt, size int64, res *ScanResult) {
 	scanZipArchive(r, size, res) // zipscan.go
 }
 
-type pickleBytes []byte
-
-func (p pickleBytes) ReadAt(b []byte, off int64) (int, error) {
-	if off >= int64(len(p)) {
-		return 0, io.EOF
-	}
-	n := copy(b, p[off:])
-	if n < len(b) {
-		return n, io.EOF
-	}
-	return n, nil
-}
-
 // pythonTarHeader says whether Python's tarfile opens r: its first block
 // is not all NUL and carries a valid header checksum (the sum of the block
 // with the checksum field read as spaces, bytes unsigned or signed).
