@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -156,8 +157,20 @@ func (e *env) roundTrip(ref string, attempt, wantAttempt, wantSamples int) (map[
 	if _, ok := fromCSV["run_id"]; ok {
 		e.t.Errorf("analyze of a CSV names a run: %v", fromCSV["run_id"])
 	}
+	// the monitor's replay is analyze RUN's alone (it needs the attempt's
+	// start); a leak's detection agrees with the detector's
+	mon, ok := fromRun["monitor"].(map[string]any)
+	if !ok {
+		e.t.Errorf("analyze %s --json has no monitor object", ref)
+	} else if fromRun["verdict"] == "leak" {
+		leak, _ := mon["leak"].(map[string]any)
+		if leak == nil || math.Abs(leak["detected_at_s"].(float64)-fromRun["detected_at_t"].(float64)) > 0.1 {
+			e.t.Errorf("analyze %s: monitor's leak %v, detector raised it at %v", ref, leak, fromRun["detected_at_t"])
+		}
+	}
 	delete(fromRun, "run_id")
 	delete(fromRun, "attempt")
+	delete(fromRun, "monitor")
 	if !reflect.DeepEqual(fromRun, fromCSV) {
 		a, _ := json.MarshalIndent(fromRun, "", " ")
 		b, _ := json.MarshalIndent(fromCSV, "", " ")
