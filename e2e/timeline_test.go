@@ -374,11 +374,12 @@ func TestAllocatorLeakEverywhere(t *testing.T) {
 			LeakStart *time.Time `json:"leak_start"`
 		} `json:"jobs"`
 	}
-	waitFor(t, 30*time.Second, "serve to list both runs", func() bool {
+	// serve reads the run's findings at its next sample (a second or two)
+	waitFor(t, 30*time.Second, "serve to list both runs and the leak", func() bool {
 		getJSON(t, s.URL+"/api/v1/jobs", &jobs)
 		n := 0
 		for _, j := range jobs.Jobs {
-			if j.RunID == leakID || j.RunID == plateauID {
+			if j.RunID == plateauID || j.RunID == leakID && j.Leak {
 				n++
 			}
 		}
