@@ -14,6 +14,10 @@ type Tail struct {
 	chunks []tailChunk
 	size   int
 	max    int
+	// free holds the buffers of dropped chunks for the next ones: a burst
+	// of output reuses them instead of allocating (and collecting) one per
+	// chunk.
+	free [][]byte
 }
 
 type tailChunk struct {
@@ -36,10 +40,21 @@ func (t *Tail) Add(s byte, chunk []byte) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.chunks = append(t.chunks, tailChunk{s, append([]byte(nil), chunk...)})
+	var b []byte
+	for i, f := range t.free {
+		if cap(f) >= len(chunk) {
+			b = f[:0]
+			t.free = append(t.free[:i], t.free[i+1:]...)
+			break
+		}
+	}
+	t.chunks = append(t.chunks, tailChunk{s, append(b, chunk...)})
 	t.size += len(chunk)
 	for len(t.chunks) > 1 && t.size-len(t.chunks[0].data) >= tailBytes {
 		t.size -= len(t.chunks[0].data)
+		if len(t.free) < 4 {
+			t.free = append(t.free, t.chunks[0].data)
+		}
 		t.chunks[0] = tailChunk{}
 		t.chunks = t.chunks[1:]
 	}
