@@ -53,8 +53,9 @@ type Config struct {
 	Store   *store.Store
 	// Probes delivers probe messages (probe.Listener.Messages()); nil: none.
 	Probes <-chan probe.Message
-	// Hints must be the attributor's OwnerHints, so probe figures reach jobs.
-	Hints     *Hints
+	// Registry records what the probes said; it must be the sampler's
+	// ProbeSource, so their allocator figures reach the jobs.
+	Registry  *ProbeRegistry
 	Retention Retention
 	Alerts    AlertConfig
 	// Simulated reports PIDs that a scenario made up (never signalled).
@@ -151,8 +152,8 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Hints == nil {
-		cfg.Hints = NewHints(nil)
+	if cfg.Registry == nil {
+		cfg.Registry = NewProbeRegistry()
 	}
 	if cfg.Simulated == nil {
 		cfg.Simulated = func(int) bool { return false }
@@ -280,7 +281,7 @@ func (a *Agent) Ingest(ctx context.Context, smp sampler.Reading) {
 		}
 		evs = append(evs, a.judge(js, &smp, now)...)
 		for _, pr := range j.Processes {
-			if st, ok := a.cfg.Hints.probe(pr.PID); ok {
+			if st, ok := a.cfg.Registry.probe(pr.PID); ok {
 				js.ProbeSeen = true
 				if st.ckpt.After(js.LastCkpt) {
 					js.LastCkpt = st.ckpt
@@ -479,7 +480,7 @@ func (a *Agent) probeMessage(ctx context.Context, m probe.Message) {
 			res += d.ReservedBytes
 		}
 		progressed := false
-		a.cfg.Hints.update(pid, func(s *probeState) {
+		a.cfg.Registry.update(pid, func(s *probeState) {
 			s.alloc, s.reserved, s.has, s.t = uint64(alloc), uint64(res), len(m.CUDA) > 0, now
 			if st := m.OptimizerSteps + m.UserSteps; st > s.steps {
 				s.steps, progressed = st, true
@@ -489,17 +490,17 @@ func (a *Agent) probeMessage(ctx context.Context, m probe.Message) {
 			a.withJobOf(pid, func(js *jobState) { js.rules.Progress(now) })
 		}
 	case probe.TypeHello, probe.TypeTorch:
-		a.cfg.Hints.update(pid, func(s *probeState) { s.t = now })
+		a.cfg.Registry.update(pid, func(s *probeState) { s.t = now })
 	case probe.TypeBye:
-		a.cfg.Hints.update(pid, func(s *probeState) { s.bye = true })
+		a.cfg.Registry.update(pid, func(s *probeState) { s.bye = true })
 		a.withJobOf(pid, func(js *jobState) { js.ProbeBye = true })
 	case probe.TypeDisconnect:
-		a.cfg.Hints.forget(pid)
+		a.cfg.Registry.forget(pid)
 	case probe.TypeCkpt:
 		if m.OK != nil && !*m.OK {
 			return
 		}
-		a.cfg.Hints.update(pid, func(s *probeState) { s.ckpt = now })
+		a.cfg.Registry.update(pid, func(s *probeState) { s.ckpt = now })
 		var e *store.AgentEvent
 		a.withJobOf(pid, func(js *jobState) {
 			js.LastCkpt = now

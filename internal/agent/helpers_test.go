@@ -40,6 +40,28 @@ type rig struct {
 	st    *store.Store
 	srv   *httptest.Server
 	token string
+	runs  *rigRuns // which PIDs attribution takes for supervised runs
+}
+
+// rigRuns is the attributor's run hints in a rig: none until a test sets h.
+type rigRuns struct {
+	mu sync.Mutex
+	h  attrib.OwnerHints
+}
+
+func (r *rigRuns) RunForPID(pid int) (string, string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.h == nil {
+		return "", "", false
+	}
+	return r.h.RunForPID(pid)
+}
+
+func (r *rigRuns) set(h attrib.OwnerHints) {
+	r.mu.Lock()
+	r.h = h
+	r.mu.Unlock()
 }
 
 func newRig(t testing.TB, scenario string, cfg Config) *rig {
@@ -57,19 +79,20 @@ func newRigPods(t testing.TB, scenario string, cfg Config, pods *attrib.PodIndex
 	clk := &clock{t: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
 	b := sim.New(sc, sim.WithClock(clk.Now))
 	host := b.Host(procfs.FS{})
-	hints := NewHints(nil)
-	hints.now = clk.Now
-	smp, err := sampler.New(sampler.Config{Backend: b, Attributor: &attrib.Attributor{Src: host, Hints: hints, Pods: pods}, Now: clk.Now})
+	reg := NewProbeRegistry()
+	reg.now = clk.Now
+	runs := &rigRuns{}
+	smp, err := sampler.New(sampler.Config{Backend: b, Attributor: &attrib.Attributor{Src: host, Hints: runs, Pods: pods}, Probes: reg, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := openStore(t)
-	cfg.Sampler, cfg.Store, cfg.Hints, cfg.Now, cfg.Simulated, cfg.Version = smp, st, hints, clk.Now, host.Simulated, "test"
+	cfg.Sampler, cfg.Store, cfg.Registry, cfg.Now, cfg.Simulated, cfg.Version = smp, st, reg, clk.Now, host.Simulated, "test"
 	ag, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, clk: clk, smp: smp, ag: ag, st: st, token: "s3cret"}
+	r := &rig{t: t, clk: clk, smp: smp, ag: ag, st: st, token: "s3cret", runs: runs}
 	r.srv = httptest.NewServer(ag.Handler(r.token))
 	t.Cleanup(r.srv.Close)
 	return r

@@ -120,7 +120,7 @@ func TestAgentSocketAllocatedBytes(t *testing.T) {
 	  "processes": [{"pid": %d, "device": 0, "memory": "5GiB",
 	    "host": {"ppid": 1, "comm": "python3", "cmdline": ["python3", "train.py"], "rss": "2GiB"}}]}`, pid)
 	r := newRig(t, scenario, Config{})
-	r.ag.cfg.Hints.runs = runsOf{pid}
+	r.runs.set(runsOf{pid})
 	r.ag.cfg.Probes = agentL.Messages()
 	fctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -129,7 +129,7 @@ func TestAgentSocketAllocatedBytes(t *testing.T) {
 
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if _, _, ok := r.ag.cfg.Hints.ProbeMemory(pid); ok {
+		if _, _, ok := r.ag.cfg.Registry.ProbeMemory(pid); ok {
 			break
 		}
 		if time.Now().After(deadline) {

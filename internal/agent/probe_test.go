@@ -154,11 +154,11 @@ func TestProbeReportsOnlyAboutItself(t *testing.T) {
 	if r.ag.probeRej != 1 {
 		t.Fatalf("refused %d messages, want 1 (the one about pid 960001)", r.ag.probeRej)
 	}
-	if _, _, ok := r.ag.cfg.Hints.ProbeMemory(960001); ok {
+	if _, _, ok := r.ag.cfg.Registry.ProbeMemory(960001); ok {
 		t.Fatal("a probe reported about another process and was believed")
 	}
 	// Our own sample was accepted, then forgotten at the disconnect.
-	if _, _, ok := r.ag.cfg.Hints.ProbeMemory(os.Getpid()); ok {
+	if _, _, ok := r.ag.cfg.Registry.ProbeMemory(os.Getpid()); ok {
 		t.Fatal("figures kept after the probe disconnected")
 	}
 	if r.ag.probeMsgs != 2 {

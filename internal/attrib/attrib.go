@@ -42,12 +42,6 @@ type OwnerHints interface {
 	RunForPID(pid int) (runID, name string, ok bool)
 }
 
-// ProbeHints is optionally implemented by an OwnerHints that also knows what
-// PyTorch's allocator inside a process reports (from the in-process probe).
-type ProbeHints interface {
-	ProbeMemory(pid int) (allocated, reserved uint64, ok bool)
-}
-
 // NotebookHints is optionally implemented by an OwnerHints that knows which
 // notebook a Jupyter kernel serves (from the Jupyter servers' sessions, or
 // from vramguard's record of supervised kernels).
@@ -111,7 +105,8 @@ type Job struct {
 	RSSBytes      uint64 `json:"rss_bytes"`
 	SMUtilPercent int    `json:"sm_util_percent"`
 	// AllocatedBytes and ReservedBytes are PyTorch's own figures from the
-	// probe (summed over the job), when a ProbeHints knows them.
+	// probe (summed over the job); attribution leaves them nil and the
+	// sampler fills them from its probe source.
 	AllocatedBytes *uint64 `json:"allocated_bytes,omitempty"`
 	ReservedBytes  *uint64 `json:"reserved_bytes,omitempty"`
 	// Orphan is set when the job's parent is gone while it still holds GPU
@@ -492,7 +487,6 @@ func (ps *pass) job(r int, roots map[int]bool) Job {
 	root := ps.procs[r]
 	j := Job{RootPID: r, SMUtilPercent: -1}
 	sim, _ := ps.a.Src.(Simulator)
-	probe, _ := ps.a.Hints.(ProbeHints)
 	devs := ps.a.devs[:0]
 	// The job's processes are appended to the pass's slab in breadth-first
 	// order; the slab itself is the queue.
@@ -525,15 +519,6 @@ func (ps *pass) job(r int, roots map[int]bool) Job {
 		}
 		if pid == r {
 			p.Role = "main"
-		}
-		if probe != nil {
-			if al, rs, ok := probe.ProbeMemory(pid); ok {
-				if j.AllocatedBytes == nil {
-					j.AllocatedBytes, j.ReservedBytes = new(uint64), new(uint64)
-				}
-				*j.AllocatedBytes += al
-				*j.ReservedBytes += rs
-			}
 		}
 		j.GPUBytes += p.GPUBytes
 		j.RSSBytes += p.RSSBytes

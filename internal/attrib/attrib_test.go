@@ -26,7 +26,6 @@ var update = flag.Bool("update", false, "rewrite golden files")
 //	cgroup PID            followed by the file's lines, then "end"
 //	gpu PID DEVICE MiB    a driver record
 //	run PID RUNID NAME    a supervised run's root (OwnerHints)
-//	probe PID ALLOC_MiB RESERVED_MiB
 //	notebook KERNELID PATH   the notebook a kernel serves (NotebookHints)
 //	podlog DIR [CONTAINER]   a kubelet pod log directory, var/log/pods/DIR
 //	                         (with CONTAINER/0.log in it when given)
@@ -38,7 +37,6 @@ type fixture struct {
 
 type hints struct {
 	runs      map[int][2]string
-	probe     map[int][2]uint64
 	notebooks map[string]string
 }
 
@@ -52,11 +50,6 @@ func (h hints) RunForPID(pid int) (string, string, bool) {
 	return r[0], r[1], ok
 }
 
-func (h hints) ProbeMemory(pid int) (uint64, uint64, bool) {
-	p, ok := h.probe[pid]
-	return p[0], p[1], ok
-}
-
 func buildTree(t *testing.T, spec string) fixture {
 	t.Helper()
 	f, err := os.Open(spec)
@@ -64,7 +57,7 @@ func buildTree(t *testing.T, spec string) fixture {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	fx := fixture{root: t.TempDir(), hints: hints{runs: map[int][2]string{}, probe: map[int][2]uint64{}, notebooks: map[string]string{}}}
+	fx := fixture{root: t.TempDir(), hints: hints{runs: map[int][2]string{}, notebooks: map[string]string{}}}
 	write := func(pid int, name, content string) {
 		dir := filepath.Join(fx.root, "proc", strconv.Itoa(pid))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -124,8 +117,6 @@ func buildTree(t *testing.T, spec string) fixture {
 			fx.hints.runs[atoi(w[1])] = [2]string{w[2], strings.Join(w[3:], " ")}
 		case "notebook":
 			fx.hints.notebooks[w[1]] = w[2]
-		case "probe":
-			fx.hints.probe[atoi(w[1])] = [2]uint64{uint64(atoi(w[2])) << 20, uint64(atoi(w[3])) << 20}
 		case "podlog":
 			dir := filepath.Join(PodLogDir(fx.root), w[1])
 			if len(w) > 2 {

@@ -189,7 +189,7 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 	defer st.Close()
 
 	runs := runctl.NewStoreHints(st, f.Home(), f.Getenv)
-	hints := agent.NewHints(runs)
+	reg := agent.NewProbeRegistry()
 	src := procSource(b, o.GPU.ProcRoot)
 	simulated := func(int) bool { return false }
 	if s, ok := src.(attrib.Simulator); ok {
@@ -197,7 +197,8 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 	}
 	scfg := sampler.Config{
 		Backend:         b,
-		Attributor:      &attrib.Attributor{Src: src, Hints: hints, Pods: attrib.NewPodIndex(attrib.PodLogDir(o.GPU.ProcRoot))},
+		Attributor:      &attrib.Attributor{Src: src, Hints: runs, Pods: attrib.NewPodIndex(attrib.PodLogDir(o.GPU.ProcRoot))},
+		Probes:          reg,
 		ProcessInterval: o.Interval,
 		Now:             f.Now,
 		OOMWarning:      o.OOMThreshold,
@@ -211,7 +212,7 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 		return err
 	}
 	cfg := agent.Config{
-		Sampler: smp, Store: st, Hints: hints, Retention: ret, Simulated: simulated, Now: f.Now, Log: log, Version: Version,
+		Sampler: smp, Store: st, Registry: reg, Retention: ret, Simulated: simulated, Now: f.Now, Log: log, Version: Version,
 		Alerts: agent.AlertConfig{UnsavedAfter: o.UnsavedAfter, Webhook: o.Webhook},
 	}
 	sock := o.ProbeSocket

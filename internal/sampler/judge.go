@@ -15,6 +15,31 @@ type RunSource interface {
 	Running(ctx context.Context) []timeline.RunState
 }
 
+// ProbeSource knows what PyTorch's allocator inside a process reports, from
+// the in-process probe (the agent's probe registry implements it).
+type ProbeSource interface {
+	ProbeMemory(pid int) (allocated, reserved uint64, ok bool)
+}
+
+// addProbes sums the probe's figures over each job's processes.
+func (s *Sampler) addProbes(smp *Reading) {
+	if s.cfg.Probes == nil {
+		return
+	}
+	for i := range smp.Attrib.Jobs {
+		j := &smp.Attrib.Jobs[i]
+		for _, p := range j.Processes {
+			if al, rs, ok := s.cfg.Probes.ProbeMemory(p.PID); ok {
+				if j.AllocatedBytes == nil {
+					j.AllocatedBytes, j.ReservedBytes = new(uint64), new(uint64)
+				}
+				*j.AllocatedBytes += al
+				*j.ReservedBytes += rs
+			}
+		}
+	}
+}
+
 // Judgement is what the monitor concluded for one job. A supervised run is
 // judged by its own supervisor's monitor (Own false: the summary is rebuilt
 // from the run's findings, and the run raised its own events); any other

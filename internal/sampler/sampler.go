@@ -43,6 +43,8 @@ type Config struct {
 	// History is how long each job's points are kept (default 10 minutes).
 	History time.Duration
 	Now     func() time.Time
+	// Probes supplies PyTorch's figures per process (nil: none).
+	Probes ProbeSource
 	// OOMWarning is when the monitor of a job not supervised by vramguard
 	// run raises oom_forecast (default 10 minutes).
 	OOMWarning time.Duration
@@ -138,6 +140,7 @@ func (s *Sampler) Refresh(ctx context.Context) (Reading, error) {
 	} else {
 		smp.Attrib = attrib.Result{Jobs: []attrib.Job{}, Vanished: []gpu.Process{}}
 	}
+	s.addProbes(&smp)
 	s.addRuns(ctx, &smp)
 	smp.Took = time.Since(start)
 

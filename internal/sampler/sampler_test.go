@@ -248,3 +248,39 @@ func TestJudge(t *testing.T) {
 		t.Errorf("GPU job judgement %+v", jd.Summary.Leak)
 	}
 }
+
+// probes is a ProbeSource with fixed figures per PID.
+type probes map[int][2]uint64
+
+func (p probes) ProbeMemory(pid int) (uint64, uint64, bool) {
+	v, ok := p[pid]
+	return v[0], v[1], ok
+}
+
+// The probe's figures of a job's processes are summed onto the job; a job
+// no probe reports for keeps none.
+func TestProbeFiguresPerJob(t *testing.T) {
+	c := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	b := newSim(t, c)
+	s, _ := New(Config{Backend: b, Attributor: &attrib.Attributor{Src: b.Host(procfs.FS{})}, Now: c.now,
+		Probes: probes{700001: {300, 500}, 700002: {20, 40}, 123: {1, 1}}})
+	smp, err := s.Refresh(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(smp.Attrib.Jobs) != 1 {
+		t.Fatalf("jobs %+v", smp.Attrib.Jobs)
+	}
+	j := smp.Attrib.Jobs[0]
+	if j.AllocatedBytes == nil || *j.AllocatedBytes != 320 || *j.ReservedBytes != 540 {
+		t.Errorf("job figures %v/%v, want the trainer's and its worker's summed: 320/540", j.AllocatedBytes, j.ReservedBytes)
+	}
+	if h := s.History(j.Key); len(h) != 1 || h[0].Alloc != 320 || h[0].Reserved != 540 {
+		t.Errorf("history %+v", h)
+	}
+	s2, _ := New(Config{Backend: b, Attributor: &attrib.Attributor{Src: b.Host(procfs.FS{})}, Now: c.now, Probes: probes{}})
+	smp, _ = s2.Refresh(context.Background())
+	if j := smp.Attrib.Jobs[0]; j.AllocatedBytes != nil {
+		t.Errorf("figures %v without a probe report", *j.AllocatedBytes)
+	}
+}
