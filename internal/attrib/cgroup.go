@@ -102,7 +102,6 @@ var (
 	reSlurmJob = regexp.MustCompile(`(?:^|/)job_([0-9]+)(?:/|$)`)
 	reSlurmStp = regexp.MustCompile(`(?:^|/)step_([0-9a-z_]+)(?:/|$)`)
 	reUnit     = regexp.MustCompile(`([^/]+\.(?:service|scope))(?:/|$)`)
-	reTrailHex = regexp.MustCompile(hex64)
 )
 
 // ParseCgroup derives the context from /proc/<pid>/cgroup lines. On cgroup v2
