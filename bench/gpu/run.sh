@@ -6,15 +6,15 @@
 # the same machine; each round prints both and their ratio, in wall-clock ms
 # and in CPU ms per sample.
 #
-#   bench/gpu/run.sh            # N=200 ITERS=30 GO_ITERS=200 ROUNDS=5
+#   bench/gpu/run.sh            # N=200 ITERS=100 GO_ITERS=1000 ROUNDS=5
 # (ITERS samples per psutil variant, GO_ITERS per Go benchmark: the Go
 # samples are short, and more of them average out the garbage collector.)
 # Needs: go, /usr/bin/python3 with python3-psutil (apt-get install python3-psutil).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${N:-200}
-ITERS=${ITERS:-30}
-GO_ITERS=${GO_ITERS:-200}
+ITERS=${ITERS:-100}
+GO_ITERS=${GO_ITERS:-1000}
 ROUNDS=${ROUNDS:-5}
 [ "$N" = 200 ] || echo "note: the Go benchmark always uses 200 GPU processes" >&2
 tmp=$(mktemp -d)
