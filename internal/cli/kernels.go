@@ -109,6 +109,7 @@ func collectKernels(ctx context.Context, f *Factory, o *KernelsOptions) ([]jupyt
 	} else if len(gprocs) > 0 {
 		a := &attrib.Attributor{Src: procSource(gb, "")}
 		res, err := a.Attribute(gprocs)
+		a.Close()
 		if err != nil {
 			return nil, Failf("%v", err)
 		}
