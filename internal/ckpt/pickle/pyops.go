@@ -25,7 +25,7 @@ import (
 //   - STRING: the quoted body decoded by codecs.escape_decode (\\ \' \" \a
 //     \b \f \n \r \t \v, up to three octal digits, \xHH; any other escape
 //     keeps its backslash).
-//   - UNICODE: raw-unicode-escape (\uXXXX, \UXXXXXXXX; other bytes are
+//   - UNICODE: raw-unicode-escape (\u and 4 hex digits, \U and 8; other bytes are
 //     Latin-1 code points; lone surrogates allowed).
 //   - BINUNICODE: UTF-8 with surrogatepass.
 //   - GLOBAL: both lines strict UTF-8; INST: both lines ASCII.
