@@ -173,16 +173,7 @@ func TestCkptLatestSymlinkedDir(t *testing.T) {
 func TestCkptLatestAllInvalid(t *testing.T) {
 	e := newEnv(t)
 	dir := copyRun(t)
-	for _, n := range []string{"ckpt-100.pt", "ckpt-200.pt", "ckpt-300.pt"} {
-		p := filepath.Join(dir, n)
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, b[:len(b)-200], 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tearSeries(t, dir)
 	r := e.run("ckpt", "latest", dir)
 	if r.code != 1 || r.stdout != "" {
 		t.Fatalf("exit %d stdout %q, want 1 and nothing", r.code, r.stdout)
@@ -205,16 +196,7 @@ func TestCkptLatestAllInvalid(t *testing.T) {
 func TestResumeFromNothingValidIsLoud(t *testing.T) {
 	e := newEnv(t)
 	dir := copyRun(t)
-	for _, n := range []string{"ckpt-100.pt", "ckpt-200.pt", "ckpt-300.pt"} {
-		p := filepath.Join(dir, n)
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, b[:len(b)-200], 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tearSeries(t, dir)
 	r := e.run("run", "--resume-from", dir, "--", "sh", "-c", `echo "resume=[$VRAMGUARD_RESUME]"; exit 3`)
 	if r.code != 3 || !strings.Contains(r.stdout, "resume=[]") {
 		t.Fatalf("exit %d stdout %q", r.code, r.stdout)
@@ -234,5 +216,21 @@ func TestResumeFromNothingValidIsLoud(t *testing.T) {
 	}
 	if !found {
 		t.Error("no resume_none event")
+	}
+}
+
+// tearSeries cuts the end off every checkpoint of the series in dir, as a
+// crash mid-save would.
+func tearSeries(t *testing.T, dir string) {
+	t.Helper()
+	for _, n := range []string{"ckpt-100.pt", "ckpt-200.pt", "ckpt-300.pt"} {
+		p := filepath.Join(dir, n)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b[:len(b)-200], 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

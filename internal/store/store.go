@@ -466,9 +466,13 @@ func (s *Store) AddEvent(ctx context.Context, e *Event) error {
 
 // Events lists a run's events in time order.
 func (s *Store) Events(ctx context.Context, runID string) ([]*Event, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id,attempt,t,kind,message,data FROM events WHERE run_id=? ORDER BY t, id`, runID)
+	return s.queryEvents(ctx, runID, `SELECT id,attempt,t,kind,message,data FROM events WHERE run_id=? ORDER BY t, id`, runID)
+}
+
+func (s *Store) queryEvents(ctx context.Context, runID, q string, args ...any) ([]*Event, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read events: %w", err)
 	}
 	defer rows.Close()
 	var out []*Event
@@ -574,26 +578,7 @@ func (s *Store) AttemptEvents(ctx context.Context, runID string, attempt int, ki
 			args = append(args, k)
 		}
 	}
-	rows, err := s.db.QueryContext(ctx, q+` ORDER BY t, id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("read events: %w", err)
-	}
-	defer rows.Close()
-	var out []*Event
-	for rows.Next() {
-		e := Event{RunID: runID}
-		var t int64
-		var data string
-		if err := rows.Scan(&e.ID, &e.Attempt, &t, &e.Kind, &e.Message, &data); err != nil {
-			return nil, err
-		}
-		e.T = time.UnixMilli(t)
-		if data != "" {
-			e.Data = json.RawMessage(data)
-		}
-		out = append(out, &e)
-	}
-	return out, rows.Err()
+	return s.queryEvents(ctx, runID, q+` ORDER BY t, id`, args...)
 }
 
 // MarkLost marks every running run whose supervisor is gone as lost. alive
