@@ -142,7 +142,7 @@ func renderMonitor(w io.Writer, m *monitor.Summary) {
 	if m.Series != "" {
 		v += " (" + seriesName(m.Series) + ")"
 	}
-	fmt.Fprintf(w, "  verdict   %s, over %d samples\n", v, m.Samples)
+	fmt.Fprintf(w, "  verdict   %s, over %s\n", v, plural(m.Samples, "sample"))
 	if l := m.Leak; l != nil {
 		fmt.Fprintf(w, "  leak      first seen %s (t=%.0fs): +%s/s of %s since t=%.0fs\n", l.DetectedAt.Local().Format("15:04:05"),
 			l.DetectedS, units.FormatBytes(l.LeakRate), seriesName(l.Series), l.LeakStartS)
@@ -175,8 +175,9 @@ func renderTimeline(w io.Writer, tl *TimelineSummary, mem *MemStats) {
 		return
 	}
 	fmt.Fprintln(w, "\nmemory timeline")
-	fmt.Fprintf(w, "  host RSS  %s  first %s, peak %s, last %s (summed over the job's processes; %d samples, up to %d processes)\n",
-		tl.Sparkline, units.FormatBytes(tl.RSSFirst), units.FormatBytes(tl.RSSPeak), units.FormatBytes(tl.RSSLast), tl.Samples, tl.MaxProcesses)
+	fmt.Fprintf(w, "  host RSS  %s  first %s, peak %s, last %s (summed over the job's processes; %s, up to %s)\n",
+		tl.Sparkline, units.FormatBytes(tl.RSSFirst), units.FormatBytes(tl.RSSPeak), units.FormatBytes(tl.RSSLast),
+		plural(tl.Samples, "sample"), plural(tl.MaxProcesses, "process"))
 	if tl.PSSPeak != nil {
 		fmt.Fprintf(w, "  host PSS  peak %s (shared pages split between the processes sharing them)\n", units.FormatBytes(*tl.PSSPeak))
 	}
@@ -205,7 +206,7 @@ func renderProbe(w io.Writer, p *Probe, sites []AllocSite, sitesErr string) {
 	if p.UserSteps > 0 {
 		fmt.Fprintf(w, ", %d counted by the job", p.UserSteps)
 	}
-	fmt.Fprintf(w, " (%d samples from %d processes)\n", p.Samples, len(p.PIDs))
+	fmt.Fprintf(w, " (%s from %s)\n", plural(p.Samples, "sample"), plural(len(p.PIDs), "process"))
 	if p.PeakAllocatedBytes != nil || p.PeakReservedBytes != nil {
 		s := "  peaks    "
 		if p.PeakAllocatedBytes != nil {
@@ -304,4 +305,15 @@ func Sparkline(vals []float64, width int) string {
 		b.WriteRune(bars[k])
 	}
 	return b.String()
+}
+
+// plural says n things: "1 process", "2 processes".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	if strings.HasSuffix(thing, "s") {
+		return fmt.Sprintf("%d %ses", n, thing)
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
