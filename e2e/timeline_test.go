@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,40 +11,23 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // The tests in this file watch jobs long enough for the leak detector to
 // judge them (it needs about eight minutes of a rise that starts with the
 // job); they run in parallel and are left out under -short only.
 
-// lockedBuf is a buffer a running command writes while the test reads it.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // background starts `vramguard ARGS` in e and returns it with its stderr.
-func (e *env) background(args ...string) (*exec.Cmd, *lockedBuf) {
+func (e *env) background(args ...string) (*exec.Cmd, *testbin.Buffer) {
 	e.t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = e.environ()
-	errb := &lockedBuf{}
+	errb := &testbin.Buffer{}
 	cmd.Stdout, cmd.Stderr = io.Discard, errb
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/supervise"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // logTime stamps every fixture record.
@@ -238,24 +238,6 @@ func TestLogsStream(t *testing.T) {
 	}
 }
 
-// syncBuffer is written by the command and read by the test meanwhile.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestLogsFollowStreamLive follows one stream of a live run: a stdout line
 // that is unfinished when the follower catches up is shown as far as it
 // goes, and its rest follows with nothing of stderr in between, then the
@@ -277,7 +259,7 @@ func TestLogsFollowStreamLive(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var out, errOut syncBuffer
+	var out, errOut testbin.Buffer
 	f := &Factory{IO: IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}, Now: time.Now, Getenv: os.Getenv}
 	root := NewCmdRoot(f)
 	root.SetArgs([]string{"--home", home, "logs", "-f", "--stream", "stdout", "live"})

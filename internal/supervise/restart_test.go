@@ -1,7 +1,6 @@
 package supervise
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestMain lets the test binary be its own shim: Options.Self points at it.
@@ -30,31 +29,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// syncBuffer is a bytes.Buffer safe for the output copiers and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // harness runs one supervised run in the background.
 type harness struct {
 	t       *testing.T
 	st      *store.Store
 	id      string
-	out     *syncBuffer
-	notify  *syncBuffer
+	out     *testbin.Buffer
+	notify  *testbin.Buffer
 	sigs    chan os.Signal
 	done    chan struct{}
 	res     *Result
@@ -90,7 +71,7 @@ func start(t *testing.T, command []string, o Options) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	h := &harness{t: t, st: st, id: "r1", out: &syncBuffer{}, notify: &syncBuffer{}, sigs: make(chan os.Signal, 4), done: make(chan struct{})}
+	h := &harness{t: t, st: st, id: "r1", out: &testbin.Buffer{}, notify: &testbin.Buffer{}, sigs: make(chan os.Signal, 4), done: make(chan struct{})}
 	ctx := context.Background()
 	if err := st.CreateRun(ctx, &store.Run{ID: h.id, Command: command, Status: store.StatusRunning, StartedAt: time.Now(),
 		SupervisorPID: os.Getpid(), Dir: RunDir(home, h.id)}); err != nil {

@@ -193,3 +193,22 @@ func Alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
+
+// Buffer is a bytes.Buffer that a running command (or an output copier)
+// writes while the test reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
