@@ -1,16 +1,27 @@
 // Package joblog writes and reads a job's output log: every chunk the job
-// wrote, split at newlines, one record per line with the time it arrived and
-// the stream it came from. Records keep the bytes exactly (binary, partial
-// lines and 10 MB lines included), so Decode reproduces the job's output
-// byte for byte.
+// wrote, in the order it arrived, with the time it arrived and the stream it
+// came from. Records keep the bytes exactly (binary, partial lines and 10 MB
+// lines included), so Decode reproduces the job's output byte for byte.
 //
-// Record format, one per line of the file:
+// The writer stamps each chunk once, as it was read from the job's pipe:
+//
+//	2026-11-29T17:38:57.123456Z o# 27
+//	epoch 1 loss 0.31
+//	epoch 2
+//
+// is a header line (time, stream, '#', the byte count) followed by that
+// many bytes of output as the job wrote them and one newline, so the log
+// costs a header per read rather than per line and stays readable with
+// less or grep. 'o' is stdout, 'e' stderr and 'v' vramguard's own notes.
+//
+// Logs written before chunk records (and vramguard's notes still) hold one
+// record per line, which the reader keeps reading:
 //
 //	2026-11-29T17:38:57.123456Z o| text of a complete line
 //	2026-11-29T17:38:57.123456Z e+ a partial chunk (no newline followed it yet)
 //
-// 'o' is stdout and 'e' stderr; '|' ends a line of the job's output and '+'
-// continues into the next record of the same stream.
+// where '|' ends a line of the job's output and '+' continues into the next
+// record of the same stream.
 package joblog
 
 import (
@@ -20,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -59,6 +71,12 @@ type Writer struct {
 	notified bool // said that logging stopped
 	resumed  bool // said that it resumed
 	closed   bool
+	// marks are the file offsets where this Writer's recent records start,
+	// enough of them to find the last tailBytes of output (Tail).
+	marks []int64
+	// dropped keeps the end of what could not be logged while stopped, for
+	// Tail; it is emptied when logging resumes.
+	dropped tailBuf
 }
 
 // RetryEvery is how often a Writer whose writes failed tries again.
@@ -111,28 +129,63 @@ func (lw *Writer) Write(stream byte, chunk []byte, flush bool) error {
 	now := lw.now()
 	if lw.stopped {
 		if now.Sub(lw.lastTry) < RetryEvery {
-			lw.lost += int64(len(chunk))
+			lw.drop(stream, chunk)
 			return nil
 		}
 		lw.lastTry = now
 		if !lw.resume(now) {
-			lw.lost += int64(len(chunk))
+			lw.drop(stream, chunk)
 			return nil
 		}
 	}
-	lw.buf = appendRecords(lw.buf, now, stream, chunk)
-	lw.pending += int64(len(chunk))
+	if len(chunk) > 0 {
+		lw.mark()
+		lw.buf = appendRecords(lw.buf, now, stream, chunk)
+		lw.pending += int64(len(chunk))
+	}
 	if flush || len(lw.buf) >= bufSize {
 		lw.flush(now)
 	}
 	return nil
 }
 
-// appendRecords appends chunk's records to rec: one per line, all with
-// time t; a last piece without newline is a '+' record.
+// maxChunk is the most output one chunk record holds: larger writes are
+// split (the copier reads 1 MiB at most), and the reader refuses a record
+// that claims more than maxRecord, so a damaged log cannot make it allocate
+// without bound.
+const (
+	maxChunk  = 4 << 20
+	maxRecord = 16 << 20
+)
+
+// appendRecords appends chunk's records to rec, all with time t: chunk
+// records for the job's streams, line records for vramguard's notes (a
+// few short lines, kept greppable as before).
 func appendRecords(rec []byte, t time.Time, stream byte, chunk []byte) []byte {
 	var tsBuf [40]byte
 	ts := t.UTC().AppendFormat(tsBuf[:0], TimeLayout)
+	if stream != 'v' {
+		for len(chunk) > 0 {
+			piece := chunk
+			if len(piece) > maxChunk {
+				piece = piece[:maxChunk]
+			}
+			chunk = chunk[len(piece):]
+			rec = append(rec, ts...)
+			rec = append(rec, ' ', stream, '#', ' ')
+			rec = strconv.AppendInt(rec, int64(len(piece)), 10)
+			rec = append(rec, '\n')
+			rec = append(rec, piece...)
+			rec = append(rec, '\n')
+		}
+		return rec
+	}
+	return appendLineRecords(rec, ts, stream, chunk)
+}
+
+// appendLineRecords appends one record per line; a last piece without
+// newline is a '+' record.
+func appendLineRecords(rec, ts []byte, stream byte, chunk []byte) []byte {
 	for len(chunk) > 0 {
 		i := bytes.IndexByte(chunk, '\n')
 		flag := byte('|')
@@ -150,6 +203,26 @@ func appendRecords(rec []byte, t time.Time, stream byte, chunk []byte) []byte {
 	return rec
 }
 
+// mark notes where the next record starts, and forgets marks no longer
+// needed to find the last tailBytes.
+func (lw *Writer) mark() {
+	at := lw.good + int64(len(lw.buf))
+	lw.marks = append(lw.marks, at)
+	k := 0
+	for k+1 < len(lw.marks) && lw.marks[k+1] <= at-tailBytes {
+		k++
+	}
+	if k > 0 {
+		lw.marks = append(lw.marks[:0], lw.marks[k:]...)
+	}
+}
+
+// drop counts chunk as lost and keeps its end for Tail.
+func (lw *Writer) drop(stream byte, chunk []byte) {
+	lw.lost += int64(len(chunk))
+	lw.dropped.add(stream, chunk)
+}
+
 // flush writes the buffer; on failure it drops it and stops.
 func (lw *Writer) flush(now time.Time) {
 	if len(lw.buf) == 0 {
@@ -159,6 +232,7 @@ func (lw *Writer) flush(now time.Time) {
 	if err != nil {
 		lw.lost += lw.pending
 		lw.stop(now, err)
+		lw.dropRecords(lw.buf)
 	}
 	lw.buf, lw.pending = lw.buf[:0], 0
 }
@@ -175,6 +249,25 @@ func (lw *Writer) writeOut(b []byte) error {
 		lw.f.Truncate(lw.good)
 	}
 	return err
+}
+
+// dropRecords keeps, for Tail, the output in records that could not be
+// written.
+func (lw *Writer) dropRecords(b []byte) {
+	for len(b) > 0 {
+		rec, n, err := parseRecord(b)
+		if err != nil {
+			return
+		}
+		if rec.Stream != 'v' {
+			data := rec.Data
+			if !rec.Chunk && !rec.Partial {
+				data = append(data[:len(data):len(data)], '\n')
+			}
+			lw.dropped.add(rec.Stream, data)
+		}
+		b = b[n:]
+	}
 }
 
 func (lw *Writer) stop(now time.Time, err error) {
@@ -197,6 +290,8 @@ func (lw *Writer) resume(now time.Time) bool {
 		lw.notify(fmt.Sprintf("logging resumed in %s; %d bytes of the job's output are missing from it", lw.path, lw.lost))
 	}
 	lw.stopped, lw.lost = false, 0
+	lw.dropped.reset()
+	lw.marks = lw.marks[:0]
 	return true
 }
 
@@ -235,10 +330,14 @@ func (lw *Writer) Close() error {
 
 // Record is one decoded record.
 type Record struct {
-	Time    time.Time
-	Stream  byte // 'o', 'e' or 'v'
+	Time   time.Time
+	Stream byte // 'o', 'e' or 'v'
+	// Chunk says Data is a chunk as read from the job's pipe (any number
+	// of lines, the last maybe unfinished); otherwise Data is one line
+	// without its newline, and Partial says no newline ended it yet.
+	Chunk   bool
 	Partial bool
-	Data    []byte // without the newline
+	Data    []byte
 }
 
 // Options select what Decode writes.
@@ -264,8 +363,8 @@ func NewReader(r io.Reader) *Reader { return &Reader{br: bufio.NewReaderSize(r, 
 var ErrIncomplete = errors.New("incomplete record")
 
 // Next returns the next record, io.EOF at a clean end, or ErrIncomplete
-// with the bytes of a record whose newline is not written yet (a log still
-// being written); Follow handles live files.
+// with the bytes of a record not yet fully written (a log still being
+// written); Follow handles live files.
 func (r *Reader) Next() (Record, []byte, error) {
 	line, err := r.br.ReadBytes('\n')
 	if err != nil {
@@ -274,19 +373,72 @@ func (r *Reader) Next() (Record, []byte, error) {
 		}
 		return Record{}, nil, err
 	}
-	rec, perr := parse(line[:len(line)-1])
-	return rec, nil, perr
+	rec, n, err := parseHeader(line[:len(line)-1])
+	if err != nil || !rec.Chunk {
+		return rec, nil, err
+	}
+	body := make([]byte, n+1)
+	if k, err := io.ReadFull(r.br, body); err != nil {
+		return Record{}, append(line, body[:k]...), ErrIncomplete
+	}
+	if body[n] != '\n' {
+		return Record{}, nil, fmt.Errorf("malformed log record %q: its %d bytes are not followed by a newline", truncate(line), n)
+	}
+	rec.Data = body[:n]
+	return rec, nil, nil
 }
 
-func parse(b []byte) (Record, error) {
+// errShort says parseRecord needs more bytes.
+var errShort = errors.New("short record")
+
+// parseRecord decodes the record at the start of b and says how many bytes
+// it took; errShort when b ends inside it.
+func parseRecord(b []byte) (Record, int, error) {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		return Record{}, 0, errShort
+	}
+	rec, n, err := parseHeader(b[:i])
+	if err != nil || !rec.Chunk {
+		return rec, i + 1, err
+	}
+	body := b[i+1:]
+	if len(body) < n+1 {
+		return Record{}, 0, errShort
+	}
+	if body[n] != '\n' {
+		return Record{}, 0, fmt.Errorf("malformed log record %q: its %d bytes are not followed by a newline", truncate(b[:i]), n)
+	}
+	rec.Data = body[:n:n]
+	return rec, i + 1 + n + 1, nil
+}
+
+// parseHeader decodes a line record, or a chunk record's header line and
+// the byte count that follows it.
+func parseHeader(b []byte) (Record, int, error) {
 	if len(b) < prefixLen || b[len(TimeLayout)] != ' ' || b[prefixLen-1] != ' ' {
-		return Record{}, fmt.Errorf("malformed log record %q", truncate(b))
+		return Record{}, 0, fmt.Errorf("malformed log record %q", truncate(b))
 	}
 	t, err := time.Parse(TimeLayout, string(b[:len(TimeLayout)]))
 	if err != nil {
-		return Record{}, fmt.Errorf("malformed log time: %w", err)
+		return Record{}, 0, fmt.Errorf("malformed log time: %w", err)
 	}
-	return Record{Time: t, Stream: b[len(TimeLayout)+1], Partial: b[len(TimeLayout)+2] == '+', Data: b[prefixLen:]}, nil
+	rec := Record{Time: t, Stream: b[len(TimeLayout)+1]}
+	switch flag := b[len(TimeLayout)+2]; flag {
+	case '#':
+		n, err := strconv.Atoi(string(b[prefixLen:]))
+		if err != nil || n < 0 || n > maxRecord {
+			return Record{}, 0, fmt.Errorf("malformed log record %q: byte count not a number up to %d", truncate(b), maxRecord)
+		}
+		rec.Chunk = true
+		return rec, n, nil
+	case '|', '+':
+		rec.Partial = flag == '+'
+		rec.Data = b[prefixLen:]
+		return rec, 0, nil
+	default:
+		return Record{}, 0, fmt.Errorf("malformed log record %q: unknown flag %q", truncate(b), flag)
+	}
 }
 
 func truncate(b []byte) []byte {
@@ -329,6 +481,25 @@ func (d *Decoder) Write(w io.Writer, rec Record) error {
 	if bytes.IndexByte([]byte(d.opts.Streams), rec.Stream) < 0 {
 		return nil
 	}
+	if rec.Chunk {
+		data := rec.Data
+		for len(data) > 0 {
+			line := Record{Time: rec.Time, Stream: rec.Stream, Data: data}
+			if i := bytes.IndexByte(data, '\n'); i >= 0 {
+				line.Data, data = data[:i], data[i+1:]
+			} else {
+				line.Partial, data = true, nil
+			}
+			if err := d.write(w, line); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return d.write(w, rec)
+}
+
+func (d *Decoder) write(w io.Writer, rec Record) error {
 	p := d.pending[rec.Stream]
 	if p == nil {
 		p = &pendingLine{}
@@ -416,18 +587,17 @@ func Follow(path string, w io.Writer, opts Options, poll time.Duration, done fun
 		if n > 0 {
 			pending = append(pending, buf[:n]...)
 			for {
-				i := bytes.IndexByte(pending, '\n')
-				if i < 0 {
+				rec, k, err := parseRecord(pending)
+				if err == errShort {
 					break
 				}
-				rec, err := parse(pending[:i])
 				if err != nil {
 					return err
 				}
 				if err := dec.Write(w, rec); err != nil {
 					return err
 				}
-				pending = pending[i+1:]
+				pending = pending[k:]
 			}
 			if len(pending) == 0 {
 				pending = nil

@@ -89,7 +89,7 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	// A request that came while no attempt ran is answered by this one.
 	s.drainRestarts()
 	in := diagnose.Input{}
-	a := &running{s: s, pm: pm, n: n, lw: lw, group: group, tail: joblog.NewTail(200),
+	a := &running{s: s, pm: pm, n: n, lw: lw, group: group,
 		mon: monitor.New(monitor.Config{OOMWarning: o.OOMWarning, UnsavedAfter: o.UnsavedWarning, StallAfter: o.StallTimeout}, start.Truncate(time.Millisecond))}
 	if err := a.start(argv, env); err != nil {
 		in.StartErr = err
@@ -103,7 +103,7 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 		a.watch(ctx)
 		in = a.input()
 	}
-	in.Tail = a.tail.Lines()
+	in.Tail = a.lw.Tail(200)
 	v := diagnose.Classify(in)
 	pm.Verdict = v
 	exitMsg := fmt.Sprintf("attempt %d ended: %s", n, pm.Reason)
@@ -204,7 +204,6 @@ type running struct {
 	n     int
 	lw    *joblog.Writer
 	group *cgroup.Group
-	tail  *joblog.Tail
 
 	shim     *exec.Cmd
 	shimPID  int
@@ -368,8 +367,8 @@ func (a *running) start(argv, env []string) error {
 		a.lastOutput = o.Now()
 		a.mu.Unlock()
 	}
-	go func() { defer a.copies.Done(); joblog.Copy(a.lw, 'o', outR, o.Stdout, a.tail, activity); outR.Close() }()
-	go func() { defer a.copies.Done(); joblog.Copy(a.lw, 'e', errR, o.Stderr, a.tail, activity); errR.Close() }()
+	go func() { defer a.copies.Done(); joblog.Copy(a.lw, 'o', outR, o.Stdout, activity); outR.Close() }()
+	go func() { defer a.copies.Done(); joblog.Copy(a.lw, 'e', errR, o.Stderr, activity); errR.Close() }()
 
 	a.statusR = stR
 	a.status = bufio.NewReader(stR)
