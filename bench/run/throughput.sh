@@ -48,4 +48,4 @@ for way in plain teed vg; do
 done
 printf 'vramguard run / tee: %.2f of tee'"'"'s rate (medians)\n' "$(echo "$(cat "$tmp/teed.median") / $(cat "$tmp/vg.median")" | bc -l)"
 log=$(ls "$tmp"/home/runs/*/attempt-1.log | head -1)
-echo "vramguard log file: $(du -m "$log" | cut -f1) MB for $MB MB of output (timestamp and stream per line)"
+echo "vramguard log file: $(du -m "$log" | cut -f1) MB for $MB MB of output (a timestamp, stream and byte count per chunk)"
