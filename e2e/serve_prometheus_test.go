@@ -18,9 +18,11 @@ import (
 )
 
 // TestServePrometheusScrape runs Debian's prometheus (package prometheus)
-// against `serve --simulate workstation.json`, waits for a scrape, and reads
-// the notebook kernel's memory back through Prometheus' query API. It also
-// runs `promtool check metrics` on what the real binary serves.
+// with deploy/prometheus/rules.yml against `serve --simulate
+// workstation.json`, waits for a scrape, and reads the notebook kernel's
+// memory back through Prometheus' query API, per GPU and through the
+// recording rule. It also runs `promtool check metrics` on what the real
+// binary serves.
 func TestServePrometheusScrape(t *testing.T) {
 	s := startServe(t, "", "--simulate", "../examples/scenarios/workstation.json")
 	resp, err := http.Get(s.URL + "/metrics")
@@ -60,9 +62,32 @@ scrape_configs:
 	}
 	t.Cleanup(func() { prom.Process.Signal(syscall.SIGTERM); prom.Wait() })
 
-	q := url.Values{"query": {`vramguard_job_gpu_memory_bytes{kind="notebook"}`}}
+	// The notebook kernel's memory, on the GPU it runs on (labelled as the
+	// device series are), and its total through the recording rule.
+	m, got := promQuery(t, port, `vramguard_job_gpu_memory_bytes{kind="notebook"}`, &logb)
+	if m["job"] != "vramguard" || m["job_name"] != "kernel 7c1e0f52" || m["notebook"] != "7c1e0f52-9d1b-4c47-a1f3-5b0b8a6e2d11" ||
+		m["gpu"] != "1" || m["uuid"] != "GPU-5d2f3a10-0000-4000-8000-000000000001" {
+		t.Fatalf("series labels %v", m)
+	}
+	if got != "9663676416" {
+		t.Fatalf("notebook GPU memory through Prometheus = %s, want 9663676416 (9 GiB)", got)
+	}
+	if _, got := promQuery(t, port, `job_name:vramguard_job_gpu_memory_bytes:sum{kind="notebook"}`, &logb); got != "9663676416" {
+		t.Fatalf("the recording rule's notebook total = %s, want 9663676416 (9 GiB)", got)
+	}
+	// The DDP job holds memory on both GPUs: one series each, joining the
+	// device series on uuid.
+	if _, got := promQuery(t, port, `count(vramguard_job_gpu_memory_bytes{kind="process"} * on(uuid) group_left() (vramguard_device_memory_total_bytes > 0))`, &logb); got != "2" {
+		t.Fatalf("the DDP job's per-GPU series joined with the devices': %s, want 2", got)
+	}
+}
+
+// promQuery polls Prometheus' instant query API (at most 40 s) until expr
+// has exactly one result and returns its labels and value.
+func promQuery(t *testing.T, port int, expr string, logb *bytes.Buffer) (map[string]string, string) {
+	t.Helper()
+	q := url.Values{"query": {expr}}
 	api := fmt.Sprintf("http://127.0.0.1:%d/api/v1/query?%s", port, q.Encode())
-	var got string
 	deadline := time.Now().Add(40 * time.Second)
 	for {
 		var r struct {
@@ -79,21 +104,14 @@ scrape_configs:
 			_ = jsonDecode(resp.Body, &r)
 			resp.Body.Close()
 			if len(r.Data.Result) == 1 {
-				m := r.Data.Result[0].Metric
-				if m["job"] != "vramguard" || m["job_name"] != "kernel 7c1e0f52" || m["notebook"] != "7c1e0f52-9d1b-4c47-a1f3-5b0b8a6e2d11" {
-					t.Fatalf("series labels %v", m)
-				}
-				got, _ = r.Data.Result[0].Value[1].(string)
-				break
+				v, _ := r.Data.Result[0].Value[1].(string)
+				return r.Data.Result[0].Metric, v
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("prometheus never returned the series (last err %v)\n%s", err, tail(logb.String(), 2000))
+			t.Fatalf("prometheus never returned one series for %s (last err %v, %d series)\n%s", expr, err, len(r.Data.Result), tail(logb.String(), 2000))
 		}
 		time.Sleep(200 * time.Millisecond)
-	}
-	if got != "9663676416" {
-		t.Fatalf("notebook GPU memory through Prometheus = %s, want 9663676416 (9 GiB)", got)
 	}
 }
 

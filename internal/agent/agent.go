@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"math"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -568,15 +567,18 @@ type Snapshot struct {
 
 // JobView is one live job as the API shows it.
 type JobView struct {
-	Key       string     `json:"key"`
-	Kind      string     `json:"kind"`
-	Name      string     `json:"name"`
-	RootPID   int        `json:"root_pid"`
-	PIDs      []int      `json:"pids"`
-	RunID     string     `json:"run_id,omitempty"`
-	Labels    Labels     `json:"labels"`
-	Devices   []int      `json:"devices"`
-	GPUBytes  uint64     `json:"gpu_bytes"`
+	Key      string `json:"key"`
+	Kind     string `json:"kind"`
+	Name     string `json:"name"`
+	RootPID  int    `json:"root_pid"`
+	PIDs     []int  `json:"pids"`
+	RunID    string `json:"run_id,omitempty"`
+	Labels   Labels `json:"labels"`
+	Devices  []int  `json:"devices"`
+	GPUBytes uint64 `json:"gpu_bytes"`
+	// GPUs is GPUBytes by GPU: what the driver reports for the job's
+	// processes on each device.
+	GPUs      []JobGPU   `json:"gpus"`
 	RSSBytes  uint64     `json:"rss_bytes"`
 	Alloc     *uint64    `json:"allocated_bytes,omitempty"`
 	Reserved  *uint64    `json:"reserved_bytes,omitempty"`
@@ -597,6 +599,38 @@ type JobView struct {
 	Live    bool             `json:"live"`
 	EndedAt *time.Time       `json:"ended_at,omitempty"`
 	id      int64
+}
+
+// JobGPU is a job's memory on one GPU.
+type JobGPU struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+	Bytes uint64 `json:"bytes"`
+}
+
+// gpusOf sums the driver's records of j's processes by device, in the order
+// of the devices' indexes (then UUIDs: MIG instances share their parent's).
+func gpusOf(j *attrib.Job) []JobGPU {
+	out := []JobGPU{}
+	at := map[string]int{}
+	for _, p := range j.Processes {
+		for _, r := range p.GPU {
+			i, ok := at[r.DeviceUUID]
+			if !ok {
+				i = len(out)
+				at[r.DeviceUUID] = i
+				out = append(out, JobGPU{Index: r.DeviceIndex, UUID: r.DeviceUUID})
+			}
+			out[i].Bytes += r.UsedBytes
+		}
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if out[a].Index != out[b].Index {
+			return out[a].Index < out[b].Index
+		}
+		return out[a].UUID < out[b].UUID
+	})
+	return out
 }
 
 // Snapshot returns the live state.
@@ -622,7 +656,7 @@ func (a *Agent) Snapshot() Snapshot {
 func (js *jobState) view(now time.Time) JobView {
 	j := &js.Job
 	v := JobView{Key: j.Key, Kind: j.Kind, Name: j.Name, RootPID: j.RootPID, RunID: j.RunID, Labels: js.Labels,
-		Devices: j.Devices, GPUBytes: j.GPUBytes, RSSBytes: j.RSSBytes, Alloc: j.AllocatedBytes, Reserved: j.ReservedBytes,
+		Devices: j.Devices, GPUBytes: j.GPUBytes, GPUs: gpusOf(j), RSSBytes: j.RSSBytes, Alloc: j.AllocatedBytes, Reserved: j.ReservedBytes,
 		Limit: js.Limit, FirstSeen: js.FirstSeen, Orphan: j.Orphan, Live: true, id: js.ID}
 	for _, p := range j.Processes {
 		v.PIDs = append(v.PIDs, p.PID)
@@ -651,12 +685,4 @@ func (js *jobState) view(now time.Time) JobView {
 		}
 	}
 	return v
-}
-
-func pidList(pids []int) string {
-	s := make([]string, len(pids))
-	for i, p := range pids {
-		s[i] = strconv.Itoa(p)
-	}
-	return strings.Join(s, ",")
 }

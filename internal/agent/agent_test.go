@@ -99,18 +99,20 @@ func TestJobsEventsAndVanishingSeries(t *testing.T) {
 	r.step(2)
 	_, m := r.do("GET", "/metrics", "", "")
 	for _, want := range []string{
-		`vramguard_job_gpu_memory_bytes{container="",job_name="python3 eval.py",kind="process",namespace="",notebook="",pod=""} 1.073741824e+09`,
-		`vramguard_job_gpu_memory_bytes{container="",job_name="python3 train.py",kind="process",namespace="",notebook="",pod=""} 5.36870912e+09`,
+		`vramguard_job_gpu_memory_bytes{container="",gpu="0",job_name="python3 eval.py",kind="process",namespace="",notebook="",pod="",uuid="GPU-test-0"} 1.073741824e+09`,
+		`vramguard_job_gpu_memory_bytes{container="",gpu="0",job_name="python3 train.py",kind="process",namespace="",notebook="",pod="",uuid="GPU-test-0"} 5.36870912e+09`,
 		`vramguard_device_memory_total_bytes{gpu="0",name="Test GPU",uuid="GPU-test-0"} 1.7179869184e+10`,
-		`pids="960001"`,
+		`root_pid="960001"`,
 		`vramguard_collector_success{collector="sampler"} 1`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	if strings.Contains(m, `vramguard_job_gpu_memory_bytes{container="",job_name="python3 eval.py",kind="process",namespace="",notebook="",pod="",pid`) {
-		t.Error("a PID label outside job_info")
+	for _, l := range strings.Split(m, "\n") {
+		if strings.Contains(l, `pid="`) && !strings.HasPrefix(l, "vramguard_job_info{") && !strings.HasPrefix(l, "#") {
+			t.Errorf("a PID label outside job_info: %s", l)
+		}
 	}
 	r.step(3) // eval.py ends at 3 s
 	_, m = r.do("GET", "/metrics", "", "")

@@ -10,7 +10,8 @@ import (
 )
 
 // TestDeployFilesNameRealMetrics checks that every vramguard_* metric the
-// Prometheus rules and the Grafana dashboard query is one the agent exports.
+// Prometheus rules and the Grafana dashboard query, and docs/SERVE.md
+// names, is one the agent exports.
 func TestDeployFilesNameRealMetrics(t *testing.T) {
 	ch := make(chan *prometheus.Desc, 100)
 	(&collector{}).Describe(ch)
@@ -21,7 +22,7 @@ func TestDeployFilesNameRealMetrics(t *testing.T) {
 		have[name.FindStringSubmatch(d.String())[1]] = true
 	}
 	used := regexp.MustCompile(`vramguard_[a-z_]+`)
-	for _, f := range []string{"../../deploy/prometheus/rules.yml", "../../deploy/grafana/vramguard.json"} {
+	for _, f := range []string{"../../deploy/prometheus/rules.yml", "../../deploy/grafana/vramguard.json", "../../docs/SERVE.md"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -33,7 +34,7 @@ func TestDeployFilesNameRealMetrics(t *testing.T) {
 			}
 			n++
 			if !have[m] {
-				t.Errorf("%s queries %s, which the agent does not export", f, m)
+				t.Errorf("%s names %s, which the agent does not export", f, m)
 			}
 		}
 		if n == 0 {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/vramguard/vramguard/internal/gpu"
 )
 
 // Registry returns a private Prometheus registry with the agent's metrics
@@ -22,6 +24,10 @@ func (a *Agent) Registry() *prometheus.Registry {
 // Prometheus owns "job" (the scrape job) and would rename ours.
 var jobLabels = []string{"job_name", "kind", "container", "pod", "namespace", "notebook"}
 
+// jobGPULabels name a job's series on one GPU: the job's labels and the
+// GPU's, as the device series (and dcgm-exporter's) carry them.
+var jobGPULabels = append(append([]string{}, jobLabels...), "gpu", "uuid")
+
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc("vramguard_"+name, help, labels, nil)
 }
@@ -31,18 +37,18 @@ var (
 	dDevTotal   = desc("device_memory_total_bytes", "Total memory of a GPU.", "gpu", "uuid", "name")
 	dDevUsed    = desc("device_memory_used_bytes", "Memory in use on a GPU.", "gpu", "uuid", "name")
 	dDevUtil    = desc("device_utilization_ratio", "SM utilisation of a GPU over the driver's last sample period (0-1).", "gpu", "uuid", "name")
-	dJobGPU     = desc("job_gpu_memory_bytes", "GPU memory held by a job's processes, as the driver reports it.", jobLabels...)
+	dJobGPU     = desc("job_gpu_memory_bytes", "GPU memory held by a job's processes on one GPU, as the driver reports it (sum without(gpu, uuid) for the job's total).", jobGPULabels...)
 	dJobRSS     = desc("job_rss_bytes", "Host resident memory of a job's process tree.", jobLabels...)
-	dJobAlloc   = desc("job_torch_allocated_bytes", "PyTorch allocated memory of a job (from the probe).", jobLabels...)
-	dJobRes     = desc("job_torch_reserved_bytes", "PyTorch reserved memory of a job (from the probe).", jobLabels...)
-	dJobLimit   = desc("job_memory_limit_bytes", "Total memory of the GPUs a job uses.", jobLabels...)
+	dJobAlloc   = desc("job_torch_allocated_bytes", "PyTorch allocated memory of a job, from the probe: summed over its processes and their CUDA devices (numbered as each process sees them, so no gpu label).", jobLabels...)
+	dJobRes     = desc("job_torch_reserved_bytes", "PyTorch reserved memory of a job, from the probe: summed over its processes and their CUDA devices (numbered as each process sees them, so no gpu label).", jobLabels...)
+	dJobDevTot  = desc("job_devices_memory_total_bytes", "Total memory of the GPUs a job holds memory on: the sum of their vramguard_device_memory_total_bytes.", jobLabels...)
 	dJobLeak    = desc("job_leak_detected", "1 when the leak detector's verdict for a job is a leak.", jobLabels...)
 	dJobLeakAt  = desc("job_leak_start_timestamp_seconds", "When a job's leak began, as the monitor first saw it (Unix seconds); absent without a leak.", jobLabels...)
 	dJobETA     = desc("job_oom_eta_seconds", "Forecast time until a job runs out of GPU memory at its current trend; absent when nothing rises.", jobLabels...)
 	dJobCkpt    = desc("job_seconds_since_checkpoint", "Seconds since a job's last checkpoint the probe saw.", jobLabels...)
-	dJobUptime  = desc("job_seconds", "Seconds since the agent first saw a job.", jobLabels...)
-	dJobInfo    = desc("job_info", "A job's identity: key, root PID and PIDs, run and pod UID (only here, never on other series).", append(append([]string{}, jobLabels...), "key", "root_pid", "pids", "run_id", "pod_uid")...)
-	dJobs       = desc("jobs", "Jobs holding GPU memory.")
+	dJobStart   = desc("job_start_time_seconds", "When the agent first saw a job (Unix seconds); for a supervised run, its current attempt.", jobLabels...)
+	dJobInfo    = desc("job_info", "A job's identity: key, root PID, run and pod UID (only here, never on other series).", append(append([]string{}, jobLabels...), "key", "root_pid", "run_id", "pod_uid")...)
+	dJobs       = desc("jobs", "Jobs the agent watches: process trees holding GPU memory, and supervised runs with or without it.")
 	dVanished   = desc("vanished_memory_bytes", "GPU memory held by PIDs that no longer exist.")
 	dDropped    = desc("dropped_process_records", "Scrambled process records the driver returned in the last sample.", "reason")
 	dSamples    = desc("samples_total", "Full samples taken.")
@@ -61,8 +67,8 @@ var (
 type collector struct{ a *Agent }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{dBuild, dDevTotal, dDevUsed, dDevUtil, dJobGPU, dJobRSS, dJobAlloc, dJobRes, dJobLimit,
-		dJobLeak, dJobLeakAt, dJobETA, dJobCkpt, dJobUptime, dJobInfo, dJobs, dVanished, dDropped, dSamples, dAge, dCollDur, dCollOK,
+	for _, d := range []*prometheus.Desc{dBuild, dDevTotal, dDevUsed, dDevUtil, dJobGPU, dJobRSS, dJobAlloc, dJobRes, dJobDevTot,
+		dJobLeak, dJobLeakAt, dJobETA, dJobCkpt, dJobStart, dJobInfo, dJobs, dVanished, dDropped, dSamples, dAge, dCollDur, dCollOK,
 		dAlerts, dWebhookOK, dWebhookErr, dWebhookDr, dWebhookQ, dProbeMsgs, dProbeRej} {
 		ch <- d
 	}
@@ -78,11 +84,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
 	}
 	g(dBuild, 1, c.a.cfg.Version, s.Backend)
+	gpuLabel := map[string]string{} // a device's UUID -> its gpu label
 	for _, d := range s.Devices {
-		idx := strconv.Itoa(d.Index)
-		if d.IsMIG() {
-			idx += "/" + strconv.Itoa(d.MIGIndex)
-		}
+		idx := deviceLabel(d)
+		gpuLabel[d.UUID] = idx
 		g(dDevTotal, float64(d.TotalBytes), idx, d.UUID, d.Name)
 		g(dDevUsed, float64(d.UsedBytes), idx, d.UUID, d.Name)
 		if d.UtilPercent >= 0 {
@@ -107,7 +112,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		seen[id]++
 		l := []string{name, j.Labels.Kind, j.Labels.Container, j.Labels.Pod, j.Labels.Namespace, j.Labels.Notebook}
-		g(dJobGPU, float64(j.GPUBytes), l...)
+		for _, d := range j.GPUs {
+			idx, ok := gpuLabel[d.UUID]
+			if !ok {
+				idx = strconv.Itoa(d.Index)
+			}
+			g(dJobGPU, float64(d.Bytes), append(l[:len(l):len(l)], idx, d.UUID)...)
+		}
 		g(dJobRSS, float64(j.RSSBytes), l...)
 		if j.Alloc != nil {
 			g(dJobAlloc, float64(*j.Alloc), l...)
@@ -116,7 +127,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			g(dJobRes, float64(*j.Reserved), l...)
 		}
 		if j.Limit > 0 {
-			g(dJobLimit, float64(j.Limit), l...)
+			g(dJobDevTot, float64(j.Limit), l...)
 		}
 		leak := 0.0
 		if j.Leak {
@@ -132,8 +143,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if j.CkptAgeS != nil {
 			g(dJobCkpt, *j.CkptAgeS, l...)
 		}
-		g(dJobUptime, s.Time.Sub(j.FirstSeen).Seconds(), l...)
-		g(dJobInfo, 1, append(l, j.Key, strconv.Itoa(j.RootPID), pidList(j.PIDs), j.RunID, j.Labels.PodUID)...)
+		g(dJobStart, float64(j.FirstSeen.UnixMilli())/1000, l...)
+		g(dJobInfo, 1, append(l, j.Key, strconv.Itoa(j.RootPID), j.RunID, j.Labels.PodUID)...)
 	}
 	g(dJobs, float64(len(s.Jobs)))
 	g(dVanished, float64(s.Vanished))
@@ -142,7 +153,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	g(dDropped, float64(s.Dropped.UnknownDevice), "unknown_device")
 	ctr(dSamples, float64(s.Samples))
 	if s.Have {
-		g(dAge, time.Since(s.Time).Seconds())
+		g(dAge, c.a.cfg.Now().Sub(s.Time).Seconds())
 	}
 	ok := 0.0
 	if s.Have && (s.LastErr == nil || s.LastErrAt.Before(s.Time)) {
@@ -162,4 +173,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ctr(dProbeRej, float64(s.ProbeRej))
 	g(dCollDur, time.Since(start).Seconds(), "metrics")
 	g(dCollOK, 1, "metrics")
+}
+
+// deviceLabel is a GPU's gpu label: its index, "INDEX/MIG" for a MIG
+// instance.
+func deviceLabel(d gpu.Device) string {
+	idx := strconv.Itoa(d.Index)
+	if d.IsMIG() {
+		idx += "/" + strconv.Itoa(d.MIGIndex)
+	}
+	return idx
 }
