@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // Group is a memory cgroup vramguard created for one job.
@@ -179,7 +180,7 @@ func KillDir(dir string, timeout time.Duration) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s still has %d processes", dir, len(pids))
+			return fmt.Errorf("cgroup %s still has %s", dir, units.Plural(len(pids), "process"))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -13,8 +13,10 @@ package ckpt
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -227,15 +229,26 @@ type UnreadableError struct{ Err error }
 func (e *UnreadableError) Error() string { return e.Err.Error() }
 func (e *UnreadableError) Unwrap() error { return e.Err }
 
+// Unreadable is an UnreadableError for what the os package said of a path:
+// "PATH: no such file or directory", without the system call's name (a
+// stat or open the user did not ask for).
+func Unreadable(err error) *UnreadableError {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return &UnreadableError{fmt.Errorf("%s: %w", pe.Path, pe.Err)}
+	}
+	return &UnreadableError{err}
+}
+
 func openFile(path string) (*os.File, int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, 0, &UnreadableError{fmt.Errorf("open %s: %w", path, err)}
+		return nil, 0, Unreadable(err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, 0, &UnreadableError{fmt.Errorf("stat %s: %w", path, err)}
+		return nil, 0, Unreadable(err)
 	}
 	return f, st.Size(), nil
 }

@@ -2,7 +2,6 @@ package ckpt
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -19,10 +18,10 @@ import (
 func inspectDir(dir string, opt Options) (*Report, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
-		return nil, &UnreadableError{fmt.Errorf("stat %s: %w", dir, err)}
+		return nil, Unreadable(err)
 	}
 	if _, err := os.ReadDir(dir); err != nil {
-		return nil, &UnreadableError{fmt.Errorf("read %s: %w", dir, err)}
+		return nil, Unreadable(err)
 	}
 	rep := &Report{Path: dir, ModTime: st.ModTime(), Valid: true}
 	defer rep.finish()

@@ -46,7 +46,7 @@ func (c *countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
 func Inspect(path string, opt Options) (*Report, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, &UnreadableError{fmt.Errorf("stat %s: %w", path, err)}
+		return nil, Unreadable(err)
 	}
 	if st.IsDir() {
 		return inspectDir(path, opt)

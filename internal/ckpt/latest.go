@@ -97,13 +97,13 @@ type tree struct {
 func scanTree(dir string) (*tree, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
-		return nil, &UnreadableError{fmt.Errorf("stat %s: %w", dir, err)}
+		return nil, Unreadable(err)
 	}
 	if !st.IsDir() {
 		return nil, &UnreadableError{fmt.Errorf("%s is not a directory", dir)}
 	}
 	if _, err := os.ReadDir(dir); err != nil {
-		return nil, &UnreadableError{fmt.Errorf("read %s: %w", dir, err)}
+		return nil, Unreadable(err)
 	}
 	// WalkDir does not follow a symlinked root: resolve it, walk the
 	// target, and name what is found under dir as given.

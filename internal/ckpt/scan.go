@@ -425,7 +425,7 @@ func ScanPath(path string) ([]*ScanResult, error) { return ScanPathWith(path, Sc
 func ScanPathWith(path string, opts ScanOptions) ([]*ScanResult, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, &UnreadableError{fmt.Errorf("stat %s: %w", path, err)}
+		return nil, Unreadable(err)
 	}
 	if !st.IsDir() {
 		if !st.Mode().IsRegular() {

@@ -49,13 +49,7 @@ recorded samples (--attempt N: attempt N's), time counted from the attempt's sta
 go through the same detector with the same settings as the live monitor, so the
 verdict is the one the monitor reached at the last sample (past an attempt's first
 3600 samples the store keeps every 10th: see docs/ANALYSIS.md). An attempt without
-samples exits 1.
-
---score DIR runs the detector over a labelled directory (a labels.json beside the
-CSVs, as in shared/traces), prints precision, recall, false alarms, detection delay
-and OOM-forecast error per family, and exits 1 when the acceptance thresholds
-(precision and recall >= 0.95, no false alarm on steady, eval-phase or
-variable-length traces, ETA within ±25% for >= 80% of leaking traces) are missed.`,
+samples exits 1.`,
 		Example: `  # analyze a trace
   vramguard analyze trace.csv
 
@@ -67,10 +61,7 @@ variable-length traces, ETA within ±25% for >= 80% of leaking traces) are misse
 
   # its first attempt, and the same timeline as a CSV to keep or share
   vramguard analyze last --attempt 1
-  vramguard runs export last --attempt 1 -o run.csv && vramguard analyze run.csv
-
-  # score the detector on labelled traces (several directories add up)
-  vramguard analyze --score ../shared/traces/public --score /tmp/seed2`,
+  vramguard runs export last --attempt 1 -o run.csv && vramguard analyze run.csv`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(opts.Score) > 0 {
 				if len(args) > 0 {
@@ -95,8 +86,14 @@ variable-length traces, ETA within ±25% for >= 80% of leaking traces) are misse
 		},
 	}
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print one JSON object")
-	cmd.Flags().StringArrayVar(&opts.Score, "score", nil, "score the detector over a labelled `DIR` (repeatable)")
-	cmd.Flags().IntVar(&opts.Attempt, "attempt", 0, "with RUN: analyze attempt `N` (default: the last)")
+	// --score DIR runs the detector over a labelled directory (a labels.json
+	// beside the CSVs, as in shared/traces), prints precision, recall, false
+	// alarms, detection delay and OOM-forecast error per family, and exits 1
+	// when the acceptance thresholds are missed (docs/ANALYSIS.md). It is for
+	// vramguard's developers, so --help leaves it out.
+	cmd.Flags().StringArrayVar(&opts.Score, "score", nil, "score the detector over a labelled directory (repeatable)")
+	_ = cmd.Flags().MarkHidden("score")
+	cmd.Flags().IntVar(&opts.Attempt, "attempt", 0, "with RUN: analyze attempt N (default: the last)")
 	return cmd
 }
 
@@ -246,7 +243,7 @@ func writeAnalyzeHuman(w io.Writer, target string, r analyze.Report) {
 	if r.Verdict == analyze.VerdictLeak && r.Ambiguous {
 		head = "UNBOUNDED GROWTH (leak or fragmentation: only NVML watched)"
 	}
-	fmt.Fprintf(w, "%s: %s  (confidence %.2f, %d samples)\n", target, head, r.Confidence, r.Samples)
+	fmt.Fprintf(w, "%s: %s  (confidence %.2f, %s)\n", target, head, r.Confidence, units.Plural(r.Samples, "sample"))
 	if !math.IsNaN(r.LeakRate) {
 		line := fmt.Sprintf("  rate      %s/s", humanBytes(r.LeakRate))
 		if !math.IsNaN(r.LeakRatePerStep) {

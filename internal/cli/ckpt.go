@@ -163,7 +163,7 @@ type verifyResult struct {
 func runCkptVerify(f *Factory, path string, deep, asJSON bool) error {
 	st, err := os.Stat(path)
 	if err != nil {
-		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("stat %s: %w", path, err)}
+		return ckptInputErr(ckpt.Unreadable(err))
 	}
 	var paths []string
 	if st.IsDir() {

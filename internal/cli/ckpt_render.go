@@ -67,6 +67,15 @@ func metricsString(m map[string]float64) string {
 
 func renderReport(f *Factory, r *ckpt.Report, limit int) {
 	w := f.IO.Out
+	if r.Format == "" && !r.Valid {
+		// Nothing was recognised: say so, rather than a report of zeros.
+		size := ""
+		if r.Size > 0 {
+			size = " (" + units.FormatBytes(r.Size) + ")"
+		}
+		fmt.Fprintf(w, "%s: %s%s\n", r.Path, r.Reason, size)
+		return
+	}
 	status := "valid"
 	if !r.Valid {
 		status = "INVALID: " + r.Reason
@@ -79,7 +88,7 @@ func renderReport(f *Factory, r *ckpt.Report, limit int) {
 	if r.Step != nil || r.Epoch != nil {
 		fmt.Fprintf(w, "  step:      %s   epoch: %s\n", optInt(r.Step), optInt(r.Epoch))
 	}
-	fmt.Fprintf(w, "  tensors:   %d, %s (unique storage %s), %d parameters\n", len(r.Tensors), units.FormatBytes(r.TensorBytes), units.FormatBytes(r.StorageBytes), r.Parameters)
+	fmt.Fprintf(w, "  tensors:   %d, %s (unique storage %s), %s\n", len(r.Tensors), units.FormatBytes(r.TensorBytes), units.FormatBytes(r.StorageBytes), units.Plural(int(r.Parameters), "parameter"))
 	e := r.Resume
 	fmt.Fprintf(w, "  resume:    ~%s on the GPU (parameters %s, gradients %s, optimizer %s, buffers %s; activations not included)\n",
 		units.FormatBytes(e.Total), units.FormatBytes(e.Parameters), units.FormatBytes(e.Gradients), units.FormatBytes(e.Optimizer), units.FormatBytes(e.Buffers))
@@ -198,7 +207,7 @@ func renderScan(f *Factory, rs []*ckpt.ScanResult) {
 		if format == "" {
 			format = "unknown format"
 		}
-		fmt.Fprintf(w, "%s  %s  [%s, %d pickles]\n", verdict, r.Path, format, r.Pickles)
+		fmt.Fprintf(w, "%s  %s  [%s, %s]\n", verdict, r.Path, format, units.Plural(r.Pickles, "pickle"))
 		for _, h := range r.Hits {
 			if h.Verdict == ckpt.VerdictSafe {
 				continue

@@ -71,7 +71,7 @@ fails, 2 for bad input. Check ids and the --json layout are in docs/DOCTOR.md.`,
 	fl.StringVar(&o.Dir, "dir", "", "checkpoint directory to check (filesystem, free space, writability)")
 	fl.IntVar(&o.Keep, "keep", 3, "how many checkpoints the job keeps (sizes the free-space check)")
 	fl.BoolVar(&o.JSON, "json", false, "print the report as JSON (schema in docs/DOCTOR.md)")
-	fl.DurationVar(&o.PythonTimeout, "python-timeout", 15*time.Second, "give up on `import torch` after this long")
+	fl.DurationVar(&o.PythonTimeout, "python-timeout", 15*time.Second, "give up on the Python interpreter's import torch after this long")
 	fl.StringVar(&o.Root, "root", "", "examine a fixture tree (a directory or a .txtar archive) instead of /")
 	_ = fl.MarkHidden("root")
 	return cmd

@@ -106,9 +106,9 @@ keeps them, each with t_s, seconds from the attempt's start) and its events.`,
 			return runsExport(cmd.Context(), f, args[0], opts)
 		},
 	}
-	cmd.Flags().IntVar(&opts.Attempt, "attempt", 0, "export attempt `N` (default: the last)")
+	cmd.Flags().IntVar(&opts.Attempt, "attempt", 0, "export attempt N (default: the last)")
 	cmd.Flags().StringVar(&opts.Format, "format", "csv", "csv (a trace CSV) or json")
-	cmd.Flags().StringVarP(&opts.Output, "output", "o", "", "write to `FILE` instead of standard output")
+	cmd.Flags().StringVarP(&opts.Output, "output", "o", "", "write to this file instead of standard output")
 	return cmd
 }
 

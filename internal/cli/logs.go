@@ -12,6 +12,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/joblog"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // NewCmdLogs builds `vramguard logs`.
@@ -20,14 +21,14 @@ func NewCmdLogs(f *Factory) *cobra.Command {
 	var attempt int
 	var stream string
 	cmd := &cobra.Command{
-		Use:   "logs [-f] [--attempt N] [--stream stdout|stderr] RUN",
+		Use:   "logs [-f] [--attempt N] [--stream stdout|stderr] [RUN]",
 		Short: "Print a run's output exactly as the job wrote it",
 		Long: `Print the output a run's job wrote, byte for byte: stdout and stderr in arrival
 order, each line whole, or with --stream one of them alone, exactly as the job
-wrote it. RUN is a run id (or a unique prefix), a --name, or "last". By default
-the latest attempt; -f follows the run live, from its first attempt (or attempt
-N) across restarts, until it ends.`,
-		Example: `  vramguard logs last
+wrote it. RUN is a run id (or a unique prefix), a --name, or "last", the
+default (as for explain). By default the latest attempt; -f follows the run
+live, from its first attempt (or attempt N) across restarts, until it ends.`,
+		Example: `  vramguard logs                    # the last run
   vramguard logs -f bert
   vramguard logs --attempt 1 --timestamps 20261129-173857-ab12cd
 
@@ -36,7 +37,7 @@ N) across restarts, until it ends.`,
 
   # the job's stdout alone, byte for byte, into a file
   vramguard logs --stream stdout last > out.txt`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			streams, err := logStreams(stream, cmd.Flags().Changed("stream"))
 			if err != nil {
@@ -46,7 +47,11 @@ N) across restarts, until it ends.`,
 				return Usagef("--attempt %d: attempts are numbered from 1 (without --attempt: the latest)", attempt)
 			}
 			ctx := cmd.Context()
-			st, r, err := f.openRun(ctx, args[0])
+			ref := "last"
+			if len(args) == 1 {
+				ref = args[0]
+			}
+			st, r, err := f.openRun(ctx, ref)
 			if err != nil {
 				return err
 			}
@@ -62,7 +67,7 @@ N) across restarts, until it ends.`,
 	cmd.Flags().IntVar(&attempt, "attempt", 0, "show attempt N (default: the latest)")
 	cmd.Flags().BoolVarP(&timestamps, "timestamps", "t", false, "prefix each line with the time it was written")
 	cmd.Flags().BoolVar(&withNotes, "notes", false, "include vramguard's own notes")
-	cmd.Flags().StringVar(&stream, "stream", "", "show one `STREAM` alone, byte for byte: stdout or stderr (default: both)")
+	cmd.Flags().StringVar(&stream, "stream", "", "show one stream alone, byte for byte: stdout or stderr (default: both)")
 	return cmd
 }
 
@@ -89,7 +94,7 @@ func showLogs(ctx context.Context, f *Factory, st *store.Store, r *store.Run, at
 		return Failf("run %s has no attempts yet", r.ID)
 	}
 	if attempt > len(attempts) && (!follow || r.Status != store.StatusRunning) {
-		return Usagef("run %s has %d attempts: there is no attempt %d", r.ID, len(attempts), attempt)
+		return Usagef("run %s has %s: there is no attempt %d", r.ID, units.Plural(len(attempts), "attempt"), attempt)
 	}
 	if !follow {
 		a := attempts[len(attempts)-1]

@@ -116,7 +116,7 @@ usage; 3 when --memory-limit cannot be applied here.`,
 	fl.BoolVar(&o.OOMSnapshot, "oom-snapshot", false, "record CUDA allocation history (bounded) and dump a snapshot at an OOM; explain shows the largest allocation sites")
 	fl.BoolVar(&o.AtomicSave, "atomic-save", false, "make torch.save write a temporary file, fsync and rename, so a crash mid-save keeps the previous checkpoint")
 	fl.DurationVar(&o.UnsavedWarning, "unsaved-warning", 30*time.Minute, "warn when the job has trained this long since its last checkpoint (0 disables)")
-	fl.BoolVar(&o.Kernel, "kernel", false, "the job is a Jupyter kernel: each restart of the same kernel becomes an attempt of one run (set by `vramguard jupyter install`)")
+	fl.BoolVar(&o.Kernel, "kernel", false, "the job is a Jupyter kernel: each restart of the same kernel becomes an attempt of one run (the kernelspec of vramguard jupyter install sets it)")
 	fl.StringVar(&o.detachedID, "detached-run-id", "", "")
 	fl.MarkHidden("detached-run-id")
 	return cmd

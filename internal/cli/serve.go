@@ -90,7 +90,7 @@ retries. See docs/SERVE.md.`,
 	fl.StringVar(&o.Listen, "listen", "127.0.0.1:9345", "address to serve HTTP on (beyond loopback needs --token)")
 	fl.StringVar(&o.Token, "token", "", "token for mutating requests (visible in ps; prefer --token-file)")
 	fl.StringVar(&o.TokenFile, "token-file", "", "file holding the token")
-	fl.StringArrayVar(&o.AllowedHosts, "allowed-host", nil, "on a loopback address, also answer requests for this Host `NAME` (repeatable; localhost, 127.0.0.0/8 and [::1] always are)")
+	fl.StringArrayVar(&o.AllowedHosts, "allowed-host", nil, "on a loopback address, also answer requests whose Host header names this host (repeatable; localhost, 127.0.0.0/8 and [::1] always are)")
 	fl.DurationVar(&o.Interval, "interval", time.Second, "how often to sample (at least 1s)")
 	fl.DurationVar(&o.KeepFine, "keep-fine", 24*time.Hour, "how long every sample is kept")
 	fl.DurationVar(&o.KeepCoarse, "keep-coarse", 30*24*time.Hour, "how long per-step peaks are kept")

@@ -74,7 +74,8 @@ func (f *Factory) openRun(ctx context.Context, ref string) (*store.Store, *store
 // resolveRun finds RUN (id, id prefix, name or "last") or returns a usage error.
 func resolveRun(ctx context.Context, s *store.Store, ref string) (*store.Run, error) {
 	r, err := s.Resolve(ctx, ref)
-	if errors.Is(err, store.ErrNotFound) {
+	var amb *store.AmbiguousError
+	if errors.Is(err, store.ErrNotFound) || errors.As(err, &amb) {
 		return nil, Usagef("%v", err)
 	}
 	if err != nil {

@@ -57,7 +57,7 @@ func TestTopBadUsage(t *testing.T) {
 		{"bad sort", false, []string{"--once", "--sort", "vram"}, ExitUsage, "--sort"},
 		{"json without once", false, []string{"--json"}, ExitUsage, "--json needs --once"},
 		{"interval too short", false, []string{"--once", "--interval", "200ms"}, ExitUsage, "at most once a second"},
-		{"missing scenario", false, []string{"--once", "--simulate", "/nonexistent.json"}, ExitUsage, "read scenario"},
+		{"missing scenario", false, []string{"--once", "--simulate", "/nonexistent.json"}, ExitUsage, "scenario file /nonexistent.json: no such file or directory"},
 		{"bad backend", false, []string{"--once", "--gpu-backend", "cuda"}, ExitUsage, "want auto, nvml, none or sim:PATH"},
 		{"simulate and backend", false, []string{"--once", "--simulate", "x.json", "--gpu-backend", "nvml"}, ExitUsage, "cannot be used together"},
 		{"nvml without driver", false, []string{"--once", "--gpu-backend", "nvml"}, ExitEnv, "no NVIDIA driver found"},

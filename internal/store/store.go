@@ -354,17 +354,142 @@ func (s *Store) Resolve(ctx context.Context, ref string) (*Run, error) {
 			}
 			found = append(found, rr)
 		}
-		switch len(found) {
-		case 1:
+		switch {
+		case len(found) == 1:
 			return found[0], nil
-		case 2:
-			return nil, fmt.Errorf("run %q is ambiguous: give more of its id", ref)
+		case len(found) > 1:
+			return nil, s.ambiguous(ctx, ref)
 		}
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %q (see `vramguard runs`)", ErrNotFound, ref)
 	}
 	return r, err
+}
+
+// maxCandidates is how many runs an AmbiguousError lists.
+const maxCandidates = 5
+
+// AmbiguousError is a RUN that is a prefix of more than one run id.
+type AmbiguousError struct {
+	Ref string
+	// Candidates are the newest runs whose id starts with Ref, at most
+	// maxCandidates of them; Total counts them all.
+	Candidates []*Run
+	Total      int
+}
+
+func (e *AmbiguousError) Error() string {
+	ids := make([]string, 0, len(e.Candidates))
+	for _, r := range e.Candidates {
+		id := r.ID
+		if r.Name != "" {
+			id += " (" + r.Name + ")"
+		}
+		ids = append(ids, id)
+	}
+	more := ""
+	if e.Total > len(e.Candidates) {
+		more = fmt.Sprintf(" and %d more", e.Total-len(e.Candidates))
+	}
+	return fmt.Sprintf("run %q is ambiguous: it matches %d runs: %s%s; give more of the id", e.Ref, e.Total, strings.Join(ids, ", "), more)
+}
+
+func (s *Store) ambiguous(ctx context.Context, ref string) error {
+	pat := escapeLike(ref) + "%"
+	e := &AmbiguousError{Ref: ref}
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE id LIKE ? ESCAPE '\'`, pat).Scan(&e.Total); err != nil {
+		return err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE id LIKE ? ESCAPE '\' ORDER BY started_at DESC, id DESC LIMIT ?`, pat, maxCandidates)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return err
+		}
+		e.Candidates = append(e.Candidates, r)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return e
+}
+
+// SetRunName renames run id (a kernel's run takes its notebook's name once
+// the notebook is known).
+func (s *Store) SetRunName(ctx context.Context, id, name string) error {
+	if _, err := s.db.ExecContext(ctx, `UPDATE runs SET name=? WHERE id=?`, name, id); err != nil {
+		return fmt.Errorf("rename run %s: %w", id, err)
+	}
+	return nil
+}
+
+// NameOwner returns the newest run named name, or ErrNotFound.
+func (s *Store) NameOwner(ctx context.Context, name string) (*Run, error) {
+	r, err := scanRun(s.db.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE name=? ORDER BY started_at DESC, id DESC LIMIT 1`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	return r, err
+}
+
+// FreeName returns name when no run has it, else the first of name-2,
+// name-3, ... that no run has.
+func (s *Store) FreeName(ctx context.Context, name string) (string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name FROM runs WHERE name=? OR name LIKE ? ESCAPE '\'`, name, escapeLike(name)+"-%")
+	if err != nil {
+		return "", fmt.Errorf("look up run names: %w", err)
+	}
+	defer rows.Close()
+	taken := map[string]bool{}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return "", err
+		}
+		taken[n] = true
+	}
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	if !taken[name] {
+		return name, nil
+	}
+	for i := 2; ; i++ {
+		if n := fmt.Sprintf("%s-%d", name, i); !taken[n] {
+			return n, nil
+		}
+	}
+}
+
+// AttemptReasons returns, for each of the runs ids, the reasons its
+// attempts ended with, in attempt order ("" for one still running).
+func (s *Store) AttemptReasons(ctx context.Context, ids []string) (map[string][]string, error) {
+	out := make(map[string][]string, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT run_id, reason FROM attempts WHERE run_id IN (?`+strings.Repeat(`,?`, len(ids)-1)+`) ORDER BY run_id, n`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read attempts: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, reason string
+		if err := rows.Scan(&id, &reason); err != nil {
+			return nil, err
+		}
+		out[id] = append(out[id], reason)
+	}
+	return out, rows.Err()
 }
 
 func escapeLike(s string) string {

@@ -16,6 +16,14 @@ import (
 // ErrSpec is wrapped by errors about the spec string itself (bad usage).
 var ErrSpec = errors.New("invalid GPU backend")
 
+// fileError is a sim:PATH whose file cannot be used: it reads as what is
+// wrong with the file and is an ErrSpec for callers.
+type fileError struct{ err error }
+
+func (e fileError) Error() string        { return e.err.Error() }
+func (e fileError) Unwrap() error        { return e.err }
+func (e fileError) Is(target error) bool { return target == ErrSpec }
+
 // Open returns the backend named by spec:
 //
 //	auto      NVML if the driver loads, otherwise none (a missing driver is
@@ -51,7 +59,9 @@ func Open(ctx context.Context, spec string) (gpu.Backend, error) {
 		}
 		b, err := sim.Open(path)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrSpec, err)
+			// The scenario file is at fault, not the spec's syntax: its
+			// error alone, still a usage error.
+			return nil, fileError{err}
 		}
 		return b, nil
 	default:

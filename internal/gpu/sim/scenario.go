@@ -3,7 +3,9 @@ package sim
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sort"
 	"strconv"
@@ -88,7 +90,11 @@ type HostSpec struct {
 func Load(path string) (*Scenario, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read scenario: %w", err)
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("scenario file %s: %w", path, pe.Err)
+		}
+		return nil, fmt.Errorf("scenario file %s: %w", path, err)
 	}
 	s, err := Parse(b, os.Getenv)
 	if err != nil {
