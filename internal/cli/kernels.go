@@ -130,7 +130,7 @@ func collectKernels(ctx context.Context, f *Factory, o *KernelsOptions) ([]jupyt
 				runs[k.KernelID] = k.RunID
 			}
 			for i := range entries {
-				if entries[i].Supervised {
+				if entries[i].Supervised && entries[i].RunID == "" {
 					entries[i].RunID = runs[entries[i].KernelID]
 				}
 			}
@@ -281,7 +281,7 @@ func runKernelAction(ctx context.Context, f *Factory, o *kernelActionOptions, ac
 			fmt.Fprintf(tw, "  %s\tkernel %s\tpid %d\tGPU %s\tidle %s\n", orNone(r.Notebook), shortKernel(r.KernelID), r.PID, units.FormatBytes(r.GPUBytes), humanDur(r.IdleS))
 		}
 		tw.Flush()
-		if !f.IO.IsTTY || !confirm(f, fmt.Sprintf("%s %d kernel(s)? [y/N] ", action, len(results))) {
+		if !f.IO.IsTTY || !confirm(f, fmt.Sprintf("%s %s? [y/N] ", action, units.Plural(len(results), "kernel"))) {
 			fmt.Fprintln(f.IO.ErrOut, "vramguard: nothing done; add --yes to do it")
 			return nil
 		}

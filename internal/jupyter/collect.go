@@ -151,7 +151,7 @@ func (c *Collector) Collect(ctx context.Context) ([]Entry, error) {
 
 // fill sets what the process table and the GPU say of a kernel.
 func (c *Collector) fill(e *Entry, kp KernelProc) {
-	e.PID, e.ContainerPID, e.Supervised = kp.PID, kp.ContainerPID, kp.Supervised
+	e.PID, e.ContainerPID, e.Supervised, e.RunID = kp.PID, kp.ContainerPID, kp.Supervised, kp.RunID
 	e.RSSBytes = kp.RSS()
 	in := map[int]bool{}
 	for _, p := range kp.Tree {

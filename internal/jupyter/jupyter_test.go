@@ -47,6 +47,14 @@ type fakeProcs struct {
 	nspid map[int][]int
 	env   map[int][]string
 	cwd   map[int]string
+	exe   map[int]string
+}
+
+func (f fakeProcs) Exe(pid int) (string, error) {
+	if e, ok := f.exe[pid]; ok {
+		return e, nil
+	}
+	return "", os.ErrPermission
 }
 
 func (f fakeProcs) Environ(pid int) ([]string, error) {
@@ -121,6 +129,66 @@ func TestKernelProcs(t *testing.T) {
 	}
 	for id, w := range want {
 		if g := simplify(got[id]); !reflect.DeepEqual(g, w) {
+			t.Errorf("kernel %s: %+v, want %+v", id, g, w)
+		}
+	}
+}
+
+// TestKernelProcsByExecutable tells vramguard's processes from kernels by
+// the executable they run, not by their names: a supervisor installed under
+// another name (here vg-copy) is still no kernel, and a kernel is supervised
+// when its environment has the supervisor's run id.
+func TestKernelProcsByExecutable(t *testing.T) {
+	sup := append([]string{"/opt/bin/vg-copy", "run", "--kernel", "--"}, kernelArgv("A")...)
+	shim := append([]string{"/opt/bin/vg-copy", "__shim", "--"}, kernelArgv("A")...)
+	conda := append([]string{"/opt/conda/bin/conda", "run", "-n", "torch"}, kernelArgv("B")...)
+	src := fakeProcs{
+		procs: []procfs.Proc{
+			{PID: 10, PPID: 1, Comm: "jupyter-server"},
+			// A: under a renamed vramguard; the kernel forked a worker.
+			{PID: 20, PPID: 10, Comm: "vg-copy", StartTicks: 100, RSSBytes: 30},
+			{PID: 21, PPID: 20, Comm: "vg-copy", StartTicks: 101, RSSBytes: 8},
+			{PID: 22, PPID: 21, Comm: "python3", StartTicks: 102, RSSBytes: 100},
+			{PID: 23, PPID: 22, Comm: "pt_data_worker", StartTicks: 150, RSSBytes: 10},
+			// B: behind another wrapper, in a server that itself runs
+			// under vramguard (the run id is inherited, not the kernel's).
+			{PID: 30, PPID: 10, Comm: "conda", StartTicks: 200, RSSBytes: 20},
+			{PID: 31, PPID: 30, Comm: "python3", StartTicks: 201, RSSBytes: 50},
+			// C: a plain kernel of the same server.
+			{PID: 40, PPID: 10, Comm: "python3", StartTicks: 300, RSSBytes: 60},
+		},
+		argv: map[int][]string{10: {"jupyter-server"}, 20: sup, 21: shim, 22: kernelArgv("A"), 23: kernelArgv("A"),
+			30: conda, 31: kernelArgv("B"), 40: kernelArgv("C")},
+		exe: map[int]string{20: "8:1000", 21: "8:1000", 22: "8:2000", 23: "8:2000", 30: "8:3000", 31: "8:2000", 40: "8:2000"},
+		env: map[int][]string{
+			22: {"VRAMGUARD_RUN_ID=20260101-000000-aaaaaa", "VRAMGUARD_ATTEMPT=1"},
+			23: {"VRAMGUARD_RUN_ID=20260101-000000-aaaaaa"},
+			30: {"VRAMGUARD_RUN_ID=20260101-000000-jupyter"},
+			31: {"VRAMGUARD_RUN_ID=20260101-000000-jupyter"},
+			40: {"VRAMGUARD_RUN_ID=20260101-000000-jupyter"},
+		},
+	}
+	got, err := KernelProcs(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type view struct {
+		PID        int
+		Supervised bool
+		RunID      string
+		RSS        uint64
+	}
+	want := map[string]view{
+		"A": {PID: 22, Supervised: true, RunID: "20260101-000000-aaaaaa", RSS: 110},
+		"B": {PID: 31, RSS: 50},
+		"C": {PID: 40, RSS: 60},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("found %d kernels, want %d: %+v", len(got), len(want), got)
+	}
+	for id, w := range want {
+		k := got[id]
+		if g := (view{k.PID, k.Supervised, k.RunID, k.RSS()}); g != w {
 			t.Errorf("kernel %s: %+v, want %+v", id, g, w)
 		}
 	}

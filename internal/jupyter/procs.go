@@ -2,11 +2,13 @@ package jupyter
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/vramguard/vramguard/internal/procfs"
 )
@@ -55,6 +57,9 @@ type KernelProc struct {
 	Tree []procfs.Proc
 	// Supervised is set when vramguard runs the kernel (run --kernel).
 	Supervised bool
+	// RunID is the supervising run, from VRAMGUARD_RUN_ID in the kernel's
+	// environment ("" when unsupervised or the environment is unreadable).
+	RunID string
 }
 
 // RSS sums the resident memory of the kernel and its descendants.
@@ -66,9 +71,21 @@ func (k KernelProc) RSS() uint64 {
 	return n
 }
 
-// isSupervisor reports whether argv is vramguard itself (the supervisor or
-// its shim), whose command line repeats the kernel's.
-func isSupervisor(comm string, argv []string) bool {
+// ExeSource is implemented by a ProcSource that can tell which executable
+// file a process runs (LiveProcs can; procfs.FS cannot).
+type ExeSource interface {
+	// Exe identifies the file /proc/PID/exe points at (the same string for
+	// the same file, whatever it is named or wherever it is mounted).
+	Exe(pid int) (string, error)
+}
+
+// runIDVar is set by vramguard's supervisor in the environment of the job
+// it starts: a kernel that has it runs under `vramguard run --kernel`.
+const runIDVar = "VRAMGUARD_RUN_ID"
+
+// looksLikeVramguard is the fallback for a process whose executable cannot
+// be read (another user's, without root): its name says vramguard.
+func looksLikeVramguard(comm string, argv []string) bool {
 	if comm == "vramguard" {
 		return true
 	}
@@ -78,10 +95,18 @@ func isSupervisor(comm string, argv []string) bool {
 // KernelProcs finds the process of every kernel on the machine by the
 // connection file on its command line. PIDs are host PIDs (this /proc's);
 // the connection file names the kernel the same way in every namespace.
-// Forked children (multiprocessing, DataLoader workers) repeat their
-// kernel's command line: the kernel is the outermost such process, and
-// vramguard's own processes, which also carry the command line, are skipped
-// but mark the kernel as supervised.
+//
+// Several processes carry a kernel's command line: vramguard's supervisor
+// and its shim (`vramguard run --kernel -- python -m ipykernel_launcher -f
+// ...` and `vramguard __shim -- ...`) above the kernel, and the children the
+// kernel forked (multiprocessing, DataLoader workers) below it. Along such a
+// chain the kernel is the innermost process that runs another executable
+// than the one above it: the supervisor and shim run one file, the kernel
+// another (Python), and forked children the kernel's. The executable is read
+// from /proc/PID/exe, so a vramguard binary under any name is recognised;
+// where it cannot be read, a process named vramguard stands for it. A kernel
+// below such a wrapper is supervised when its environment carries the run
+// id vramguard's supervisor sets (or cannot be read).
 func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 	all, err := src.All()
 	if err != nil {
@@ -91,9 +116,10 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 	for _, p := range all {
 		byPID[p.PID] = p
 	}
+	exeSrc, _ := src.(ExeSource)
 	type cand struct {
-		id  string
-		sup bool
+		id    string
+		ident string // which executable, for telling wrappers from kernels
 	}
 	cands := map[int]cand{}
 	for _, p := range all {
@@ -101,10 +127,68 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 		if err != nil || len(argv) == 0 {
 			continue
 		}
-		if id, ok := ConnectionKernelID(argv); ok {
-			cands[p.PID] = cand{id: id, sup: isSupervisor(p.Comm, argv)}
+		id, ok := ConnectionKernelID(argv)
+		if !ok {
+			continue
+		}
+		c := cand{id: id}
+		if exeSrc != nil {
+			if exe, err := exeSrc.Exe(p.PID); err == nil && exe != "" {
+				c.ident = "exe:" + exe
+			}
+		}
+		if c.ident == "" && looksLikeVramguard(p.Comm, argv) {
+			c.ident = "name:vramguard"
+		}
+		cands[p.PID] = c
+	}
+	// parent is the nearest ancestor that carries the same kernel's command
+	// line, 0 for none.
+	parent := func(pid int) int {
+		id := cands[pid].id
+		for a := byPID[pid].PPID; a > 1; a = byPID[a].PPID {
+			if ac, ok := cands[a]; ok && ac.id == id {
+				return a
+			}
+			if _, ok := byPID[a]; !ok {
+				break
+			}
+		}
+		return 0
+	}
+	// A head starts a new executable along its chain: the outermost process,
+	// or one that runs another file than its parent. The kernel is the
+	// innermost head; the heads above it are wrappers.
+	head := map[int]bool{}
+	for pid, c := range cands {
+		pp := parent(pid)
+		head[pid] = pp == 0 || cands[pp].ident != c.ident
+	}
+	// A process running this very binary is vramguard, even alone (a
+	// supervisor whose kernel is still starting).
+	self := ""
+	if exeSrc != nil {
+		if exe, err := exeSrc.Exe(os.Getpid()); err == nil && exe != "" {
+			self = "exe:" + exe
 		}
 	}
+	wrapper := map[int]bool{}
+	for pid, c := range cands {
+		if c.ident == "name:vramguard" || (self != "" && c.ident == self) {
+			wrapper[pid] = true
+		}
+	}
+	for pid := range cands {
+		if !head[pid] {
+			continue
+		}
+		for a := parent(pid); a != 0; a = parent(a) {
+			if head[a] {
+				wrapper[a] = true
+			}
+		}
+	}
+	envSrc, _ := src.(EnvSource)
 	out := map[string]KernelProc{}
 	pids := make([]int, 0, len(cands))
 	for pid := range cands {
@@ -112,22 +196,31 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 	}
 	sort.Ints(pids)
 	for _, pid := range pids {
+		if !head[pid] || wrapper[pid] {
+			continue
+		}
 		c := cands[pid]
-		if c.sup {
-			continue
-		}
-		// Skip a forked child of the same kernel.
-		if pc, ok := cands[byPID[pid].PPID]; ok && pc.id == c.id && !pc.sup {
-			continue
-		}
 		kp := KernelProc{PID: pid, Tree: procfs.Tree(all, pid)}
-		for a := byPID[pid].PPID; a > 1; a = byPID[a].PPID {
-			if ac, ok := cands[a]; ok && ac.sup && ac.id == c.id {
-				kp.Supervised = true
-				break
-			}
-			if _, ok := byPID[a]; !ok {
-				break
+		if parent(pid) != 0 {
+			kp.Supervised = true
+			if envSrc != nil {
+				if env, err := envSrc.Environ(pid); err == nil {
+					// The supervisor sets a run id of its own; one the
+					// outermost wrapper has as well was inherited (a
+					// server that itself runs under vramguard).
+					outer := pid
+					for a := parent(pid); a != 0; a = parent(a) {
+						outer = a
+					}
+					inherited := ""
+					if oenv, err := envSrc.Environ(outer); err == nil {
+						inherited = envValue(oenv, runIDVar)
+					}
+					if id := envValue(env, runIDVar); id != "" && id != inherited {
+						kp.RunID = id
+					}
+					kp.Supervised = kp.RunID != ""
+				}
 			}
 		}
 		if st, err := src.Status(pid); err == nil && len(st.NSpid) > 1 {
@@ -139,6 +232,16 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 		out[c.id] = kp // the newest wins while a restart overlaps the old process
 	}
 	return out, nil
+}
+
+func envValue(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if s, ok := strings.CutPrefix(kv, key+"="); ok {
+			v = s
+		}
+	}
+	return v
 }
 
 // EnvSource is implemented by a ProcSource that can also read a process's
@@ -165,6 +268,20 @@ func (LiveProcs) Environ(pid int) ([]string, error) {
 	return out, nil
 }
 
+// Exe identifies the executable of pid by the device and inode of
+// /proc/<pid>/exe (readable for one's own processes, or as root).
+func (LiveProcs) Exe(pid int) (string, error) {
+	st, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
+	if err != nil {
+		return "", err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return "", fmt.Errorf("no inode for the executable of %d", pid)
+	}
+	return fmt.Sprintf("%d:%d", sys.Dev, sys.Ino), nil
+}
+
 // Cwd reads /proc/<pid>/cwd.
 func (LiveProcs) Cwd(pid int) (string, error) {
 	return os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "cwd"))
@@ -179,12 +296,7 @@ func ProcNotebook(src EnvSource, pid int) string {
 	if err != nil {
 		return ""
 	}
-	var session string
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "JPY_SESSION_NAME="); ok {
-			session = v
-		}
-	}
+	session := envValue(env, "JPY_SESSION_NAME")
 	if session == "" || filepath.IsAbs(session) {
 		return session
 	}
