@@ -595,10 +595,27 @@ type JobView struct {
 	OOMETA *float64 `json:"oom_eta_s,omitempty"`
 	// Monitor is the monitor's summary of the job (a supervised run's own).
 	Monitor *monitor.Summary `json:"monitor,omitempty"`
+	// JudgingS is, while the verdict is insufficient_data, how many more
+	// seconds of samples the leak detector needs before it can judge.
+	JudgingS *float64 `json:"judging_s,omitempty"`
 	Orphan  bool             `json:"orphan,omitempty"`
 	Live    bool             `json:"live"`
 	EndedAt *time.Time       `json:"ended_at,omitempty"`
 	id      int64
+}
+
+// judgingLeft is how much longer the leak detector (with configuration
+// cfg: the sampler's monitors use the default) needs samples every interval,
+// having had n, before it can judge a job: cfg.MinLevels closed windows,
+// each at least cfg.WindowS long and cfg.MinWindowSamples samples.
+func judgingLeft(cfg analyze.Config, n int, interval time.Duration) time.Duration {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	// a window of k samples spans (k-1) intervals; the next one starts with
+	// the sample after its last
+	per := max(int(math.Ceil(cfg.WindowS/interval.Seconds()))+1, cfg.MinWindowSamples)
+	return time.Duration(max(cfg.MinLevels*per-n, 0)) * interval
 }
 
 // JobGPU is a job's memory on one GPU.
@@ -641,8 +658,9 @@ func (a *Agent) Snapshot() Snapshot {
 		Dropped: a.latest.Dropped, Took: a.latest.Took, Vanished: a.latest.Attrib.VanishedBytes, Samples: a.samples,
 		LastErr: a.lastErr, LastErrAt: a.lastErrAt, ProbeRej: a.probeRej, ProbeMsgs: a.probeMsgs, Started: a.start}
 	now := a.latest.ProcessTime
+	interval, _ := a.cfg.Sampler.Intervals()
 	for _, js := range a.jobs {
-		s.Jobs = append(s.Jobs, js.view(now))
+		s.Jobs = append(s.Jobs, js.view(now, interval))
 	}
 	sort.Slice(s.Jobs, func(i, j int) bool {
 		if s.Jobs[i].GPUBytes != s.Jobs[j].GPUBytes {
@@ -653,7 +671,8 @@ func (a *Agent) Snapshot() Snapshot {
 	return s
 }
 
-func (js *jobState) view(now time.Time) JobView {
+// view is the job as the API shows it; interval is the sampler's.
+func (js *jobState) view(now time.Time, interval time.Duration) JobView {
 	j := &js.Job
 	v := JobView{Key: j.Key, Kind: j.Kind, Name: j.Name, RootPID: j.RootPID, RunID: j.RunID, Labels: js.Labels,
 		Devices: j.Devices, GPUBytes: j.GPUBytes, GPUs: gpusOf(j), RSSBytes: j.RSSBytes, Alloc: j.AllocatedBytes, Reserved: j.ReservedBytes,
@@ -670,6 +689,10 @@ func (js *jobState) view(now time.Time) JobView {
 		sum := jd.Summary
 		v.Monitor = &sum
 		v.Verdict = sum.Verdict
+		if sum.Verdict == string(analyze.VerdictInsufficientData) && jd.Own {
+			left := judgingLeft(analyze.DefaultConfig(), sum.Samples, interval).Seconds()
+			v.JudgingS = &left
+		}
 		if l := sum.Leak; l != nil && sum.Verdict == string(analyze.VerdictLeak) {
 			v.Leak = true
 			ls := l.LeakStart

@@ -50,31 +50,64 @@ func IsLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// Endpoint is one entry of the API index (GET /api/v1/).
+type Endpoint struct {
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	// Query lists the query parameters the endpoint takes.
+	Query       string `json:"query,omitempty"`
+	Description string `json:"description"`
+	// Token is true where the request needs Authorization: Bearer TOKEN.
+	Token bool `json:"token"`
+	h     http.HandlerFunc
+}
+
+// endpoints are every route the agent serves but the dashboard's files:
+// what Handler registers and what GET /api/v1/ lists, from one table.
+// /metrics's handler is Handler's (it holds the registry).
+func (a *Agent) endpoints() []Endpoint {
+	return []Endpoint{
+		{"GET", "/metrics", "", "Prometheus metrics (docs/SERVE.md lists them)", false, nil},
+		{"GET", "/healthz", "", "200 while samples are fresh, 503 while starting or stale", false, a.healthz},
+		{"GET", "/api/v1/", "", "this index", false, a.apiIndex},
+		{"GET", "/api/v1/status", "", "version, GPU backend, sampling interval, retention", false, a.apiStatus},
+		{"GET", "/api/v1/devices", "", "GPUs with memory, utilisation and the jobs on each", false, a.apiDevices},
+		{"GET", "/api/v1/jobs", "range=1h | from=&to=", "live jobs, and the jobs seen in the range", false, a.apiJobs},
+		{"GET", "/api/v1/jobs/{key}", "", "one job, with the monitor's summary", false, a.apiJob},
+		{"GET", "/api/v1/timelines", "range=1h | from=&to=, job=KEY (repeatable), points=N", "memory timelines as columns, with the range's events", false, a.apiTimelines},
+		{"GET", "/api/v1/events", "after=ID, job=KEY, range=, limit=N, wait=25s", "events after an id; wait holds the request until one arrives", false, a.apiEvents},
+		{"GET", "/api/v1/alerts", "", "recent alerts and webhook counters", false, a.apiAlerts},
+		{"GET", "/api/v1/runs", "", "the newest 100 supervised runs", false, a.apiRuns},
+		{"GET", "/api/v1/runs/{id}", "", "a run's post-mortem document (as explain --json prints it) and its record", false, a.apiRun},
+		{"POST", "/api/v1/events", "", `a note on a job's timeline: {"job_key": KEY, "message": TEXT}`, true, a.apiPostEvent},
+		{"POST", "/api/v1/jobs/{key}/kill", "signal=TERM|KILL", "signal a live job's root process", true, a.apiKill},
+		{"POST", "/api/v1/runs/{id}/stop", "", "stop a supervised run, as vramguard stop does", true, a.apiStop},
+		{"POST", "/api/v1/runs/{id}/restart", "", "restart a supervised run's attempt now, as vramguard restart does", true, a.apiRestart},
+	}
+}
+
 // Handler returns the agent's HTTP handler: the dashboard at /, the JSON API
-// under /api/v1/, /metrics and /healthz. Every request that is not GET or
-// HEAD under /api/v1/ must carry the token (Authorization: Bearer TOKEN);
-// without it the answer is 401 before any routing. An empty token disables
-// every mutating endpoint.
+// under /api/v1/ (GET /api/v1/ lists it), /metrics and /healthz. Every
+// request that is not GET or HEAD under /api/v1/ must carry the token
+// (Authorization: Bearer TOKEN); without it the answer is 401 before any
+// routing. An empty token disables every mutating endpoint.
 func (a *Agent) Handler(token string) http.Handler {
 	mux := http.NewServeMux()
 	reg := a.Registry()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError}))
-	mux.HandleFunc("GET /healthz", a.healthz)
-	mux.HandleFunc("GET /api/v1/status", a.apiStatus)
-	mux.HandleFunc("GET /api/v1/devices", a.apiDevices)
-	mux.HandleFunc("GET /api/v1/jobs", a.apiJobs)
-	mux.HandleFunc("GET /api/v1/jobs/{key}", a.apiJob)
-	mux.HandleFunc("GET /api/v1/timelines", a.apiTimelines)
-	mux.HandleFunc("GET /api/v1/events", a.apiEvents)
-	mux.HandleFunc("GET /api/v1/alerts", a.apiAlerts)
-	mux.HandleFunc("GET /api/v1/runs", a.apiRuns)
-	mux.HandleFunc("GET /api/v1/runs/{id}", a.apiRun)
-	mux.HandleFunc("POST /api/v1/events", a.apiPostEvent)
-	mux.HandleFunc("POST /api/v1/jobs/{key}/kill", a.apiKill)
-	mux.HandleFunc("POST /api/v1/runs/{id}/stop", a.apiStop)
-	mux.HandleFunc("POST /api/v1/runs/{id}/restart", a.apiRestart)
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError})
+	for _, e := range a.endpoints() {
+		if e.Path == "/metrics" {
+			e.h = metrics.ServeHTTP
+		}
+		p := e.Path
+		if p == "/api/v1/" {
+			p += "{$}"
+			mux.HandleFunc(e.Method+" /api/v1", e.h)
+		}
+		mux.HandleFunc(e.Method+" "+p, e.h)
+	}
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeErr(w, http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
+		writeErr(w, http.StatusNotFound, "no such endpoint: %s %s (GET /api/v1/ lists them)", r.Method, r.URL.Path)
 	})
 	sub, _ := fs.Sub(web.Assets, "static")
 	files := http.FileServer(http.FS(sub))
@@ -87,6 +120,11 @@ func (a *Agent) Handler(token string) http.Handler {
 		files.ServeHTTP(w, r)
 	})
 	return secure(token, mux)
+}
+
+func (a *Agent) apiIndex(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"version": a.cfg.Version, "endpoints": a.endpoints(),
+		"docs": "docs/SERVE.md (HTTP, Metrics); mutating requests need Authorization: Bearer TOKEN"})
 }
 
 // secure answers 401 to a mutating API request without the token, before
@@ -126,7 +164,7 @@ func writeErr(w http.ResponseWriter, code int, format string, a ...any) {
 func (a *Agent) healthz(w http.ResponseWriter, r *http.Request) {
 	s := a.Snapshot()
 	proc, _ := a.cfg.Sampler.Intervals()
-	age := time.Since(s.Time)
+	age := a.cfg.Now().Sub(s.Time)
 	switch {
 	case !s.Have:
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "starting"})
@@ -285,18 +323,30 @@ func (a *Agent) apiJob(w http.ResponseWriter, r *http.Request) {
 
 // Timeline is one job's memory over a range, as columns (what uPlot takes).
 type Timeline struct {
-	Key      string    `json:"key"`
-	Name     string    `json:"name"`
-	Kind     string    `json:"kind"`
-	Limit    uint64    `json:"limit_bytes"`
-	Live     bool      `json:"live"`
+	Key  string `json:"key"`
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	// Limit is the total memory of the GPUs the job holds memory on
+	// (Devices).
+	Limit   uint64 `json:"limit_bytes"`
+	Devices []int  `json:"devices"`
+	Live    bool   `json:"live"`
+	// StepS is the sampling step of the points' resolution; GapS the
+	// longest stretch between two points that had samples all along: the
+	// job had none for a longer one (it had not started, had ended, or the
+	// agent was not running).
 	StepS    float64   `json:"step_s"`
+	GapS     float64   `json:"gap_s"`
 	T        []float64 `json:"t"` // Unix seconds
 	GPU      []int64   `json:"gpu"`
 	RSS      []int64   `json:"rss"`
 	Alloc    []*int64  `json:"alloc"`
 	Reserved []*int64  `json:"reserved"`
 }
+
+// gapSteps is how many points' worth of time without a sample breaks a
+// timeline's line.
+const gapSteps = 5
 
 // apiTimelines answers ?range= (or from/to) [&job=KEY ...] [&points=N]:
 // every job's (or the named jobs') timeline over the range, with the
@@ -327,6 +377,7 @@ func (a *Agent) apiTimelines(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := []Timeline{}
+	var per []int // how many stored points each of out's stands for
 	res := ResFine
 	for _, j := range jobs {
 		if len(want) > 0 && !want[j.Key] {
@@ -335,13 +386,19 @@ func (a *Agent) apiTimelines(w http.ResponseWriter, r *http.Request) {
 		if j.id == 0 {
 			continue
 		}
-		pts, rs, err := a.tl.Query(ctx, j.id, from, to, maxPts)
+		pts, rs, err := a.tl.Query(ctx, j.id, from, to, 0)
 		if err != nil {
 			writeErr(w, http.StatusInternalServerError, "%v", err)
 			return
 		}
 		res = rs
-		tl := Timeline{Key: j.Key, Name: j.Name, Kind: j.Kind, Limit: j.Limit, Live: j.Live,
+		per = append(per, bucketSize(len(pts), maxPts))
+		pts = downsample(pts, maxPts)
+		devs := j.Devices
+		if devs == nil {
+			devs = []int{}
+		}
+		tl := Timeline{Key: j.Key, Name: j.Name, Kind: j.Kind, Limit: j.Limit, Devices: devs, Live: j.Live,
 			T: make([]float64, len(pts)), GPU: make([]int64, len(pts)), RSS: make([]int64, len(pts)),
 			Alloc: make([]*int64, len(pts)), Reserved: make([]*int64, len(pts))}
 		for i, p := range pts {
@@ -363,7 +420,7 @@ func (a *Agent) apiTimelines(w http.ResponseWriter, r *http.Request) {
 		step = a.tl.Retention().CoarseStep
 	}
 	for i := range out {
-		out[i].StepS = step.Seconds()
+		out[i].StepS, out[i].GapS = step.Seconds(), float64(gapSteps*per[i])*step.Seconds()
 	}
 	evs, err := a.cfg.Store.AgentEvents(ctx, store.AgentEventFilter{Since: from, Limit: 5000})
 	if err != nil {

@@ -289,12 +289,20 @@ func (tl *Timelines) Query(ctx context.Context, job int64, from, to time.Time, m
 // fineView is the longest range answered with every sample.
 const fineView = 6 * time.Hour
 
+// bucketSize is how many of m points downsample(ps, n) puts in a bucket.
+func bucketSize(m, n int) int {
+	if n <= 0 || m <= n {
+		return 1
+	}
+	return (m + n - 1) / n
+}
+
 // downsample keeps at most n points, each the peak of its bucket.
 func downsample(ps []Point, n int) []Point {
 	if n <= 0 || len(ps) <= n {
 		return ps
 	}
-	per := (len(ps) + n - 1) / n
+	per := bucketSize(len(ps), n)
 	out := make([]Point, 0, n)
 	for i := 0; i < len(ps); i += per {
 		acc := ps[i]
