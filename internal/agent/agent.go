@@ -597,11 +597,11 @@ type JobView struct {
 	Monitor *monitor.Summary `json:"monitor,omitempty"`
 	// JudgingS is, while the verdict is insufficient_data, how many more
 	// seconds of samples the leak detector needs before it can judge.
-	JudgingS *float64 `json:"judging_s,omitempty"`
-	Orphan  bool             `json:"orphan,omitempty"`
-	Live    bool             `json:"live"`
-	EndedAt *time.Time       `json:"ended_at,omitempty"`
-	id      int64
+	JudgingS *float64   `json:"judging_s,omitempty"`
+	Orphan   bool       `json:"orphan,omitempty"`
+	Live     bool       `json:"live"`
+	EndedAt  *time.Time `json:"ended_at,omitempty"`
+	id       int64
 }
 
 // judgingLeft is how much longer the leak detector (with configuration
