@@ -189,7 +189,7 @@ func runJupyterInstall(f *Factory, o *JupyterInstallOptions) error {
 		}
 	}
 	spec := jupyter.NewSpec(jupyter.SpecOptions{Vramguard: self, Home: home, DisplayName: o.DisplayName,
-		Python: python, RunFlags: runFlags, Version: Version})
+		Python: python, RunFlags: runFlags, Version: currentVersion().Version})
 	path, err := jupyter.Install(dir, o.Name, spec)
 	if err != nil {
 		if os.IsPermission(err) || strings.Contains(err.Error(), "permission denied") {

@@ -13,9 +13,6 @@ import (
 	"github.com/vramguard/vramguard/internal/supervise"
 )
 
-// Version is set at build time with -ldflags "-X ...cli.Version=...".
-var Version = "dev"
-
 // Exit codes, documented in docs/CLI.md.
 const (
 	ExitOK      = 0 // success
@@ -104,7 +101,7 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 State lives in $VRAMGUARD_HOME (default ~/.local/state/vramguard).
 Exit codes: 0 ok, 1 the job or check failed, 2 bad usage or input,
 3 environment missing; a supervised job's own status is mirrored (signal N -> 128+N).`,
-		Version:       Version,
+		Version:       currentVersion().short(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -138,6 +135,7 @@ var commands = []func(*Factory) *cobra.Command{
 	NewCmdServe,
 	NewCmdJupyter,
 	NewCmdKernels,
+	NewCmdVersion,
 }
 
 // stdinIsTTY reports whether fd is a terminal.

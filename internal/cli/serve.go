@@ -212,7 +212,7 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 		return err
 	}
 	cfg := agent.Config{
-		Sampler: smp, Store: st, Registry: reg, Retention: ret, Simulated: simulated, Now: f.Now, Log: log, Version: Version,
+		Sampler: smp, Store: st, Registry: reg, Retention: ret, Simulated: simulated, Now: f.Now, Log: log, Version: currentVersion().Version,
 		Alerts: agent.AlertConfig{UnsavedAfter: o.UnsavedAfter, Webhook: o.Webhook},
 	}
 	sock := o.ProbeSocket
