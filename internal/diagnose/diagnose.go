@@ -130,65 +130,58 @@ var signalNames = map[syscall.Signal]string{
 	syscall.SIGXFSZ: "SIGXFSZ",
 }
 
-// signature is one failure pattern found in output.
-type signature struct {
-	reason  string
-	re      *regexp.Regexp
+// reasonText is the summary and advice of each reason an output line can
+// point to.
+var reasonText = map[string]struct {
 	summary string
 	advice  []string
-}
-
-// signatures are tried in order against the output tail; the first that
-// matches wins, so specific patterns come before general ones.
-var signatures = []signature{
-	{CUDAForkError, regexp.MustCompile(`Cannot re-initialize CUDA in forked subprocess`),
-		"CUDA was initialised in the parent before DataLoader workers (or other subprocesses) were forked",
+}{
+	CUDAForkError: {"CUDA was initialised in the parent before DataLoader workers (or other subprocesses) were forked",
 		[]string{"Do not touch CUDA (tensors .cuda(), torch.cuda.* calls) before creating DataLoader workers, or",
 			"use the spawn start method: DataLoader(..., multiprocessing_context=\"spawn\") or torch.multiprocessing.set_start_method(\"spawn\")."}},
-	{CUDAEnvError, regexp.MustCompile(`NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver version is insufficient|Torch not compiled with CUDA enabled|CUDA unknown error - this may be due to an incorrectly set up environment|forward compatibility was attempted on non supported HW|system has unsupported display driver / cuda driver combination|CUDA initialization: .*(?:driver|device)`),
-		"the CUDA environment is broken: driver, device or PyTorch build do not match",
+	CUDAEnvError: {"the CUDA environment is broken: driver, device or PyTorch build do not match",
 		[]string{"Run `vramguard doctor --python $(which python)` to compare torch.version.cuda with the driver's supported CUDA version.",
-			"Install a PyTorch build for the installed driver (or update the driver); check CUDA_VISIBLE_DEVICES and that the container runs with the NVIDIA runtime."}},
-	{CorruptCheckpoint, regexp.MustCompile(`PytorchStreamReader failed|failed finding central directory|unexpected EOF, expected \d+ more bytes|invalid load key|_pickle\.UnpicklingError|safetensors_rust\.SafetensorError|Error while deserializing header`),
-		"a checkpoint could not be read: it is truncated or corrupt (often a crash during torch.save)",
+			"Install a PyTorch build for the installed driver (or update the driver); check CUDA_VISIBLE_DEVICES and that the container runs with the NVIDIA runtime.",
+			"\"no kernel image\" or \"sm_NN is not compatible\": this PyTorch build has no kernels for the GPU's architecture; install a build that lists it (torch.cuda.get_arch_list())."}},
+	CorruptCheckpoint: {"a checkpoint could not be read: it is truncated or corrupt (often a crash during torch.save)",
 		[]string{"Resume from the newest valid checkpoint: `vramguard ckpt latest DIR`, or run with `--resume-from DIR`, which skips corrupt files.",
 			"Write checkpoints atomically so a crash mid-save cannot corrupt them: `vramguard run --atomic-save`."}},
-	{ShmExhausted, regexp.MustCompile(`out of shared memory|No space left on device.*(?:/dev/shm|torch_)|unable to write to file </torch_|Unexpected bus error encountered in worker|bus error.*shared memory|shm_open|unable to allocate shared memory`),
-		"DataLoader workers ran out of shared memory (/dev/shm)",
+	ShmExhausted: {"the job ran out of shared memory (/dev/shm)",
 		[]string{"Give the container more shared memory: `docker run --shm-size=8g` or `--ipc=host`; in Kubernetes mount an emptyDir with medium: Memory at /dev/shm.",
 			"Or lower DataLoader num_workers / prefetch_factor, or use torch.multiprocessing.set_sharing_strategy(\"file_system\")."}},
-	{NCCLError, regexp.MustCompile(`NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclRemoteError|ProcessGroupNCCL.*(?:timeout|Timeout|error)|Watchdog caught collective operation timeout|NCCL communicator was aborted|NCCL WARN`),
-		"a collective (NCCL) operation failed or timed out",
+	NCCLError: {"a collective (NCCL) operation failed or timed out",
 		[]string{"Rerun with NCCL_DEBUG=INFO (and TORCH_NCCL_ASYNC_ERROR_HANDLING=1) to see which rank and link failed.",
 			"A timeout usually means one rank stopped (crash, OOM, uneven data): check every rank's log; raise the timeout in init_process_group(timeout=...) only if a step is genuinely slow."}},
-	{CUDAError, regexp.MustCompile(`illegal memory access|device-side assert triggered|CUDA error: (?:an illegal|misaligned address|unspecified launch failure|invalid device|invalid argument|CUBLAS_STATUS_EXECUTION_FAILED)|CUBLAS_STATUS_EXECUTION_FAILED|CUDNN_STATUS_EXECUTION_FAILED|CUDA kernel errors might be asynchronously reported`),
-		"a CUDA kernel failed (illegal memory access or device-side assert)",
+	CUDAError: {"a CUDA kernel failed (illegal memory access, misaligned address or device-side assert)",
 		[]string{"Rerun with CUDA_LAUNCH_BLOCKING=1 so the traceback points at the kernel that failed.",
 			"A device-side assert is usually an index out of range: check labels against the number of classes and embedding indices against the vocabulary size (run a step on CPU to get a readable error)."}},
-	{DataloaderDied, regexp.MustCompile(`DataLoader worker \(pid\(?s?\)? ?[\d, ]*\)? (?:exited unexpectedly|is killed by signal)|DataLoader worker \(pid \d+\) is killed`),
-		"a DataLoader worker process died",
+	DataloaderDied: {"a DataLoader worker process died",
 		[]string{"Run with num_workers=0 once to see the worker's real error.",
 			"If the worker was killed by signal (Killed / Bus error), check host memory and /dev/shm: `vramguard doctor`."}},
-	{DiskFull, regexp.MustCompile(`No space left on device|\[Errno 28\]|ENOSPC|Disk quota exceeded|\[Errno 122\]`),
-		"the disk filled up (no space left on device)",
+	DiskFull: {"the disk filled up (no space left on device)",
 		[]string{"Free space or write checkpoints elsewhere; prune old checkpoints with `vramguard ckpt prune DIR --keep-last N --apply`.",
 			"Check `df -h` for the checkpoint and temporary directories (TMPDIR)."}},
 }
 
 var (
-	reTraceback = regexp.MustCompile(`^Traceback \(most recent call last\):`)
+	reTraceback = regexp.MustCompile(`^Traceback \(most recent calls? `)
+	reExcName   = regexp.MustCompile(`\w(?:Error|Exception|Interrupt|Exit)$`)
 	reExcLine   = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?::\s?(.*))?$`)
 	reSegv      = regexp.MustCompile(`Segmentation fault|Fatal Python error: Segmentation fault|SIGSEGV`)
+	reFatalSegv = regexp.MustCompile(`Fatal Python error: Segmentation fault`)
 )
 
-// Classify explains how an attempt ended.
+// Classify explains how an attempt ended. It reads the output tail as a
+// person would (Read): prefixes stripped, lines attributed to the process
+// that printed them, and the first failure that is a cause preferred to the
+// consequences that followed it on other ranks.
 func Classify(in Input) Verdict {
 	v := Verdict{ExitCode: in.ExitStatus()}
 	if name := SignalName(in.Signal); name != "" {
 		v.Signal = &name
 	}
-	text := strings.Join(in.Tail, "\n")
-	exc, excLine := lastException(in.Tail)
+	r := Read(in.Tail)
+	exc, excLine := lastException(r.Lines, r)
 	v.ExceptionType = exc
 
 	switch {
@@ -224,13 +217,17 @@ func Classify(in Input) Verdict {
 		return v
 	}
 
-	if o, ok := ParseOOM(text); ok {
+	dec, found := r.Decisive()
+	if found && dec.Reason == CUDAOOM {
+		o, _ := ParseOOM(oomText(r.Lines, dec))
 		v.Reason = CUDAOOM
 		v.OOM = &o
 		v.Summary = "CUDA ran out of GPU memory"
-		if line := findLine(in.Tail, reOOMMarker); line != "" {
-			v.Evidence = append(v.Evidence, line)
+		if o.Backend != "" && o.Backend != "cuda" {
+			v.Summary = "the GPU ran out of memory (" + backendName(o.Backend) + ")"
 		}
+		v.Evidence = append(v.Evidence, truncate(strings.TrimSpace(dec.Text), 500))
+		v.Evidence = append(v.Evidence, readEvidence(r, dec)...)
 		v.Evidence = append(v.Evidence, oomEvidence(o)...)
 		v.Advice = oomAdvice(o)
 		return v
@@ -247,8 +244,8 @@ func Classify(in Input) Verdict {
 		if e := memEvidence(in); e != "" {
 			v.Evidence = append(v.Evidence, e)
 		}
-		if line := findLine(in.Tail, signatures[6].re); line != "" {
-			v.Evidence = append(v.Evidence, line)
+		if found {
+			v.Evidence = append(v.Evidence, truncate(strings.TrimSpace(dec.Text), 500))
 		}
 		v.Advice = append(v.Advice,
 			"Raise the memory limit (--memory-limit, docker --memory, the pod's resources.limits.memory) or use less host memory:",
@@ -257,37 +254,47 @@ func Classify(in Input) Verdict {
 		return v
 	}
 
-	for _, sig := range signatures {
-		if line := findLine(in.Tail, sig.re); line != "" {
-			v.Reason = sig.reason
-			v.Summary = sig.summary
-			v.Evidence = append(v.Evidence, line)
-			if excLine != "" && excLine != line {
-				v.Evidence = append(v.Evidence, excLine)
+	if found && dec.Reason != "" && (dec.Role != Hint || !signalDecides(in, dec)) {
+		t := reasonText[dec.Reason]
+		v.Reason = dec.Reason
+		v.Summary = t.summary
+		v.Advice = append(v.Advice, t.advice...)
+		switch dec.Reason {
+		case Killed:
+			v.Summary = "a worker of the job was killed with SIGKILL, and nothing shows it was the OOM killer"
+			v.Advice = killedAdvice
+		case Segfault:
+			v.Summary = "a worker of the job crashed with a segmentation fault"
+			v.Advice = segfaultAdvice
+		case ShmExhausted:
+			if dec.Role == Hint {
+				v.Summary = "a worker of the job died of a bus error, the usual sign of a full /dev/shm"
 			}
-			v.Evidence = append(v.Evidence, exitEvidence(in))
-			v.Advice = append(v.Advice, sig.advice...)
-			return v
 		}
+		v.Evidence = append(v.Evidence, truncate(strings.TrimSpace(dec.Text), 500))
+		v.Evidence = append(v.Evidence, readEvidence(r, dec)...)
+		if excLine != "" && strings.TrimSpace(excLine) != strings.TrimSpace(dec.Text) {
+			v.Evidence = append(v.Evidence, truncate(strings.TrimSpace(excLine), 500))
+		}
+		v.Evidence = append(v.Evidence, exitEvidence(in))
+		return v
 	}
 
 	switch {
-	case in.Signal == syscall.SIGSEGV || (in.ExitStatus() == 139 && reSegv.MatchString(text)) || (in.Signal == 0 && findLine(in.Tail, regexp.MustCompile(`Fatal Python error: Segmentation fault`)) != ""):
+	case in.Signal == syscall.SIGSEGV || (in.ExitStatus() == 139 && reSegv.MatchString(strings.Join(in.Tail, "\n"))) || (in.Signal == 0 && findLine(r.Lines, reFatalSegv) != ""):
 		v.Reason = Segfault
 		v.Summary = "the process crashed with a segmentation fault"
 		v.Evidence = append(v.Evidence, exitEvidence(in))
-		if line := findLine(in.Tail, reSegv); line != "" {
+		if line := findLine(r.Lines, reSegv); line != "" {
 			v.Evidence = append(v.Evidence, line)
 		}
-		v.Advice = append(v.Advice,
-			"A segfault is a bug in native code (an extension, a driver, mismatched library versions): run with `python -X faulthandler` to get the Python stack at the crash.",
-			"Check `vramguard doctor` for several CUDA runtimes on the library path, and try without custom extensions or with num_workers=0.")
+		v.Advice = segfaultAdvice
 		return v
 	case in.Signal == syscall.SIGBUS:
 		v.Reason = ShmExhausted
 		v.Summary = "the process died of a bus error, the usual sign of a full /dev/shm"
 		v.Evidence = append(v.Evidence, exitEvidence(in))
-		v.Advice = append(v.Advice, signatures[3].advice...)
+		v.Advice = append(v.Advice, reasonText[ShmExhausted].advice...)
 		return v
 	case in.Signal == syscall.SIGKILL:
 		v.Reason = Killed
@@ -296,14 +303,16 @@ func Classify(in Input) Verdict {
 		if e := memEvidence(in); e != "" {
 			v.Evidence = append(v.Evidence, e)
 		}
-		v.Advice = append(v.Advice,
-			"Something outside the job killed it: a scheduler (SLURM, Kubernetes eviction or preemption), an operator, or a watchdog. Check the scheduler's events.",
-			"If memory was close to its limit, treat it as a likely OOM kill whose record was lost, and leave more headroom.")
+		v.Advice = killedAdvice
 		return v
 	case exc != "" && in.ExitStatus() != 0:
 		v.Reason = PythonException
 		v.Summary = "the job raised an uncaught Python exception: " + exc
-		v.Evidence = append(v.Evidence, excLine, exitEvidence(in))
+		v.Evidence = append(v.Evidence, strings.TrimSpace(excLine))
+		if found {
+			v.Evidence = append(v.Evidence, readEvidence(r, dec)...)
+		}
+		v.Evidence = append(v.Evidence, exitEvidence(in))
 		v.Advice = append(v.Advice, "This is a bug or bad input in the job itself; retrying will fail the same way. Read the traceback with `vramguard logs RUN`.")
 		return v
 	case in.ExitStatus() == 0:
@@ -315,11 +324,89 @@ func Classify(in Input) Verdict {
 	v.Reason = ExitError
 	v.Summary = fmt.Sprintf("the job exited with status %d", in.ExitStatus())
 	v.Evidence = append(v.Evidence, exitEvidence(in))
+	if found {
+		v.Evidence = append(v.Evidence, readEvidence(r, dec)...)
+	}
 	if len(in.Tail) > 0 {
 		v.Evidence = append(v.Evidence, "last output: "+lastNonEmpty(in.Tail))
 	}
 	v.Advice = append(v.Advice, "Read the end of the log (`vramguard logs RUN`) for the job's own error message.")
 	return v
+}
+
+var killedAdvice = []string{
+	"Something outside the job killed it: a scheduler (SLURM, Kubernetes eviction or preemption), an operator, or a watchdog. Check the scheduler's events.",
+	"If memory was close to its limit, treat it as a likely OOM kill whose record was lost, and leave more headroom."}
+
+var segfaultAdvice = []string{
+	"A segfault is a bug in native code (an extension, a driver, mismatched library versions): run with `python -X faulthandler` to get the Python stack at the crash.",
+	"Check `vramguard doctor` for several CUDA runtimes on the library path, and try without custom extensions or with num_workers=0."}
+
+// signalDecides reports whether the job's own death by signal says more than
+// a hint read in its output: a job that itself died of SIGKILL or SIGSEGV is
+// judged by the signal (with its memory evidence), not by a launcher's line.
+func signalDecides(in Input, dec Failure) bool {
+	return in.Signal == syscall.SIGKILL || in.Signal == syscall.SIGSEGV || in.Signal == syscall.SIGBUS
+}
+
+// readEvidence says what was read around the decisive failure: why its line
+// means what the verdict says, which process printed it, and which later
+// lines are its consequences rather than causes.
+func readEvidence(r Reading, dec Failure) []string {
+	var ev []string
+	if dec.Why != "" {
+		ev = append(ev, "read: "+dec.Why)
+	}
+	where := dec.describe()
+	if where == "" {
+		// "Signal 9 (SIGKILL) received by PID 10398" names no rank; the
+		// launcher's "failed (exitcode: -9) local_rank: 0" does
+		for _, f := range r.Failures {
+			if f.Reason == dec.Reason && f.Role == dec.Role && f.Rank >= 0 {
+				where = f.describe()
+				break
+			}
+		}
+	}
+	cons := r.Consequences()
+	switch dec.Role {
+	case Consequence:
+		s := "only consequences of a failure elsewhere were read (" + consequenceSummary(cons) + "): the process that failed first did not print its error in this output; read every rank's log"
+		if where != "" {
+			s = fmt.Sprintf("the first of them was printed by %s (line %d of the output tail); ", where, dec.Index+1) + s
+		}
+		ev = append(ev, s)
+		return ev
+	case Hint:
+		if where != "" {
+			ev = append(ev, fmt.Sprintf("read on %s (line %d of the output tail); no failure of its own was printed before it", where, dec.Index+1))
+		}
+	default:
+		if where != "" {
+			ev = append(ev, fmt.Sprintf("the first failure in the output, printed by %s (line %d of the output tail)", where, dec.Index+1))
+		}
+	}
+	if len(cons) > 0 {
+		ev = append(ev, fmt.Sprintf("%d other line(s) are consequences, not causes: %s", len(cons), consequenceSummary(cons)))
+	}
+	return ev
+}
+
+// oomText is the OOM message of dec: its line and the lines the same
+// process printed right after it (1.x messages wrap), up to a blank line.
+func oomText(lines []Line, dec Failure) string {
+	parts := []string{dec.Text}
+	for j, n := dec.Line+1, 0; j < len(lines) && n < 6; j++ {
+		if lines[j].Source != dec.Source {
+			continue
+		}
+		n++
+		if strings.TrimSpace(lines[j].Text) == "" {
+			break
+		}
+		parts = append(parts, lines[j].Text)
+	}
+	return strings.Join(parts, "\n")
 }
 
 func exitEvidence(in Input) string {
@@ -370,12 +457,31 @@ func oomEvidence(o OOM) []string {
 		}
 		ev = append(ev, s)
 	}
+	if o.Backend == "mps" {
+		if o.AllocatedBytes != nil && o.OtherBytes != nil {
+			s := fmt.Sprintf("the MPS allocator held %s, other Metal allocations %s", units.FormatBytes(*o.AllocatedBytes), units.FormatBytes(*o.OtherBytes))
+			if o.AllowedBytes != nil {
+				s += fmt.Sprintf(", against a limit of %s (the high watermark)", units.FormatBytes(*o.AllowedBytes))
+			}
+			ev = append(ev, s)
+		}
+		return ev
+	}
+	if o.ProcessBytes != nil {
+		ev = append(ev, "this process had "+units.FormatBytes(*o.ProcessBytes)+" in use on the GPU, PyTorch's and others'")
+	}
 	if o.AllocatedBytes != nil {
 		s := "PyTorch held " + units.FormatBytes(*o.AllocatedBytes) + " in tensors"
 		if o.ReservedUnallocatedBytes != nil {
 			s += " and " + units.FormatBytes(*o.ReservedUnallocatedBytes) + " reserved but unallocated"
 		}
+		if o.PrivatePoolBytes != nil {
+			s += " (" + units.FormatBytes(*o.PrivatePoolBytes) + " of it in private pools, e.g. CUDA graphs)"
+		}
 		ev = append(ev, s)
+	}
+	if o.AllowedBytes != nil {
+		ev = append(ev, "the process may use only "+units.FormatBytes(*o.AllowedBytes)+" of the GPU (set_per_process_memory_fraction)")
 	}
 	for _, p := range o.Processes {
 		ev = append(ev, fmt.Sprintf("process %d had %s in use on the GPU", p.PID, units.FormatBytes(p.Bytes)))
@@ -388,11 +494,21 @@ func oomEvidence(o OOM) []string {
 
 func oomAdvice(o OOM) []string {
 	var adv []string
-	if o.Fragmented {
-		adv = append(adv, "Fragmentation: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb:128 on PyTorch < 2.1) so cached blocks can be reused.")
-	}
-	if len(o.Processes) > 1 {
-		adv = append(adv, "Other processes hold memory on this GPU: see `vramguard top` and stop them, or pick another GPU with CUDA_VISIBLE_DEVICES.")
+	switch o.Backend {
+	case "mps":
+		adv = append(adv, "Apple GPUs share the Mac's memory: close other GPU-heavy apps; PYTORCH_MPS_HIGH_WATERMARK_RATIO raises the cap (0.0 removes it, at the risk of the whole system swapping).")
+	case "hip":
+		if o.Fragmented {
+			adv = append(adv, "Fragmentation: set PYTORCH_HIP_ALLOC_CONF=expandable_segments:True so cached blocks can be reused.")
+		}
+		adv = append(adv, "Other processes on the GPU: `rocm-smi --showpids` (vramguard samples NVIDIA GPUs only).")
+	default:
+		if o.Fragmented {
+			adv = append(adv, "Fragmentation: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb:128 on PyTorch < 2.1) so cached blocks can be reused.")
+		}
+		if len(o.Processes) > 1 {
+			adv = append(adv, "Other processes hold memory on this GPU: see `vramguard top` and stop them, or pick another GPU with CUDA_VISIBLE_DEVICES.")
+		}
 	}
 	adv = append(adv,
 		"Lower the batch size and keep the effective batch with gradient accumulation.",
@@ -401,37 +517,83 @@ func oomAdvice(o OOM) []string {
 	return adv
 }
 
-// lastException finds the exception type of the last Python traceback.
-func lastException(tail []string) (typ, line string) {
-	start := -1
-	for i := len(tail) - 1; i >= 0; i-- {
-		if reTraceback.MatchString(strings.TrimSpace(tail[i])) {
-			start = i
-			break
+// lastException finds the exception that ended the job as Python reported
+// it: the last exception line of a traceback. An exception that only
+// reports a failure elsewhere (torchrun's ChildFailedError, a spawned
+// child's EOFError, a peer's closed connection) gives way to an earlier one
+// that does not; with nothing else it is still returned.
+func lastException(lines []Line, r Reading) (typ, line string) {
+	consequence := map[int]bool{}
+	for _, f := range r.Failures {
+		if f.Role == Consequence {
+			consequence[f.Line] = true
 		}
 	}
-	if start < 0 {
-		return "", ""
-	}
-	// The exception line is the first unindented line after the frames.
-	for _, l := range tail[start+1:] {
-		if l == "" || l[0] == ' ' || l[0] == '\t' || strings.HasPrefix(l, "Traceback") {
+	var fallbackTyp, fallbackLine string
+	for i := len(lines) - 1; i >= 0; i-- {
+		t, ok := exceptionLine(lines, i)
+		if !ok {
 			continue
 		}
-		if strings.HasPrefix(l, "During handling") || strings.HasPrefix(l, "The above exception") {
+		if consequence[i] || launcherException(t) {
+			if fallbackTyp == "" {
+				fallbackTyp, fallbackLine = t, lines[i].Text
+			}
 			continue
 		}
-		if m := reExcLine.FindStringSubmatch(strings.TrimRight(l, "\r")); m != nil {
-			return m[1], l
-		}
+		return t, lines[i].Text
 	}
-	return "", ""
+	return fallbackTyp, fallbackLine
 }
 
-func findLine(tail []string, re *regexp.Regexp) string {
-	for i := len(tail) - 1; i >= 0; i-- {
-		if re.MatchString(tail[i]) {
-			return strings.TrimSpace(truncate(tail[i], 500))
+func launcherException(typ string) bool {
+	return strings.HasSuffix(typ, "ChildFailedError") || strings.HasSuffix(typ, "SignalException")
+}
+
+// exceptionLine reports whether lines[i] is the exception line of a Python
+// traceback: an unindented "Type: message" right after the frames (an
+// indented line) or the "Traceback (most recent call last):" header of
+// the same process. Pasted tracebacks often lack their header.
+func exceptionLine(lines []Line, i int) (typ string, ok bool) {
+	l := strings.TrimRight(lines[i].Text, "\r ")
+	if l == "" || l[0] == ' ' || l[0] == '\t' || strings.HasPrefix(l, "Traceback") ||
+		strings.HasPrefix(l, "During handling") || strings.HasPrefix(l, "The above exception") {
+		return "", false
+	}
+	m := reExcLine.FindStringSubmatch(l)
+	if m == nil || m[1] == "Error" {
+		return "", false
+	}
+	named := reExcName.MatchString(m[1])
+	if named && strings.Contains(l, ":") {
+		// "RuntimeError: CUDA error: ...": an exception however it was
+		// pasted, with or without its frames
+		return m[1], true
+	}
+	if !strings.Contains(l, ":") && !named {
+		return "", false
+	}
+	src := lines[i].Source
+	for j := i - 1; j >= 0; j-- {
+		if lines[j].Source != src {
+			continue
+		}
+		p := lines[j].Text
+		if strings.TrimSpace(p) == "" {
+			continue // a blank line a paste put between the frames and the exception
+		}
+		if p[0] == ' ' || p[0] == '\t' || reTraceback.MatchString(strings.TrimSpace(p)) {
+			return m[1], true
+		}
+		return "", false
+	}
+	return "", false
+}
+
+func findLine(lines []Line, re *regexp.Regexp) string {
+	for i := len(lines) - 1; i >= 0; i-- {
+		if re.MatchString(lines[i].Text) {
+			return strings.TrimSpace(truncate(lines[i].Text, 500))
 		}
 	}
 	return ""
