@@ -3,15 +3,23 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"image/png"
+	"math"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vramguard/vramguard/internal/agent"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // TestServeDashboardInChromium loads the dashboard of `serve --simulate
@@ -166,4 +174,331 @@ func dayHome(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return home
+}
+
+// TestServeDashboardLayout opens the dashboard of `serve --simulate
+// workstation.json` over a state directory that also holds two supervised
+// runs (one failed twice, one succeeded) and an ended job whose timeline has
+// a four-minute hole, at 1400 and at 800 px wide, and checks what a user
+// sees: the page never scrolls sideways and every column of every table is
+// in view; ticks are whole binary units labelled truly; the limit line is
+// labelled; the ended job's line breaks over its hole; verdicts read
+// "judging — N more minutes"; reasons are coloured by meaning and runs
+// without GPU memory show "—"; a run's post-mortem reads as `explain`
+// prints it. Screenshots go to $VRAMGUARD_SCREENSHOTS when it is set.
+func TestServeDashboardLayout(t *testing.T) {
+	home := t.TempDir()
+	e := &env{t: t, home: home}
+	flag := filepath.Join(t.TempDir(), "tried")
+	failing := e.run("run", "--name", "failing", "--restart", "on-failure", "--max-restarts", "1", "--backoff", "10ms", "--stable-after", "0s", "--",
+		python, "-c", `import os, sys
+first = not os.path.exists(sys.argv[1])
+open(sys.argv[1], "w").close()
+if first:
+    sys.exit(3)
+raise ValueError("bad batch shape (3, 224)")`, flag)
+	if failing.code != 1 {
+		t.Fatalf("failing run: exit %d\n%s", failing.code, failing.stderr)
+	}
+	if r := e.run("run", "--name", "fine", "--", "/bin/true"); r.code != 0 {
+		t.Fatalf("fine run: exit %d\n%s", r.code, r.stderr)
+	}
+	var explained struct {
+		RunID    string   `json:"run_id"`
+		Reason   string   `json:"reason"`
+		Evidence []string `json:"evidence"`
+		Advice   []string `json:"advice"`
+		Attempts []struct {
+			Reason string `json:"reason"`
+		} `json:"attempts_detail"`
+	}
+	if b, _ := json.Marshal(e.explain("failing")); json.Unmarshal(b, &explained) != nil || len(explained.Attempts) != 2 || len(explained.Evidence) == 0 {
+		t.Fatalf("explain --json failing: %s", b)
+	}
+	gapStart, gapEnd := gappyJob(t, home, time.Now())
+
+	s := startServe(t, home, "--simulate", "../examples/scenarios/workstation.json")
+	waitFor(t, 20*time.Second, "two samples per job", func() bool {
+		var tl struct{ Timelines []agent.Timeline }
+		getJSON(t, s.URL+"/api/v1/timelines?range=15m", &tl)
+		return len(tl.Timelines) >= 5 && len(tl.Timelines[0].T) >= 2
+	})
+	b := startBrowser(t)
+	for _, width := range []int{1400, 800} {
+		b.setWidth(width)
+		if width == 1400 {
+			b.open(s.URL + "/#range=15m")
+			b.waitTrue(30*time.Second, "the dashboard to load", `return document.body.dataset.ready === "15m"`)
+		}
+		// plots follow the window
+		b.waitTrue(10*time.Second, "plots fitted to the window", `const w = plotWidth(); return Object.values(vg.plots).every(u => u.width === w)`)
+
+		checkTicksAndLimit(t, b, width)
+		checkGap(t, b, gapStart, gapEnd)
+		checkVerdicts(t, b, s.URL)
+		checkRuns(t, b, explained.RunID, explained.Reason, explained.Evidence, explained.Advice, len(explained.Attempts))
+		checkLayout(t, b, width)
+		b.eval(`scrollTo(0, 0); return true`, nil)
+		b.screenshot(fmt.Sprintf("dashboard-%d", width), width)
+		b.eval(`document.getElementById("runs").scrollIntoView(); return true`, nil)
+		b.screenshot(fmt.Sprintf("dashboard-%d-postmortem", width), width)
+	}
+}
+
+// gappyJob records an ended job, eval.py, seen from 8 to 7 and from 3 to 2
+// minutes before now (its samples stored as the agent stores them), and
+// returns the hole's bounds in Unix seconds.
+func gappyJob(t *testing.T, home string, now time.Time) (float64, float64) {
+	st, err := store.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	t0 := now.Add(-8 * time.Minute).Truncate(time.Second)
+	info, _ := json.Marshal(map[string]any{"labels": agent.Labels{Job: "python3 eval.py", Kind: "process"}, "devices": []int{0}, "limit_bytes": int64(80 << 30)})
+	id, err := st.UpsertAgentJob(ctx, &store.AgentJob{Key: "pid:910400:7", Kind: "process", Name: "python3 eval.py", Info: info,
+		FirstSeen: t0, LastSeen: t0.Add(6 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.EndAgentJob(ctx, id, t0.Add(6*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	tl := agent.NewTimelines(st, agent.Retention{})
+	for _, span := range [][2]int{{0, 60}, {300, 360}} {
+		for s := span[0]; s <= span[1]; s++ {
+			tl.Add(id, agent.Point{T: t0.Add(time.Duration(s) * time.Second).UnixMilli(), GPU: 12 << 30, RSS: 3 << 30, Alloc: -1, Reserved: -1})
+		}
+	}
+	if err := tl.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return float64(t0.Unix() + 60), float64(t0.Unix() + 300)
+}
+
+// checkTicksAndLimit: every y tick of every plot is a whole number of MiB
+// whose label reads back (as vramguard reads sizes) to the tick's value;
+// the notebook's plot labels its limit line, next to the line.
+func checkTicksAndLimit(t *testing.T, b *browser, width int) {
+	t.Helper()
+	var plots []struct {
+		Key    string
+		Splits []float64
+		Labels []string
+		Limit  string
+		Off    float64 // px between the line and the label's nearer edge
+	}
+	b.eval(`return Object.values(vg.plots).map(u => {
+		const lab = u.over.querySelector(".limit-label"), tl = vg.timelines[u.vgKey];
+		const y = lab ? u.valToPos(tl.limit_bytes, "y") : 0;
+		return {Key: u.vgKey, Splits: u.axes[1]._splits, Labels: u.axes[1]._values, Limit: lab ? lab.textContent : "",
+		  Off: !lab ? -1 : y >= lab.offsetTop + lab.offsetHeight ? y - (lab.offsetTop + lab.offsetHeight) : y <= lab.offsetTop ? lab.offsetTop - y : -1};
+	})`, &plots)
+	if len(plots) < 5 {
+		t.Fatalf("%d px: %d plots", width, len(plots))
+	}
+	for _, p := range plots {
+		if len(p.Splits) < 2 || len(p.Splits) != len(p.Labels) {
+			t.Fatalf("%d px, %s: ticks %v labelled %q", width, p.Key, p.Splits, p.Labels)
+		}
+		for i, v := range p.Splits {
+			got, err := units.ParseBytes(p.Labels[i])
+			if math.Mod(v, 1<<20) != 0 || err != nil || float64(got) != v {
+				t.Errorf("%d px, %s: tick %v labelled %q (reads %d, %v)", width, p.Key, v, p.Labels[i], got, err)
+			}
+		}
+		if strings.HasPrefix(p.Key, "notebook:") && (p.Limit != "limit 80 GiB (GPU 1 total)" || p.Off < 0 || p.Off > 6) {
+			t.Errorf("%d px: the notebook's limit line is labelled %q, %.0f px from it (-1: over it)", width, p.Limit, p.Off)
+		}
+	}
+}
+
+// checkGap: eval.py's line stops at the hole and starts again after it:
+// its data has a null point inside the hole, and the canvas holds none of
+// the line's colour over the hole but does over the samples either side.
+func checkGap(t *testing.T, b *browser, gapStart, gapEnd float64) {
+	t.Helper()
+	var res struct {
+		Nulls                 []float64
+		Before, Inside, After int
+	}
+	b.eval(fmt.Sprintf(`const u = vg.plots["pid:910400:7"];
+		if (!u) return {Nulls: [], Before: -1, Inside: -1, After: -1};
+		const nulls = u.data[0].filter((t, i) => u.data[1][i] === null);
+		// pixels of the "used" line's colour in the plot area's column at time t
+		const blue = (t) => {
+		  const x = Math.round(u.valToPos(t, "x", true)), img = u.ctx.getImageData(x, u.bbox.top, 1, u.bbox.height).data;
+		  let n = 0;
+		  for (let i = 0; i < img.length; i += 4) if (Math.abs(img[i] - 47) < 40 && Math.abs(img[i+1] - 111) < 40 && Math.abs(img[i+2] - 223) < 40) n++;
+		  return n;
+		};
+		return {Nulls: nulls, Before: blue(%f - 30), Inside: blue(%f), After: blue(%f + 30)};`, gapStart, (gapStart+gapEnd)/2, gapEnd), &res)
+	if len(res.Nulls) != 1 || res.Nulls[0] <= gapStart || res.Nulls[0] >= gapEnd {
+		t.Errorf("eval.py's plot: null points at %v, want one inside the hole (%v, %v)", res.Nulls, gapStart, gapEnd)
+	}
+	if res.Before == 0 || res.After == 0 || res.Inside != 0 {
+		t.Errorf("eval.py's line on the canvas: %d px before the hole, %d inside, %d after; want some, none, some", res.Before, res.Inside, res.After)
+	}
+}
+
+// checkVerdicts: a job the sampler's monitor has not judged yet reads
+// "judging — N more minutes", N from the API's judging_s; the ended job
+// has no verdict.
+func checkVerdicts(t *testing.T, b *browser, url string) {
+	t.Helper()
+	var jobs struct{ Jobs []agent.JobView }
+	getJSON(t, url+"/api/v1/jobs?range=15m", &jobs)
+	var rows map[string]string
+	b.eval(`return Object.fromEntries([...document.querySelectorAll("#jobs tbody tr")].map(tr => [tr.dataset.key, tr.querySelector("td.verdict").textContent]))`, &rows)
+	re := regexp.MustCompile(`^judging — (\d+) more minutes?$`)
+	judging := 0
+	for _, j := range jobs.Jobs {
+		got := rows[j.Key]
+		if j.JudgingS == nil {
+			if !j.Live && got != "–" {
+				t.Errorf("ended job %s: verdict %q", j.Name, got)
+			}
+			continue
+		}
+		judging++
+		m := re.FindStringSubmatch(got)
+		n, _ := strconv.Atoi(m2(m))
+		lo, hi := int(math.Ceil((*j.JudgingS-10)/60)), int(math.Ceil((*j.JudgingS+10)/60))
+		if m == nil || n < max(lo, 1) || n > hi {
+			t.Errorf("%s: verdict %q, the API says %.0f s more", j.Name, got, *j.JudgingS)
+		}
+	}
+	if judging < 4 {
+		t.Errorf("%d jobs being judged, want the scenario's 4", judging)
+	}
+}
+
+func m2(m []string) string {
+	if len(m) < 2 {
+		return ""
+	}
+	return m[1]
+}
+
+// checkRuns: the runs' reasons are coloured by meaning (success not as a
+// failure), neither run shows a GPU peak it did not have, and clicking the
+// failed run renders its post-mortem as explain does: its reason, every
+// line of evidence and advice, both attempts, the memory timeline and the
+// probe's facts, with no JSON in sight.
+func checkRuns(t *testing.T, b *browser, id, reason string, evidence, advice []string, attempts int) {
+	t.Helper()
+	var runs []struct{ Name, Reason, Class, Color, Peak string }
+	b.eval(`return [...document.querySelectorAll("#runs tbody tr")].map(tr => {
+		const c = tr.querySelector("td.reason");
+		return {Name: tr.cells[0].textContent, Reason: c.textContent, Class: c.className, Color: getComputedStyle(c).color, Peak: tr.cells[4].textContent};
+	})`, &runs)
+	colors := map[string]string{}
+	for _, r := range runs {
+		colors[r.Name] = r.Color
+		if r.Peak != "—" {
+			t.Errorf("run %s without GPU memory shows peak GPU %q", r.Name, r.Peak)
+		}
+	}
+	if len(runs) != 2 || colors["fine"] == "" || colors["fine"] == colors["failing"] || !strings.Contains(runs[0].Class+runs[1].Class, "good") {
+		t.Fatalf("runs: %+v", runs)
+	}
+	b.eval(fmt.Sprintf(`document.querySelector('#runs tbody tr[data-id=%q]').click(); return true`, id), nil)
+	b.waitTrue(10*time.Second, "the post-mortem", fmt.Sprintf(`const pm = document.getElementById("postmortem"); return !pm.hidden && pm.dataset.run === %q`, id))
+	var pm struct {
+		Text, Reason, ReasonClass string
+		Sections                  []string
+		Evidence, Advice          []string
+		Attempts                  []string
+		Wide                      bool
+	}
+	b.eval(`const pm = document.getElementById("postmortem");
+		return {Text: pm.textContent, Reason: pm.querySelector("dd .reason").textContent, ReasonClass: pm.querySelector("dd .reason").className,
+		  Sections: [...pm.querySelectorAll("h4")].map(h => h.textContent),
+		  Evidence: [...pm.querySelectorAll(".evidence li")].map(li => li.textContent),
+		  Advice: [...pm.querySelectorAll(".advice li")].map(li => li.textContent),
+		  Attempts: [...pm.querySelectorAll(".attempts tr")].map(tr => tr.textContent),
+		  Wide: pm.scrollWidth > pm.clientWidth};`, &pm)
+	if pm.Reason != reason || !strings.Contains(pm.ReasonClass, "bad") {
+		t.Errorf("post-mortem reason %q (%s), explain says %q", pm.Reason, pm.ReasonClass, reason)
+	}
+	if strings.Join(pm.Evidence, "\n") != strings.Join(evidence, "\n") || strings.Join(pm.Advice, "\n") != strings.Join(advice, "\n") {
+		t.Errorf("post-mortem evidence %q and advice %q; explain's: %q, %q", pm.Evidence, pm.Advice, evidence, advice)
+	}
+	want := []string{"evidence", "what to change", "restart", "attempts", "monitor", "memory timeline", "probe (inside PyTorch)"}
+	if strings.Join(pm.Sections, ",") != strings.Join(want, ",") {
+		t.Errorf("post-mortem sections %q, want %q", pm.Sections, want)
+	}
+	if len(pm.Attempts) != attempts || !strings.Contains(pm.Attempts[0], "exit_error") || !strings.Contains(pm.Attempts[1], "python_exception") {
+		t.Errorf("post-mortem attempts %q", pm.Attempts)
+	}
+	if strings.Contains(pm.Text, `":`) || strings.Contains(pm.Text, "{") || pm.Wide {
+		t.Errorf("post-mortem shows JSON or runs wider than its box (%v): %s", pm.Wide, pm.Text)
+	}
+}
+
+// checkLayout: the page does not scroll sideways, and every header cell of
+// every table lies inside the viewport.
+func checkLayout(t *testing.T, b *browser, width int) {
+	t.Helper()
+	var l struct {
+		ScrollWidth, ClientWidth, InnerWidth int
+		Headers                              int
+		Outside                              []string
+	}
+	b.eval(`const de = document.documentElement, vw = de.clientWidth, out = [];
+		const ths = [...document.querySelectorAll("table th")];
+		for (const th of ths) {
+		  const r = th.getBoundingClientRect();
+		  if (r.width <= 0 || r.height <= 0 || r.left < 0 || r.right > vw + 0.5) out.push(th.closest("table").id + " " + JSON.stringify(th.textContent) + " " + r.left.toFixed(0) + ".." + r.right.toFixed(0));
+		}
+		for (const c of document.querySelectorAll("#plots canvas, #postmortem *")) {
+		  const r = c.getBoundingClientRect();
+		  if (r.right > vw + 0.5) out.push(c.tagName + " " + c.className + " ends at " + r.right.toFixed(0));
+		}
+		return {ScrollWidth: de.scrollWidth, ClientWidth: vw, InnerWidth: innerWidth, Headers: ths.length, Outside: out};`, &l)
+	if l.InnerWidth != width {
+		t.Fatalf("the window is %d px wide, want %d", l.InnerWidth, width)
+	}
+	if l.ScrollWidth > l.ClientWidth {
+		t.Errorf("%d px: the page scrolls sideways (%d px wide in %d)", width, l.ScrollWidth, l.ClientWidth)
+	}
+	if l.Headers < 20 || len(l.Outside) > 0 {
+		t.Errorf("%d px: of %d header cells these are out of view: %q", width, l.Headers, l.Outside)
+	}
+}
+
+// setWidth sizes the window so that the page is width CSS px wide.
+func (b *browser) setWidth(width int) {
+	b.t.Helper()
+	var chrome int
+	b.eval(`return window.outerWidth - window.innerWidth`, &chrome)
+	b.call("POST", "/session/"+b.session+"/window/rect", map[string]any{"width": width + max(chrome, 0), "height": 1000}, nil)
+	b.waitTrue(5*time.Second, fmt.Sprintf("a %d px window", width), fmt.Sprintf(`return window.innerWidth === %d`, width))
+}
+
+// screenshot takes a PNG of the viewport, checks it is the window's width,
+// and writes it to $VRAMGUARD_SCREENSHOTS/NAME.png when set.
+func (b *browser) screenshot(name string, width int) {
+	b.t.Helper()
+	var res struct{ Value string }
+	b.call("GET", "/session/"+b.session+"/screenshot", nil, &res)
+	data, err := base64.StdEncoding.DecodeString(res.Value)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	img, err := png.DecodeConfig(bytes.NewReader(data))
+	if err != nil {
+		b.t.Fatalf("screenshot: %v", err)
+	}
+	var dpr float64
+	b.eval(`return window.devicePixelRatio`, &dpr)
+	if img.Width != int(float64(width)*dpr) {
+		b.t.Errorf("screenshot is %d px wide, want %d", img.Width, width)
+	}
+	if dir := os.Getenv("VRAMGUARD_SCREENSHOTS"); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, name+".png"), data, 0o644); err != nil {
+			b.t.Error(err)
+		}
+	}
 }

@@ -15,7 +15,7 @@ function el(tag, attrs, ...kids) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null) continue;
     if (k === "class") e.className = v;
-    else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else if (k.startsWith("data-") || k.startsWith("aria-")) e.setAttribute(k, v);
     else e[k] = v;
   }
   for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(k === undefined || k === null ? "" : String(k)));
@@ -26,6 +26,56 @@ function bytes(n) {
   if (n === undefined || n === null) return "–";
   if (n >= GiB) return (n / GiB).toFixed(2) + " GiB";
   return (n / 1024 ** 2).toFixed(0) + " MiB";
+}
+
+// fmtBytes writes bytes as vramguard's CLI does (units.FormatBytes): binary
+// units, about three significant digits, "3 MiB", "1.6 GiB", "504 GiB".
+function fmtBytes(v) {
+  if (v === undefined || v === null || Number.isNaN(v)) return "?";
+  const sign = v < 0 ? "-" : "";
+  v = Math.abs(v);
+  if (Math.round(v) < 1024) return (Math.round(v) === 0 ? "" : sign) + Math.round(v) + " B";
+  const suffixes = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+  let e = 0;
+  while (v >= 1024 && e < suffixes.length - 1) { v /= 1024; e++; }
+  const round = (x) => (x < 100 ? Math.round(x * 10) / 10 : Math.round(x));
+  let r = round(v);
+  if (r >= 1024 && e < suffixes.length - 1) { v /= 1024; e++; r = round(v); }
+  return sign + r + " " + suffixes[e];
+}
+
+// goDuration writes seconds as Go's time.Duration does once rounded to
+// roundMs ("100ms", "2.5s", "1m2.3s", "1h0m5s").
+function goDuration(sec, roundMs) {
+  let ms = Math.round((sec * 1000) / roundMs) * roundMs;
+  if (ms === 0) return "0s";
+  if (ms < 1000) return ms + "ms";
+  const h = Math.floor(ms / 3600000);
+  ms -= h * 3600000;
+  const m = Math.floor(ms / 60000);
+  ms -= m * 60000;
+  const s = (ms / 1000).toFixed(3).replace(/\.?0+$/, "");
+  return (h ? h + "h" : "") + (h || m ? m + "m" : "") + s + "s";
+}
+
+// formatSeconds is postmortem.FormatSeconds: milliseconds under a second,
+// tenths under an hour, whole seconds beyond.
+function formatSeconds(s) {
+  return goDuration(s, s < 1 ? 1 : s < 3600 ? 100 : 1000);
+}
+
+// approxDuration is analyze.FormatDuration ("45s", "12m", "3.5h", "2.0d").
+function approxDuration(s) {
+  if (s === null || s === undefined || Number.isNaN(s)) return "?";
+  if (s < 120) return s.toFixed(0) + "s";
+  if (s < 7200) return (s / 60).toFixed(0) + "m";
+  if (s < 172800) return (s / 3600).toFixed(1) + "h";
+  return (s / 86400).toFixed(1) + "d";
+}
+
+function plural(n, thing) {
+  if (n === 1) return "1 " + thing;
+  return n + " " + thing + (thing.endsWith("s") ? "es" : "s");
 }
 
 function dur(s) {
@@ -39,6 +89,42 @@ function dur(s) {
 
 function clock(t) {
   return new Date(t).toLocaleTimeString([], { hour12: false });
+}
+
+// stamp is a compact local date and time: "2025-06-01 12:04".
+function stamp(t) {
+  const d = new Date(t);
+  const p = (n) => String(n).padStart(2, "0");
+  return d.getFullYear() + "-" + p(d.getMonth() + 1) + "-" + p(d.getDate()) + " " + p(d.getHours()) + ":" + p(d.getMinutes());
+}
+
+// reasonClass colours a run's reason by what it means: success is good, a
+// stop or restart someone asked for is information, a run lost or stalled
+// wants a look, everything else is a failure.
+function reasonClass(reason) {
+  switch (reason) {
+    case "success": return "good";
+    case "interrupted": case "restarted": case "": case undefined: case null: return "info";
+    case "lost": case "stalled": return "warn";
+  }
+  return "bad";
+}
+
+// verdict says what the job's monitor concluded, in words.
+function verdict(j) {
+  switch (j.verdict) {
+    case "insufficient_data": {
+      if (!(j.judging_s > 0)) return { text: "judging…", cls: "judging" };
+      const n = Math.max(1, Math.ceil(j.judging_s / 60));
+      return { text: "judging — " + n + " more minute" + (n === 1 ? "" : "s"), cls: "judging" };
+    }
+    case "leak": return { text: "leak", cls: "bad" };
+    case "cache_growth": return { text: "cache growth", cls: "warn" };
+    case "stable": return { text: "stable", cls: "good" };
+    case undefined: case null: case "":
+      return j.run_id ? { text: "no leak raised", cls: "muted", title: "judged by the run's own monitor" } : { text: "–", cls: "" };
+  }
+  return { text: j.verdict, cls: "" };
 }
 
 async function get(path) {
@@ -70,35 +156,211 @@ function renderDevices(d) {
 function renderJobs(d) {
   const tb = document.querySelector("#jobs tbody");
   vg.jobs = d.jobs;
-  tb.replaceChildren(...d.jobs.map((j) => el("tr", { "data-key": j.key },
-    el("td", {}, j.name), el("td", {}, j.kind),
-    el("td", { class: "num" }, bytes(j.gpu_bytes)),
-    el("td", { class: "num" }, bytes(j.reserved_bytes)),
-    el("td", { class: "num" }, bytes(j.allocated_bytes)),
-    el("td", { class: "num" }, bytes(j.rss_bytes)),
-    el("td", {}, (j.devices || []).join(",")),
-    el("td", { class: j.leak ? "leak" : "" }, j.verdict || "–"),
-    el("td", { class: "num" }, j.oom_eta_s != null ? dur(j.oom_eta_s) : "–"),
-    el("td", { class: "num" }, j.seconds_since_checkpoint != null ? dur(j.seconds_since_checkpoint) + " ago" : "none seen"),
-    el("td", {}, j.live ? "running" : "ended"))));
+  tb.replaceChildren(...d.jobs.map((j) => {
+    const v = verdict(j);
+    const gpus = (j.devices || []).length ? (j.devices.length > 1 ? "GPUs " : "GPU ") + j.devices.join(",") : "no GPU";
+    // an ended job has no current figures (its timeline has them all)
+    const now = (n) => (j.live ? bytes(n) : "–");
+    return el("tr", { "data-key": j.key },
+      el("td", { class: "name" }, j.name, el("span", { class: "sub muted" }, j.kind + " · " + gpus)),
+      el("td", { class: "num" }, now(j.gpu_bytes)),
+      el("td", { class: "num" }, now(j.reserved_bytes)),
+      el("td", { class: "num" }, now(j.allocated_bytes)),
+      el("td", { class: "num" }, now(j.rss_bytes)),
+      el("td", { class: "verdict " + v.cls, title: v.title }, v.text),
+      el("td", { class: "num" + (j.oom_eta_s != null ? " bad" : "") }, j.oom_eta_s != null ? dur(j.oom_eta_s) : "–"),
+      el("td", { class: "num" }, j.seconds_since_checkpoint != null ? dur(j.seconds_since_checkpoint) + " ago" : j.live ? "none seen" : "–"),
+      el("td", {}, j.live ? "running" : "ended"));
+  }));
 }
 
 function renderRuns(d) {
   const tb = document.querySelector("#runs tbody");
   tb.replaceChildren(...d.runs.map((r) => {
-    const tr = el("tr", { "data-id": r.id },
-      el("td", {}, r.name || r.id), el("td", {}, r.status), el("td", { class: r.reason && r.reason !== "ok" ? "died" : "" }, r.reason || "–"),
-      el("td", {}, new Date(r.started_at).toLocaleString()), el("td", { class: "num" }, bytes(r.peak_gpu_bytes)));
-    tr.onclick = async () => {
-      const pm = document.getElementById("postmortem");
-      const x = await get("/api/v1/runs/" + encodeURIComponent(r.id));
-      // the post-mortem document `vramguard explain --json` prints, less its event list
-      const { events, run, ...doc } = x;
-      pm.textContent = JSON.stringify(doc, null, 2);
-      pm.hidden = false;
-    };
+    const peak = r.peak_gpu_bytes > 0 ? bytes(r.peak_gpu_bytes) : "—";
+    const tr = el("tr", { "data-id": r.id, class: r.id === vg.shownRun ? "on" : "" },
+      el("td", { class: "name" }, r.name || r.id),
+      el("td", {}, r.status),
+      el("td", { class: "reason " + reasonClass(r.reason) }, r.reason || (r.status === "running" ? "running" : "–")),
+      el("td", {}, stamp(r.started_at)),
+      el("td", { class: "num", title: r.peak_gpu_bytes > 0 ? "peak GPU memory of the run's processes" : "no GPU memory seen" }, peak));
+    tr.onclick = () => showRun(r.id);
     return tr;
   }));
+}
+
+async function showRun(id) {
+  const pm = document.getElementById("postmortem");
+  vg.shownRun = id;
+  for (const tr of document.querySelectorAll("#runs tbody tr")) tr.classList.toggle("on", tr.dataset.id === id);
+  const doc = await get("/api/v1/runs/" + encodeURIComponent(id));
+  if (vg.shownRun !== id) return;
+  pm.replaceChildren(...postmortem(doc));
+  pm.dataset.run = id;
+  pm.hidden = false;
+}
+
+// postmortem renders the document `vramguard explain` prints (and
+// `explain --json` writes): reason, evidence, what to change, attempts, the
+// monitor, the memory timeline and what the probe saw.
+function postmortem(d) {
+  const out = [];
+  const close = el("button", { title: "close", "aria-label": "close" }, "×");
+  close.onclick = () => {
+    const pm = document.getElementById("postmortem");
+    pm.hidden = true;
+    vg.shownRun = null;
+    for (const tr of document.querySelectorAll("#runs tbody tr")) tr.classList.remove("on");
+  };
+  out.push(el("h3", {}, el("span", {}, "run " + d.run_id + (d.name ? " (" + d.name + ")" : "")), close));
+
+  const facts = el("dl", { class: "facts" });
+  const fact = (k, ...v) => facts.append(el("dt", {}, k), el("dd", {}, ...v));
+  fact("command", el("code", {}, (d.command || []).join(" ")));
+  fact("status", d.status);
+  if (d.reason) fact("reason", el("b", { class: "reason " + reasonClass(d.reason) }, d.reason), " — " + d.summary);
+  else fact("reason", el("span", { class: "muted" }, "(none yet) "), d.summary);
+  if (d.ended) fact("exit", String(d.exit_code) + (d.signal ? " (" + d.signal + ")" : ""));
+  if (d.duration_s) fact("ran for", formatSeconds(d.duration_s));
+  out.push(facts);
+
+  const list = (title, items, cls) => {
+    if (!items || !items.length) return;
+    out.push(el("section", { class: cls }, el("h4", {}, title), el("ul", {}, ...items.map((x) => el("li", {}, x)))));
+  };
+  list("evidence", d.evidence, "evidence");
+  if (d.oom) {
+    const dl = el("dl", {});
+    for (const [name, v] of [["tried to allocate", d.oom.tried_bytes], ["GPU total", d.oom.total_bytes], ["GPU free", d.oom.free_bytes],
+      ["allocated by PyTorch", d.oom.allocated_bytes], ["reserved, unallocated", d.oom.reserved_unallocated_bytes]]) {
+      if (v !== null && v !== undefined) dl.append(el("dt", {}, name), el("dd", {}, fmtBytes(v)));
+    }
+    out.push(el("section", { class: "oom-numbers" }, el("h4", {}, "CUDA OOM numbers"), dl));
+  }
+  list("what to change", d.advice, "advice");
+  if (d.adaptations && d.adaptations.length) {
+    const sec = el("section", { class: "adaptations" }, el("h4", {}, "adaptations (--adapt)"),
+      el("ul", {}, ...d.adaptations.map((st) => el("li", {}, stepText(st) + " — " + st.why))));
+    if (d.settings) sec.append(el("p", {}, (d.reason === "success" ? "settings that fit: " : "last settings: ") + settingsText(d.settings)));
+    out.push(sec);
+  }
+  if (d.restart_decision) out.push(el("section", { class: "restart" }, el("h4", {}, "restart"), el("p", {}, d.restart_decision)));
+
+  if (d.attempts_detail && d.attempts_detail.length) {
+    const rows = d.attempts_detail.map((a) => el("tr", {},
+      el("td", {}, "#" + a.n),
+      el("td", { class: "reason " + reasonClass(a.reason) }, a.reason || "-"),
+      el("td", { class: "num" }, "exit " + (a.exit_code === null || a.exit_code === undefined ? "-" : a.exit_code)),
+      el("td", { class: "num" }, goDuration(a.duration_s, 100)),
+      el("td", {}, [a.settings ? settingsText(a.settings) : "", a.resume_from ? "resumed from " + a.resume_from : ""].filter(Boolean).join("  "))));
+    out.push(el("section", { class: "attempts" }, el("h4", {}, "attempts"), el("table", {}, el("tbody", {}, ...rows))));
+  }
+
+  if (d.monitor) out.push(monitorSection(d.monitor));
+  const mem = memorySection(d.timeline);
+  if (mem) out.push(mem);
+  if (d.probe) out.push(probeSection(d.probe, d.oom_allocation_sites, d.oom_allocation_sites_error));
+  out.push(el("p", { class: "more muted" }, "more: ", el("code", {}, "vramguard explain " + d.run_id), " · ", el("code", {}, "vramguard logs " + d.run_id)));
+  return out;
+}
+
+// settingsText and stepText write what --adapt ran with and changed, as
+// explain does: "batch 16, accum 4, workers 2"; "attempt 2 after cuda_oom:
+// batch 64→32, accum 1→2".
+function settingsText(st) {
+  const parts = [];
+  for (const k of ["batch", "accum", "workers"]) if (st[k] !== undefined) parts.push(k + " " + st[k]);
+  if (st.alloc_conf) parts.push("PYTORCH_CUDA_ALLOC_CONF=" + st.alloc_conf);
+  return parts.join(", ");
+}
+
+function stepText(st) {
+  const parts = [];
+  for (const k of ["batch", "accum", "workers", "alloc_conf"]) {
+    const c = (st.changes || {})[k];
+    if (!c) continue;
+    parts.push(k === "alloc_conf" ? "PYTORCH_CUDA_ALLOC_CONF=" + c[1] : k + " " + c[0] + "→" + c[1]);
+  }
+  return "attempt " + st.attempt + " after " + st.after_reason + ": " + parts.join(", ");
+}
+
+function seriesName(s) {
+  return { rss: "host memory", allocated: "PyTorch allocated", reserved: "PyTorch reserved", used: "GPU memory (NVML)" }[s] || s;
+}
+
+function monitorSection(m) {
+  const dl = el("dl", {});
+  let v = m.verdict;
+  if (m.series) v += " (" + seriesName(m.series) + ")";
+  dl.append(el("dt", {}, "verdict"), el("dd", {}, v + ", over " + plural(m.samples, "sample")));
+  if (m.leak) {
+    const l = m.leak;
+    let s = "first seen " + clock(l.detected_at) + " (t=" + l.detected_at_s.toFixed(0) + "s): +" + fmtBytes(l.leak_rate_bytes_per_s) +
+      "/s of " + seriesName(l.series) + " since t=" + l.leak_start_s.toFixed(0) + "s";
+    if (l.oom_eta_s != null) s += "; forecast then: out of memory in about " + approxDuration(l.oom_eta_s);
+    dl.append(el("dt", {}, "leak"), el("dd", { class: "bad" }, s));
+  }
+  const f = m.oom_forecast;
+  if (f && f.oom_eta_s != null) {
+    dl.append(el("dt", {}, "forecast"), el("dd", {}, "at " + clock(f.detected_at) + " (t=" + f.detected_at_s.toFixed(0) + "s): out of memory in about " + approxDuration(f.oom_eta_s)));
+  }
+  return el("section", { class: "monitor" }, el("h4", {}, "monitor"), dl);
+}
+
+function memorySection(tl) {
+  if (!tl || !tl.samples) return null;
+  const dl = el("dl", {});
+  const row = (k, ...v) => dl.append(el("dt", {}, k), el("dd", {}, ...v));
+  row("host RSS", el("span", { class: "spark" }, tl.sparkline), "  first " + fmtBytes(tl.rss_first_bytes) + ", peak " + fmtBytes(tl.rss_peak_bytes) +
+    ", last " + fmtBytes(tl.rss_last_bytes) + " (summed over the job's processes; " + plural(tl.samples, "sample") + ", up to " + plural(tl.max_processes, "process") + ")");
+  if (tl.pss_peak_bytes != null) row("host PSS", "peak " + fmtBytes(tl.pss_peak_bytes) + " (shared pages split between the processes sharing them)");
+  if (tl.cgroup_peak_bytes != null) {
+    row("cgroup", "peak " + fmtBytes(tl.cgroup_peak_bytes) + (tl.cgroup_limit_bytes != null ? " of its " + fmtBytes(tl.cgroup_limit_bytes) + " limit" : "") +
+      " (the job's own cgroup, page cache included)");
+  }
+  if (tl.gpu_peak_bytes != null) row("GPU", "peak " + fmtBytes(tl.gpu_peak_bytes) + " (NVML, the job's processes)");
+  if (tl.allocated_peak_bytes != null) {
+    row("PyTorch", "peak allocated " + fmtBytes(tl.allocated_peak_bytes) + (tl.reserved_peak_bytes != null ? ", reserved " + fmtBytes(tl.reserved_peak_bytes) : "") +
+      " (the probe, summed over processes)");
+  }
+  return el("section", { class: "memory" }, el("h4", {}, "memory timeline"), dl);
+}
+
+function probeSection(p, sites, sitesErr) {
+  const dl = el("dl", {});
+  const row = (k, ...v) => dl.append(el("dt", {}, k), el("dd", {}, ...v));
+  row("steps", p.optimizer_steps + " optimizer steps" + (p.user_steps > 0 ? ", " + p.user_steps + " counted by the job" : "") +
+    " (" + plural(p.samples, "sample") + " from " + plural((p.pids || []).length, "process") + ")");
+  if (p.peak_allocated_bytes != null || p.peak_reserved_bytes != null) {
+    const parts = [];
+    if (p.peak_allocated_bytes != null) parts.push("allocated " + fmtBytes(p.peak_allocated_bytes));
+    if (p.peak_reserved_bytes != null) parts.push("reserved " + fmtBytes(p.peak_reserved_bytes));
+    row("peaks", parts.join(", ") + " (one device of one process)");
+  }
+  if (p.peak_rss_bytes > 0) row("host", "largest RSS of one process " + fmtBytes(p.peak_rss_bytes));
+  if (p.num_alloc_retries > 0 || p.num_ooms > 0) row("allocator", p.num_alloc_retries + " retries, " + p.num_ooms + " OOMs");
+  const cks = p.checkpoints || [];
+  if (cks.length) {
+    const shown = cks.slice(-10);
+    const items = shown.map((c) => el("li", {}, clock(c.t) + "  " + c.path.split("/").pop() + "  " +
+      (c.error ? "failed: " + c.error : fmtBytes(c.bytes) + " in " + formatSeconds(c.seconds)) + " (step " + c.optimizer_steps + (c.atomic ? ", atomic" : "") + ")"));
+    if (cks.length > shown.length) items.unshift(el("li", { class: "muted" }, "… " + (cks.length - shown.length) + " earlier"));
+    row("checkpoints (" + cks.length + ")", el("ul", {}, ...items));
+  }
+  if (p.oom) {
+    const o = p.oom;
+    let s = clock(o.t) + " in pid " + o.pid + " (" + o.source + ")";
+    if (o.alloc_bytes != null) s += ", tried to allocate " + fmtBytes(o.alloc_bytes);
+    if (o.count > 1) s += ", " + o.count + " in all";
+    row("CUDA OOM", el("span", { class: "bad" }, s), o.snapshot_path ? el("div", {}, "snapshot ", el("code", {}, o.snapshot_path)) : "");
+  }
+  if (sites && sites.length) {
+    row("largest allocation sites at the OOM", el("ul", {}, ...sites.map((x) => el("li", {}, fmtBytes(x.bytes) + "  " + x.file + ":" + x.line + " " + x.function + " (" + x.blocks + " blocks)"))));
+  } else if (sitesErr) {
+    row("allocation sites", "unreadable: " + sitesErr);
+  }
+  for (const e of p.errors || []) row("probe error", e);
+  return el("section", { class: "probe" }, el("h4", {}, "probe (inside PyTorch)"), dl);
 }
 
 function eventItem(e) {
@@ -150,33 +412,88 @@ function eventMarkers(key) {
   };
 }
 
+// plotData turns a timeline into uPlot's columns. Where two points lie
+// further apart than the timeline's gap_s (the job had no samples between
+// them) a point of nulls goes between, so the lines break there; the limit
+// line carries on.
 function plotData(tl) {
-  const limit = tl.t.map(() => tl.limit_bytes || null);
-  return [tl.t, tl.gpu, tl.reserved, tl.alloc, limit];
+  const gap = tl.gap_s > 0 ? tl.gap_s : Infinity;
+  const lim = tl.limit_bytes || null;
+  const t = [], gpu = [], res = [], alloc = [], limit = [];
+  for (let i = 0; i < tl.t.length; i++) {
+    if (i > 0 && tl.t[i] - tl.t[i - 1] > gap) {
+      t.push((tl.t[i - 1] + tl.t[i]) / 2);
+      gpu.push(null); res.push(null); alloc.push(null); limit.push(lim);
+    }
+    t.push(tl.t[i]); gpu.push(tl.gpu[i]); res.push(tl.reserved[i]); alloc.push(tl.alloc[i]); limit.push(lim);
+  }
+  return [t, gpu, res, alloc, limit];
 }
 
-function makePlot(tl, width) {
-  const card = el("div", { class: "job" + (tl.live ? "" : " ended"), "data-key": tl.key },
+const MiB = 1024 ** 2;
+// yIncrs: tick steps are whole MiB, GiB or TiB (1, 2, 5, 10, 20, 50, ... of
+// them), never decimal gigabytes.
+const yIncrs = [];
+for (const unit of [MiB, GiB, 1024 * GiB]) for (const k of [1, 2, 5, 10, 20, 50, 100, 200, 500]) yIncrs.push(k * unit);
+
+// tickLabel writes a tick of a step incr in the step's unit.
+function tickLabel(v, incr) {
+  if (v === 0) return "0";
+  for (const [unit, name] of [[1024 * GiB, "TiB"], [GiB, "GiB"], [MiB, "MiB"]]) {
+    if (incr >= unit) return +(v / unit).toFixed(3) + " " + name;
+  }
+  return fmtBytes(v);
+}
+
+// limitName says what the limit line is: the total memory of the job's GPUs.
+function limitName(tl) {
+  const d = tl.devices || [];
+  const which = d.length === 0 ? "its GPUs'" : d.length === 1 ? "GPU " + d[0] : "GPUs " + d.join("+");
+  return "limit " + fmtBytes(tl.limit_bytes) + " (" + which + " total)";
+}
+
+// limitLabel keeps the limit line's label next to the line.
+function limitLabel(key) {
+  return {
+    hooks: {
+      draw: [(u) => {
+        const tl = vg.timelines[key];
+        let lab = u.over.querySelector(".limit-label");
+        if (!tl || !tl.limit_bytes) { if (lab) lab.remove(); return; }
+        if (!lab) { lab = el("span", { class: "limit-label" }); u.over.append(lab); }
+        lab.textContent = limitName(tl);
+        // above the line, or below it where the plot's top leaves no room
+        const y = u.valToPos(tl.limit_bytes, "y"), h = lab.offsetHeight;
+        lab.style.top = (y - h - 2 >= 0 ? y - h - 2 : y + 2) + "px";
+      }],
+    },
+  };
+}
+
+function makeCard(tl) {
+  return el("div", { class: "job" + (tl.live ? "" : " ended"), "data-key": tl.key },
     el("h3", {}, el("span", {}, tl.name + " ", el("span", { class: "muted" }, tl.kind)), el("span", { class: "now muted" })));
+}
+
+function makePlot(card, tl, width) {
   const opts = {
     width: width, height: 170,
     legend: { show: false },
     cursor: { drag: { x: true, y: false } },
     scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, Math.max(hi, 1) * 1.05] } },
-    axes: [{}, { size: 64, values: (u, vals) => vals.map((v) => (v / GiB).toFixed(v >= 10 * GiB ? 0 : 1) + "G") }],
+    axes: [{}, { size: 64, space: 24, incrs: yIncrs, values: (u, vals, ax, space, incr) => vals.map((v) => tickLabel(v, incr)) }],
     series: [
       {},
-      { label: "used", stroke: colors.gpu, width: 1.5 },
+      { label: "used", stroke: colors.gpu, width: 1.5, spanGaps: false },
       { label: "reserved", stroke: colors.reserved, width: 1.5, spanGaps: false },
       { label: "allocated", stroke: colors.alloc, width: 1.5, spanGaps: false },
-      { label: "limit", stroke: colors.limit, width: 1, dash: [6, 4] },
+      { label: "limit", stroke: colors.limit, width: 1, dash: [6, 4], spanGaps: true },
     ],
-    plugins: [eventMarkers(tl.key)],
+    plugins: [eventMarkers(tl.key), limitLabel(tl.key)],
   };
   const u = new uPlot(opts, plotData(tl), card);
   u.vgKey = tl.key;
-  card.u = u;
-  return card;
+  return u;
 }
 
 function updateNow(key) {
@@ -188,26 +505,38 @@ function updateNow(key) {
   card.dataset.gpu = n ? tl.gpu[n - 1] : "";
 }
 
+// plotWidth is the width a plot gets: its card's, less the card's padding
+// (the grid of cards sets their width; an estimate before there are any).
 function plotWidth() {
-  const w = document.getElementById("plots").clientWidth;
-  const cols = Math.max(1, Math.floor(w / 470));
-  return Math.floor(w / cols) - 30;
+  const card = document.querySelector("#plots .job");
+  if (!card) return Math.max(100, document.getElementById("plots").clientWidth - 22);
+  const cs = getComputedStyle(card);
+  return Math.max(100, Math.floor(card.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight)));
 }
+
+// The plots follow their cards' width (the window's, less a scroll bar
+// that comes and goes).
+let resizeTimer = 0;
+new ResizeObserver(() => {
+  clearTimeout(resizeTimer);
+  resizeTimer = setTimeout(() => {
+    const w = plotWidth();
+    for (const u of Object.values(vg.plots)) if (u.width !== w) u.setSize({ width: w, height: 170 });
+  }, 50);
+}).observe(document.getElementById("plots"));
 
 function renderPlots(d) {
   const box = document.getElementById("plots");
   for (const p of Object.values(vg.plots)) p.destroy();
   vg.plots = {};
   vg.timelines = {};
-  const w = plotWidth();
-  const cards = [];
-  for (const tl of d.timelines) {
-    vg.timelines[tl.key] = tl;
-    const card = makePlot(tl, w);
-    vg.plots[tl.key] = card.u;
-    cards.push(card);
-  }
+  const cards = d.timelines.map(makeCard);
   box.replaceChildren(...cards);
+  const w = plotWidth();
+  d.timelines.forEach((tl, i) => {
+    vg.timelines[tl.key] = tl;
+    vg.plots[tl.key] = makePlot(cards[i], tl, w);
+  });
   for (const tl of d.timelines) updateNow(tl.key);
   const step = d.timelines.length ? d.timelines[0].step_s : null;
   document.getElementById("resolution").textContent = step ? "(one point per " + dur(step) + ")" : "";
@@ -227,6 +556,7 @@ function appendTimelines(d) {
       tl.alloc.push(add.alloc[i]); tl.reserved.push(add.reserved[i]);
     }
     tl.limit_bytes = add.limit_bytes;
+    tl.devices = add.devices;
     let k = 0;
     while (k < tl.t.length && tl.t[k] < cut) k++;
     if (k) for (const s of ["t", "gpu", "rss", "alloc", "reserved"]) tl[s].splice(0, k);
