@@ -20,6 +20,7 @@ type topOptions struct {
 	Interval       time.Duration
 	DeviceInterval time.Duration
 	Sort           string
+	Group          bool
 	Filter         string
 	KillGrace      time.Duration
 }
@@ -35,17 +36,52 @@ kernels, Kubernetes pods, containers, SLURM jobs, services and plain
 processes. DataLoader workers and other children count toward the job that
 spawned them and are listed under it.
 
+Each GPU gets a memory bar with used / total, the share used and its
+utilisation. Each job gets a row: GPU (indexes; a MIG instance as
+GPU:INSTANCE, e.g. 7:1), PID (of the job's root), JOB (a pod as
+namespace/name where the kubelet's pod log directory names it), OWNER,
+GPU MEM, SM (utilisation of its GPUs), ALLOC / RESERVED (PyTorch's own
+figures, from the probe), RSS, HISTORY (GPU memory over the last minutes)
+and FLAGS. An orphan's whole command line is shown under its row.
+
+FLAGS is the leak detector's verdict: "judging…" until it has about five
+minutes of samples (every job under --once), then stable, leak, host leak
+or cache growth; a supervised run shows its own monitor's findings ("no
+leak" once it has run that long without one). oom-risk follows while an
+OOM forecast points ahead, orphan when the job's parent is gone.
+
+Colours show load: green under 10% of a device's memory (or utilisation),
+red from 80% (75% utilisation), yellow between, in shades for light and
+for dark terminals. NO_COLOR (or CLICOLOR=0) turns colours off; bold and
+reverse stay.
+
+The table fits the terminal: columns are as wide as their values, so no
+figure is cut; JOB and OWNER shrink (a cut name ends in …) and the memory
+bars get shorter; when that is not enough, columns leave in this order:
+  ` + topDropNames + `
+JOB, GPU MEM and FLAGS always stay; a list taller than the terminal
+scrolls. --once fits the terminal it prints to ($COLUMNS when it is not
+one; every column when neither says).
+
+Jobs are sorted by --sort across the whole table. --group (g on the
+screen) lists them under their owner kind instead (SUPERVISED RUNS,
+NOTEBOOKS, PODS, CONTAINERS, SLURM JOBS, SERVICES, PROCESSES), the groups
+ordered by the same key (their total GPU memory or RSS, lowest PID, or
+title) and the jobs sorted within them; an expanded job's processes are
+sorted too.
+
 Keys: up/down move, enter expands a job to its processes, s cycles the sort
-(gpu, rss, pid, name), / filters (enter keeps, esc clears), x kills the
-selected job or process after you confirm with y (SIGTERM, then SIGKILL
-after --kill-grace), q quits.
+(gpu, rss, pid, name), g groups by owner kind or not, / filters (enter
+keeps, esc clears), x kills the selected job or process after you confirm
+with y (SIGTERM, then SIGKILL after --kill-grace), q quits.
 
 Without a GPU driver top says so and shows no GPUs; --simulate plays a
 scenario file instead, so you can try it anywhere.`,
 		Example: `  vramguard top
   vramguard top --simulate examples/scenarios/workstation.json
   vramguard top --once --json | jq '.jobs[] | {name, gpu_bytes}'
-  vramguard top --once --sort rss --filter python`,
+  vramguard top --once --sort rss --filter python
+  vramguard top --once --group`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runTop(cmd.Context(), f, o)
@@ -60,7 +96,8 @@ scenario file instead, so you can try it anywhere.`,
 	fl.BoolVar(&o.JSON, "json", false, "with --once: print the snapshot as JSON")
 	fl.DurationVar(&o.Interval, "interval", time.Second, "how often to read process lists (at least 1s)")
 	fl.DurationVar(&o.DeviceInterval, "device-interval", 0, "how often to read device memory (default: --interval)")
-	fl.StringVar(&o.Sort, "sort", "gpu", "sort jobs by gpu, rss, pid or name")
+	fl.StringVar(&o.Sort, "sort", "gpu", "sort jobs (and an expanded job's processes) by gpu, rss, pid or name")
+	fl.BoolVar(&o.Group, "group", false, "list jobs under their owner kind (runs, notebooks, pods, ...); g toggles it on the screen")
 	fl.StringVar(&o.Filter, "filter", "", "show only jobs whose name, owner or command contains this text")
 	fl.DurationVar(&o.KillGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when killing from top")
 	return cmd
@@ -111,14 +148,20 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 		if err != nil {
 			return Failf("%v", err)
 		}
-		snap := newSnapshot(smp, note, o.Sort, o.Filter)
+		snap := newSnapshot(smp, note, o.Sort, o.Filter, o.Group)
 		if o.JSON {
 			return f.WriteJSON(snap)
 		}
 		if note != "" {
 			fmt.Fprintln(f.IO.ErrOut, "vramguard:", note)
 		}
-		return writeTopTable(f.IO.Out, snap)
+		r, color := topRenderer(f.IO.Out, f.Getenv)
+		sc := &topScreen{st: newTopStyles(r, color), width: topTerminalWidth(f.IO.Out, f.Getenv), smp: &smp,
+			group: o.Group, filter: o.Filter, cursor: -1}
+		for i := range snap.Jobs {
+			sc.rows = append(sc.rows, topRow{job: &snap.Jobs[i]})
+		}
+		return writeTopOnce(f.IO.Out, sc)
 	}
 	return runTopTUI(ctx, f, o, s, note)
 }

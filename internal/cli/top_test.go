@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -144,10 +145,11 @@ func TestTopOnceJSONSimulated(t *testing.T) {
 func TestArrangeJobs(t *testing.T) {
 	jobs := []attrib.Job{
 		{Key: "a", Kind: attrib.KindProcess, Name: "alpha", RootPID: 30, GPUBytes: 1, RSSBytes: 9},
-		{Key: "b", Kind: attrib.KindProcess, Name: "beta", RootPID: 20, GPUBytes: 5, RSSBytes: 1},
+		{Key: "b", Kind: attrib.KindProcess, Name: "beta", RootPID: 20, GPUBytes: 81, RSSBytes: 1},
 		{Key: "c", Kind: attrib.KindRun, Name: "gamma", RootPID: 40, GPUBytes: 2, RSSBytes: 2},
 		{Key: "d", Kind: attrib.KindPod, Name: "delta", RootPID: 10, GPUBytes: 3, RSSBytes: 3,
 			Processes: []attrib.Process{{PID: 11, Cmdline: []string{"python", "serve.py"}}}},
+		{Key: "e", Kind: attrib.KindService, Name: "epsilon", RootPID: 50, GPUBytes: 2, RSSBytes: 20},
 	}
 	keys := func(js []attrib.Job) string {
 		var s string
@@ -156,21 +158,63 @@ func TestArrangeJobs(t *testing.T) {
 		}
 		return s
 	}
-	tests := []struct{ sort, filter, want string }{
-		{"gpu", "", "cdba"},
-		{"rss", "", "cdab"},
-		{"pid", "", "cdba"},
-		{"name", "", "cdab"},
-		{"gpu", "ALPHA", "a"},
-		{"gpu", "serve", "d"},
-		{"gpu", "11", "d"},
-		{"gpu", "run", "c"},
-		{"gpu", "nothing", ""},
+	tests := []struct {
+		sort, filter string
+		group        bool
+		want         string
+	}{
+		// one order across every kind: the 81-byte process first
+		{"gpu", "", false, "bdcea"},
+		{"rss", "", false, "eadcb"},
+		{"pid", "", false, "dbace"},
+		{"name", "", false, "abdec"},
+		// grouped: the groups follow the key too (processes hold 82, the
+		// pod 3, the run 2, the service 2: run before service by kind),
+		// and the jobs are sorted within them
+		{"gpu", "", true, "badce"},
+		{"rss", "", true, "eabdc"},
+		{"pid", "", true, "dbace"},
+		{"name", "", true, "dabec"},
+		{"gpu", "ALPHA", false, "a"},
+		{"gpu", "serve", false, "d"},
+		{"gpu", "11", false, "d"},
+		{"gpu", "run", false, "c"},
+		{"gpu", "nothing", false, ""},
 	}
 	for _, tt := range tests {
-		if got := keys(arrangeJobs(jobs, tt.sort, tt.filter)); got != tt.want {
-			t.Errorf("arrangeJobs(%s, %q) = %s, want %s", tt.sort, tt.filter, got, tt.want)
+		if got := keys(arrangeJobs(jobs, tt.sort, tt.filter, tt.group)); got != tt.want {
+			t.Errorf("arrangeJobs(%s, %q, group %v) = %s, want %s", tt.sort, tt.filter, tt.group, got, tt.want)
 		}
+	}
+}
+
+// TestSortProcs: an expanded job's processes follow the sort key too.
+func TestSortProcs(t *testing.T) {
+	ps := []attrib.Process{
+		{PID: 100, Comm: "torchrun", Role: "main", RSSBytes: 1},
+		{PID: 101, Comm: "python3", Role: "gpu", GPUBytes: 30, RSSBytes: 6},
+		{PID: 102, Comm: "python3", Role: "gpu", GPUBytes: 34, RSSBytes: 5},
+		{PID: 103, Comm: "pt_data_worker", Role: "worker", RSSBytes: 9},
+	}
+	pids := func(ps []attrib.Process) string {
+		var s []string
+		for _, p := range ps {
+			s = append(s, strconv.Itoa(p.PID))
+		}
+		return strings.Join(s, " ")
+	}
+	for sortBy, want := range map[string]string{
+		"gpu":  "102 101 100 103",
+		"rss":  "103 101 102 100",
+		"pid":  "100 101 102 103",
+		"name": "103 101 102 100",
+	} {
+		if got := pids(sortProcs(ps, sortBy)); got != want {
+			t.Errorf("sortProcs(%s) = %s, want %s", sortBy, got, want)
+		}
+	}
+	if pids(ps) != "100 101 102 103" {
+		t.Errorf("sortProcs changed the job's own slice: %s", pids(ps))
 	}
 }
 

@@ -1,14 +1,19 @@
 package cli
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/muesli/termenv"
 )
 
 // tmuxTop drives `vramguard top` in a detached tmux session of a fixed size.
@@ -81,9 +86,10 @@ const tmuxScenario = `{
   ]
 }`
 
-// TestTopUnderTmux runs the real binary in tmux against a scenario and a
-// real sleep process: it sorts, filters, expands a job to its workers, and
-// kills the sleep after confirmation.
+// TestTopUnderTmux runs the real binary in tmux against scenarios: the
+// keys (sort, filter, expand, kill a real sleep after confirmation), and
+// golden screens at 80×24 and 200×50. Regenerate the goldens with
+// go test ./internal/cli/ -run TestTopUnderTmux -update.
 func TestTopUnderTmux(t *testing.T) {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Fatalf("this test needs tmux (Debian package tmux): %v", err)
@@ -94,6 +100,28 @@ func TestTopUnderTmux(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	t.Run("keys", func(t *testing.T) { topKeys(t, bin) })
+	t.Run("80x24", func(t *testing.T) { topScreens80(t, bin) })
+	t.Run("200x50", func(t *testing.T) { topScreens200(t, bin) })
+}
+
+// startTop runs `vramguard top ARGS` with env in a fresh tmux server of
+// the given size.
+func startTop(t *testing.T, bin string, width, height int, env []string, args ...string) *tmuxTop {
+	t.Helper()
+	dir := t.TempDir()
+	m := &tmuxTop{t: t, sock: filepath.Join(dir, "tmux.sock")}
+	env = append([]string{"VRAMGUARD_HOME=" + filepath.Join(dir, "home")}, env...)
+	cmdline := fmt.Sprintf("env %s %s top %s; sleep 30", strings.Join(env, " "), bin, strings.Join(args, " "))
+	m.tmux("new-session", "-d", "-s", "top", "-x", strconv.Itoa(width), "-y", strconv.Itoa(height), cmdline)
+	t.Cleanup(func() { exec.Command("tmux", "-S", m.sock, "kill-server").Run() })
+	return m
+}
+
+// topKeys sorts, filters, expands a job to its workers, and kills a real
+// sleep after confirmation.
+func topKeys(t *testing.T, bin string) {
+	dir := t.TempDir()
 	scen := filepath.Join(dir, "scenario.json")
 	if err := os.WriteFile(scen, []byte(tmuxScenario), 0o644); err != nil {
 		t.Fatal(err)
@@ -107,10 +135,7 @@ func TestTopUnderTmux(t *testing.T) {
 	go func() { exited <- sleep.Wait() }()
 	t.Cleanup(func() { sleep.Process.Kill() })
 
-	m := &tmuxTop{t: t, sock: filepath.Join(dir, "tmux.sock")}
-	cmdline := fmt.Sprintf("env VG_TEST_PID=%d %s top --simulate %s --kill-grace 3s; sleep 30", sleep.Process.Pid, bin, scen)
-	m.tmux("new-session", "-d", "-s", "top", "-x", "220", "-y", "50", cmdline)
-	t.Cleanup(func() { exec.Command("tmux", "-S", m.sock, "kill-server").Run() })
+	m := startTop(t, bin, 220, 50, []string{fmt.Sprintf("VG_TEST_PID=%d", sleep.Process.Pid)}, "--simulate", scen, "--kill-grace", "3s")
 
 	// Sorted by GPU memory: train.py (20 GiB) above embed.py (2 GiB).
 	s := m.waitFor("the job list", screenHas("python3 train.py", "python3 embed.py", "sleep", "sort: gpu"))
@@ -133,9 +158,12 @@ func TestTopUnderTmux(t *testing.T) {
 		return strings.Contains(s, "filter: train") && !strings.Contains(s, "embed.py") && !strings.Contains(s, "sleep")
 	})
 	m.keys("Enter")
-	s = m.waitFor("the expanded job", screenHas("990002 pt_data_worker", "990003 pt_data_worker", "990001 python3", "main: python3 train.py"))
-	if n := strings.Count(s, "worker: python3 train.py"); n != 2 {
-		t.Fatalf("want the 2 workers listed one by one under the job, got %d:\n%s", n, s)
+	s = m.waitFor("the expanded job", screenHas("990002  └ worker pt_data_worker: python3 train.py",
+		"990003  └ worker pt_data_worker: python3 train.py", "990001  └ main: python3 train.py"))
+	// sorted by RSS, the main process (2 GiB) first, then the workers
+	// (310 MiB, 300 MiB)
+	if a, b, c := screenLine(s, "990001"), screenLine(s, "990003"), screenLine(s, "990002"); !(a < b && b < c) {
+		t.Fatalf("the job's processes are not sorted by rss (lines %d, %d, %d):\n%s", a, b, c, s)
 	}
 
 	// Simulated processes are never signalled.
@@ -175,4 +203,128 @@ func TestTopUnderTmux(t *testing.T) {
 
 	m.keys("q")
 	m.waitFor("top to exit", func(s string) bool { return !strings.Contains(s, "vramguard top") })
+}
+
+// topScreens80: at 80 columns, with NO_COLOR, the table drops columns in
+// the stated order rather than running off the screen, names the pod and
+// the GPU (MIG instance) of each job, sorts across owner kinds, shows the
+// orphan's command line; grouped with the pod expanded, it scrolls.
+func topScreens80(t *testing.T, bin string) {
+	m := startTop(t, bin, 80, 24, []string{"NO_COLOR=1"}, "--simulate", topScenario, "--proc-root", topProcRoot(t))
+	m.golden("80x24", screenHas("judging…"))
+	if s := m.screenEscapes(); hasColour(s) || !hasSGR(s, func(n int) bool { return n == 7 }) {
+		t.Errorf("NO_COLOR: want no colours and the cursor in reverse:\n%q", s)
+	}
+	m.keys("g", "Enter")
+	m.golden("80x24-grouped", screenHas("▾", "more"))
+	m.keys("q")
+}
+
+// topScreens200: at 200 columns every column shows, in load colours; g
+// groups by owner kind (the groups ordered by their GPU memory) and an
+// expanded job's processes are sorted too.
+func topScreens200(t *testing.T, bin string) {
+	m := startTop(t, bin, 200, 50, []string{"TERM=tmux-256color", "COLORTERM=truecolor"},
+		"--simulate", topScenario, "--proc-root", topProcRoot(t))
+	m.golden("200x50", screenHas("judging…"))
+	s := m.screenEscapes()
+	for _, c := range topLoadColors {
+		if want := termenv.TrueColor.Color(c.Dark).Sequence(false); !strings.Contains(s, want) {
+			t.Errorf("no %s (%s) on the screen:\n%q", c.Dark, want, s)
+		}
+	}
+	m.keys("g", "Enter")
+	m.golden("200x50-grouped", screenHas("▾"))
+	m.keys("q")
+}
+
+var sgrRE = regexp.MustCompile(`\x1b\[([0-9;:]*)m`)
+
+// hasColour reports whether s sets a foreground or background colour
+// (30-37, 38;..., 40-47, 48;..., 90-97, 100-107; not 39 or 49, the
+// defaults).
+func hasColour(s string) bool {
+	return hasSGR(s, func(n int) bool {
+		return n >= 30 && n <= 38 || n >= 40 && n <= 48 || n >= 90 && n <= 97 || n >= 100 && n <= 107
+	})
+}
+
+// hasSGR reports whether a parameter of an SGR sequence in s satisfies ok.
+func hasSGR(s string, ok func(int) bool) bool {
+	for _, m := range sgrRE.FindAllStringSubmatch(s, -1) {
+		for _, p := range strings.FieldsFunc(m[1], func(r rune) bool { return r == ';' || r == ':' }) {
+			if n, err := strconv.Atoi(p); err == nil && ok(n) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (m *tmuxTop) screenEscapes() string { return m.tmux("capture-pane", "-p", "-e", "-t", "top") }
+
+var (
+	topClockRE = regexp.MustCompile(`\b\d\d:\d\d:\d\d\b`)
+	topSparkRE = regexp.MustCompile(`▁+`)
+)
+
+// normalScreen is a screen without what changes from run to run: the
+// clock, and how many points the (flat) HISTORY sparklines have so far.
+func normalScreen(s string) string {
+	s = topClockRE.ReplaceAllString(s, "hh:mm:ss")
+	s = topSparkRE.ReplaceAllStringFunc(s, func(m string) string {
+		return "▁" + strings.Repeat(" ", utf8.RuneCountInString(m)-1)
+	})
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+	}
+	return strings.TrimRight(strings.Join(lines, "\n"), "\n") + "\n"
+}
+
+// golden waits for the screen to be testdata/top/NAME.golden (or, with
+// -update, for ready and a steady screen, and writes it there).
+func (m *tmuxTop) golden(name string, ready func(string) bool) {
+	m.t.Helper()
+	path := filepath.Join("testdata", "top", name+".golden")
+	if topUpdating() {
+		s := m.waitFor(name, ready)
+		for {
+			time.Sleep(500 * time.Millisecond)
+			next := m.screen()
+			if normalScreen(next) == normalScreen(s) {
+				break
+			}
+			s = next
+		}
+		if err := os.WriteFile(path, []byte(normalScreen(s)), 0o644); err != nil {
+			m.t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		m.t.Fatalf("%v (run with -update to write it)", err)
+	}
+	var got string
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if got = normalScreen(m.screen()); got == string(want) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	m.t.Fatalf("screen %s differs from %s (run with -update to accept it):\n--- got\n%s--- want\n%s", name, path, got, want)
+}
+
+func init() {
+	// -update may already be defined by another test file of this package
+	if flag.Lookup("update") == nil {
+		flag.Bool("update", false, "rewrite golden files")
+	}
+}
+
+func topUpdating() bool {
+	f := flag.Lookup("update")
+	return f != nil && f.Value.String() == "true"
 }

@@ -3,17 +3,15 @@ package cli
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	tea "github.com/charmbracelet/bubbletea"
-	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
 
 	"github.com/vramguard/vramguard/internal/attrib"
-	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/sampler"
-	"github.com/vramguard/vramguard/internal/timeline"
-	"github.com/vramguard/vramguard/internal/units"
 )
 
 // runTopTUI runs the interactive screen until the user quits.
@@ -27,8 +25,17 @@ func runTopTUI(ctx context.Context, f *Factory, o *topOptions, s *sampler.Sample
 		default:
 		}
 	})
-	m := &topModel{ctx: ctx, s: s, opts: o, note: note, sortBy: o.Sort, filter: o.Filter,
-		expanded: map[string]bool{}, width: 120, height: 40, errs: errs, fs: procfs.FS{Root: o.GPU.ProcRoot}}
+	r, color := topRenderer(f.IO.Out, f.Getenv)
+	if r.ColorProfile() == termenv.Ascii {
+		// the screen is a terminal: it shows bold and reverse whatever
+		// TERM claims
+		r.SetColorProfile(termenv.ANSI)
+	}
+	// Ask the terminal for its background now: asked later, the answer
+	// would race the screen's own reading of the keyboard.
+	r.HasDarkBackground()
+	m := &topModel{ctx: ctx, s: s, opts: o, note: note, sortBy: o.Sort, filter: o.Filter, group: o.Group,
+		st: newTopStyles(r, color), expanded: map[string]bool{}, width: 120, height: 40, errs: errs, fs: procfs.FS{Root: o.GPU.ProcRoot}}
 	p := tea.NewProgram(m, tea.WithAltScreen(), tea.WithContext(ctx), tea.WithInput(f.IO.In), tea.WithOutput(f.IO.Out))
 	_, err := p.Run()
 	if err != nil && ctx.Err() == nil && err != tea.ErrProgramKilled {
@@ -45,13 +52,6 @@ type killDoneMsg struct {
 	err  error
 }
 
-// topRow is one line of the job list: a job, or one of an expanded job's
-// processes.
-type topRow struct {
-	job  *attrib.Job
-	proc *attrib.Process
-}
-
 type topModel struct {
 	ctx  context.Context
 	s    *sampler.Sampler
@@ -59,13 +59,16 @@ type topModel struct {
 	note string
 	fs   procfs.FS
 	errs chan error
+	st   *topStyles
 
 	smp      sampler.Reading
 	have     bool
 	jobs     []attrib.Job
 	rows     []topRow
 	cursor   int
+	top      int // the first line of the job table on screen
 	sortBy   string
+	group    bool
 	filter   string
 	editing  bool
 	expanded map[string]bool
@@ -111,7 +114,7 @@ func (m *topModel) rebuild() {
 			keepPID = r.proc.PID
 		}
 	}
-	m.jobs = arrangeJobs(m.smp.Attrib.Jobs, m.sortBy, m.filter)
+	m.jobs = arrangeJobs(m.smp.Attrib.Jobs, m.sortBy, m.filter, m.group)
 	m.rows = m.rows[:0]
 	m.cursor = 0
 	for i := range m.jobs {
@@ -123,8 +126,9 @@ func (m *topModel) rebuild() {
 		if !m.expanded[j.Key] {
 			continue
 		}
-		for k := range j.Processes {
-			p := &j.Processes[k]
+		procs := sortProcs(j.Processes, m.sortBy)
+		for k := range procs {
+			p := &procs[k]
 			if j.Key == keepKey && p.PID == keepPID {
 				m.cursor = len(m.rows)
 			}
@@ -221,6 +225,9 @@ func (m *topModel) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 			}
 		}
 		m.rebuild()
+	case "g":
+		m.group = !m.group
+		m.rebuild()
 	case "/":
 		m.editing = true
 	case "x":
@@ -271,18 +278,16 @@ func (m *topModel) kill(r topRow) tea.Cmd {
 	}
 }
 
-var (
-	styleBold   = lipgloss.NewStyle().Bold(true)
-	styleDim    = lipgloss.NewStyle().Faint(true)
-	styleCursor = lipgloss.NewStyle().Reverse(true)
-	styleWarn   = lipgloss.NewStyle().Bold(true).Foreground(lipgloss.Color("9"))
-)
-
+// View draws the screen: a title and the keys, the device bars, the job
+// table (scrolled to keep the cursor in sight when it is taller than the
+// terminal), what the table cannot show, and the latest status.
 func (m *topModel) View() string {
-	var b strings.Builder
+	st := m.st
+	sc := &topScreen{st: st, width: m.width, smp: &m.smp, rows: m.rows, group: m.group, filter: m.filter, expanded: m.expanded,
+		markers: true, cursor: m.cursor, history: m.s.History}
 	src := m.smp.Backend
 	if m.opts.GPU.Simulate != "" {
-		src = "sim " + m.opts.GPU.Simulate
+		src = "sim " + filepath.Base(m.opts.GPU.Simulate)
 	}
 	filter := m.filter
 	if filter == "" {
@@ -291,142 +296,86 @@ func (m *topModel) View() string {
 	if m.editing {
 		filter += "█"
 	}
-	fmt.Fprintf(&b, "%s  %s  %s  sort: %s  filter: %s\n", styleBold.Render("vramguard top"), src,
-		m.smp.Time.Format("15:04:05"), m.sortBy, filter)
-	b.WriteString(styleDim.Render("keys: ↑/↓ move  enter expand  s sort  / filter  x kill  q quit") + "\n")
-	if m.note != "" {
-		b.WriteString(styleWarn.Render(m.note) + "\n")
+	group := "off"
+	if m.group {
+		group = "on"
+	}
+	var above, below []string
+	above = append(above,
+		sc.fitLine(fmt.Sprintf("%s  %s  %s  sort: %s  group: %s  filter: %s", st.bold.Render("vramguard top"), src,
+			m.smp.Time.Format("15:04:05"), m.sortBy, group, filter)),
+		sc.fitLine(st.dim.Render("↑/↓ move  enter expand  s sort  g group  / filter  x kill  q quit")))
+	for _, l := range topWrap(m.note, m.width) {
+		if l != "" {
+			above = append(above, st.warn.Render(l))
+		}
 	}
 	if !m.have {
-		b.WriteString("\nreading GPUs and /proc...\n")
-		return b.String()
+		return strings.Join(append(above, "", "reading GPUs and /proc..."), "\n")
 	}
-	b.WriteString("\n")
-	for _, d := range m.smp.Devices {
-		b.WriteString(deviceBar(d, 24) + "\n")
-	}
-	if len(m.smp.Devices) == 0 {
-		b.WriteString("no GPUs\n")
-	}
-	b.WriteString("\n")
-	fmt.Fprintf(&b, "  %-34s %-26s %9s %19s %9s %-12s %s\n", "JOB", "OWNER", "GPU MEM", "ALLOC / RESERVED", "RSS", "HISTORY", "FLAGS")
-	lastKind := ""
-	for i, r := range m.rows {
-		if r.proc == nil && r.job.Kind != lastKind {
-			lastKind = r.job.Kind
-			b.WriteString(styleBold.Render(kindTitles[r.job.Kind]) + "\n")
-		}
-		line := m.rowLine(r)
-		if i == m.cursor {
-			line = styleCursor.Render(line)
-		}
-		b.WriteString(line + "\n")
-	}
+	above = append(above, "")
+	above = append(above, sc.deviceLines()...)
+	above = append(above, "")
+
+	var body []string
+	cursorLine := -1
 	if len(m.rows) == 0 {
-		if m.filter != "" {
-			b.WriteString("no job matches the filter\n")
-		} else {
-			b.WriteString("no GPU processes\n")
-		}
+		above = append(above, sc.emptyLine())
+	} else {
+		var head string
+		head, body, cursorLine = sc.table()
+		above = append(above, head)
 	}
-	var foot strings.Builder
-	_ = writeTopFooter(&foot, newSnapshot(m.smp, "", m.sortBy, ""))
-	b.WriteString(foot.String())
-	b.WriteString("\n")
+	if f := sc.footer(); len(f) > 0 {
+		below = append(below, "")
+		below = append(below, f...)
+	}
+	var last string
 	switch {
 	case m.confirm != nil:
 		ts := m.targets(*m.confirm)
-		b.WriteString(styleWarn.Render(fmt.Sprintf("Kill %s (PIDs %v)? SIGTERM, then SIGKILL after %v. [y/N]",
-			m.what(*m.confirm), pidsOf(ts), m.opts.KillGrace)) + "\n")
+		last = fmt.Sprintf("Kill %s (PIDs %v)? SIGTERM, then SIGKILL after %v. [y/N]", m.what(*m.confirm), pidsOf(ts), m.opts.KillGrace)
 	case m.status != "":
-		b.WriteString(m.status + "\n")
+		last = m.status
 	}
-	return b.String()
+	if last != "" {
+		below = append(below, "")
+		for _, l := range topWrap(last, m.width) {
+			if m.confirm != nil {
+				l = st.warn.Render(l)
+			}
+			below = append(below, l)
+		}
+	}
+	body = m.scroll(body, cursorLine, m.height-len(above)-len(below))
+	lines := append(append(above, body...), below...)
+	return strings.Join(lines, "\n")
 }
 
-func (m *topModel) rowLine(r topRow) string {
-	j := r.job
-	if r.proc != nil {
-		p := r.proc
-		cmd := strings.Join(p.Cmdline, " ")
-		if cmd == "" {
-			cmd = p.Comm
+// scroll keeps the part of the table's body that fits in room lines, with
+// the cursor's line in it, and says what is above and below.
+func (m *topModel) scroll(body []string, cursorLine, room int) []string {
+	if m.height <= 0 || len(body) <= room {
+		m.top = 0
+		return body
+	}
+	room = max(room-1, 1) // the line that says what is out of sight
+	if cursorLine >= 0 {
+		if cursorLine < m.top {
+			m.top = cursorLine
 		}
-		label := fmt.Sprintf("   %d %s", p.PID, p.Comm)
-		if p.ContainerPID != 0 {
-			label += fmt.Sprintf(" (pid %d inside)", p.ContainerPID)
+		if cursorLine >= m.top+room {
+			m.top = cursorLine - room + 1
 		}
-		gpuMem := "-"
-		if p.GPUBytes > 0 {
-			gpuMem = units.FormatBytesFixed(p.GPUBytes)
-		}
-		return fmt.Sprintf("  %-34s %-26s %9s %19s %9s %-12s %s", topClip(label, 34), topClip(p.Role+": "+cmd, 26), gpuMem, "", units.FormatBytesFixed(p.RSSBytes), "", "")
 	}
-	marker := "▸"
-	if m.expanded[j.Key] {
-		marker = "▾"
+	m.top = max(0, min(m.top, len(body)-room))
+	out := append([]string(nil), body[m.top:m.top+room]...)
+	var more []string
+	if m.top > 0 {
+		more = append(more, fmt.Sprintf("↑ %d more", m.top))
 	}
-	flags := append([]string(nil), j.Flags...)
-	if j.Orphan {
-		flags = append(flags, "ORPHAN")
+	if n := len(body) - m.top - room; n > 0 {
+		more = append(more, fmt.Sprintf("↓ %d more", n))
 	}
-	name := fmt.Sprintf("%s %s [%d]", marker, j.Name, len(j.Processes))
-	return fmt.Sprintf("  %-34s %-26s %9s %19s %9s %-12s %s", topClip(name, 34), topClip(ownerLabel(*j), 26), units.FormatBytesFixed(j.GPUBytes),
-		allocLabel(*j), units.FormatBytesFixed(j.RSSBytes), sparkline(m.s.History(j.Key), 12), strings.Join(flags, ","))
-}
-
-func topClip(s string, n int) string {
-	r := []rune(s)
-	if len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
-
-// deviceBar draws one device's memory as a bar.
-func deviceBar(d gpu.Device, width int) string {
-	frac := 0.0
-	if d.TotalBytes > 0 {
-		frac = float64(d.UsedBytes) / float64(d.TotalBytes)
-	}
-	n := int(frac*float64(width) + 0.5)
-	bar := strings.Repeat("█", n) + strings.Repeat("░", width-n)
-	util := "util -"
-	if d.UtilPercent >= 0 {
-		util = fmt.Sprintf("util %d%%", d.UtilPercent)
-	}
-	return fmt.Sprintf("%-12s %-34s [%s] %9s / %-9s %3.0f%%  %s", deviceLabel(d), topClip(d.Name, 34), bar,
-		units.FormatBytesFixed(d.UsedBytes), units.FormatBytesFixed(d.TotalBytes), frac*100, util)
-}
-
-var sparkRunes = []rune("▁▂▃▄▅▆▇█")
-
-// sparkline draws the last width points' GPU memory, scaled to their range.
-func sparkline(h []timeline.Point, width int) string {
-	if len(h) == 0 {
-		return ""
-	}
-	if len(h) > width {
-		// Keep the newest points, one per column, evenly spaced.
-		step := float64(len(h)) / float64(width)
-		pts := make([]timeline.Point, width)
-		for i := range pts {
-			pts[i] = h[int(float64(i)*step)]
-		}
-		pts[width-1] = h[len(h)-1]
-		h = pts
-	}
-	lo, hi := h[0].GPU, h[0].GPU
-	for _, p := range h {
-		lo, hi = min(lo, p.GPU), max(hi, p.GPU)
-	}
-	var b strings.Builder
-	for _, p := range h {
-		i := 0
-		if hi > lo {
-			i = int(float64(p.GPU-lo) / float64(hi-lo) * float64(len(sparkRunes)-1))
-		}
-		b.WriteRune(sparkRunes[i])
-	}
-	return b.String()
+	return append(out, m.st.dim.Render("  "+strings.Join(more, "  ")+" (↑/↓ move)"))
 }

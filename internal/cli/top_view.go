@@ -2,17 +2,17 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"sort"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/vramguard/vramguard/internal/analyze"
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/monitor"
 	"github.com/vramguard/vramguard/internal/sampler"
-	"github.com/vramguard/vramguard/internal/units"
+	"github.com/vramguard/vramguard/internal/timeline"
 )
 
 // topSnapshot is what `top --once --json` prints.
@@ -34,14 +34,14 @@ type topSnapshot struct {
 	Verdicts map[string]monitor.Summary `json:"verdicts"`
 }
 
-func newSnapshot(smp sampler.Reading, note, sortBy, filter string) topSnapshot {
+func newSnapshot(smp sampler.Reading, note, sortBy, filter string, group bool) topSnapshot {
 	devs := smp.Devices
 	if devs == nil {
 		devs = []gpu.Device{}
 	}
 	snap := topSnapshot{
 		Time: smp.Time, Backend: smp.Backend, Note: note, Devices: devs,
-		Jobs:     arrangeJobs(smp.Attrib.Jobs, sortBy, filter),
+		Jobs:     arrangeJobs(smp.Attrib.Jobs, sortBy, filter, group),
 		Vanished: nonNilProcs(smp.Attrib.Vanished), VanishedBytes: smp.Attrib.VanishedBytes,
 		Dropped: smp.Dropped, Scanned: smp.Attrib.Scanned, TookMS: float64(smp.Took.Microseconds()) / 1000,
 		Verdicts: map[string]monitor.Summary{},
@@ -72,37 +72,108 @@ func validSort(s string) bool {
 	return false
 }
 
-// arrangeJobs filters jobs and orders them grouped by owner kind, sorted
-// within each group by sortBy. It returns a new slice.
-func arrangeJobs(jobs []attrib.Job, sortBy, filter string) []attrib.Job {
+// jobLess orders two jobs by sortBy: GPU memory or host RSS, largest first;
+// root PID or name, smallest first. Ties go to the lower root PID.
+func jobLess(x, y *attrib.Job, sortBy string) bool {
+	switch sortBy {
+	case "rss":
+		if x.RSSBytes != y.RSSBytes {
+			return x.RSSBytes > y.RSSBytes
+		}
+	case "name":
+		if x.Name != y.Name {
+			return x.Name < y.Name
+		}
+	case "pid":
+	default:
+		if x.GPUBytes != y.GPUBytes {
+			return x.GPUBytes > y.GPUBytes
+		}
+	}
+	return x.RootPID < y.RootPID
+}
+
+// topGroup is what orders the groups of a grouped table by the sort key.
+type topGroup struct {
+	gpu, rss uint64
+	pid      int
+}
+
+// arrangeJobs filters jobs and sorts them by sortBy, across all of them.
+// With group, jobs of one owner kind stay together, sorted within their
+// group, and the groups themselves follow the same key: their total GPU
+// memory or RSS, their lowest root PID, or their title. It returns a new
+// slice.
+func arrangeJobs(jobs []attrib.Job, sortBy, filter string, group bool) []attrib.Job {
 	out := make([]attrib.Job, 0, len(jobs))
 	for _, j := range jobs {
 		if matchJob(j, filter) {
 			out = append(out, j)
 		}
 	}
-	sort.SliceStable(out, func(a, b int) bool {
-		x, y := out[a], out[b]
-		if kx, ky := attrib.KindOrder[x.Kind], attrib.KindOrder[y.Kind]; kx != ky {
-			return kx < ky
+	groups := map[string]*topGroup{}
+	if group {
+		for i := range out {
+			j := &out[i]
+			g := groups[j.Kind]
+			if g == nil {
+				g = &topGroup{pid: j.RootPID}
+				groups[j.Kind] = g
+			}
+			g.gpu += j.GPUBytes
+			g.rss += j.RSSBytes
+			g.pid = min(g.pid, j.RootPID)
 		}
+	}
+	sort.SliceStable(out, func(a, b int) bool {
+		x, y := &out[a], &out[b]
+		if group && x.Kind != y.Kind {
+			gx, gy := groups[x.Kind], groups[y.Kind]
+			switch sortBy {
+			case "rss":
+				if gx.rss != gy.rss {
+					return gx.rss > gy.rss
+				}
+			case "pid":
+				if gx.pid != gy.pid {
+					return gx.pid < gy.pid
+				}
+			case "name":
+				return kindTitles[x.Kind] < kindTitles[y.Kind]
+			default:
+				if gx.gpu != gy.gpu {
+					return gx.gpu > gy.gpu
+				}
+			}
+			return attrib.KindOrder[x.Kind] < attrib.KindOrder[y.Kind]
+		}
+		return jobLess(x, y, sortBy)
+	})
+	return out
+}
+
+// sortProcs returns a job's processes ordered by sortBy (GPU memory, RSS,
+// PID, or command name), ties by PID. It returns a new slice.
+func sortProcs(ps []attrib.Process, sortBy string) []attrib.Process {
+	out := append([]attrib.Process(nil), ps...)
+	sort.SliceStable(out, func(a, b int) bool {
+		x, y := &out[a], &out[b]
 		switch sortBy {
 		case "rss":
 			if x.RSSBytes != y.RSSBytes {
 				return x.RSSBytes > y.RSSBytes
 			}
-		case "pid":
-			return x.RootPID < y.RootPID
 		case "name":
-			if x.Name != y.Name {
-				return x.Name < y.Name
+			if x.Comm != y.Comm {
+				return x.Comm < y.Comm
 			}
+		case "pid":
 		default:
 			if x.GPUBytes != y.GPUBytes {
 				return x.GPUBytes > y.GPUBytes
 			}
 		}
-		return x.RootPID < y.RootPID
+		return x.PID < y.PID
 	})
 	return out
 }
@@ -153,6 +224,51 @@ func ownerLabel(j attrib.Job) string {
 	return "process"
 }
 
+// jobLabel is the JOB column: the job's name, and for a pod whose
+// namespace and name the kubelet's pod log directory gives, those first
+// (they are what kubectl users know a pod by).
+func jobLabel(j attrib.Job) string {
+	if j.Kind == attrib.KindPod && j.Context.PodName != "" {
+		return j.Context.PodRef() + " (" + j.Name + ")"
+	}
+	return j.Name
+}
+
+// procLabel is the JOB column of one of an expanded job's processes: its
+// role, its command name where the command line does not start with it,
+// its command line, and its PID inside its container.
+func procLabel(p attrib.Process) string {
+	cmd := strings.Join(p.Cmdline, " ")
+	if cmd == "" {
+		cmd = p.Comm
+	}
+	s := "└ " + p.Role
+	if len(p.Cmdline) == 0 || !strings.HasPrefix(topBaseName(p.Cmdline[0]), p.Comm) {
+		s += " " + p.Comm
+	}
+	s += ": " + cmd
+	if p.ContainerPID != 0 {
+		s += fmt.Sprintf(" (pid %d inside)", p.ContainerPID)
+	}
+	return s
+}
+
+func topBaseName(s string) string {
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// topCommand is a command line as a shell would take it back.
+func topCommand(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = shellQuote(a)
+	}
+	return strings.Join(q, " ")
+}
+
 var kindTitles = map[string]string{
 	attrib.KindRun: "SUPERVISED RUNS", attrib.KindNotebook: "NOTEBOOKS", attrib.KindPod: "PODS",
 	attrib.KindContainer: "CONTAINERS", attrib.KindSlurm: "SLURM JOBS", attrib.KindService: "SERVICES",
@@ -166,68 +282,137 @@ func topShort(s string, n int) string {
 	return s
 }
 
-func allocLabel(j attrib.Job) string {
-	if j.AllocatedBytes == nil {
-		return "-"
-	}
-	return units.FormatBytesFixed(*j.AllocatedBytes) + " / " + units.FormatBytesFixed(*j.ReservedBytes)
-}
-
-func devicesLabel(d []int) string {
-	s := make([]string, len(d))
-	for i, x := range d {
-		s[i] = fmt.Sprint(x)
-	}
-	return strings.Join(s, ",")
-}
-
 func deviceLabel(d gpu.Device) string {
 	if d.IsMIG() {
-		return fmt.Sprintf("GPU %d/MIG %d", d.Index, d.MIGIndex)
+		return fmt.Sprintf("GPU %d:%d", d.Index, d.MIGIndex)
 	}
 	return fmt.Sprintf("GPU %d", d.Index)
 }
 
-// writeTopTable prints a snapshot for people (top --once without --json).
-func writeTopTable(w io.Writer, s topSnapshot) error {
-	if len(s.Devices) == 0 && len(s.Jobs) == 0 {
-		_, err := fmt.Fprintln(w, "no GPUs")
-		return err
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DEVICE\tNAME\tUSED\tTOTAL\tUTIL")
-	for _, d := range s.Devices {
-		util := "-"
-		if d.UtilPercent >= 0 {
-			util = fmt.Sprintf("%d%%", d.UtilPercent)
+// gpuSlot is one device a process holds memory on: a GPU's index, and the
+// MIG instance's index on it (-1 for the whole GPU).
+type gpuSlot struct{ index, mig int }
+
+// gpuLabel is the GPU column: the indexes of the GPUs the processes hold
+// memory on, a MIG instance as GPU:INSTANCE (7:1), runs of three or more
+// whole GPUs as a range (0-3). "-" when they hold none.
+func gpuLabel(procs []attrib.Process, devs map[string]gpu.Device) string {
+	seen := map[gpuSlot]bool{}
+	var slots []gpuSlot
+	for _, p := range procs {
+		for _, g := range p.GPU {
+			s := gpuSlot{g.DeviceIndex, -1}
+			if d, ok := devs[g.DeviceUUID]; ok && d.IsMIG() {
+				s.mig = d.MIGIndex
+			}
+			if !seen[s] {
+				seen[s] = true
+				slots = append(slots, s)
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", deviceLabel(d), d.Name, units.FormatBytesFixed(d.UsedBytes), units.FormatBytesFixed(d.TotalBytes), util)
 	}
-	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "KIND\tJOB\tOWNER\tPID\tGPUS\tGPU MEM\tALLOC / RESERVED\tRSS\tPROCS\tFLAGS")
-	for _, j := range s.Jobs {
-		flags := strings.Join(j.Flags, ",")
-		if j.Orphan {
-			flags = strings.TrimPrefix(flags+",orphan", ",")
+	if len(slots) == 0 {
+		return "-"
+	}
+	sort.Slice(slots, func(a, b int) bool {
+		if slots[a].index != slots[b].index {
+			return slots[a].index < slots[b].index
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", j.Kind, j.Name, ownerLabel(j), j.RootPID,
-			devicesLabel(j.Devices), units.FormatBytesFixed(j.GPUBytes), allocLabel(j), units.FormatBytesFixed(j.RSSBytes), len(j.Processes), flags)
+		return slots[a].mig < slots[b].mig
+	})
+	var parts []string
+	for i := 0; i < len(slots); {
+		s := slots[i]
+		if s.mig >= 0 {
+			parts = append(parts, fmt.Sprintf("%d:%d", s.index, s.mig))
+			i++
+			continue
+		}
+		k := i + 1
+		for k < len(slots) && slots[k].mig < 0 && slots[k].index == slots[k-1].index+1 {
+			k++
+		}
+		if k-i >= 3 {
+			parts = append(parts, fmt.Sprintf("%d-%d", s.index, slots[k-1].index))
+		} else {
+			for _, x := range slots[i:k] {
+				parts = append(parts, strconv.Itoa(x.index))
+			}
+		}
+		i = k
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	return writeTopFooter(w, s)
+	return strings.Join(parts, ",")
 }
 
-func writeTopFooter(w io.Writer, s topSnapshot) error {
-	if len(s.Vanished) > 0 {
-		fmt.Fprintf(w, "\n%d GPU record(s) holding %s belong to PIDs not in /proc (exited, or in a PID namespace this /proc cannot see)\n",
-			len(s.Vanished), units.FormatBytes(s.VanishedBytes))
+// judgeSpan is the least time the leak detector needs before it can give a
+// verdict (MinLevels windows of WindowS); a supervised run whose own
+// monitor has raised nothing is still being judged before it.
+var judgeSpan = func() time.Duration {
+	c := analyze.DefaultConfig()
+	return time.Duration(float64(c.MinLevels) * c.WindowS * float64(time.Second))
+}()
+
+// Flag words of the FLAGS column.
+const (
+	flagJudging     = "judging…"
+	flagStable      = "stable"
+	flagNoLeak      = "no leak"
+	flagLeak        = "leak"
+	flagHostLeak    = "host leak"
+	flagCacheGrowth = "cache growth"
+	flagOOMRisk     = "oom-risk"
+	flagOrphan      = "orphan"
+)
+
+// jobFlags is the FLAGS column: the leak detector's verdict ("judging…"
+// until it has enough samples), then oom-risk while an OOM forecast points
+// ahead, then orphan.
+func jobFlags(j *attrib.Job, smp *sampler.Reading) []string {
+	var out []string
+	if jd := smp.Judged[j.Key]; jd != nil {
+		switch v := jd.Summary.Verdict; v {
+		case string(analyze.VerdictInsufficientData):
+			out = append(out, flagJudging)
+		case string(analyze.VerdictStable):
+			out = append(out, flagStable)
+		case string(analyze.VerdictLeak):
+			if jd.Summary.Series == string(analyze.SeriesRSS) {
+				out = append(out, flagHostLeak)
+			} else {
+				out = append(out, flagLeak)
+			}
+		case string(analyze.VerdictCacheGrowth):
+			out = append(out, flagCacheGrowth)
+		case "":
+			// a supervised run whose own monitor raised no leak
+			if rs := topRunState(smp.Runs, j.RunID); rs != nil && smp.ProcessTime.Sub(rs.AttemptStart) < judgeSpan {
+				out = append(out, flagJudging)
+			} else {
+				out = append(out, flagNoLeak)
+			}
+		default:
+			out = append(out, strings.ReplaceAll(v, "_", " "))
+		}
 	}
-	if n := s.Dropped.Total(); n > 0 {
-		_, err := fmt.Fprintf(w, "%d scrambled driver record(s) dropped (bad PID %d, more than the device %d, unknown device %d)\n",
-			n, s.Dropped.BadPID, s.Dropped.OverDevice, s.Dropped.UnknownDevice)
-		return err
+	for _, f := range j.Flags {
+		if f != flagLeak {
+			out = append(out, f)
+		}
+	}
+	if j.Orphan {
+		out = append(out, flagOrphan)
+	}
+	return out
+}
+
+func topRunState(runs []timeline.RunState, id string) *timeline.RunState {
+	if id == "" {
+		return nil
+	}
+	for i := range runs {
+		if runs[i].ID == id {
+			return &runs[i]
+		}
 	}
 	return nil
 }
