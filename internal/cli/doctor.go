@@ -171,7 +171,7 @@ func runDoctor(ctx context.Context, f *Factory, o *doctorOptions) error {
 		if err := f.WriteJSON(rep); err != nil {
 			return err
 		}
-	} else if err := renderDoctor(f.IO.Out, rep, f.IO.IsTTY); err != nil {
+	} else if err := renderDoctor(f.IO.Out, rep, f.IO.IsTTY, f.termWidth()); err != nil {
 		return err
 	}
 	if rep.Failed() {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,8 +19,21 @@ func NewCmdRuns(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "runs",
 		Short: "List supervised runs, newest first",
+		Long: `List supervised runs, newest first: id, name, status, when each started, the
+command, peak GPU memory, duration, peak host RSS and attempts.
+
+STATUS is running, lost, or how the run ended (a reason of docs/FAILURES.md);
+"after REASON" follows it when an earlier attempt died and the run was restarted
+(success after cuda_oom; after 3 deaths when they were of several kinds):
+explain shows every attempt.
+
+The table fits the terminal: with too little room, columns are dropped in this
+order: ATTEMPTS, PEAK RSS, DURATION, COMMAND, PEAK GPU, STARTED, NAME; COMMAND
+and NAME are cut short (…) first. ID and STATUS always show. Piped, or with
+$COLUMNS set wide, every column shows whole; --json gives every field.`,
 		Example: `  vramguard runs
   vramguard runs --limit 5 --json | jq '.[] | select(.reason=="cuda_oom") | .id'
+  vramguard runs --json | jq '.[] | select(.earlier_deaths | length > 0) | .id'
   vramguard runs export last -o last.csv`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -32,7 +44,7 @@ func NewCmdRuns(f *Factory) *cobra.Command {
 				if asJSON {
 					return f.WriteJSON([]runJSON{})
 				}
-				return printRuns(f, nil)
+				return printRuns(f, nil, nil)
 			}
 			if err != nil {
 				return err
@@ -42,14 +54,26 @@ func NewCmdRuns(f *Factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			ids := make([]string, len(runs))
+			for i, r := range runs {
+				ids[i] = r.ID
+			}
+			reasons, err := st.AttemptReasons(ctx, ids)
+			if err != nil {
+				return err
+			}
+			deaths := make(map[string][]string, len(runs))
+			for _, r := range runs {
+				deaths[r.ID] = earlierDeaths(reasons[r.ID])
+			}
 			if asJSON {
 				out := make([]runJSON, 0, len(runs))
 				for _, r := range runs {
-					out = append(out, toRunJSON(r, f.Now()))
+					out = append(out, toRunJSON(r, f.Now(), deaths[r.ID]))
 				}
 				return f.WriteJSON(out)
 			}
-			return printRuns(f, runs)
+			return printRuns(f, runs, deaths)
 		},
 	}
 	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "show at most N runs (0 for all)")
@@ -61,10 +85,16 @@ func NewCmdRuns(f *Factory) *cobra.Command {
 type runJSON struct {
 	*store.Run
 	DurationS float64 `json:"duration_s"`
+	// EarlierDeaths are the reasons of the attempts before the last that
+	// died (each followed by a restart), in order.
+	EarlierDeaths []string `json:"earlier_deaths"`
 }
 
-func toRunJSON(r *store.Run, now time.Time) runJSON {
-	return runJSON{Run: r, DurationS: runDuration(r, now).Seconds()}
+func toRunJSON(r *store.Run, now time.Time, deaths []string) runJSON {
+	if deaths == nil {
+		deaths = []string{}
+	}
+	return runJSON{Run: r, DurationS: runDuration(r, now).Seconds(), EarlierDeaths: deaths}
 }
 
 func runDuration(r *store.Run, now time.Time) time.Duration {
@@ -75,23 +105,116 @@ func runDuration(r *store.Run, now time.Time) time.Duration {
 	return end.Sub(r.StartedAt)
 }
 
-func printRuns(f *Factory, runs []*store.Run) error {
+// earlierDeaths are the reasons of the attempts before the last one that
+// died (not those ended on purpose: a restart asked for, an interrupt).
+func earlierDeaths(reasons []string) []string {
+	var out []string
+	for i, r := range reasons {
+		if i < len(reasons)-1 && isDeath(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// runStatus is the STATUS cell: running, lost, or the reason the run
+// ended, then the deaths of earlier attempts ("success after cuda_oom").
+func runStatus(r *store.Run, deaths []string) string {
+	s := r.Status
+	if r.Status == store.StatusFinished {
+		s = dash(r.Reason)
+	}
+	if len(deaths) == 0 {
+		return s
+	}
+	var kinds []string
+	count := map[string]int{}
+	for _, d := range deaths {
+		if count[d] == 0 {
+			kinds = append(kinds, d)
+		}
+		count[d]++
+	}
+	if len(kinds) > 2 {
+		return fmt.Sprintf("%s after %d deaths", s, len(deaths))
+	}
+	for i, k := range kinds {
+		if count[k] > 1 {
+			kinds[i] = fmt.Sprintf("%s ×%d", k, count[k])
+		}
+	}
+	return s + " after " + strings.Join(kinds, ", ")
+}
+
+// ago says how long before now t was: "42s ago", "5m ago", "3h ago",
+// "6d ago", or past a week the day ("Nov 20", with the year when it is
+// not this one).
+func ago(now, t time.Time) string {
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	case d < 7*24*time.Hour:
+		return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+	}
+	if t.Local().Year() == now.Local().Year() {
+		return t.Local().Format("Jan 2")
+	}
+	return t.Local().Format("2006-01-02")
+}
+
+// compactDuration writes d in at most two units: 42s, 3m05s, 1h02m, 2d03h.
+func compactDuration(d time.Duration) string {
+	s := int64(d.Round(time.Second).Seconds())
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%02ds", s/60, s%60)
+	case s < 86400:
+		return fmt.Sprintf("%dh%02dm", s/3600, s%3600/60)
+	}
+	return fmt.Sprintf("%dd%02dh", s/86400, s%86400/3600)
+}
+
+// runsColumns are the columns of `vramguard runs`; Keep is the order in
+// which they give way on a narrow terminal (see the command's help).
+var runsColumns = []column{
+	{Header: "ID", Keep: 1},
+	{Header: "NAME", Keep: 3, Min: 10, Max: 24},
+	{Header: "STATUS", Keep: 2},
+	{Header: "STARTED", Keep: 4},
+	{Header: "PEAK GPU", Keep: 5, Right: true},
+	{Header: "COMMAND", Keep: 6, Min: 10},
+	{Header: "DURATION", Keep: 7, Right: true},
+	{Header: "PEAK RSS", Keep: 8, Right: true},
+	{Header: "ATTEMPTS", Keep: 9, Right: true},
+}
+
+func printRuns(f *Factory, runs []*store.Run, deaths map[string][]string) error {
 	if len(runs) == 0 {
 		fmt.Fprintln(f.IO.ErrOut, "no runs yet: start one with `vramguard run -- COMMAND`")
 		return nil
 	}
-	tw := tabwriter.NewWriter(f.IO.Out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSTATUS\tREASON\tSTARTED\tDURATION\tATTEMPTS\tPEAK RSS\tPEAK GPU\tCOMMAND")
+	now := f.Now()
+	rows := make([][]string, 0, len(runs))
 	for _, r := range runs {
 		gpu := "-"
 		if r.PeakGPU > 0 {
 			gpu = units.FormatBytes(r.PeakGPU)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, dash(r.Name), r.Status, dash(r.Reason),
-			r.StartedAt.Local().Format("2006-01-02 15:04:05"), runDuration(r, f.Now()).Round(time.Second),
-			r.Attempts, units.FormatBytes(r.PeakRSS), gpu, shorten(strings.Join(strings.Fields(strings.Join(r.Command, " ")), " "), 48))
+		// In runsColumns' order.
+		rows = append(rows, []string{r.ID, dash(r.Name), runStatus(r, deaths[r.ID]), ago(now, r.StartedAt), gpu,
+			strings.Join(strings.Fields(strings.Join(r.Command, " ")), " "),
+			compactDuration(runDuration(r, now)), units.FormatBytes(r.PeakRSS), fmt.Sprint(r.Attempts)})
 	}
-	return tw.Flush()
+	return renderTable(f.IO.Out, f.termWidth(), runsColumns, rows)
 }
 
 func dash(s string) string {
@@ -99,11 +222,4 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-1] + "…"
 }

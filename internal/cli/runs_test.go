@@ -1,8 +1,20 @@
 package cli
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/store"
 )
 
 // TestLogsDefaultsToLast: `logs` without RUN is `logs last`, as `explain`
@@ -23,5 +35,182 @@ func TestLogsDefaultsToLast(t *testing.T) {
 	_, errOut, code = runIn(t, home, "stop")
 	if code != ExitUsage || !strings.Contains(errOut, "accepts 1 arg") {
 		t.Errorf("stop without RUN: exit %d: %s", code, errOut)
+	}
+}
+
+// runsNow is the clock of the runs fixture.
+var runsNow = time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
+
+// runsHome records five runs as vramguard would have: a run restarted after
+// a CUDA OOM that then succeeded, a notebook's kernel killed by the OOM
+// killer and restarted twice (once on purpose), a crash, a lost run and a
+// run that survived three kinds of death.
+func runsHome(t *testing.T) string {
+	t.Helper()
+	home := t.TempDir()
+	st, err := store.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	me, err := procfs.FS{}.Proc(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type attempt struct {
+		reason string
+		exit   int
+	}
+	for _, r := range []struct {
+		id, name, status string
+		cmd              []string
+		started, took    time.Duration // before runsNow; how long it ran (0: still running)
+		attempts         []attempt
+		rss, gpu         uint64
+	}{
+		{"20261129-155501-ab12cd", "bert-large-finetune", store.StatusFinished,
+			[]string{"python", "train.py", "--config", "configs/bert_large.yaml", "--epochs", "10"},
+			2*time.Hour + 5*time.Minute, time.Hour + 2*time.Minute + 9*time.Second,
+			[]attempt{{"cuda_oom", 1}, {"success", 0}}, 12_400 << 20, 39_117 << 20},
+		{"20261129-172010-0f9e8d", "analysis.ipynb", store.StatusRunning,
+			[]string{"/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "/run/user/1000/jupyter/runtime/kernel-3f2a9c1e.json"},
+			40 * time.Minute, 0, []attempt{{"host_oom_killed", 137}, {"restarted", 0}, {"", 0}}, 2_100 << 20, 0},
+		{"20261126-090000-77aa01", "", store.StatusFinished,
+			[]string{"python", "-c", "import torch; torch.zeros(1).cuda()"},
+			3*24*time.Hour + 9*time.Hour, 3 * time.Second, []attempt{{"exit_error", 1}}, 310 << 20, 0},
+		{"20261120-120000-5c5c5c", "sweep-lr-3e-4", store.StatusLost,
+			[]string{"torchrun", "--nproc-per-node", "8", "sweep.py", "--lr", "3e-4"},
+			9*24*time.Hour + 6*time.Hour, 26 * time.Hour, []attempt{{"lost", 0}}, 88_000 << 20, 650_000 << 20},
+		{"20261129-174500-e1e2e3", "flaky", store.StatusFinished,
+			[]string{"python", "train.py"}, 15 * time.Minute, 14*time.Minute + 30*time.Second,
+			[]attempt{{"nccl_error", 1}, {"cuda_oom", 1}, {"stalled", 137}, {"success", 0}}, 1 << 30, 3 << 30},
+	} {
+		start := runsNow.Add(-r.started)
+		// The running run's supervisor is this test, alive.
+		run := &store.Run{ID: r.id, Name: r.name, Command: r.cmd, Status: store.StatusRunning, StartedAt: start,
+			SupervisorPID: os.Getpid(), SupervisorStart: me.StartTicks}
+		if err := st.CreateRun(ctx, run); err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range r.attempts {
+			if err := st.StartAttempt(ctx, &store.Attempt{RunID: r.id, N: i + 1, StartedAt: start}); err != nil {
+				t.Fatal(err)
+			}
+			if a.reason != "" {
+				if err := st.FinishAttempt(ctx, r.id, i+1, start.Add(r.took), a.exit, a.reason, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := st.UpdatePeaks(ctx, r.id, r.rss, r.gpu); err != nil {
+			t.Fatal(err)
+		}
+		if r.status != store.StatusRunning {
+			last := r.attempts[len(r.attempts)-1]
+			if err := st.FinishRun(ctx, r.id, r.status, last.reason, last.exit, start.Add(r.took), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return home
+}
+
+// runRuns runs `vramguard runs args...` on a terminal of the given width
+// ($COLUMNS; 0 for a pipe) at runsNow.
+func runRuns(t *testing.T, home string, width int, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	f := &Factory{IO: IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut, IsTTY: width > 0},
+		Now: func() time.Time { return runsNow }, Getenv: func(k string) string {
+			switch k {
+			case "VRAMGUARD_HOME":
+				return home
+			case "COLUMNS":
+				if width > 0 {
+					return strconv.Itoa(width)
+				}
+			}
+			return ""
+		}}
+	root := NewCmdRoot(f)
+	root.SetArgs(append([]string{"runs"}, args...))
+	code := exitCode(f, root.ExecuteContext(context.Background()))
+	return out.String(), errOut.String(), code
+}
+
+// golden compares got with testdata/name; VRAMGUARD_UPDATE_GOLDEN=1
+// rewrites the file instead.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if os.Getenv("VRAMGUARD_UPDATE_GOLDEN") == "1" {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (VRAMGUARD_UPDATE_GOLDEN=1 go test writes it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("differs from %s (VRAMGUARD_UPDATE_GOLDEN=1 go test rewrites it; review the diff):\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+// TestRunsTable: at 80 columns no row wraps, the columns that give way go
+// first, and a run restarted after a death says so; wide, everything shows.
+func TestRunsTable(t *testing.T) {
+	home := runsHome(t)
+	for _, width := range []int{80, 120, 200} {
+		t.Run(strconv.Itoa(width), func(t *testing.T) {
+			out, errOut, code := runRuns(t, home, width)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			if len(lines) != 6 {
+				t.Errorf("%d lines, want a header and 5 runs:\n%s", len(lines), out)
+			}
+			for _, l := range lines {
+				if w := cellWidth(l); w > width {
+					t.Errorf("line of %d cells on a %d-column terminal: %q", w, width, l)
+				}
+			}
+			for _, want := range []string{"20261129-155501-ab12cd", "success after cuda_oom", "running after host_oom_killed",
+				"success after 3 deaths", "lost", "exit_error"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("no %q in\n%s", want, out)
+				}
+			}
+			golden(t, fmt.Sprintf("runs-%d.golden", width), out)
+		})
+	}
+	// A pipe gets every column whole.
+	out, _, _ := runRuns(t, home, 0)
+	if !strings.Contains(out, "ATTEMPTS") || !strings.Contains(out, "--config configs/bert_large.yaml --epochs 10") {
+		t.Errorf("piped: columns or commands cut:\n%s", out)
+	}
+	// --json has the deaths, for scripts.
+	out, _, _ = runRuns(t, home, 0, "--json")
+	var runs []struct {
+		ID            string   `json:"id"`
+		EarlierDeaths []string `json:"earlier_deaths"`
+	}
+	if err := json.Unmarshal([]byte(out), &runs); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, r := range runs {
+		got[r.ID] = r.EarlierDeaths
+	}
+	want := map[string][]string{"20261129-155501-ab12cd": {"cuda_oom"}, "20261129-172010-0f9e8d": {"host_oom_killed"},
+		"20261126-090000-77aa01": {}, "20261120-120000-5c5c5c": {}, "20261129-174500-e1e2e3": {"nccl_error", "cuda_oom", "stalled"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("earlier_deaths %v, want %v", got, want)
 	}
 }

@@ -51,7 +51,7 @@ func checkNVML(f *facts) Result {
 		parts = append(parts, fmt.Sprintf("%d× %s", c, n))
 	}
 	sort.Strings(parts)
-	return okR(fmt.Sprintf("NVML loaded; %d GPU(s): %s", len(s.Devices), strings.Join(parts, ", "))).
+	return okR(fmt.Sprintf("NVML loaded; %s: %s", units.Plural(len(s.Devices), "GPU"), strings.Join(parts, ", "))).
 		with("devices", len(s.Devices))
 }
 
@@ -95,7 +95,7 @@ func checkPersistence(f *facts) Result {
 	case len(unknown) == len(f.gpu.Devices):
 		return naR("the driver does not report persistence mode (MIG, WSL or a virtual GPU)")
 	}
-	return okR(fmt.Sprintf("persistence mode is on for all %d GPU(s)", len(f.gpu.Devices)))
+	return okR(fmt.Sprintf("persistence mode is on for %s", allGPUs(len(f.gpu.Devices))))
 }
 
 func checkTenants(f *facts) Result {
@@ -117,7 +117,7 @@ func checkTenants(f *facts) Result {
 		l.bytes += p.UsedBytes
 	}
 	if len(per) == 0 {
-		return okR(fmt.Sprintf("no processes on the %d GPU(s)", len(f.gpu.Devices)))
+		return okR(fmt.Sprintf("no processes on %s", anyGPU(len(f.gpu.Devices))))
 	}
 	var full, shared []string
 	for _, d := range f.gpu.Devices {
@@ -189,4 +189,26 @@ func checkOrphans(f *facts) Result {
 // or one of its workers rather than a daemon that PID 1 adopted on purpose.
 func looksLikeJob(comm string) bool {
 	return strings.HasPrefix(comm, "python") || strings.HasPrefix(comm, "pt_") || comm == "torchrun"
+}
+
+// allGPUs names n GPUs as a whole: "the GPU", "both GPUs", "all 4 GPUs".
+func allGPUs(n int) string {
+	switch n {
+	case 1:
+		return "the GPU"
+	case 2:
+		return "both GPUs"
+	}
+	return fmt.Sprintf("all %d GPUs", n)
+}
+
+// anyGPU names n GPUs one by one: "the GPU", "either GPU", "any of the 4 GPUs".
+func anyGPU(n int) string {
+	switch n {
+	case 1:
+		return "the GPU"
+	case 2:
+		return "either GPU"
+	}
+	return fmt.Sprintf("any of the %d GPUs", n)
 }

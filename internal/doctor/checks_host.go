@@ -239,7 +239,7 @@ func checkMemlock(f *facts) Result {
 		return okR(ev).with("soft", soft)
 	}
 	if len(ib) > 0 {
-		return failR(fmt.Sprintf("%s with %d InfiniBand/RDMA device(s): NCCL must register (lock) its buffers and fails with \"ibv_reg_mr failed: Cannot allocate memory\"", ev, len(ib)),
+		return failR(fmt.Sprintf("%s with %s: NCCL must register (lock) its buffers and fails with \"ibv_reg_mr failed: Cannot allocate memory\"", ev, units.Plural(len(ib), "InfiniBand/RDMA device")),
 			"docker run --ulimit memlock=-1, or LimitMEMLOCK=infinity / memlock unlimited in /etc/security/limits.conf").with("soft", soft)
 	}
 	return okR(ev+"; no InfiniBand/RDMA devices, and torch's pinned host memory (cudaHostAlloc) is locked by the driver, not charged to this limit").with("soft", soft)
@@ -255,7 +255,7 @@ func limitBytes(n int64) string {
 func checkNUMA(f *facts) Result {
 	nodes, _ := filepath.Glob(f.env.path("/sys/devices/system/node/node[0-9]*"))
 	if len(nodes) <= 1 {
-		return okR(fmt.Sprintf("%d NUMA node(s): nothing to place", max(len(nodes), 1))).with("nodes", max(len(nodes), 1))
+		return okR(fmt.Sprintf("%s: nothing to place", units.Plural(max(len(nodes), 1), "NUMA node"))).with("nodes", max(len(nodes), 1))
 	}
 	nodeCPUs := map[int]map[int]bool{}
 	for _, n := range nodes {
@@ -305,7 +305,7 @@ func checkNUMA(f *facts) Result {
 	case known == 0:
 		ev += "; the GPUs' NUMA nodes are not reported"
 	default:
-		ev += fmt.Sprintf("; %d GPU(s) placed", known)
+		ev += fmt.Sprintf("; %s placed", units.Plural(known, "GPU"))
 	}
 	if len(probs) > 0 {
 		return warnR(ev+": "+strings.Join(probs, "; "),

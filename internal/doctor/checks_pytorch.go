@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // torchGate returns a result when torch could not be probed.
@@ -86,7 +87,7 @@ func checkTorchCUDA(f *facts) Result {
 	case t.HIP != "":
 		return naR("ROCm build (HIP " + t.HIP + "): the NVIDIA driver checks do not apply")
 	case t.CUDA == "" && haveGPU:
-		return failR(fmt.Sprintf("torch %s is a CPU-only build on a machine with %d NVIDIA GPU(s): the job would train on the CPU", t.Version, len(f.gpu.Devices)),
+		return failR(fmt.Sprintf("torch %s is a CPU-only build on a machine with %s: the job would train on the CPU", t.Version, units.Plural(len(f.gpu.Devices), "NVIDIA GPU")),
 			"install a CUDA build no newer than the driver supports (CUDA "+CUDAVersionString(f.gpu.CUDADriverVersion)+"), e.g. pip install torch --index-url https://download.pytorch.org/whl/cu121")
 	case t.CUDA == "":
 		return okR(fmt.Sprintf("torch %s is a CPU-only build and there is no NVIDIA driver here: nothing to match", t.Version)).with("cuda", "")
@@ -111,7 +112,7 @@ func checkTorchCUDA(f *facts) Result {
 	case tmaj == dmaj && tmin > dmin:
 		return warnR(ev+": runs through minor-version compatibility, but PTX JIT and newer features fail", fix)
 	case haveGPU && !t.CUDAAvailable:
-		ev := fmt.Sprintf("torch.cuda.is_available() is False although the driver sees %d GPU(s)", len(f.gpu.Devices))
+		ev := fmt.Sprintf("torch.cuda.is_available() is False although the driver sees %s", units.Plural(len(f.gpu.Devices), "GPU"))
 		if t.CUDAError != "" {
 			ev += ": " + t.CUDAError
 		}
@@ -268,7 +269,7 @@ func checkFork(f *facts) Result {
 		if len(forked) == 0 || !mapsCUDA(p.PID) || !mapsCUDA(forked[0]) {
 			continue
 		}
-		hits = append(hits, fmt.Sprintf("pid %d (%s) initialised CUDA and forked %d worker(s) (pid %v)", p.PID, truncate(strings.Join(cmd, " "), 60), len(forked), forked))
+		hits = append(hits, fmt.Sprintf("pid %d (%s) initialised CUDA and forked %s (pid %v)", p.PID, truncate(strings.Join(cmd, " "), 60), units.Plural(len(forked), "worker"), forked))
 	}
 	method := ""
 	if f.torch != nil && f.torch.StartMethod != "" {
@@ -277,6 +278,9 @@ func checkFork(f *facts) Result {
 	if len(hits) > 0 {
 		return warnR(strings.Join(hits, "; ")+": a worker that touches CUDA dies with \"Cannot re-initialize CUDA in forked subprocess\""+method,
 			"keep CUDA out of Dataset/collate_fn, or start workers with DataLoader(..., multiprocessing_context=\"spawn\") or \"forkserver\"")
+	}
+	if len(procs) == 1 {
+		return okR(fmt.Sprintf("the one running process forked no workers after initialising CUDA%s", method))
 	}
 	return okR(fmt.Sprintf("none of the %d running processes forked workers after initialising CUDA%s", len(procs), method))
 }

@@ -52,7 +52,7 @@ func TestChecks(t *testing.T) {
 		fix  string // substring of the fix
 	}{
 		// gpu.nvml
-		{"nvml ok", "gpu.nvml", scenario{base: "baremetal"}, OK, "2 GPU(s): 2× NVIDIA A100-SXM4-80GB", ""},
+		{"nvml ok", "gpu.nvml", scenario{base: "baremetal"}, OK, "2 GPUs: 2× NVIDIA A100-SXM4-80GB", ""},
 		{"nvml absent", "gpu.nvml", scenario{base: "container"}, NA, "NVML not found", ""},
 		{"nvml mismatch", "gpu.nvml", scenario{base: "baremetal", fx: func(fx *Fixture) { fx.GPUError = "Driver/library version mismatch" }}, Fail, "version mismatch", "reboot"},
 		{"nvml no devices", "gpu.nvml", scenario{base: "baremetal", fx: func(fx *Fixture) { fx.GPU.Devices = nil }}, Warn, "sees no GPUs", "--gpus all"},
@@ -61,7 +61,7 @@ func TestChecks(t *testing.T) {
 		{"driver old", "gpu.driver", scenario{base: "baremetal", fx: func(fx *Fixture) { fx.GPU.DriverVersion, fx.GPU.CUDADriverVersion = "470.82.01", 11040 }}, Warn, "up to 11.4", "upgrade the NVIDIA driver"},
 		{"driver n/a", "gpu.driver", scenario{base: "container"}, NA, "", ""},
 		// gpu.persistence
-		{"persistence on", "gpu.persistence", scenario{base: "baremetal"}, OK, "on for all 2", ""},
+		{"persistence on", "gpu.persistence", scenario{base: "baremetal"}, OK, "on for both GPUs", ""},
 		{"persistence off", "gpu.persistence", scenario{base: "baremetal", fx: func(fx *Fixture) { f := false; fx.GPU.Devices[1].Persistence = &f }}, Warn, "off on GPU 1", "nvidia-persistenced"},
 		{"persistence n/a", "gpu.persistence", scenario{base: "container"}, NA, "", ""},
 		// gpu.tenants
@@ -108,11 +108,11 @@ func TestChecks(t *testing.T) {
 		{"cuda cpu build no gpu", "pytorch.cuda", scenario{base: "container"}, OK, "CPU-only build and there is no NVIDIA driver", ""},
 		{"cuda minor newer", "pytorch.cuda", scenario{base: "baremetal", fx: torchSet(func(tr *Torch) { tr.CUDA = "12.6" })}, Warn, "minor-version compatibility", "upgrade the NVIDIA driver to one that supports CUDA 12.6"},
 		{"cuda driver too old", "pytorch.cuda", scenario{base: "baremetal", fx: func(fx *Fixture) { fx.GPU.DriverVersion, fx.GPU.CUDADriverVersion = "520.61.05", 11080 }}, Fail, "driver is too old", "CUDA 11.8 or older"},
-		{"cuda cpu build on gpu", "pytorch.cuda", scenario{base: "baremetal", fx: torchSet(func(tr *Torch) { tr.CUDA, tr.Version = "", "2.4.1+cpu" })}, Fail, "CPU-only build on a machine with 2 NVIDIA GPU(s)", "download.pytorch.org"},
+		{"cuda cpu build on gpu", "pytorch.cuda", scenario{base: "baremetal", fx: torchSet(func(tr *Torch) { tr.CUDA, tr.Version = "", "2.4.1+cpu" })}, Fail, "CPU-only build on a machine with 2 NVIDIA GPUs", "download.pytorch.org"},
 		{"cuda not available", "pytorch.cuda", scenario{base: "baremetal", fx: func(fx *Fixture) {
 			fx.Torch.CUDAAvailable = false
 			fx.Env["CUDA_VISIBLE_DEVICES"] = "-1"
-		}}, Fail, "is_available() is False although the driver sees 2 GPU(s) (CUDA_VISIBLE_DEVICES=-1)", "CUDA_VISIBLE_DEVICES"},
+		}}, Fail, "is_available() is False although the driver sees 2 GPUs (CUDA_VISIBLE_DEVICES=-1)", "CUDA_VISIBLE_DEVICES"},
 		{"cuda build without driver", "pytorch.cuda", scenario{base: "container", fx: torchSet(func(tr *Torch) { tr.CUDA = "12.1" })}, Warn, "no NVIDIA driver here", "--gpus all"},
 		{"cuda n/a", "pytorch.cuda", scenario{base: "baremetal", fx: func(fx *Fixture) { fx.Torch.Importable = false }}, NA, "", ""},
 		// pytorch.cudnn
@@ -142,7 +142,7 @@ func TestChecks(t *testing.T) {
 		{"fork after cuda", "pytorch.fork", scenario{base: "baremetal", files: map[string]string{
 			"proc/4242/maps": "7f1000000000-7f1000100000 r-xp 00000000 103:02 99 /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15\n",
 			"proc/4250/maps": "7f1000000000-7f1000100000 r-xp 00000000 103:02 99 /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15\n",
-		}}, Warn, "pid 4242 (python train.py --epochs 10) initialised CUDA and forked 1 worker(s) (pid [4250])", "multiprocessing_context=\"spawn\""},
+		}}, Warn, "pid 4242 (python train.py --epochs 10) initialised CUDA and forked 1 worker (pid [4250])", "multiprocessing_context=\"spawn\""},
 		{"fork before cuda", "pytorch.fork", scenario{base: "baremetal", files: map[string]string{
 			"proc/4242/maps": "7f1000000000-7f1000100000 r-xp 00000000 103:02 99 /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15\n",
 		}}, OK, "none of the 4", ""},
@@ -240,9 +240,9 @@ func TestChecks(t *testing.T) {
 		// host.memlock
 		{"memlock unlimited", "host.memlock", scenario{base: "baremetal"}, OK, "soft unlimited", ""},
 		{"memlock limited no ib", "host.memlock", scenario{base: "container"}, OK, "8 MiB; no InfiniBand", ""},
-		{"memlock limited with ib", "host.memlock", scenario{base: "container", files: map[string]string{"sys/class/infiniband/mlx5_0/node_type": "1: CA\n"}}, Fail, "1 InfiniBand/RDMA device(s)", "memlock=-1"},
+		{"memlock limited with ib", "host.memlock", scenario{base: "container", files: map[string]string{"sys/class/infiniband/mlx5_0/node_type": "1: CA\n"}}, Fail, "1 InfiniBand/RDMA device:", "memlock=-1"},
 		// host.numa
-		{"numa placed", "host.numa", scenario{base: "baremetal"}, OK, "2 NUMA nodes; 2 GPU(s) placed", ""},
+		{"numa placed", "host.numa", scenario{base: "baremetal"}, OK, "2 NUMA nodes; 2 GPUs placed", ""},
 		{"numa single", "host.numa", scenario{base: "container"}, OK, "1 NUMA node", ""},
 		{"numa wrong node", "host.numa", scenario{base: "baremetal", files: map[string]string{"proc/self/status": "Cpus_allowed_list:\t32-63\n"}}, Warn, "GPU 0 is on NUMA node 0 but this process may only run on CPUs 32-63", "numactl"},
 		{"numa balancing", "host.numa", scenario{base: "baremetal", files: map[string]string{"proc/sys/kernel/numa_balancing": "1\n"}}, Warn, "numa_balancing=1", "numa_balancing=0"},
