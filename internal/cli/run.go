@@ -95,7 +95,7 @@ usage; 3 when --memory-limit cannot be applied here.`,
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
-	fl.StringVar(&o.Name, "name", "", "label for the run (use it wherever a RUN is asked for)")
+	fl.StringVar(&o.Name, "name", "", "label for the run, to use wherever a RUN is asked for (a name an earlier run has gets -2, -3, ...)")
 	fl.StringVar(&o.MemoryLimit, "memory-limit", "", "cap host memory of the whole job at SIZE (e.g. 16g), like docker --memory")
 	fl.StringVar(&o.Restart, "restart", "never", "restart policy: never, on-failure or always")
 	fl.IntVar(&o.MaxRestarts, "max-restarts", 3, "restart at most N times")
@@ -167,6 +167,9 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	}
 	if _, err := exec.LookPath(o.Command[0]); err != nil {
 		return Usagef("cannot run %q: %v", o.Command[0], err)
+	}
+	if err := nameRun(ctx, f, o); err != nil {
+		return err
 	}
 	if o.Detach {
 		return detach(ctx, f, o)

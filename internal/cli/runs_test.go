@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -212,5 +213,44 @@ func TestRunsTable(t *testing.T) {
 		"20261126-090000-77aa01": {}, "20261120-120000-5c5c5c": {}, "20261129-174500-e1e2e3": {"nccl_error", "cuda_oom", "stalled"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("earlier_deaths %v, want %v", got, want)
+	}
+}
+
+// TestRunNameTaken: a second --name demo becomes demo-2, and says so, while
+// demo still finds the first run; "last" is no name.
+func TestRunNameTaken(t *testing.T) {
+	home := t.TempDir()
+	var ids []string
+	for i, want := range []string{"", "this run is demo-2", "this run is demo-3"} {
+		out, errOut, code := runIn(t, home, "run", "--name", "demo", "--gpu-backend", "none", "--json", "--", "true")
+		if code != 0 {
+			t.Fatalf("run %d: exit %d: %s", i+1, code, errOut)
+		}
+		var pm struct {
+			RunID string `json:"run_id"`
+			Name  string `json:"name"`
+		}
+		if err := json.Unmarshal([]byte(out), &pm); err != nil {
+			t.Fatalf("run %d: %v\n%s", i+1, err, out)
+		}
+		if pm.RunID == "" || slices.Contains(ids, pm.RunID) {
+			t.Fatalf("run %d: run id %q (earlier: %v)", i+1, pm.RunID, ids)
+		}
+		ids = append(ids, pm.RunID)
+		if want == "" && strings.Contains(errOut, "already named") || want != "" && !strings.Contains(errOut, "is already named demo; "+want+"\n") {
+			t.Errorf("run %d: stderr %q, want %q", i+1, errOut, want)
+		}
+	}
+	for ref, id := range map[string]string{"demo": ids[0], "demo-2": ids[1], "demo-3": ids[2]} {
+		out, errOut, code := runIn(t, home, "explain", ref, "--json")
+		var pm struct {
+			RunID string `json:"run_id"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &pm) != nil || pm.RunID != id {
+			t.Errorf("explain %s: exit %d, run %q, want %s: %s", ref, code, pm.RunID, id, errOut)
+		}
+	}
+	if _, errOut, code := runIn(t, home, "run", "--name", "last", "--", "true"); code != ExitUsage || !strings.Contains(errOut, "--name last") {
+		t.Errorf("run --name last: exit %d: %s", code, errOut)
 	}
 }

@@ -157,13 +157,13 @@ var lineSigs = []lineSig{
 		regexp.MustCompile(`Connection (?:closed|reset) by peer|BrokenPipeError|NCCL communicator was aborted`), nil, ""},
 	// a launcher's report that a worker died of a signal: the signal is
 	// the worker's death, but a failure the worker printed explains it
-	{Killed, Hint, "launcher_signal", "", []string{"SIGKILL", "-9"},
+	{Killed, Hint, "launcher_signal", "", []string{"SIGKILL", "exitcode"},
 		regexp.MustCompile(`Signal 9 \(SIGKILL\) received by PID|exitcode\s*: -9\b|failed \(exitcode: -9\)|terminated with signal SIGKILL`), nil,
 		"the launcher reports that a worker was killed with SIGKILL"},
-	{Segfault, Hint, "launcher_signal", "", []string{"SIGSEGV", "-11"},
+	{Segfault, Hint, "launcher_signal", "", []string{"SIGSEGV", "exitcode"},
 		regexp.MustCompile(`Signal 11 \(SIGSEGV\) received by PID|exitcode\s*: -11\b|failed \(exitcode: -11\)|terminated with signal SIGSEGV`), nil,
 		"the launcher reports that a worker died of SIGSEGV"},
-	{ShmExhausted, Hint, "launcher_signal", "", []string{"SIGBUS", "-7"},
+	{ShmExhausted, Hint, "launcher_signal", "", []string{"SIGBUS", "exitcode"},
 		regexp.MustCompile(`Signal 7 \(SIGBUS\) received by PID|exitcode\s*: -7\b|failed \(exitcode: -7\)|terminated with signal SIGBUS`), nil,
 		"the launcher reports that a worker died of SIGBUS, the usual sign of a full /dev/shm"},
 	{"", Consequence, KindLauncherStop, "", []string{"closing signal", "via signal", "death signal", "got signal"},
@@ -260,16 +260,21 @@ func sourceLine(t string) bool {
 // failureAt reads line i of lines.
 func failureAt(lines []Line, i int) (Failure, bool) {
 	t := lines[i].Text
-	if len(t) < 6 || sourceLine(t) || strings.HasPrefix(t, "terminate called after throwing") {
+	if len(t) < 6 {
+		return Failure{}, false
+	}
+	ns, always := signatureNeedles()
+	mask := ns.scan(t) | always
+	if mask == 0 || sourceLine(t) || strings.HasPrefix(t, "terminate called after throwing") {
 		// C++'s "terminate called after throwing an instance of 'T'"
 		// names a type; its what() on the next line says what failed
 		return Failure{}, false
 	}
 	for k := range lineSigs {
-		s := &lineSigs[k]
-		if !containsAny(t, s.needles) {
+		if mask&(1<<k) == 0 {
 			continue
 		}
+		s := &lineSigs[k]
 		m := s.re.FindStringSubmatch(t)
 		if m == nil {
 			continue
@@ -317,18 +322,6 @@ func context(lines []Line, i int) string {
 		}
 	}
 	return strings.Join(parts, "\n")
-}
-
-func containsAny(s string, needles []string) bool {
-	if needles == nil {
-		return true
-	}
-	for _, n := range needles {
-		if strings.Contains(s, n) {
-			return true
-		}
-	}
-	return false
 }
 
 // loadKeyWhy explains pickle's "invalid load key" by the byte it read.

@@ -51,19 +51,14 @@ var (
 	reLogging = regexp.MustCompile(`^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:`)
 	// a log viewer's line number: "[80746] "
 	reLineNumber = regexp.MustCompile(`^\[\d+\] `)
-	// rank tags: "[rank5]:", "[default0]:", "[gpu187:1]:", "[trainer22|6]:"
-	reRankTag = regexp.MustCompile(`^\[([A-Za-z][\w.:|-]*?)(\d+)\]: ?`)
-	// the same anywhere in a line: where another process's output starts
-	reRankTagInside = regexp.MustCompile(`\[(?:rank|default)\d+\]:`)
-	reRay           = regexp.MustCompile(`^\(([A-Za-z_][\w.-]*) pid=(\d+)(?:, ip=[\d.]+)?\) `)
-	reSrunLabel     = regexp.MustCompile(`^ {0,4}(\d{1,5}): `)
-	reCompose       = regexp.MustCompile(`^([a-z0-9][\w.-]*) +\| `)
-	rePdsh          = regexp.MustCompile(`^([a-z][a-z0-9-]*\d[a-z0-9.-]*): `)
-	// where a second writer's line starts in the middle of a line: a glog
-	// header ("W0729 12:42:14.712448 ", "F0327 14:22:53.846107 "), a
-	// c10 log header ("[E ProcessGroupNCCL.cpp:458]"), a Python traceback
-	// or an ISO timestamp followed by " - " (ComfyUI's log)
-	reGlued = regexp.MustCompile(`[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6}|\[[IWEF] [\w.]+\.(?:cpp|cc|h|hpp):\d+\]|Traceback \(most recent call last\):|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+ - `)
+	reRay        = regexp.MustCompile(`^\(([A-Za-z_][\w.-]*) pid=(\d+)(?:, ip=[\d.]+)?\) `)
+	reSrunLabel  = regexp.MustCompile(`^ {0,4}(\d{1,5}): `)
+	reCompose    = regexp.MustCompile(`^([a-z0-9][\w.-]*) +\| `)
+	rePdsh       = regexp.MustCompile(`^([a-z][a-z0-9-]*\d[a-z0-9.-]*): `)
+	// a c10 log header: "[E ProcessGroupNCCL.cpp:458]"
+	reC10Header = regexp.MustCompile(`^\[[IWEF] [\w.]+\.(?:cpp|cc|h|hpp):\d+\]`)
+	// an ISO timestamp and " - " at the end of a string (ComfyUI's log)
+	reISODash = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+ - $`)
 	// torchrun's failure report: "[0]:" entries with "rank : 1 (local_rank: 1)"
 	reReportEntry = regexp.MustCompile(`^\[(\d+)\]:$`)
 	reReportRank  = regexp.MustCompile(`^\s+rank\s+: (\d+) \(local_rank: \d+\)`)
@@ -129,27 +124,156 @@ func splitLine(index int, raw string) []Line {
 	return out
 }
 
-// gluedAt returns where a second writer's output starts inside text, or -1.
+// gluedAt returns where a second writer's output starts inside text, or -1:
+// a rank tag ("[rank0]:"), a Python traceback, a glog header ("W0729
+// 12:42:14.712448 "), a c10 log header ("[E ProcessGroupNCCL.cpp:458]") or
+// an ISO timestamp followed by " - " (ComfyUI's log), after other text.
 func gluedAt(text string) int {
+	if len(text) < 2 {
+		return -1
+	}
 	best := -1
-	if strings.Contains(text, "]:") {
-		if loc := reRankTagInside.FindStringIndex(text); loc != nil && loc[0] > 0 {
-			best = loc[0]
+	consider := func(k int) {
+		if k > 0 && (best < 0 || k < best) && strings.TrimSpace(text[:k]) != "" {
+			best = k
 		}
 	}
-	if strings.Contains(text, ":") {
-		for _, loc := range reGlued.FindAllStringIndex(text, 4) {
-			// "[E1206 18:44:12.715298746 ProcessGroupNCCL.cpp:607]" is one
-			// header, not a glog header glued after a "["
-			if loc[0] > 0 && text[loc[0]-1] != '[' && strings.TrimSpace(text[:loc[0]]) != "" {
-				if best < 0 || loc[0] < best {
-					best = loc[0]
-				}
-				break
+	for _, tag := range []string{"[rank", "[default"} {
+		if k := strings.Index(text[1:], tag); k >= 0 {
+			if _, _, _, ok := rankTag(text[k+1:]); ok {
+				consider(k + 1)
 			}
 		}
 	}
+	if k := strings.Index(text, "Traceback (most recent call last):"); k > 0 {
+		consider(k)
+	}
+	for k := strings.IndexByte(text, '['); k >= 0 && k+4 < len(text); {
+		// "[E ProcessGroupNCCL.cpp:458]"
+		if isLevel(text[k+1]) && text[k+2] == ' ' {
+			if loc := reC10Header.FindStringIndex(text[k:]); loc != nil && loc[0] == 0 {
+				consider(k)
+				break
+			}
+		}
+		n := strings.IndexByte(text[k+1:], '[')
+		if n < 0 {
+			break
+		}
+		k += n + 1
+	}
+	if k := glogHeaderAt(text); k > 0 && text[k-1] != '[' {
+		// not "[E1206 18:44:12.715298746 ProcessGroupNCCL.cpp:607]": one header
+		consider(k)
+	}
+	if k := strings.Index(text, " - "); k >= 26 {
+		if loc := reISODash.FindStringIndex(text[:k+3]); loc != nil {
+			consider(loc[0])
+		}
+	}
 	return best
+}
+
+func isLevel(c byte) bool { return c == 'I' || c == 'W' || c == 'E' || c == 'F' }
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// glogHeaderAt returns where "X0000 00:00:00.000000" (a glog header: level,
+// month and day, time with microseconds) starts in s, or -1. It looks only
+// around the colons, which the header's time has.
+func glogHeaderAt(s string) int {
+	for off := 0; ; {
+		p := strings.IndexByte(s[off:], ':')
+		if p < 0 {
+			return -1
+		}
+		p += off
+		off = p + 1
+		i := p - 8 // the level letter before "0000 00:"
+		if i < 0 || i+21 > len(s) || !isLevel(s[i]) {
+			continue
+		}
+		t := s[i+1 : i+21]
+		if isDigit(t[0]) && isDigit(t[1]) && isDigit(t[2]) && isDigit(t[3]) && t[4] == ' ' &&
+			isDigit(t[5]) && isDigit(t[6]) && t[7] == ':' && isDigit(t[8]) && isDigit(t[9]) && t[10] == ':' &&
+			isDigit(t[11]) && isDigit(t[12]) && t[13] == '.' && isDigit(t[14]) && isDigit(t[19]) {
+			return i
+		}
+	}
+}
+
+// composeName parses docker compose's "service    | " at the start of s:
+// a lowercase name, spaces, "| ". n is its length.
+func composeName(s string) (name string, n int, ok bool) {
+	sp := strings.IndexByte(s[:min(len(s), 64)], ' ')
+	if sp < 1 || !nameChars(s[:sp], "_.-") {
+		return "", 0, false
+	}
+	j := sp
+	for j < len(s) && s[j] == ' ' {
+		j++
+	}
+	if j+1 >= len(s) || s[j] != '|' || s[j+1] != ' ' {
+		return "", 0, false
+	}
+	return s[:sp], j + 2, true
+}
+
+// pdshHost parses pdsh's (and DeepSpeed's) "worker-0: " at the start of s: a
+// lowercase host name with a digit in it (so that "socket.timeout: " is not
+// one). n is its length.
+func pdshHost(s string) (host string, n int, ok bool) {
+	c := strings.IndexByte(s[:min(len(s), 64)], ':')
+	if c < 2 || c+1 >= len(s) || s[c+1] != ' ' || !(s[0] >= 'a' && s[0] <= 'z') || !nameChars(s[:c], ".-") ||
+		strings.IndexAny(s[:c], "0123456789") < 0 {
+		return "", 0, false
+	}
+	return s[:c], c + 2, true
+}
+
+// nameChars reports whether s holds only lowercase letters, digits and the
+// bytes of extra.
+func nameChars(s, extra string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || isDigit(c) || strings.IndexByte(extra, c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// rankTag parses a rank tag at the start of s: "[" name digits "]:" and one
+// optional space, the name a letter then letters, digits or ._:|-
+// ("[rank5]:", "[default0]:", "[gpu187:1]:", "[trainer22|6]:"). n is its length.
+func rankTag(s string) (source string, rank, n int, ok bool) {
+	if len(s) < 5 || s[0] != '[' || !(s[1] >= 'a' && s[1] <= 'z' || s[1] >= 'A' && s[1] <= 'Z') {
+		return "", 0, 0, false
+	}
+	end := strings.IndexByte(s[:min(len(s), 64)], ']')
+	if end < 3 || end+1 >= len(s) || s[end+1] != ':' {
+		return "", 0, 0, false
+	}
+	inner := s[1:end]
+	j := len(inner)
+	for j > 0 && isDigit(inner[j-1]) {
+		j--
+	}
+	if j == len(inner) || len(inner)-j > 6 {
+		return "", 0, 0, false
+	}
+	for i := 0; i < j; i++ {
+		c := inner[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || isDigit(c) || strings.IndexByte("_.:|-", c) >= 0) {
+			return "", 0, 0, false
+		}
+	}
+	rank, _ = strconv.Atoi(inner[j:])
+	n = end + 2
+	if n < len(s) && s[n] == ' ' {
+		n++
+	}
+	return inner, rank, n, true
 }
 
 // stripPrefixes removes the prefixes of s, recording what they name in l.
@@ -160,13 +284,9 @@ func stripPrefixes(s string, l *Line) string {
 		}
 		switch c := s[0]; {
 		case c == '[':
-			if m := reRankTag.FindStringSubmatch(s); m != nil {
-				l.Rank, _ = strconv.Atoi(m[2])
-				l.Source = strings.TrimRight(m[1], ":|") + m[2]
-				if strings.HasSuffix(m[1], ":") || strings.HasSuffix(m[1], "|") {
-					l.Source = m[1] + m[2]
-				}
-				s = s[len(m[0]):]
+			if src, rank, n, ok := rankTag(s); ok {
+				l.Source, l.Rank = src, rank
+				s = s[n:]
 				continue
 			}
 			if loc := reTimestamp.FindStringIndex(s); loc != nil {
@@ -216,14 +336,14 @@ func stripPrefixes(s string, l *Line) string {
 				continue
 			}
 		case c >= 'a' && c <= 'z':
-			if m := reCompose.FindStringSubmatch(s); m != nil {
-				l.Source = m[1]
-				s = s[len(m[0]):]
+			if name, n, ok := composeName(s); ok {
+				l.Source = name
+				s = s[n:]
 				continue
 			}
-			if m := rePdsh.FindStringSubmatch(s); m != nil {
-				l.Source = m[1]
-				s = s[len(m[0]):]
+			if host, n, ok := pdshHost(s); ok {
+				l.Source = host
+				s = s[n:]
 				continue
 			}
 		}
