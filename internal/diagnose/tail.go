@@ -53,8 +53,6 @@ var (
 	reLineNumber = regexp.MustCompile(`^\[\d+\] `)
 	reRay        = regexp.MustCompile(`^\(([A-Za-z_][\w.-]*) pid=(\d+)(?:, ip=[\d.]+)?\) `)
 	reSrunLabel  = regexp.MustCompile(`^ {0,4}(\d{1,5}): `)
-	reCompose    = regexp.MustCompile(`^([a-z0-9][\w.-]*) +\| `)
-	rePdsh       = regexp.MustCompile(`^([a-z][a-z0-9-]*\d[a-z0-9.-]*): `)
 	// a c10 log header: "[E ProcessGroupNCCL.cpp:458]"
 	reC10Header = regexp.MustCompile(`^\[[IWEF] [\w.]+\.(?:cpp|cc|h|hpp):\d+\]`)
 	// an ISO timestamp and " - " at the end of a string (ComfyUI's log)
@@ -225,7 +223,7 @@ func composeName(s string) (name string, n int, ok bool) {
 func pdshHost(s string) (host string, n int, ok bool) {
 	c := strings.IndexByte(s[:min(len(s), 64)], ':')
 	if c < 2 || c+1 >= len(s) || s[c+1] != ' ' || !(s[0] >= 'a' && s[0] <= 'z') || !nameChars(s[:c], ".-") ||
-		strings.IndexAny(s[:c], "0123456789") < 0 {
+		!strings.ContainsAny(s[:c], "0123456789") {
 		return "", 0, false
 	}
 	return s[:c], c + 2, true
