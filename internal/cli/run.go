@@ -48,6 +48,9 @@ type RunOptions struct {
 	UnsavedWarning time.Duration
 	detachedID     string
 	Command        []string
+	adapt          adaptFlags
+	// changed reports whether a flag was given on the command line.
+	changed func(name string) bool
 }
 
 // NewCmdRun builds `vramguard run`.
@@ -58,7 +61,7 @@ func NewCmdRun(f *Factory) *cobra.Command {
 		Short: "Run a job under supervision: logs, memory, a post-mortem, restarts",
 		Long: `Run COMMAND under supervision.
 
-Its output passes through to the terminal and is kept, a timestamp per line, in
+Its output passes through to the terminal and is kept, time-stamped as it arrives, in
 $VRAMGUARD_HOME/runs/RUN/attempt-N.log. The memory of its whole process tree
 (DataLoader workers included), its cgroup and its GPU memory are sampled. When it
 ends, vramguard explains how (see docs/FAILURES.md for every reason) and what to
@@ -78,6 +81,10 @@ usage; 3 when --memory-limit cannot be applied here.`,
   # cap host memory like docker --memory, restart on crashes, resume from the newest valid checkpoint
   vramguard run --memory-limit 16g --restart on-failure --resume-from ckpts/ -- python train.py --resume {resume}
 
+  # after a CUDA OOM, come back with half the batch and twice the accumulation (docs/ADAPT.md)
+  vramguard run --restart on-failure --adapt --batch 64 --resume-from ckpts/ -- \
+      python train.py --batch-size {batch} --grad-accum {accum} --resume {resume}
+
   # keep running after the terminal closes, then follow and stop it
   vramguard run --detach --name bert -- python train.py
   vramguard logs -f bert
@@ -90,6 +97,7 @@ usage; 3 when --memory-limit cannot be applied here.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Command = args
+			o.changed = cmd.Flags().Changed
 			return runRun(cmd.Context(), f, o)
 		},
 	}
@@ -117,6 +125,7 @@ usage; 3 when --memory-limit cannot be applied here.`,
 	fl.BoolVar(&o.AtomicSave, "atomic-save", false, "make torch.save write a temporary file, fsync and rename, so a crash mid-save keeps the previous checkpoint")
 	fl.DurationVar(&o.UnsavedWarning, "unsaved-warning", 30*time.Minute, "warn when the job has trained this long since its last checkpoint (0 disables)")
 	fl.BoolVar(&o.Kernel, "kernel", false, "the job is a Jupyter kernel: each restart of the same kernel becomes an attempt of one run (the kernelspec of vramguard jupyter install sets it)")
+	addAdaptFlags(fl, &o.adapt)
 	fl.StringVar(&o.detachedID, "detached-run-id", "", "")
 	fl.MarkHidden("detached-run-id")
 	return cmd
@@ -161,6 +170,12 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 		if err := checkResumePlaceholder(o.Command); err != nil {
 			return err
 		}
+	}
+	if o.changed == nil {
+		o.changed = func(string) bool { return false }
+	}
+	if err := o.adapt.check(o, o.changed, f.IO.ErrOut); err != nil {
+		return err
 	}
 	if o.SampleInterval < minSampleInterval {
 		return Usagef("--sample-interval %v: give at least 50ms", o.SampleInterval)
@@ -255,6 +270,7 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 		}
 	}
 	so.UnsavedWarning = o.UnsavedWarning
+	so.Adapt = adaptOptions(f, o)
 	res, err := supervise.Run(ctx, so)
 	if err != nil {
 		st.FinishRun(context.WithoutCancel(ctx), id, store.StatusFinished, "start_failed", 1, f.Now(), nil)
@@ -262,6 +278,9 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 			return Envf("%v", err)
 		}
 		return Failf("%v", err)
+	}
+	if err := rememberFit(f, o, res); err != nil {
+		fmt.Fprintf(f.IO.ErrOut, "vramguard: could not remember the settings that fit: %v\n", err)
 	}
 	if o.JSON {
 		if err := f.WriteJSON(res.Postmortem); err != nil {

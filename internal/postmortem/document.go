@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/vramguard/vramguard/internal/adapt"
 	"github.com/vramguard/vramguard/internal/store"
 )
 
@@ -32,6 +33,8 @@ type AttemptSummary struct {
 	DurationS  float64 `json:"duration_s"`
 	ResumeFrom string  `json:"resume_from"`
 	LogPath    string  `json:"log_path"`
+	// Settings are what the attempt ran with under --adapt.
+	Settings *adapt.Settings `json:"settings,omitempty"`
 }
 
 // TimelineSummary summarises a run's stored samples (all attempts). RSS is
@@ -100,6 +103,14 @@ func Build(ctx context.Context, st *store.Store, r *store.Run, now time.Time) (*
 			end = *a.EndedAt
 		}
 		s.DurationS = end.Sub(a.StartedAt).Seconds()
+		if len(a.Verdict) > 0 {
+			var v struct {
+				Settings *adapt.Settings `json:"settings"`
+			}
+			if json.Unmarshal(a.Verdict, &v) == nil {
+				s.Settings = v.Settings
+			}
+		}
 		doc.AttemptsDetail = append(doc.AttemptsDetail, s)
 	}
 	samples, err := st.Samples(ctx, r.ID)

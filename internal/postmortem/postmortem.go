@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/vramguard/vramguard/internal/adapt"
 	"github.com/vramguard/vramguard/internal/diagnose"
 	"github.com/vramguard/vramguard/internal/monitor"
 )
@@ -42,6 +43,11 @@ type Postmortem struct {
 	// they could not be read.
 	AllocationSites      []AllocSite `json:"oom_allocation_sites,omitempty"`
 	AllocationSitesError string      `json:"oom_allocation_sites_error,omitempty"`
+	// Settings are what the attempt ran with under --adapt (batch, accum,
+	// workers, the allocator setting); Adaptations every change made up to
+	// this attempt. Both absent without --adapt.
+	Settings    *adapt.Settings `json:"settings,omitempty"`
+	Adaptations []adapt.Step    `json:"adaptations,omitempty"`
 }
 
 // MemStats summarises the memory of an attempt's process tree
@@ -104,6 +110,7 @@ type SkippedCkpt struct {
 // workers count none), not a sum.
 type Probe struct {
 	Samples            int          `json:"samples"`
+	TorchVersion       string       `json:"torch_version,omitempty"` // torch.__version__ in the job, once imported
 	OptimizerSteps     int64        `json:"optimizer_steps"`
 	UserSteps          int64        `json:"user_steps"`
 	PeakAllocatedBytes *int64       `json:"peak_allocated_bytes"` // max over processes and devices; null without CUDA

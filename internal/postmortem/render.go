@@ -18,6 +18,12 @@ import (
 func RenderShort(w io.Writer, pm *Postmortem) {
 	if pm.Reason == diagnose.Success {
 		fmt.Fprintf(w, "vramguard: run %s finished successfully after %s%s\n", pm.RunID, FormatSeconds(pm.DurationS), memSuffix(pm))
+		if len(pm.Adaptations) > 0 && pm.Settings != nil {
+			fmt.Fprintf(w, "vramguard: the settings that fit: %s, after %s:\n", pm.Settings, plural(len(pm.Adaptations), "adaptation"))
+			for _, st := range pm.Adaptations {
+				fmt.Fprintf(w, "  • %s\n", st)
+			}
+		}
 		return
 	}
 	fmt.Fprintf(w, "\n── vramguard post-mortem: run %s", pm.RunID)
@@ -42,6 +48,12 @@ func RenderShort(w io.Writer, pm *Postmortem) {
 		fmt.Fprintln(w, "what to change:")
 		for _, a := range pm.Advice {
 			fmt.Fprintf(w, "  • %s\n", a)
+		}
+	}
+	if len(pm.Adaptations) > 0 {
+		fmt.Fprintln(w, "adapted:")
+		for _, st := range pm.Adaptations {
+			fmt.Fprintf(w, "  • %s\n", st)
 		}
 	}
 	if pm.RestartDecision != "" {
@@ -106,6 +118,19 @@ func Render(w io.Writer, d *Document) {
 		}
 	}
 	list("what to change", d.Advice)
+	if len(d.Adaptations) > 0 {
+		fmt.Fprintln(w, "\nadaptations (--adapt)")
+		for _, st := range d.Adaptations {
+			fmt.Fprintf(w, "  • %s — %s\n", st, st.Why)
+		}
+		if d.Settings != nil {
+			what := "last settings"
+			if d.Reason == diagnose.Success {
+				what = "settings that fit"
+			}
+			fmt.Fprintf(w, "  %s: %s\n", what, d.Settings)
+		}
+	}
 	if d.RestartDecision != "" {
 		fmt.Fprintf(w, "\nrestart   %s\n", d.RestartDecision)
 	}
@@ -121,6 +146,9 @@ func Render(w io.Writer, d *Document) {
 				reason = "-"
 			}
 			line := fmt.Sprintf("  #%d  %-22s exit %-4s %8s", a.N, reason, ec, time.Duration(a.DurationS*float64(time.Second)).Round(100*time.Millisecond))
+			if a.Settings != nil {
+				line += "  " + a.Settings.String()
+			}
 			if a.ResumeFrom != "" {
 				line += "  resumed from " + a.ResumeFrom
 			}

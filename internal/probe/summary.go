@@ -32,6 +32,14 @@ func (s *Summary) Add(m Message) {
 		}
 	}
 	switch m.Type {
+	case TypeHello:
+		if m.Torch != "" && s.TorchVersion == "" {
+			s.TorchVersion = m.Torch
+		}
+	case TypeTorch:
+		if m.Version != "" && s.TorchVersion == "" {
+			s.TorchVersion = m.Version
+		}
 	case TypeSample:
 		s.Samples++
 		s.OptimizerSteps = max(s.OptimizerSteps, m.OptimizerSteps)

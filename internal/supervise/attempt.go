@@ -59,6 +59,9 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 			s.event(ctx, n, timeline.KindResumeNone, msg, nil)
 		}
 	}
+	if o.Adapt != nil {
+		env = s.adaptSettings(pm, argv, env)
+	}
 	if o.Probe != nil {
 		env = o.Probe.Env(env, n)
 	}
@@ -185,6 +188,16 @@ func getEnv(env []string, k string) string {
 		}
 	}
 	return ""
+}
+
+// lookupEnv finds k in env.
+func lookupEnv(env []string, k string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], k+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 func setEnv(env []string, k, v string) []string {

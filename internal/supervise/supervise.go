@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vramguard/vramguard/internal/adapt"
 	"github.com/vramguard/vramguard/internal/cgroup"
 	"github.com/vramguard/vramguard/internal/diagnose"
 	"github.com/vramguard/vramguard/internal/gpu"
@@ -99,6 +100,16 @@ type Options struct {
 	Now    func() time.Time
 	// Probe is the in-process probe; nil: none (--no-probe).
 	Probe Probe
+	// Adapt, when set, changes the settings of the next attempt after one
+	// that died of memory (run --adapt; package adapt).
+	Adapt *Adapt
+}
+
+// Adapt configures run --adapt: the settings of the first attempt and the
+// policy that changes them.
+type Adapt struct {
+	Initial adapt.Settings
+	Policy  adapt.Policy
 }
 
 // Probe is what a supervisor asks of the in-process probe inside the job
@@ -167,6 +178,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
 	s := &supervisor{o: o, restarts: o.Restarts}
+	if o.Adapt != nil {
+		s.settings = o.Adapt.Initial
+	}
 	var pm *Postmortem
 	first := max(o.FirstAttempt, 1)
 	// restarts counts the restarts the policy made; those asked for
@@ -185,7 +199,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			s.event(ctx, n, "restart", msg, map[string]any{"by_request": true})
 			continue
 		}
-		restart, why := s.shouldRestart(pm, restarts+1)
+		var next *adapt.Decision
+		if o.Adapt != nil {
+			next = s.adaptAfter(pm)
+		}
+		restart, why := s.shouldRestart(pm, restarts+1, next)
 		if why != "" {
 			pm.RestartDecision = why
 		}
@@ -193,6 +211,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			break
 		}
 		restarts++
+		if next != nil && next.Step != nil {
+			s.applyAdaptation(ctx, n, next)
+		} else if next != nil && next.Note != "" {
+			s.notifyf("%s", next.Note)
+		}
 		delay := backoff(o.BackoffInitial, o.BackoffMax, restarts)
 		msg := fmt.Sprintf("attempt %d ended (%s); restarting in %s (restart %d of at most %d)",
 			n, pm.Reason, delay.Round(100*time.Millisecond), restarts, o.MaxRestarts)
@@ -219,6 +242,11 @@ type supervisor struct {
 	// attempt that just ended was ended by one.
 	restarts   <-chan os.Signal
 	restartNow bool
+	// Under --adapt: the settings the next attempt runs with, the changes
+	// made so far, and what the policy read of the attempt before.
+	settings adapt.Settings
+	steps    []adapt.Step
+	prev     *adapt.Ended
 }
 
 func (s *supervisor) notifyf(format string, a ...any) {
@@ -235,8 +263,10 @@ func (s *supervisor) event(ctx context.Context, attempt int, kind, msg string, d
 	}
 }
 
-// shouldRestart applies the restart policy to an ended attempt.
-func (s *supervisor) shouldRestart(pm *Postmortem, n int) (bool, string) {
+// shouldRestart applies the restart policy to an ended attempt; next is
+// what --adapt decided (nil without it). An attempt with new settings is
+// retried however soon it failed: the change is what the retry tests.
+func (s *supervisor) shouldRestart(pm *Postmortem, n int, next *adapt.Decision) (bool, string) {
 	o := s.o
 	switch {
 	case s.interrupted || pm.Reason == diagnose.Interrupted:
@@ -247,10 +277,14 @@ func (s *supervisor) shouldRestart(pm *Postmortem, n int) (bool, string) {
 		return false, ""
 	case n > o.MaxRestarts:
 		return false, fmt.Sprintf("not restarted: --max-restarts %d reached", o.MaxRestarts)
+	case next != nil && next.Exhausted:
+		return false, "not restarted: " + next.Note
 	case o.Restart == RestartAlways:
 		return true, ""
 	case diagnose.Deterministic(pm.Reason):
 		return false, fmt.Sprintf("not restarted: %s fails the same way every time (use --restart always to retry anyway)", pm.Reason)
+	case next != nil && next.Step != nil:
+		return true, ""
 	case pm.DurationS < o.StableAfter.Seconds():
 		return false, fmt.Sprintf("not restarted: it failed %.1fs after starting, before --stable-after %s, so it counts as a startup failure", pm.DurationS, o.StableAfter)
 	}

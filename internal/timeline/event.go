@@ -21,6 +21,7 @@ const (
 	KindStop             Kind = "stop"              // someone stopped the job
 	KindResumeSkipped    Kind = "resume_skipped"    // a newer checkpoint failed verification and was not resumed from
 	KindResumeNone       Kind = "resume_none"       // the resume directory holds checkpoint-looking files but none valid
+	KindAdapt            Kind = "adapt"             // run --adapt changed the next attempt's settings
 
 	// what the probe saw
 	KindOOM        Kind = "oom"        // a CUDA out-of-memory error
