@@ -62,13 +62,18 @@ func runKernel(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, 
 			if notebook == "" {
 				notebook = k.Notebook
 			}
+			if name := kernelRunName(notebook, o.Name); name != r.Name && r.Name == o.Name {
+				if err := st.SetRunName(ctx, r.ID, name); err == nil {
+					r.Name = name
+				}
+			}
 		}
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return Failf("look up kernel %s: %v", kid, err)
 	}
 	if run == nil {
 		cwd, _ := os.Getwd()
-		run = &store.Run{ID: id, Name: o.Name, Command: o.Command, Cwd: cwd, Status: store.StatusRunning,
+		run = &store.Run{ID: id, Name: kernelRunName(notebook, o.Name), Command: o.Command, Cwd: cwd, Status: store.StatusRunning,
 			StartedAt: now, SupervisorPID: os.Getpid(), SupervisorStart: me.StartTicks, Dir: supervise.RunDir(f.Home(), id)}
 		if err := st.CreateRun(ctx, run); err != nil {
 			return Failf("%v", err)
@@ -98,9 +103,19 @@ func runKernel(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, 
 		}
 	}
 	if notebook == "" {
-		go recordNotebook(ctx, f, kid, o.Command)
+		go recordNotebook(ctx, f, kid, o.Command, o.Name)
 	}
 	return superviseRun(ctx, f, o, st, run, limit, first)
+}
+
+// kernelRunName is the name of a kernel's run: its notebook's file name
+// (analysis.ipynb), or until the notebook is known (a console has none)
+// the name the kernelspec gave (its display name).
+func kernelRunName(notebook, fallback string) string {
+	if notebook != "" {
+		return filepath.Base(notebook)
+	}
+	return fallback
 }
 
 // kernelNotebook makes the session path jupyter_server gives a kernel
@@ -174,8 +189,10 @@ func withNotice(argv []string) []string {
 
 // recordNotebook asks the running servers which notebook kernel kid serves,
 // for a few seconds after start (the session is recorded once the kernel is
-// up), and keeps the answer so the notebook's next kernel can find this one.
-func recordNotebook(ctx context.Context, f *Factory, kid string, argv []string) {
+// up), and keeps the answer so the notebook's next kernel can find this one;
+// a run that still has the kernelspec's name (unnamed) takes the
+// notebook's.
+func recordNotebook(ctx context.Context, f *Factory, kid string, argv []string, unnamed string) {
 	home, _ := os.UserHomeDir()
 	dirs := jupyter.RuntimeDirs(os.Getenv, home, false)
 	for _, a := range argv {
@@ -218,6 +235,9 @@ func recordNotebook(ctx context.Context, f *Factory, kid string, argv []string) 
 				defer st.Close()
 				if k, err := st.KernelByID(ctx, kid); err == nil {
 					st.SetKernel(ctx, kid, k.RunID, nb, k.Updated)
+					if r, err := st.Resolve(ctx, k.RunID); err == nil && r.ID == k.RunID && r.Name == unnamed {
+						st.SetRunName(ctx, r.ID, kernelRunName(nb, unnamed))
+					}
 				}
 				return
 			}
