@@ -333,13 +333,21 @@ func zeroNaN(v float64) float64 {
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }
 
-// FromFindings rebuilds a run's summary from the leak and oom_forecast
-// events its own monitor raised (timeline.RunState.Findings): the first
-// leak and the newest forecast. Views that do not supervise a run use it,
-// so they show the run's own verdict.
+// FromFindings rebuilds a run's summary from the events its supervisor
+// recorded (timeline.RunState.Findings): the first leak, the newest
+// forecast, and the verdict as the newest leak or verdict event left it.
+// Views that do not supervise a run use it, so they show the run's own
+// verdict.
 func FromFindings(evs []timeline.Event) Summary {
 	var s Summary
 	for _, e := range evs {
+		if e.Kind == timeline.KindVerdict {
+			var v timeline.VerdictData
+			if json.Unmarshal(e.Data, &v) == nil {
+				s.Verdict, s.Series, s.Samples = v.Verdict, v.Series, v.Samples
+			}
+			continue
+		}
 		var f Finding
 		if json.Unmarshal(e.Data, &f) != nil {
 			continue
@@ -349,12 +357,11 @@ func FromFindings(evs []timeline.Event) Summary {
 			if s.Leak == nil {
 				s.Leak = &f
 			}
+			// the verdict is a leak until a later verdict event says otherwise
+			s.Verdict, s.Series = f.Verdict, f.Series
 		case timeline.KindOOMForecast:
 			s.Forecast = &f
 		}
-	}
-	if s.Leak != nil {
-		s.Verdict, s.Series = s.Leak.Verdict, s.Leak.Series
 	}
 	return s
 }

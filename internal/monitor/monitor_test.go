@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"encoding/json"
 	"math"
 	"testing"
 	"time"
@@ -155,5 +156,34 @@ func TestCheck(t *testing.T) {
 	}
 	if evs := m.Check(at(240), 1); len(evs) != 1 || evs[0].Kind != timeline.KindStalled {
 		t.Fatalf("40 s without CPU: %+v", evs)
+	}
+}
+
+// TestFromFindingsFollowsVerdictEvents: a supervised run's summary, as the
+// views that read the store rebuild it, has the verdict its own monitor
+// last recorded: judging, then stable, then a leak, then stable again.
+func TestFromFindingsFollowsVerdictEvents(t *testing.T) {
+	verdict := func(v string, n int) timeline.Event {
+		b, _ := json.Marshal(timeline.VerdictData{Verdict: v, Series: "allocated", Samples: n})
+		return timeline.Event{Kind: timeline.KindVerdict, Data: b}
+	}
+	leakData, _ := json.Marshal(Finding{Verdict: "leak", Series: "allocated"})
+	leak := timeline.Event{Kind: timeline.KindLeak, Data: leakData}
+	cases := []struct {
+		evs     []timeline.Event
+		verdict string
+		leak    bool
+	}{
+		{nil, "", false},
+		{[]timeline.Event{verdict("insufficient_data", 1)}, "insufficient_data", false},
+		{[]timeline.Event{verdict("insufficient_data", 1), verdict("stable", 300)}, "stable", false},
+		{[]timeline.Event{verdict("stable", 300), leak}, "leak", true},
+		{[]timeline.Event{verdict("stable", 300), leak, verdict("stable", 900)}, "stable", true},
+	}
+	for i, c := range cases {
+		s := FromFindings(c.evs)
+		if s.Verdict != c.verdict || (s.Leak != nil) != c.leak {
+			t.Errorf("case %d: verdict %q leak %v, want %q %v", i, s.Verdict, s.Leak != nil, c.verdict, c.leak)
+		}
 	}
 }

@@ -53,7 +53,7 @@ func RunningStates(ctx context.Context, st *store.Store) ([]timeline.RunState, e
 		if x, err := st.LatestSample(ctx, r.ID, rs.Attempt); err == nil {
 			rs.Latest = x
 		}
-		if evs, err := st.AttemptEvents(ctx, r.ID, rs.Attempt, timeline.KindLeak, timeline.KindOOMForecast); err == nil {
+		if evs, err := st.AttemptEvents(ctx, r.ID, rs.Attempt, timeline.KindLeak, timeline.KindOOMForecast, timeline.KindVerdict); err == nil {
 			for _, e := range evs {
 				rs.Findings = append(rs.Findings, *e)
 			}

@@ -252,6 +252,8 @@ type running struct {
 	startedUptime float64
 	// mon turns the attempt's samples, output and progress into events
 	mon *monitor.Monitor
+	// verdict is the monitor's verdict last recorded (a verdict event).
+	verdict string
 }
 
 // analyse completes a sample with the probe's allocator figures and the
@@ -269,6 +271,16 @@ func (a *running) analyse(ctx context.Context, now time.Time, rss uint64, x *sto
 		x.Limit, x.LimitSource = a.mem.Limit, a.mem.LimitSource
 	}
 	a.emit(ctx, a.mon.Observe(x))
+	// Views that read the store (top, serve) show the run's own verdict:
+	// record it when it changes (a leak has its own event). Quietly: the
+	// terminal hears of leaks and forecasts only.
+	if sum := a.mon.Summary(); sum.Verdict != a.verdict {
+		a.verdict = sum.Verdict
+		if sum.Verdict != "leak" {
+			d := timeline.VerdictData{Verdict: sum.Verdict, Series: sum.Series, Samples: sum.Samples}
+			a.s.event(ctx, a.n, timeline.KindVerdict, fmt.Sprintf("the monitor's verdict is now %s", sum.Verdict), d)
+		}
+	}
 }
 
 // emit sends the monitor's events to the terminal and the store.

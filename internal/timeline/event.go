@@ -33,6 +33,7 @@ const (
 	KindUnsaved     Kind = "unsaved_work" // trained long without a checkpoint
 	KindStalled     Kind = "stalled"      // no output, CPU or progress for the stall timeout
 	KindNearLimit   Kind = "near_limit"   // host memory close to the limit it is enforced on
+	KindVerdict     Kind = "verdict"      // a supervised run's monitor changed its verdict (data: VerdictData)
 
 	KindNote Kind = "note" // posted through the API
 )
@@ -56,4 +57,15 @@ type Event struct {
 	Kind    Kind            `json:"kind"`
 	Message string          `json:"message"`
 	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// VerdictData is a verdict event's data: the monitor's verdict (leak,
+// stable, cache_growth, insufficient_data, ...), the series it rests on and
+// how many samples it has seen. Supervised runs record one whenever the
+// verdict changes, so views that read the store (top, serve) show the run's
+// own verdict rather than judging it again.
+type VerdictData struct {
+	Verdict string `json:"verdict"`
+	Series  string `json:"series,omitempty"`
+	Samples int    `json:"samples"`
 }
