@@ -18,20 +18,12 @@ var typeWords = map[string]bool{
 	"int": true, "ints": true, "uint": true, "float": true, "duration": true, "bytes": true,
 }
 
-// walk calls fn for cmd and every command below it, hidden ones included.
-func walk(cmd *cobra.Command, fn func(*cobra.Command)) {
-	fn(cmd)
-	for _, c := range cmd.Commands() {
-		walk(c, fn)
-	}
-}
-
 // TestFlagValueNamesAreTypeWords checks every flag of every command (the
 // inherited ones with their command's own) as --help prints it.
 func TestFlagValueNamesAreTypeWords(t *testing.T) {
 	root := NewCmdRoot(NewFactory())
 	n := 0
-	walk(root, func(c *cobra.Command) {
+	walkCommands(root, func(c *cobra.Command) {
 		check := func(fl *pflag.Flag) {
 			n++
 			if name, _ := pflag.UnquoteUsage(fl); !typeWords[name] {

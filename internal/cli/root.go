@@ -115,6 +115,7 @@ Exit codes: 0 ok, 1 the job or check failed, 2 bad usage or input,
 	for _, add := range commands {
 		root.AddCommand(add(f))
 	}
+	registerCompletions(f, root)
 	return root
 }
 
