@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -56,6 +57,7 @@ func Silent(code int) error { return &ExitError{Code: code} }
 
 // Main runs the CLI and returns the process exit code.
 func Main(args []string) int {
+	nameProcess()
 	if len(args) > 0 && args[0] == supervise.ShimCommand {
 		return supervise.RunShim(args[1:])
 	}
@@ -64,6 +66,14 @@ func Main(args []string) int {
 	root.SetArgs(args)
 	err := root.ExecuteContext(context.Background())
 	return exitCode(f, err)
+}
+
+// nameProcess names this process "vramguard" (its comm, which ps, top and
+// /proc/PID/status show to every user), whatever its file is called: a
+// supervisor or shim is then known as vramguard's, not taken for the
+// kernel or job whose command line it carries. A failure changes nothing.
+func nameProcess() {
+	_ = os.WriteFile("/proc/self/comm", []byte("vramguard"), 0)
 }
 
 func exitCode(f *Factory, err error) int {

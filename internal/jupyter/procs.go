@@ -83,8 +83,9 @@ type ExeSource interface {
 // it starts: a kernel that has it runs under `vramguard run --kernel`.
 const runIDVar = "VRAMGUARD_RUN_ID"
 
-// looksLikeVramguard is the fallback for a process whose executable cannot
-// be read (another user's, without root): its name says vramguard.
+// looksLikeVramguard reports whether a process is named vramguard: every
+// vramguard process names itself so (its comm, readable by every user),
+// and older ones are named so by their file.
 func looksLikeVramguard(comm string, argv []string) bool {
 	if comm == "vramguard" {
 		return true
@@ -103,10 +104,12 @@ func looksLikeVramguard(comm string, argv []string) bool {
 // chain the kernel is the innermost process that runs another executable
 // than the one above it: the supervisor and shim run one file, the kernel
 // another (Python), and forked children the kernel's. The executable is read
-// from /proc/PID/exe, so a vramguard binary under any name is recognised;
-// where it cannot be read, a process named vramguard stands for it. A kernel
-// below such a wrapper is supervised when its environment carries the run
-// id vramguard's supervisor sets (or cannot be read).
+// from /proc/PID/exe (where it cannot be, another user's process without
+// root, the process's name stands for it), so a vramguard binary under any
+// name is recognised; a process named vramguard (as every vramguard process
+// names itself) is never the kernel. A kernel below a wrapper is supervised
+// when its environment carries a run id of its own, which vramguard's
+// supervisor sets (or when the environment cannot be read).
 func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 	all, err := src.All()
 	if err != nil {
@@ -120,6 +123,8 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 	type cand struct {
 		id    string
 		ident string // which executable, for telling wrappers from kernels
+		// vramguard: the process names itself so (cli.Main), or is named so
+		vramguard bool
 	}
 	cands := map[int]cand{}
 	for _, p := range all {
@@ -131,13 +136,13 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 		if !ok {
 			continue
 		}
-		c := cand{id: id}
+		c := cand{id: id, vramguard: looksLikeVramguard(p.Comm, argv)}
 		if exeSrc != nil {
 			if exe, err := exeSrc.Exe(p.PID); err == nil && exe != "" {
 				c.ident = "exe:" + exe
 			}
 		}
-		if c.ident == "" && looksLikeVramguard(p.Comm, argv) {
+		if c.ident == "" && c.vramguard {
 			c.ident = "name:vramguard"
 		}
 		cands[p.PID] = c
@@ -164,8 +169,9 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 		pp := parent(pid)
 		head[pid] = pp == 0 || cands[pp].ident != c.ident
 	}
-	// A process running this very binary is vramguard, even alone (a
-	// supervisor whose kernel is still starting).
+	// A process that is vramguard by its name or runs this very binary is
+	// no kernel, even alone (a supervisor whose kernel is still starting,
+	// or has just died).
 	self := ""
 	if exeSrc != nil {
 		if exe, err := exeSrc.Exe(os.Getpid()); err == nil && exe != "" {
@@ -174,7 +180,7 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 	}
 	wrapper := map[int]bool{}
 	for pid, c := range cands {
-		if c.ident == "name:vramguard" || (self != "" && c.ident == self) {
+		if c.vramguard || (self != "" && c.ident == self) {
 			wrapper[pid] = true
 		}
 	}
