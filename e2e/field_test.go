@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -61,6 +62,7 @@ func TestFieldCorpus(t *testing.T) {
 		err            error
 	}
 	results := make([]outcome, len(cases))
+	envs := make([]*env, len(cases))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 12)
 	for i, c := range cases {
@@ -76,7 +78,8 @@ func TestFieldCorpus(t *testing.T) {
 		// --no-probe: the probe watches torch, which the replay does not
 		// import; the output's path (pipes, tail, classifier, post-mortem)
 		// is the same, at a quarter less CPU per run.
-		cmd := testbin.Vramguard(t, newEnv(t).environ(), "run", "--json", "--no-probe", "--", python, script, p)
+		envs[i] = newEnv(t)
+		cmd := testbin.Vramguard(t, envs[i].environ(), "run", "--json", "--no-probe", "--", python, script, p)
 		o := &results[i]
 		cmd.Stdout, cmd.Stderr = &o.stdout, &o.stderr
 		wg.Add(1)
@@ -90,6 +93,7 @@ func TestFieldCorpus(t *testing.T) {
 	}
 	wg.Wait()
 
+	explained := map[string]bool{}
 	for i, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			r := &results[i]
@@ -111,9 +115,23 @@ func TestFieldCorpus(t *testing.T) {
 			if c.Signal != 0 && (v.Signal == nil || *v.Signal != diagnose.SignalName(c.Signal)) {
 				t.Errorf("signal %v, want %s", v.Signal, diagnose.SignalName(c.Signal))
 			}
+			if o := v.OOM; o != nil && o.TriedBytes != nil && !explained[o.Backend] {
+				// the post-mortem people read names the accelerator too
+				// (once per backend: explain is another process)
+				explained[o.Backend] = true
+				title := map[string]string{"cuda": "CUDA", "hip": "ROCm (HIP)", "mps": "Apple MPS"}[c.OOM["backend"]] + " OOM numbers"
+				e := envs[i]
+				e.t = t
+				if out := e.run("explain", "last"); !strings.Contains(out.stdout, title) {
+					t.Errorf("explain has no %q:\n%s", title, out.stdout)
+				}
+			}
 			for _, p := range c.CheckVerdict(v) {
 				t.Errorf("%s\n  (%s)", p, c.URL)
 			}
 		})
+	}
+	if len(explained) != 3 {
+		t.Errorf("explain was checked for the backends %v, want cuda, hip and mps", explained)
 	}
 }

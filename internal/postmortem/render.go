@@ -106,12 +106,17 @@ func Render(w io.Writer, d *Document) {
 	}
 	list("evidence", d.Evidence)
 	if oom := d.OOM; oom != nil {
-		fmt.Fprintln(w, "\nCUDA OOM numbers")
+		title := map[string]string{"hip": "ROCm (HIP)", "mps": "Apple MPS", "xpu": "Intel XPU"}[oom.Backend]
+		if title == "" {
+			title = "CUDA"
+		}
+		fmt.Fprintf(w, "\n%s OOM numbers\n", title)
 		for _, f := range []struct {
 			name string
 			v    *uint64
 		}{{"tried to allocate", oom.TriedBytes}, {"GPU total", oom.TotalBytes}, {"GPU free", oom.FreeBytes},
-			{"allocated by PyTorch", oom.AllocatedBytes}, {"reserved, unallocated", oom.ReservedUnallocatedBytes}} {
+			{"allocated by PyTorch", oom.AllocatedBytes}, {"reserved, unallocated", oom.ReservedUnallocatedBytes},
+			{"other allocations", oom.OtherBytes}, {"allowed", oom.AllowedBytes}} {
 			if f.v != nil {
 				fmt.Fprintf(w, "  %-23s %s\n", f.name, units.FormatBytes(*f.v))
 			}
