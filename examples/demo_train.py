@@ -6,8 +6,11 @@ save left truncated (the classic "PytorchStreamReader failed reading zip
 archive: failed finding central directory"). It needs no GPU and no root:
 with PyTorch it uses torch; without it, plain pickle, which fails the same way.
 
-    vramguard run --name demo -- python3 examples/demo_train.py
-    vramguard run --resume-from /tmp/vramguard-demo --name demo2 -- python3 examples/demo_train.py --resume {resume}
+    vramguard run --name demo -- python3 examples/demo_train.py --dir "${TMPDIR:-/tmp}/vramguard-demo"
+    vramguard run --name demo2 --resume-from "${TMPDIR:-/tmp}/vramguard-demo" -- \
+        python3 examples/demo_train.py --dir "${TMPDIR:-/tmp}/vramguard-demo" --resume {resume}
+
+Without --dir it writes under Python's temporary directory ($TMPDIR, else /tmp).
 """
 import argparse
 import os
