@@ -272,6 +272,11 @@ func Classify(in Input) Verdict {
 			}
 		}
 		v.Evidence = append(v.Evidence, truncate(strings.TrimSpace(dec.Text), 500))
+		if dec.Reason == NCCLError {
+			if l := ncclLastError(r.Lines, dec); l != "" {
+				v.Evidence = append(v.Evidence, "NCCL's last error: "+truncate(l, 500))
+			}
+		}
 		v.Evidence = append(v.Evidence, readEvidence(r, dec)...)
 		if excLine != "" && strings.TrimSpace(excLine) != strings.TrimSpace(dec.Text) {
 			v.Evidence = append(v.Evidence, truncate(strings.TrimSpace(excLine), 500))
@@ -565,7 +570,7 @@ func exceptionLine(lines []Line, i int) (typ string, ok bool) {
 		return "", false
 	}
 	named := reExcName.MatchString(m[1])
-	if named && strings.Contains(l, ":") {
+	if named && strings.Contains(l, ":") && !continuesException(lines, i) {
 		// "RuntimeError: CUDA error: ...": an exception however it was
 		// pasted, with or without its frames
 		return m[1], true
@@ -588,6 +593,45 @@ func exceptionLine(lines []Line, i int) (typ string, ok bool) {
 		return "", false
 	}
 	return "", false
+}
+
+// continuesException reports whether lines[i] continues the message of an
+// exception on the line before it: "ncclSystemError: System call ... failed"
+// under "torch.distributed.DistBackendError: NCCL error in: ...".
+func continuesException(lines []Line, i int) bool {
+	for j := i - 1; j >= 0; j-- {
+		if lines[j].Source != lines[i].Source {
+			continue
+		}
+		p := strings.TrimSpace(lines[j].Text)
+		if p == "" {
+			return false
+		}
+		m := reExcLine.FindStringSubmatch(p)
+		return m != nil && reExcName.MatchString(m[1]) && strings.Contains(p, ":")
+	}
+	return false
+}
+
+// ncclLastError returns the line under NCCL's "Last error:" that follows the
+// decisive line (the system call that failed: "socketStartConnect: Connect
+// to 192.168.19.14<52822> failed : No route to host"), or "".
+func ncclLastError(lines []Line, dec Failure) string {
+	for j, n := dec.Line+1, 0; j < len(lines) && n < 6; j++ {
+		if lines[j].Source != dec.Source {
+			continue
+		}
+		n++
+		if strings.TrimSpace(lines[j].Text) != "Last error:" {
+			continue
+		}
+		for k := j + 1; k < len(lines) && k < j+4; k++ {
+			if lines[k].Source == dec.Source {
+				return strings.TrimSpace(lines[k].Text)
+			}
+		}
+	}
+	return ""
 }
 
 func findLine(lines []Line, re *regexp.Regexp) string {
