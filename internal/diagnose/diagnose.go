@@ -2,6 +2,13 @@
 // status, the tail of its output and the memory evidence into one reason
 // code with the evidence behind it and advice on what to change. It is a pure
 // function of its input: it reads no files and starts no processes.
+//
+// The output is read as a person reads it (Read, in read.go and tail.go):
+// each line without the prefixes of launchers and loggers and attributed to
+// the rank or process that printed it, every line that reports a failure
+// given a role (cause, hint or consequence), and the first cause preferred to
+// the consequences other ranks printed after it. Callers that judge ranks one
+// by one (Reading.FirstByRank, Reading.Consequences) use the same reading.
 package diagnose
 
 import (
@@ -40,7 +47,7 @@ const (
 // Reasons lists every code in documentation order.
 var Reasons = []string{Success, ExitError, PythonException, CUDAOOM, HostOOMKilled, Killed, ShmExhausted,
 	DataloaderDied, NCCLError, CUDAError, CUDAForkError, CUDAEnvError, CorruptCheckpoint, DiskFull, Segfault,
-	Interrupted, Restarted, Stalled, Lost, StartFailed}
+	Interrupted, Restarted, Stalled, PeerFailed, Lost, StartFailed}
 
 // Deterministic reports whether retrying the same command is expected to fail
 // the same way, so a restart policy should not retry it.

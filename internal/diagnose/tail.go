@@ -11,15 +11,17 @@ import (
 // and the process those prefixes named.
 //
 // Prefixes read (several may nest, outermost first): ANSI colour codes;
-// journald and syslog ("Mon DD HH:MM:SS host python[pid]: "); ISO and
-// Python-logging timestamps ("2024-09-11 11:23:11,827 - ", "[2024-02-27T21:35:32Z] "),
-// a log viewer's line number ("[80746] "); PyTorch's and torchrun's rank tags
+// journald and syslog ("Mon DD HH:MM:SS host python[pid]: ", or the date
+// alone as CI logs print it); ISO and Python-logging timestamps
+// ("2024-09-11 11:23:11,827 - ", "[2024-02-27T21:35:32Z] ",
+// "2025-11-12T11:25:13.4961658Z "), logging's default "ERROR:root:"; a log
+// viewer's line number ("[80746] "); PyTorch's and torchrun's rank tags
 // ("[rank5]:", "[default0]:", "[gpu187:1]:", "[trainer22|6]:"); Ray's
 // "(Worker pid=4009) "; Slurm's "srun --label" ("3: "); docker compose's
 // "service | "; pdsh/DeepSpeed's "worker-0: ". The rank tag nearest the text
 // gives Rank.
 type Line struct {
-	// Index is the line's position in the tail given to ReadTail. Two
+	// Index is the line's position in the tail given to ReadLines. Two
 	// processes' output glued onto one line is split into two Lines with
 	// the same Index.
 	Index int
@@ -66,10 +68,13 @@ var (
 // reads it: it removes the prefixes each line carries, says which process
 // printed it, and splits lines on which two processes' output was glued
 // together. Lines in torchrun's failure report ("Root Cause (first observed
-// failure)") take the rank that report names.
+// failure)") take the rank that report names, and lines of mp.spawn's report
+// of a failed process ("-- Process 2 terminated with the following error:",
+// "process 2 terminated with signal SIGKILL") the process index it names.
 func ReadLines(tail []string) []Line {
 	out := make([]Line, 0, len(tail))
 	inReport, reportRank := false, -1
+	var spawn spawnReport
 	for i, raw := range tail {
 		for _, l := range splitLine(i, raw) {
 			t := strings.TrimSpace(l.Text)
@@ -88,6 +93,7 @@ func ReadLines(tail []string) []Line {
 			if inReport && reportRank >= 0 && l.Rank < 0 {
 				l.Rank, l.Source = reportRank, "torchrun root cause"
 			}
+			spawn.read(&l)
 			out = append(out, l)
 		}
 	}
