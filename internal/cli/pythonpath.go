@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -24,19 +23,25 @@ func newCmdPythonPath(f *Factory, runF func(*pythonPathOptions) error) *cobra.Co
 	cmd := &cobra.Command{
 		Use:   "python-path [--json]",
 		Short: "Print the directory holding vramguard's Python probe, for notebooks and custom launchers",
-		Long: `python-path prints the directory that holds vramguard's in-process probe,
-writing it under the state directory first if this version of vramguard has
-not yet done so. ` + "`vramguard run`" + ` puts it on PYTHONPATH by itself; use this
-command where vramguard does not launch Python:
+		Long: `python-path prints the directory that holds vramguard's in-process probe.
+Installed with pip (pip install vramguard), that is the probe directory inside
+the installed package, next to this binary; otherwise the probe built into the
+binary is written under the state directory first, if this version of
+vramguard has not yet done so. ` + "`vramguard run`" + ` puts the same directory on
+PYTHONPATH by itself; use this command where vramguard does not launch Python:
 
   - in Jupyter or IPython, put it on sys.path and load the extension: the
     probe then reports to the machine-wide agent's socket
-    ($VRAMGUARD_HOME/probe.sock, or VRAMGUARD_PROBE_SOCKET when set);
+    ($VRAMGUARD_HOME/probe.sock, or VRAMGUARD_PROBE_SOCKET when set). In the
+    environment vramguard was pip-installed into, ` + "`%load_ext vramguard`" + `
+    alone does it;
   - in a launcher of your own, prepend it to PYTHONPATH and set the
     VRAMGUARD_PROBE_* variables described in docs/PROBE.md.
 
-The directory name carries a digest of the probe's content, so different
-vramguard versions never overwrite each other's probe.`,
+A directory under the state directory carries a digest of the probe's
+content in its name, so different vramguard versions never overwrite each
+other's probe. --json also says where it came from ("source": "package" or
+"state").`,
 		Example: `  # in a notebook cell
   import subprocess, sys
   sys.path.insert(0, subprocess.check_output(["vramguard", "python-path"], text=True).strip())
@@ -50,17 +55,17 @@ vramguard versions never overwrite each other's probe.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return runF(o) },
 	}
-	cmd.Flags().BoolVar(&o.JSON, "json", false, "print {\"path\", \"digest\", \"protocol\"} as JSON")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print {\"path\", \"digest\", \"protocol\", \"source\"} as JSON")
 	return cmd
 }
 
 func runPythonPath(f *Factory, o *pythonPathOptions) error {
-	dir, err := probe.Install(filepath.Join(f.Home(), "probe"))
+	dir, src, err := findProbe(f)
 	if err != nil {
 		return Failf("%v", err)
 	}
 	if o.JSON {
-		return f.WriteJSON(map[string]any{"path": dir, "digest": probe.Digest(), "protocol": probe.Protocol})
+		return f.WriteJSON(map[string]any{"path": dir, "digest": probe.Digest(), "protocol": probe.Protocol, "source": src})
 	}
 	_, err = fmt.Fprintln(f.IO.Out, dir)
 	return err

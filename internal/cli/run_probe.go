@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/store"
@@ -24,11 +23,12 @@ var _ supervise.Probe = (*probe.Hook)(nil)
 // failure never stops the job: it is logged and the job runs unprobed.
 func probeHook(f *Factory, o *RunOptions, run *store.Run) (*probe.Hook, func()) {
 	log := f.Logger()
-	dir, err := probe.Install(filepath.Join(f.Home(), "probe"))
+	dir, src, err := findProbe(f)
 	if err != nil {
 		log.Warn("probe not installed; the job runs without it", "err", err)
 		return nil, nil
 	}
+	log.Debug("probe", "dir", dir, "source", src)
 	// Unix socket paths are short (107 bytes): keep it out of deep homes, in
 	// a directory no other user can enter ($XDG_RUNTIME_DIR, else TMPDIR).
 	sock, cleanup, note, err := probe.SupervisorSocket(f.Getenv, run.ID+".sock")
