@@ -186,9 +186,9 @@ func compactDuration(d time.Duration) string {
 // runsColumns are the columns of `vramguard runs`; Keep is the order in
 // which they give way on a narrow terminal (see the command's help).
 var runsColumns = []column{
-	{Header: "ID", Keep: 1},
+	{Header: "ID", Keep: 1, Always: true},
 	{Header: "NAME", Keep: 3, Min: 10, Max: 24},
-	{Header: "STATUS", Keep: 2},
+	{Header: "STATUS", Keep: 2, Always: true},
 	{Header: "STARTED", Keep: 4},
 	{Header: "PEAK GPU", Keep: 5, Right: true},
 	{Header: "COMMAND", Keep: 6, Min: 10},

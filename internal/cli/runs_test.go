@@ -254,3 +254,17 @@ func TestRunNameTaken(t *testing.T) {
 		t.Errorf("run --name last: exit %d: %s", code, errOut)
 	}
 }
+
+// TestRunsNarrow: on a terminal too narrow even for ID and STATUS, those two
+// still show, whole, and nothing else does.
+func TestRunsNarrow(t *testing.T) {
+	out, _, code := runRuns(t, runsHome(t), 30)
+	if code != 0 {
+		t.Fatal(out)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 6 || strings.Fields(lines[0])[0] != "ID" || len(strings.Fields(lines[0])) != 2 ||
+		!strings.Contains(out, "20261129-155501-ab12cd  success after cuda_oom\n") {
+		t.Errorf("at 30 columns:\n%s", out)
+	}
+}

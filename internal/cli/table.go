@@ -40,6 +40,8 @@ type column struct {
 	Min int
 	// Max, when set, caps the column's width even when there is room.
 	Max int
+	// Always keeps the column even on a terminal too narrow for it.
+	Always bool
 	// Right aligns the column's values to the right.
 	Right bool
 }
@@ -101,7 +103,7 @@ func layoutColumns(width int, cols []column, rows [][]string) []int {
 	widths := make([]int, len(cols))
 	used := -colGap
 	for _, i := range order {
-		if used+colGap+least(i) > width {
+		if used+colGap+least(i) > width && !cols[i].Always {
 			break // this column and every one kept less are dropped
 		}
 		widths[i] = least(i)
@@ -112,7 +114,7 @@ func layoutColumns(width int, cols []column, rows [][]string) []int {
 		if widths[i] == 0 || widths[i] >= natural[i] {
 			continue
 		}
-		grow := min(natural[i]-widths[i], width-used)
+		grow := max(0, min(natural[i]-widths[i], width-used))
 		widths[i] += grow
 		used += grow
 	}
