@@ -112,7 +112,7 @@ go, platform}.`,
 			fmt.Fprintf(&b, "vramguard %s\n", v.Version)
 			switch {
 			case v.Revision == "":
-				fmt.Fprintln(&b, "revision  unknown (built outside a git checkout)")
+				fmt.Fprintln(&b, "revision  unknown (the build recorded none: built outside a git checkout, or with -buildvcs=false)")
 			default:
 				fmt.Fprintf(&b, "revision  %s", v.Revision)
 				if v.RevisionTime != "" {
