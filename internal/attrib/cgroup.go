@@ -1,8 +1,9 @@
 package attrib
 
 import (
-	"regexp"
 	"strings"
+
+	"github.com/vramguard/vramguard/internal/lazyre"
 
 	"github.com/vramguard/vramguard/internal/procfs"
 )
@@ -78,30 +79,30 @@ var (
 	hex64 = `([0-9a-f]{64})`
 	// Container scopes and directories, systemd driver first.
 	reCtr = []struct {
-		re      *regexp.Regexp
+		re      *lazyre.RE
 		runtime string
 	}{
-		{regexp.MustCompile(`(?:^|/)docker-` + hex64 + `\.scope$`), "docker"},
-		{regexp.MustCompile(`(?:^|/)cri-containerd-` + hex64 + `\.scope$`), "containerd"},
-		{regexp.MustCompile(`(?:^|/)crio-` + hex64 + `\.scope$`), "cri-o"},
-		{regexp.MustCompile(`(?:^|/)libpod-` + hex64 + `\.scope(?:/container)?$`), "podman"},
-		{regexp.MustCompile(`(?:^|/)nerdctl-` + hex64 + `\.scope$`), "containerd"},
+		{lazyre.New(`(?:^|/)docker-` + hex64 + `\.scope$`), "docker"},
+		{lazyre.New(`(?:^|/)cri-containerd-` + hex64 + `\.scope$`), "containerd"},
+		{lazyre.New(`(?:^|/)crio-` + hex64 + `\.scope$`), "cri-o"},
+		{lazyre.New(`(?:^|/)libpod-` + hex64 + `\.scope(?:/container)?$`), "podman"},
+		{lazyre.New(`(?:^|/)nerdctl-` + hex64 + `\.scope$`), "containerd"},
 		// cgroupfs driver: /docker/<id>, /libpod_parent/libpod-<id>,
 		// /kubepods/<qos>/pod<uid>/<id> (runtime from elsewhere).
-		{regexp.MustCompile(`(?:^|/)docker/` + hex64 + `$`), "docker"},
-		{regexp.MustCompile(`/libpod-` + hex64 + `(?:/container)?$`), "podman"},
-		{regexp.MustCompile(`/crio-` + hex64 + `$`), "cri-o"},
-		{regexp.MustCompile(`/pod(?:[0-9a-f_-]{36}|[0-9a-f]{32})/` + hex64 + `$`), ""},
+		{lazyre.New(`(?:^|/)docker/` + hex64 + `$`), "docker"},
+		{lazyre.New(`/libpod-` + hex64 + `(?:/container)?$`), "podman"},
+		{lazyre.New(`/crio-` + hex64 + `$`), "cri-o"},
+		{lazyre.New(`/pod(?:[0-9a-f_-]{36}|[0-9a-f]{32})/` + hex64 + `$`), ""},
 		// containerd without Kubernetes (ctr, nerdctl with cgroupfs).
-		{regexp.MustCompile(`^/(?:default|k8s\.io|moby)/` + hex64 + `$`), "containerd"},
+		{lazyre.New(`^/(?:default|k8s\.io|moby)/` + hex64 + `$`), "containerd"},
 	}
 	// A pod's UID as the API gives it, or a static pod's (the 32 hex
 	// digits of its manifest's hash).
-	rePod      = regexp.MustCompile(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32})(?:\.slice)?(?:/|$)`)
-	reQoS      = regexp.MustCompile(`kubepods[-/](burstable|besteffort)`)
-	reSlurmJob = regexp.MustCompile(`(?:^|/)job_([0-9]+)(?:/|$)`)
-	reSlurmStp = regexp.MustCompile(`(?:^|/)step_([0-9a-z_]+)(?:/|$)`)
-	reUnit     = regexp.MustCompile(`([^/]+\.(?:service|scope))(?:/|$)`)
+	rePod      = lazyre.New(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32})(?:\.slice)?(?:/|$)`)
+	reQoS      = lazyre.New(`kubepods[-/](burstable|besteffort)`)
+	reSlurmJob = lazyre.New(`(?:^|/)job_([0-9]+)(?:/|$)`)
+	reSlurmStp = lazyre.New(`(?:^|/)step_([0-9a-z_]+)(?:/|$)`)
+	reUnit     = lazyre.New(`([^/]+\.(?:service|scope))(?:/|$)`)
 )
 
 // ParseCgroup derives the context from /proc/<pid>/cgroup lines. On cgroup v2
@@ -153,7 +154,7 @@ func ParseCgroup(entries []procfs.CgroupEntry) Context {
 }
 
 // findIf is re.FindStringSubmatch(s) when s contains need, else nil.
-func findIf(re *regexp.Regexp, s, need string) []string {
+func findIf(re *lazyre.RE, s, need string) []string {
 	if !strings.Contains(s, need) {
 		return nil
 	}

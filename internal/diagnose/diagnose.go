@@ -13,9 +13,10 @@ package diagnose
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"syscall"
+
+	"github.com/vramguard/vramguard/internal/lazyre"
 
 	"github.com/vramguard/vramguard/internal/units"
 )
@@ -171,11 +172,11 @@ var reasonText = map[string]struct {
 }
 
 var (
-	reTraceback = regexp.MustCompile(`^Traceback \(most recent calls? `)
-	reExcName   = regexp.MustCompile(`\w(?:Error|Exception|Interrupt|Exit)$`)
-	reExcLine   = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?::\s?(.*))?$`)
-	reSegv      = regexp.MustCompile(`Segmentation fault|Fatal Python error: Segmentation fault|SIGSEGV`)
-	reFatalSegv = regexp.MustCompile(`Fatal Python error: Segmentation fault`)
+	reTraceback = lazyre.New(`^Traceback \(most recent calls? `)
+	reExcName   = lazyre.New(`\w(?:Error|Exception|Interrupt|Exit)$`)
+	reExcLine   = lazyre.New(`^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?::\s?(.*))?$`)
+	reSegv      = lazyre.New(`Segmentation fault|Fatal Python error: Segmentation fault|SIGSEGV`)
+	reFatalSegv = lazyre.New(`Fatal Python error: Segmentation fault`)
 )
 
 // Classify explains how an attempt ended. It reads the output tail as a
@@ -641,7 +642,7 @@ func ncclLastError(lines []Line, dec Failure) string {
 	return ""
 }
 
-func findLine(lines []Line, re *regexp.Regexp) string {
+func findLine(lines []Line, re *lazyre.RE) string {
 	for i := len(lines) - 1; i >= 0; i-- {
 		if re.MatchString(lines[i].Text) {
 			return strings.TrimSpace(truncate(lines[i].Text, 500))

@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/vramguard/vramguard/internal/lazyre"
 )
 
 // TestFailuresDocumented keeps docs/FAILURES.md in step with the codes.
@@ -16,5 +18,13 @@ func TestFailuresDocumented(t *testing.T) {
 		if !strings.Contains(string(b), "| `"+r+"` |") {
 			t.Errorf("docs/FAILURES.md has no row for %s", r)
 		}
+	}
+}
+
+// TestPatternsCompile: the classifier's patterns compile on first use
+// (lazyre); compile them all here so a bad one fails a test, not a run.
+func TestPatternsCompile(t *testing.T) {
+	if err := lazyre.CompileAll(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,9 +1,10 @@
 package diagnose
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/vramguard/vramguard/internal/lazyre"
 )
 
 // OOM holds the numbers of a GPU out-of-memory message. A nil field means
@@ -57,22 +58,22 @@ type OOMProcess struct {
 const sizeRE = `([0-9]+(?:\.[0-9]+)?)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)`
 
 var (
-	reOOMMarker    = regexp.MustCompile(`MPS backend out of memory|HIP out of memory|hipErrorOutOfMemory|XPU out of memory|CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA [Ee]rror: out of memory|cudaErrorMemoryAllocation|cuda runtime error \(2\) : out of memory|error=2 : out of memory|Tried to allocate [\d.]+ ?[KMGT]?i?B \(GPU \d+;`)
-	reTried        = regexp.MustCompile(`Tried to allocate ` + sizeRE)
-	reGPU          = regexp.MustCompile(`GPU ([0-9]+)`)
-	reCap2x        = regexp.MustCompile(`total capaci?ty of ` + sizeRE + ` of which ` + sizeRE + ` is free`)
-	reProc2x       = regexp.MustCompile(`Process ([0-9]+) has ` + sizeRE + ` memory in use`)
-	reThisProc     = regexp.MustCompile(`this process has ` + sizeRE + ` memory in use`)
-	reAlloc2x      = regexp.MustCompile(`Of the allocated memory ` + sizeRE + ` is allocated by PyTorch`)
-	rePrivatePools = regexp.MustCompile(`with ` + sizeRE + ` allocated in private pools`)
-	reResUnalloc   = regexp.MustCompile(sizeRE + ` is reserved by PyTorch but unallocated`)
-	reAllowed      = regexp.MustCompile(sizeRE + ` allowed;`)
-	reTotal1x      = regexp.MustCompile(sizeRE + ` total capacity`)
-	reAlloc1x      = regexp.MustCompile(sizeRE + ` already allocated`)
-	reFree1x       = regexp.MustCompile(sizeRE + ` free`)
-	reRes1x        = regexp.MustCompile(sizeRE + ` reserved in total by PyTorch`)
-	reCached       = regexp.MustCompile(sizeRE + ` cached[);]`)
-	reMPS          = regexp.MustCompile(`MPS allocated: ` + sizeRE + `, other allocations: ` + sizeRE + `(?:, max allowed: ` + sizeRE + `)?`)
+	reOOMMarker    = lazyre.New(`MPS backend out of memory|HIP out of memory|hipErrorOutOfMemory|XPU out of memory|CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA [Ee]rror: out of memory|cudaErrorMemoryAllocation|cuda runtime error \(2\) : out of memory|error=2 : out of memory|Tried to allocate [\d.]+ ?[KMGT]?i?B \(GPU \d+;`)
+	reTried        = lazyre.New(`Tried to allocate ` + sizeRE)
+	reGPU          = lazyre.New(`GPU ([0-9]+)`)
+	reCap2x        = lazyre.New(`total capaci?ty of ` + sizeRE + ` of which ` + sizeRE + ` is free`)
+	reProc2x       = lazyre.New(`Process ([0-9]+) has ` + sizeRE + ` memory in use`)
+	reThisProc     = lazyre.New(`this process has ` + sizeRE + ` memory in use`)
+	reAlloc2x      = lazyre.New(`Of the allocated memory ` + sizeRE + ` is allocated by PyTorch`)
+	rePrivatePools = lazyre.New(`with ` + sizeRE + ` allocated in private pools`)
+	reResUnalloc   = lazyre.New(sizeRE + ` is reserved by PyTorch but unallocated`)
+	reAllowed      = lazyre.New(sizeRE + ` allowed;`)
+	reTotal1x      = lazyre.New(sizeRE + ` total capacity`)
+	reAlloc1x      = lazyre.New(sizeRE + ` already allocated`)
+	reFree1x       = lazyre.New(sizeRE + ` free`)
+	reRes1x        = lazyre.New(sizeRE + ` reserved in total by PyTorch`)
+	reCached       = lazyre.New(sizeRE + ` cached[);]`)
+	reMPS          = lazyre.New(`MPS allocated: ` + sizeRE + `, other allocations: ` + sizeRE + `(?:, max allowed: ` + sizeRE + `)?`)
 )
 
 // ParseOOM reads a GPU out-of-memory message in any form PyTorch has

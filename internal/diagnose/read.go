@@ -2,10 +2,11 @@ package diagnose
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/vramguard/vramguard/internal/lazyre"
 )
 
 // Role says how a failure line bears on the verdict.
@@ -135,11 +136,11 @@ type lineSig struct {
 	// needles: the line is matched against re only if it holds one of
 	// them (a cheap filter: most lines hold none)
 	needles []string
-	re      *regexp.Regexp
+	re      *lazyre.RE
 	// ctx, when set, must match the line's traceback (the lines its
 	// process printed since "Traceback (most recent call last):") for the
 	// pattern to hold: the call site decides what the line means
-	ctx *regexp.Regexp
+	ctx *lazyre.RE
 	why string
 }
 
@@ -150,90 +151,90 @@ type lineSig struct {
 var lineSigs = []lineSig{
 	// consequences of a failure elsewhere
 	{NCCLError, Consequence, KindCollectiveTimeout, "", []string{"atchdog", "NCCL operations have failed", "taking the entire process down", "flight recorder"},
-		regexp.MustCompile(`Watchdog caught collective operation timeout|[Ww]atchdog thread terminated with exception|Some NCCL operations have failed or timed out|we are taking the entire process down|detected by watchdog|flight recorder dumps to finish`), nil, ""},
+		lazyre.New(`Watchdog caught collective operation timeout|[Ww]atchdog thread terminated with exception|Some NCCL operations have failed or timed out|we are taking the entire process down|detected by watchdog|flight recorder dumps to finish`), nil, ""},
 	{"", Consequence, KindCollectiveTimeout, "", []string{"Timed out waiting"},
-		regexp.MustCompile(`Timed out waiting \d+ms for (?:recv|send) operation`), nil, ""},
+		lazyre.New(`Timed out waiting \d+ms for (?:recv|send) operation`), nil, ""},
 	{"", Consequence, KindPeerClosed, "", []string{"by peer", "BrokenPipeError", "NCCL communicator was aborted"},
-		regexp.MustCompile(`Connection (?:closed|reset) by peer|BrokenPipeError|NCCL communicator was aborted`), nil, ""},
+		lazyre.New(`Connection (?:closed|reset) by peer|BrokenPipeError|NCCL communicator was aborted`), nil, ""},
 	// a launcher's report that a worker died of a signal: the signal is
 	// the worker's death, but a failure the worker printed explains it
 	{Killed, Hint, "launcher_signal", "", []string{"SIGKILL", "exitcode"},
-		regexp.MustCompile(`Signal 9 \(SIGKILL\) received by PID|exitcode\s*: -9\b|failed \(exitcode: -9\)|terminated with signal SIGKILL`), nil,
+		lazyre.New(`Signal 9 \(SIGKILL\) received by PID|exitcode\s*: -9\b|failed \(exitcode: -9\)|terminated with signal SIGKILL`), nil,
 		"the launcher reports that a worker was killed with SIGKILL"},
 	{Segfault, Hint, "launcher_signal", "", []string{"SIGSEGV", "exitcode"},
-		regexp.MustCompile(`Signal 11 \(SIGSEGV\) received by PID|exitcode\s*: -11\b|failed \(exitcode: -11\)|terminated with signal SIGSEGV`), nil,
+		lazyre.New(`Signal 11 \(SIGSEGV\) received by PID|exitcode\s*: -11\b|failed \(exitcode: -11\)|terminated with signal SIGSEGV`), nil,
 		"the launcher reports that a worker died of SIGSEGV"},
 	{ShmExhausted, Hint, "launcher_signal", "", []string{"SIGBUS", "exitcode"},
-		regexp.MustCompile(`Signal 7 \(SIGBUS\) received by PID|exitcode\s*: -7\b|failed \(exitcode: -7\)|terminated with signal SIGBUS`), nil,
+		lazyre.New(`Signal 7 \(SIGBUS\) received by PID|exitcode\s*: -7\b|failed \(exitcode: -7\)|terminated with signal SIGBUS`), nil,
 		"the launcher reports that a worker died of SIGBUS, the usual sign of a full /dev/shm"},
 	{"", Consequence, KindLauncherStop, "", []string{"closing signal", "via signal", "death signal", "got signal"},
-		regexp.MustCompile(`Sending process \d+ closing signal SIG\w+|Closing process \d+ via signal|Received \d+ death signal|SignalException: Process \d+ got signal`), nil, ""},
+		lazyre.New(`Sending process \d+ closing signal SIG\w+|Closing process \d+ via signal|Received \d+ death signal|SignalException: Process \d+ got signal`), nil, ""},
 	{"", Consequence, KindLauncherReport, "", []string{"ChildFailedError", "failed (exitcode", "ProcessExitedException", "ProcessRaisedException"},
-		regexp.MustCompile(`ChildFailedError|failed \(exitcode: -?\d+\) local_rank|ProcessExitedException: process \d+ terminated|ProcessRaisedException`), nil, ""},
+		lazyre.New(`ChildFailedError|failed \(exitcode: -?\d+\) local_rank|ProcessExitedException: process \d+ terminated|ProcessRaisedException`), nil, ""},
 	{"", Consequence, KindSpawnChild, "", []string{"EOFError"},
-		regexp.MustCompile(`EOFError: Ran out of input`), regexp.MustCompile(`multiprocessing[/\\](?:spawn|reduction)\.py`),
+		lazyre.New(`EOFError: Ran out of input`), lazyre.New(`multiprocessing[/\\](?:spawn|reduction)\.py`),
 		"EOFError: Ran out of input in a spawned child (multiprocessing/spawn.py): the child lost its parent, whose own error is the cause"},
 
 	// GPU out of memory, by backend
 	{CUDAOOM, Cause, "gpu_oom", "mps", []string{"MPS backend out of memory"},
-		regexp.MustCompile(`MPS backend out of memory`), nil, ""},
+		lazyre.New(`MPS backend out of memory`), nil, ""},
 	{CUDAOOM, Cause, "gpu_oom", "hip", []string{"HIP out of memory", "hipErrorOutOfMemory"},
-		regexp.MustCompile(`HIP out of memory|hipErrorOutOfMemory`), nil, ""},
+		lazyre.New(`HIP out of memory|hipErrorOutOfMemory`), nil, ""},
 	{CUDAOOM, Cause, "gpu_oom", "xpu", []string{"XPU out of memory"},
-		regexp.MustCompile(`XPU out of memory`), nil, ""},
+		lazyre.New(`XPU out of memory`), nil, ""},
 	{CUDAOOM, Cause, "gpu_oom", "cuda", []string{"out of memory", "ALLOC_FAILED", "MemoryAllocation", "OutOfMemoryError", "Tried to allocate"},
-		regexp.MustCompile(`CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA [Ee]rror: out of memory|cudaErrorMemoryAllocation|cuda runtime error \(2\) : out of memory|THCudaCheck FAIL .*error=2 : out of memory|(?:torch|cuda)\.OutOfMemoryError|^Tried to allocate [\d.]+ ?[KMGT]?i?B \(GPU \d+;`), nil, ""},
+		lazyre.New(`CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA [Ee]rror: out of memory|cudaErrorMemoryAllocation|cuda runtime error \(2\) : out of memory|THCudaCheck FAIL .*error=2 : out of memory|(?:torch|cuda)\.OutOfMemoryError|^Tried to allocate [\d.]+ ?[KMGT]?i?B \(GPU \d+;`), nil, ""},
 
 	{CUDAForkError, Cause, "", "", []string{"forked subprocess"},
-		regexp.MustCompile(`Cannot re-initialize CUDA in forked subprocess`), nil, ""},
+		lazyre.New(`Cannot re-initialize CUDA in forked subprocess`), nil, ""},
 	{CUDAEnvError, Cause, "", "", []string{"NVIDIA driver", "CUDA-capable device", "CUDA driver version", "not compiled with CUDA", "CUDA unknown error", "forward compatibility", "display driver", "CUDA initialization", "kernel image", "NoKernelImage", "current PyTorch installation", "no longer supports this GPU"},
-		regexp.MustCompile(`NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver version is insufficient|Torch not compiled with CUDA enabled|CUDA unknown error - this may be due to an incorrectly set up environment|forward compatibility was attempted on non supported HW|system has unsupported display driver / cuda driver combination|CUDA initialization: .*(?:driver|device)|no kernel image is available for execution on the device|cudaErrorNoKernelImageForDevice|CUDA capability sm_\d+ is not compatible with the current PyTorch installation|PyTorch no longer supports this GPU because it is too old|CUDA-capable device\(s\) is/are busy or unavailable`), nil, ""},
+		lazyre.New(`NVIDIA driver on your system is too old|Found no NVIDIA driver|no CUDA-capable device is detected|CUDA driver version is insufficient|Torch not compiled with CUDA enabled|CUDA unknown error - this may be due to an incorrectly set up environment|forward compatibility was attempted on non supported HW|system has unsupported display driver / cuda driver combination|CUDA initialization: .*(?:driver|device)|no kernel image is available for execution on the device|cudaErrorNoKernelImageForDevice|CUDA capability sm_\d+ is not compatible with the current PyTorch installation|PyTorch no longer supports this GPU because it is too old|CUDA-capable device\(s\) is/are busy or unavailable`), nil, ""},
 
 	// checkpoints
 	{"", Hint, "weights_only", "", []string{"Weights only load failed"},
-		regexp.MustCompile(`Weights only load failed`), nil,
+		lazyre.New(`Weights only load failed`), nil,
 		"torch.load refused the file with weights_only=True (the default since PyTorch 2.6) because it holds Python objects: the file is intact, the load call needs weights_only=False for a trusted file"},
 	{CorruptCheckpoint, Cause, "", "", []string{"EOFError"},
-		regexp.MustCompile(`EOFError: Ran out of input`), regexp.MustCompile(`torch[/\\]serialization\.py|_legacy_load|torch\.load\(|pickle_module\.load|unpickler\.load|load_checkpoint|load_state_dict\(torch\.load`),
+		lazyre.New(`EOFError: Ran out of input`), lazyre.New(`torch[/\\]serialization\.py|_legacy_load|torch\.load\(|pickle_module\.load|unpickler\.load|load_checkpoint|load_state_dict\(torch\.load`),
 		"EOFError: Ran out of input inside torch.load: the checkpoint file is empty or was cut short"},
 	{"", Hint, "eof", "", []string{"EOFError"},
-		regexp.MustCompile(`EOFError: Ran out of input`), nil,
+		lazyre.New(`EOFError: Ran out of input`), nil,
 		"EOFError: Ran out of input, but not inside torch.load: some pickle stream ended early; it is not taken for a corrupt checkpoint"},
 	{CorruptCheckpoint, Cause, "", "", []string{"invalid load key"},
-		regexp.MustCompile(`invalid load key, '(.*?)'`), nil, ""},
+		lazyre.New(`invalid load key, '(.*?)'`), nil, ""},
 	{CorruptCheckpoint, Cause, "", "", []string{"PytorchStreamReader", "central directory", "unexpected EOF", "UnpicklingError", "deserializing header", "magic number"},
-		regexp.MustCompile(`PytorchStreamReader failed|failed finding central directory|unexpected EOF, expected \d+ more bytes|_pickle\.UnpicklingError|Error while deserializing header|Invalid magic number; corrupt file`), nil, ""},
+		lazyre.New(`PytorchStreamReader failed|failed finding central directory|unexpected EOF, expected \d+ more bytes|_pickle\.UnpicklingError|Error while deserializing header|Invalid magic number; corrupt file`), nil, ""},
 
 	// full disks and full /dev/shm: the path or the call site decides
 	{ShmExhausted, Cause, "", "", []string{"shared memory", "No space left", "torch_", "bus error", "shm"},
-		regexp.MustCompile(`out of shared memory|No space left on device.*(?:/dev/shm|torch_)|unable to write to file </torch_|Unexpected bus error encountered in worker|bus error.*shared memory|shm_open|unable to allocate shared memory`), nil, ""},
+		lazyre.New(`out of shared memory|No space left on device.*(?:/dev/shm|torch_)|unable to write to file </torch_|Unexpected bus error encountered in worker|bus error.*shared memory|shm_open|unable to allocate shared memory`), nil, ""},
 	{ShmExhausted, Cause, "", "", []string{"Errno 28", "No space left"},
-		regexp.MustCompile(`\[Errno 28\]|No space left on device`), regexp.MustCompile(`multiprocessing[/\\]synchronize\.py|SemLock|multiprocessing[/\\]sharedctypes\.py|shared_memory\.py|/dev/shm`),
+		lazyre.New(`\[Errno 28\]|No space left on device`), lazyre.New(`multiprocessing[/\\]synchronize\.py|SemLock|multiprocessing[/\\]sharedctypes\.py|shared_memory\.py|/dev/shm`),
 		"[Errno 28] raised while creating a multiprocessing semaphore or shared memory (multiprocessing/synchronize.py, SemLock): those live in /dev/shm, so /dev/shm is full, not the disk"},
 	{DiskFull, Cause, "", "", []string{"PytorchStreamWriter", "unexpected pos"},
-		regexp.MustCompile(`PytorchStreamWriter failed writing|unexpected pos \d+ vs \d+`), nil,
+		lazyre.New(`PytorchStreamWriter failed writing|unexpected pos \d+ vs \d+`), nil,
 		"torch.save could not write the checkpoint (PytorchStreamWriter): a full disk or quota is the usual cause"},
 	{DiskFull, Cause, "", "", []string{"StorageFull", "code: 28"},
-		regexp.MustCompile(`StorageFull|IoError\(Os \{ code: 28`), nil,
+		lazyre.New(`StorageFull|IoError\(Os \{ code: 28`), nil,
 		"safetensors could not write the file: the OS said StorageFull (errno 28)"},
 	{DiskFull, Cause, "", "", []string{"No space left", "Errno 28", "ENOSPC", "quota", "Errno 122", "os error 28"},
-		regexp.MustCompile(`No space left on device|\[Errno 28\]|ENOSPC|Disk quota exceeded|\[Errno 122\]|os error 28`), nil, ""},
+		lazyre.New(`No space left on device|\[Errno 28\]|ENOSPC|Disk quota exceeded|\[Errno 122\]|os error 28`), nil, ""},
 
 	{NCCLError, Cause, "", "", []string{"NCCL", "nccl", "DistBackendError"},
-		regexp.MustCompile(`NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclRemoteError|ncclInvalidUsage|ncclInvalidArgument|DistBackendError`), nil, ""},
+		lazyre.New(`NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclRemoteError|ncclInvalidUsage|ncclInvalidArgument|DistBackendError`), nil, ""},
 	{NCCLError, Hint, "", "", []string{"NCCL WARN"},
-		regexp.MustCompile(`NCCL WARN`), nil, ""},
+		lazyre.New(`NCCL WARN`), nil, ""},
 	{CUDAError, Cause, "", "", []string{"illegal", "assert", "CUDA error", "EXECUTION_FAILED", "misaligned", "ECC", "launch failure", "Assertion"},
-		regexp.MustCompile(`illegal memory access|illegal instruction|device-side assert triggered|CUDA error: (?:misaligned address|unspecified launch failure|invalid device|invalid argument)|CUBLAS_STATUS_EXECUTION_FAILED|CUDNN_STATUS_EXECUTION_FAILED|misaligned address|uncorrectable ECC error|unspecified launch failure|\.cu:\d+: .*Assertion .* failed`), nil, ""},
+		lazyre.New(`illegal memory access|illegal instruction|device-side assert triggered|CUDA error: (?:misaligned address|unspecified launch failure|invalid device|invalid argument)|CUBLAS_STATUS_EXECUTION_FAILED|CUDNN_STATUS_EXECUTION_FAILED|misaligned address|uncorrectable ECC error|unspecified launch failure|\.cu:\d+: .*Assertion .* failed`), nil, ""},
 	{CUDAError, Hint, "", "", []string{"CUDA kernel errors", "CUDA error"},
-		regexp.MustCompile(`CUDA kernel errors might be asynchronously reported|CUDA error: `), nil, ""},
+		lazyre.New(`CUDA kernel errors might be asynchronously reported|CUDA error: `), nil, ""},
 	{DataloaderDied, Cause, "", "", []string{"DataLoader worker"},
-		regexp.MustCompile(`DataLoader worker \(pid\(?s?\)? ?[\d, ]*\)? (?:exited unexpectedly|is killed by signal)|DataLoader worker \(pid \d+\) is killed`), nil, ""},
+		lazyre.New(`DataLoader worker \(pid\(?s?\)? ?[\d, ]*\)? (?:exited unexpectedly|is killed by signal)|DataLoader worker \(pid \d+\) is killed`), nil, ""},
 }
 
-var reIPythonSource = regexp.MustCompile(`^(?:-*> ?)?\d+ +`)
+var reIPythonSource = lazyre.New(`^(?:-*> ?)?\d+ +`)
 
-var reRankInText = regexp.MustCompile(`\[(?:PG [^\]]*?)?Rank (\d+)\]|local_rank: (\d+)`)
+var reRankInText = lazyre.New(`\[(?:PG [^\]]*?)?Rank (\d+)\]|local_rank: (\d+)`)
 
 func atoi(s string) int {
 	n, _ := strconv.Atoi(s)

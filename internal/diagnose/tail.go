@@ -1,9 +1,10 @@
 package diagnose
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/vramguard/vramguard/internal/lazyre"
 )
 
 // Line is one line of a job's output as a person reads it: the text with the
@@ -37,31 +38,31 @@ type Line struct {
 }
 
 var (
-	reANSI = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
+	reANSI = lazyre.New(`\x1b\[[0-9;?]*[A-Za-z]`)
 	// a colour code whose escape byte was lost on the way (copied from a
 	// web page): "[36m" at the start of a line
-	reANSIRemnant = regexp.MustCompile(`^\[\d{1,2}(?:;\d{1,3})*m`)
+	reANSIRemnant = lazyre.New(`^\[\d{1,2}(?:;\d{1,3})*m`)
 	// journald / syslog: "Mar 21 02:07:08 gpu-node python3[1234]: "
-	reJournald = regexp.MustCompile(`^(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d (\S+) ([^\s\[\]:]+)(?:\[(\d+)\])?: ?`)
+	reJournald = lazyre.New(`^(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d (\S+) ([^\s\[\]:]+)(?:\[(\d+)\])?: ?`)
 	// a bare syslog date, as CI logs print it: "Oct 16 02:07:00 "
-	reSyslogDate = regexp.MustCompile(`^(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d `)
+	reSyslogDate = lazyre.New(`^(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d `)
 	// ISO or logging timestamps, bracketed or not, and the separator after
 	// them: "2025-11-12T11:25:13.4961658Z ", "2024-12-04T15:10:37.757329 - ",
 	// "[2024-02-27T21:35:32.106313Z] fa88a9df || "
-	reTimestamp = regexp.MustCompile(`^\[?\d{4}[-/]\d\d[-/]\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z| ?[+-]\d\d:?\d\d)?\]?(?: - | \| |:? |$)(?:[0-9a-f]{8} \|\| )?`)
+	reTimestamp = lazyre.New(`^\[?\d{4}[-/]\d\d[-/]\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z| ?[+-]\d\d:?\d\d)?\]?(?: - | \| |:? |$)(?:[0-9a-f]{8} \|\| )?`)
 	// Python logging's default format: "ERROR:root:", "WARNING:torch.distributed.elastic.multiprocessing.api:"
-	reLogging = regexp.MustCompile(`^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:`)
+	reLogging = lazyre.New(`^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:`)
 	// a log viewer's line number: "[80746] "
-	reLineNumber = regexp.MustCompile(`^\[\d+\] `)
-	reRay        = regexp.MustCompile(`^\(([A-Za-z_][\w.-]*) pid=(\d+)(?:, ip=[\d.]+)?\) `)
-	reSrunLabel  = regexp.MustCompile(`^ {0,4}(\d{1,5}): `)
+	reLineNumber = lazyre.New(`^\[\d+\] `)
+	reRay        = lazyre.New(`^\(([A-Za-z_][\w.-]*) pid=(\d+)(?:, ip=[\d.]+)?\) `)
+	reSrunLabel  = lazyre.New(`^ {0,4}(\d{1,5}): `)
 	// a c10 log header: "[E ProcessGroupNCCL.cpp:458]"
-	reC10Header = regexp.MustCompile(`^\[[IWEF] [\w.]+\.(?:cpp|cc|h|hpp):\d+\]`)
+	reC10Header = lazyre.New(`^\[[IWEF] [\w.]+\.(?:cpp|cc|h|hpp):\d+\]`)
 	// an ISO timestamp and " - " at the end of a string (ComfyUI's log)
-	reISODash = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+ - $`)
+	reISODash = lazyre.New(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+ - $`)
 	// torchrun's failure report: "[0]:" entries with "rank : 1 (local_rank: 1)"
-	reReportEntry = regexp.MustCompile(`^\[(\d+)\]:$`)
-	reReportRank  = regexp.MustCompile(`^\s+rank\s+: (\d+) \(local_rank: \d+\)`)
+	reReportEntry = lazyre.New(`^\[(\d+)\]:$`)
+	reReportRank  = lazyre.New(`^\s+rank\s+: (\d+) \(local_rank: \d+\)`)
 )
 
 // ReadLines reads tail (a job's output, oldest line first) the way a person
