@@ -19,11 +19,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/vramguard/vramguard/internal/ckpt/pickle"
 	"github.com/vramguard/vramguard/internal/ckpt/ziparc"
+	"github.com/vramguard/vramguard/internal/lazyre"
 )
 
 // Format names, as reported in Entry.Format and Report.Format.
@@ -174,10 +174,10 @@ func detectDir(dir string) string {
 
 // dcpShardName is how torch's FileSystemWriter names data files:
 // __{rank}_{n}.distcp.
-var dcpShardName = regexp.MustCompile(`^__[0-9]+_[0-9]+\.distcp$`)
+var dcpShardName = lazyre.New(`^__[0-9]+_[0-9]+\.distcp$`)
 
 // hfCheckpointName is the HF Trainer's checkpoint folder name.
-var hfCheckpointName = regexp.MustCompile(`^checkpoint-([0-9]+)$`)
+var hfCheckpointName = lazyre.New(`^checkpoint-([0-9]+)$`)
 
 // maxDCPMetadata bounds the .metadata pickle decoded to recognise a DCP
 // directory.

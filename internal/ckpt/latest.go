@@ -5,10 +5,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/lazyre"
 )
 
 // Entry is one checkpoint candidate found under a directory.
@@ -209,11 +210,11 @@ func sortEntries(es []Entry) {
 }
 
 // digitRun abstracts step numbers out of names for Series.
-var digitRun = regexp.MustCompile(`[0-9]+`)
+var digitRun = lazyre.New(`[0-9]+`)
 
 // shardName matches the shards of a sharded model
 // (model-00001-of-00004.safetensors, pytorch_model-00002-of-00003.bin).
-var shardName = regexp.MustCompile(`[0-9]+-of-[0-9]+`)
+var shardName = lazyre.New(`[0-9]+-of-[0-9]+`)
 
 // SeriesOf is the series of a checkpoint path: its directory and its name
 // with every run of digits replaced by "#".

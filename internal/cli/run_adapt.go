@@ -6,13 +6,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/vramguard/vramguard/internal/adapt"
+	"github.com/vramguard/vramguard/internal/lazyre"
 	"github.com/vramguard/vramguard/internal/supervise"
 )
 
@@ -35,7 +35,7 @@ func addAdaptFlags(fl *pflag.FlagSet, a *adaptFlags) {
 	fl.BoolVar(&a.remember, "adapt-remember", true, "with --adapt and --name: start from the settings that fit the last run of that name, and remember them when this one succeeds")
 }
 
-var placeholderRe = regexp.MustCompile(`\{(batch|accum|workers)\}`)
+var placeholderRe = lazyre.New(`\{(batch|accum|workers)\}`)
 
 // check validates the --adapt flags against the command; changed reports
 // whether a flag was given on the command line.
@@ -119,7 +119,7 @@ type remembered struct {
 	SavedAt time.Time      `json:"saved_at"`
 }
 
-var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]`)
+var unsafeName = lazyre.New(`[^A-Za-z0-9._-]`)
 
 func rememberPath(home, name string) string {
 	return filepath.Join(home, "adapt", unsafeName.ReplaceAllString(name, "_")+".json")

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
+	"github.com/vramguard/vramguard/internal/lazyre"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/units"
 )
@@ -64,7 +64,7 @@ func checkTorchImport(f *facts) Result {
 	return okR(ev).with("version", t.Version).with("cuda", t.CUDA).with("executable", who)
 }
 
-var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)`)
+var versionRE = lazyre.New(`^(\d+)\.(\d+)`)
 
 // majorMinor parses "12.1" or "12.1.105" into 12, 1.
 func majorMinor(s string) (int, int, bool) {
@@ -143,7 +143,7 @@ func checkCUDNN(f *facts) Result {
 	return okR("cuDNN "+cudnnString(t.CUDNN)).with("cudnn", t.CUDNN)
 }
 
-var cudartVersionRE = regexp.MustCompile(`libcudart\.so\.(\d+)(?:\.(\d+))?`)
+var cudartVersionRE = lazyre.New(`libcudart\.so\.(\d+)(?:\.(\d+))?`)
 
 func checkCudart(f *facts) Result {
 	if r := torchGate(f); r != nil {

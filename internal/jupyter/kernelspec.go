@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
+
+	"github.com/vramguard/vramguard/internal/lazyre"
 )
 
 // Marker is the key under a kernelspec's "metadata" that marks it as
@@ -61,7 +62,7 @@ func NewSpec(o SpecOptions) Spec {
 	}
 }
 
-var validName = regexp.MustCompile(`^[a-zA-Z0-9._-]+$`)
+var validName = lazyre.New(`^[a-zA-Z0-9._-]+$`)
 
 // ValidName reports whether name can be a kernelspec directory name, as
 // jupyter_client requires.

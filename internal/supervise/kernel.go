@@ -3,13 +3,14 @@ package supervise
 import (
 	"fmt"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/vramguard/vramguard/internal/lazyre"
 )
 
-var reKernelOOM = regexp.MustCompile(`(?:Killed process|oom-kill:.*\bpid=|Memory cgroup out of memory: Killed process) ?(\d+)`)
+var reKernelOOM = lazyre.New(`(?:Killed process|oom-kill:.*\bpid=|Memory cgroup out of memory: Killed process) ?(\d+)`)
 
 // kernelOOM reads the kernel log (/dev/kmsg, where readable) for OOM kills
 // of any PID in pids since the attempt started (uptime seconds).

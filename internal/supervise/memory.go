@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/vramguard/vramguard/internal/cgroup"
+	"github.com/vramguard/vramguard/internal/lazyre"
 	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/timeline"
@@ -144,8 +144,8 @@ func (a *running) setPeak() {
 }
 
 var (
-	reOOMVictim = regexp.MustCompile(`Killed process (\d+) \(([^)]*)\)`)
-	reOOMFigure = regexp.MustCompile(`\b(anon-rss|file-rss|shmem-rss):(\d+)kB`)
+	reOOMVictim = lazyre.New(`Killed process (\d+) \(([^)]*)\)`)
+	reOOMFigure = lazyre.New(`\b(anon-rss|file-rss|shmem-rss):(\d+)kB`)
 )
 
 // labelKernelOOM rewrites a kernel log line that reports an OOM kill with
