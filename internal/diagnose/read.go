@@ -355,6 +355,8 @@ func (f Failure) describe() string {
 	switch {
 	case f.Rank >= 0 && f.Source == "torchrun root cause":
 		return fmt.Sprintf("rank %d (torchrun's root-cause report)", f.Rank)
+	case f.Rank >= 0 && strings.HasPrefix(f.Source, spawnSource):
+		return fmt.Sprintf("process %d (mp.spawn's report; its rank, as mp.spawn is used)", f.Rank)
 	case f.Rank >= 0 && strings.HasPrefix(f.Source, "task "):
 		return fmt.Sprintf("Slurm task %d", f.Rank)
 	case f.Rank >= 0 && strings.HasPrefix(f.Source, "local_rank "):
