@@ -101,8 +101,8 @@ done
 if [[ " $ARCHES " == *" amd64 "* ]]; then
   bin=$DIST/linux-amd64/vramguard
   got=$("$bin" version --json)
-  grep -q "\"version\": \"$version\"" <<<"$got" || die "the amd64 binary reports another version: $got"
-  grep -q "\"revision\": \"$revision\"" <<<"$got" || die "the amd64 binary reports another revision: $got"
+  grep -qF "\"version\": \"$version\"" <<<"$got" || die "the amd64 binary reports another version: $got"
+  grep -qF "\"revision\": \"$revision\"" <<<"$got" || die "the amd64 binary reports another revision: $got"
   VRAMGUARD_HOME=$build/smoke-home "$bin" run --name dist-smoke -- sh -c 'echo vramguard-dist-smoke' > "$build/smoke.out" 2>&1 ||
     die "a supervised job failed under the amd64 binary: $(cat "$build/smoke.out")"
   grep -q vramguard-dist-smoke "$build/smoke.out" || die "the supervised job's output did not pass through: $(cat "$build/smoke.out")"
