@@ -47,6 +47,10 @@ type RunOptions struct {
 	AtomicSave     bool
 	UnsavedWarning time.Duration
 	detachedID     string
+	// runName is the name the run is recorded under: Name, or Name-2, ...
+	// when an earlier run has Name (run_name.go). Name itself stays what
+	// was asked for, which --adapt-remember keys on.
+	runName string
 	Command        []string
 	adapt          adaptFlags
 	// changed reports whether a flag was given on the command line.
@@ -214,7 +218,7 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	}
 	me, _ := procfs.FS{}.Proc(os.Getpid())
 	cwd, _ := os.Getwd()
-	run := &store.Run{ID: id, Name: o.Name, Command: o.Command, Cwd: cwd, Status: store.StatusRunning,
+	run := &store.Run{ID: id, Name: o.recordName(), Command: o.Command, Cwd: cwd, Status: store.StatusRunning,
 		StartedAt: f.Now(), SupervisorPID: os.Getpid(), SupervisorStart: me.StartTicks,
 		Detached: o.detachedID != "", Dir: supervise.RunDir(f.Home(), id)}
 	if err := st.CreateRun(ctx, run); err != nil {
@@ -329,8 +333,10 @@ func detach(ctx context.Context, f *Factory, o *RunOptions) error {
 	}
 	defer st.Close()
 	deadline := time.Now().Add(10 * time.Second)
+	var rec *store.Run
 	for {
 		if r, err := st.Resolve(ctx, id); err == nil && r.ID == id {
+			rec = r
 			break
 		}
 		if time.Now().After(deadline) || !runctl.Alive(procfs.FS{}, pid, 0) {
@@ -340,7 +346,7 @@ func detach(ctx context.Context, f *Factory, o *RunOptions) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if o.JSON {
-		return f.WriteJSON(map[string]any{"id": id, "name": o.Name, "supervisor_pid": pid, "dir": dir})
+		return f.WriteJSON(map[string]any{"id": id, "name": rec.Name, "supervisor_pid": pid, "dir": dir})
 	}
 	fmt.Fprintln(f.IO.Out, id)
 	fmt.Fprintf(f.IO.ErrOut, "vramguard: running in the background as %s\n  follow: vramguard logs -f %s\n  stop:   vramguard stop %s\n", id, id, id)

@@ -8,15 +8,18 @@ import (
 	"github.com/vramguard/vramguard/internal/store"
 )
 
-// nameRun settles the --name of a new run. A name answers for one run: when
-// an earlier run still has it (every recorded run can be found by its
-// name), the new run gets the first free of NAME-2, NAME-3, ... and
-// vramguard says so, so that neither run is lost behind the other. "last"
-// names no run (it means the newest one). A kernel's run is named after its
-// notebook instead (run_kernel.go), and the background supervisor of
-// --detach takes the name its parent settled.
+// nameRun settles the name a new run is recorded under. A name answers for
+// one run: when an earlier run still has the --name asked for (every
+// recorded run can be found by its name), the new run is recorded as the
+// first free of NAME-2, NAME-3, ... and vramguard says so, so that neither
+// run is lost behind the other. --name itself keeps what was asked: what
+// --adapt-remember remembers is per asked name. "last" names no run (it
+// means the newest one). A kernel's run is named after its notebook instead
+// (run_kernel.go). With --detach the background supervisor settles the
+// name again when it records the run, and the parent's prediction is only
+// what it says.
 func nameRun(ctx context.Context, f *Factory, o *RunOptions) error {
-	if o.Name == "" || o.Kernel || o.detachedID != "" {
+	if o.Name == "" || o.Kernel {
 		return nil
 	}
 	if o.Name == "last" {
@@ -41,11 +44,22 @@ func nameRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	if err != nil {
 		return Envf("%v", err)
 	}
+	o.runName = name
+	if o.detachedID != "" {
+		return nil // the parent said so on its terminal
+	}
 	what := owner.Status
 	if owner.Status == store.StatusFinished {
 		what = "ended: " + dash(owner.Reason)
 	}
 	fmt.Fprintf(f.IO.ErrOut, "vramguard: run %s (%s) is already named %s; this run is %s\n", owner.ID, what, o.Name, name)
-	o.Name = name
 	return nil
+}
+
+// recordName is the name the run is recorded under (see nameRun).
+func (o *RunOptions) recordName() string {
+	if o.runName != "" {
+		return o.runName
+	}
+	return o.Name
 }
