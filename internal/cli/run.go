@@ -51,8 +51,8 @@ type RunOptions struct {
 	// when an earlier run has Name (run_name.go). Name itself stays what
 	// was asked for, which --adapt-remember keys on.
 	runName string
-	Command        []string
-	adapt          adaptFlags
+	Command []string
+	adapt   adaptFlags
 	// changed reports whether a flag was given on the command line.
 	changed func(name string) bool
 }
