@@ -80,10 +80,11 @@ func TestFindFallsBackToTheStateDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, tt := range []struct {
+	type change struct {
 		name   string
 		change func(*testing.T, string)
-	}{
+	}
+	cases := []change{
 		{"other version", edit},
 		{"incomplete", remove},
 		{"no package", func(t *testing.T, probeDir string) {
@@ -91,7 +92,33 @@ func TestFindFallsBackToTheStateDirectory(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-	} {
+		// The directory goes ahead of the standard library on PYTHONPATH:
+		// a module added there would shadow it in every job.
+		{"module added", func(t *testing.T, probeDir string) {
+			if err := os.WriteFile(filepath.Join(probeDir, "json.py"), []byte("raise SystemExit\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"module added to the package", func(t *testing.T, probeDir string) {
+			if err := os.WriteFile(filepath.Join(probeDir, "vramguard", "extra.py"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"writable by others", func(t *testing.T, probeDir string) {
+			site := filepath.Dir(filepath.Dir(probeDir))
+			if err := os.Chmod(site, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	if os.Getuid() == 0 { // only root can give a file away (CI runs as root)
+		cases = append(cases, change{"another user's", func(t *testing.T, probeDir string) {
+			if err := os.Chown(filepath.Join(probeDir, "vramguard"), 12345, 12345); err != nil {
+				t.Fatal(err)
+			}
+		}})
+	}
+	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			exe, probeDir := wheelLayout(t, t.TempDir(), "lib/python3.11/site-packages")
 			tt.change(t, probeDir)
@@ -112,5 +139,19 @@ func TestFindWithoutExecutable(t *testing.T) {
 	dir, src, err := Find("", state)
 	if err != nil || src != SourceState || filepath.Dir(dir) != state {
 		t.Fatalf("Find = %q %q %v", dir, src, err)
+	}
+}
+
+func TestFindAcceptsOwnGroupWritablePackage(t *testing.T) {
+	exe, probeDir := wheelLayout(t, t.TempDir(), "lib/python3.11/site-packages")
+	if err := os.Chmod(filepath.Join(probeDir, "vramguard"), 0o775); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(probeDir, "vramguard"), os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	dir, src, err := Find(exe, filepath.Join(t.TempDir(), "probe"))
+	if err != nil || src != SourcePackage || dir != probeDir {
+		t.Fatalf("Find = %q %q %v, want the package (group-writable by the user's own group, as umask 002 makes it)", dir, src, err)
 	}
 }
