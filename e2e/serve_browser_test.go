@@ -215,6 +215,10 @@ raise ValueError("bad batch shape (3, 224)")`, flag)
 	if b, _ := json.Marshal(e.explain("failing")); json.Unmarshal(b, &explained) != nil || len(explained.Attempts) != 2 || len(explained.Evidence) == 0 {
 		t.Fatalf("explain --json failing: %s", b)
 	}
+	text := e.run("explain", "failing")
+	if text.code != 0 {
+		t.Fatalf("explain failing: %d %s", text.code, text.stderr)
+	}
 	gapStart, gapEnd := gappyJob(t, home, time.Now())
 
 	s := startServe(t, home, "--simulate", "../examples/scenarios/workstation.json")
@@ -237,6 +241,7 @@ raise ValueError("bad batch shape (3, 224)")`, flag)
 		checkGap(t, b, gapStart, gapEnd)
 		checkVerdicts(t, b, s.URL)
 		checkRuns(t, b, explained.RunID, explained.Reason, explained.Evidence, explained.Advice, len(explained.Attempts))
+		checkSameAsExplain(t, b, text.stdout)
 		checkLayout(t, b, width)
 		b.eval(`scrollTo(0, 0); return true`, nil)
 		b.screenshot(fmt.Sprintf("dashboard-%d", width), width)
@@ -434,6 +439,40 @@ func checkRuns(t *testing.T, b *browser, id, reason string, evidence, advice []s
 	}
 	if strings.Contains(pm.Text, `":`) || strings.Contains(pm.Text, "{") || pm.Wide {
 		t.Errorf("post-mortem shows JSON or runs wider than its box (%v): %s", pm.Wide, pm.Text)
+	}
+}
+
+// checkSameAsExplain: every line of the post-mortem's monitor, memory and
+// probe sections reads as the line of the same name in `explain`'s text.
+func checkSameAsExplain(t *testing.T, b *browser, explain string) {
+	t.Helper()
+	sections := map[string][]string{} // explain's section title -> its lines
+	title := ""
+	for _, l := range strings.Split(explain, "\n") {
+		switch {
+		case strings.TrimSpace(l) == "":
+			title = ""
+		case title == "" && !strings.HasPrefix(l, " "):
+			title = l
+		default:
+			sections[title] = append(sections[title], strings.Join(strings.Fields(l), " "))
+		}
+	}
+	var rows []struct{ Section, Line string }
+	b.eval(`return [...document.querySelectorAll("#postmortem section.monitor, #postmortem section.memory, #postmortem section.probe")].flatMap(sec =>
+		[...sec.querySelectorAll("dt")].map(dt => ({Section: sec.querySelector("h4").textContent, Line: dt.textContent + " " + dt.nextElementSibling.textContent})))`, &rows)
+	if len(rows) < 5 {
+		t.Fatalf("post-mortem monitor, memory and probe lines: %q", rows)
+	}
+	for _, r := range rows {
+		line := strings.Join(strings.Fields(r.Line), " ")
+		found := false
+		for _, l := range sections[r.Section] {
+			found = found || l == line
+		}
+		if !found {
+			t.Errorf("post-mortem %s line %q is not explain's: %q", r.Section, line, sections[r.Section])
+		}
 	}
 }
 
