@@ -156,10 +156,14 @@ func TestKernelProcsByExecutable(t *testing.T) {
 			{PID: 31, PPID: 30, Comm: "python3", StartTicks: 201, RSSBytes: 50},
 			// C: a plain kernel of the same server.
 			{PID: 40, PPID: 10, Comm: "python3", StartTicks: 300, RSSBytes: 60},
+			// D: a supervisor in its first moments: its kernel is not
+			// started yet, nor has it named itself vramguard.
+			{PID: 50, PPID: 10, Comm: "vg-copy", StartTicks: 400, RSSBytes: 9},
 		},
 		argv: map[int][]string{10: {"jupyter-server"}, 20: sup, 21: shim, 22: kernelArgv("A"), 23: kernelArgv("A"),
-			30: conda, 31: kernelArgv("B"), 40: kernelArgv("C")},
-		exe: map[int]string{20: "8:1000", 21: "8:1000", 22: "8:2000", 23: "8:2000", 30: "8:3000", 31: "8:2000", 40: "8:2000"},
+			30: conda, 31: kernelArgv("B"), 40: kernelArgv("C"),
+			50: append([]string{"/opt/bin/vg-copy", "run", "--kernel", "--"}, kernelArgv("D")...)},
+		exe: map[int]string{20: "8:1000", 21: "8:1000", 22: "8:2000", 23: "8:2000", 30: "8:3000", 31: "8:2000", 40: "8:2000", 50: "8:1000"},
 		env: map[int][]string{
 			22: {"VRAMGUARD_RUN_ID=20260101-000000-aaaaaa", "VRAMGUARD_ATTEMPT=1"},
 			23: {"VRAMGUARD_RUN_ID=20260101-000000-aaaaaa"},

@@ -83,6 +83,20 @@ type ExeSource interface {
 // it starts: a kernel that has it runs under `vramguard run --kernel`.
 const runIDVar = "VRAMGUARD_RUN_ID"
 
+// launches reports whether argv runs the kernel's command given after a
+// "--": a launcher such as vramguard's supervisor, which is no kernel even
+// while the kernel it starts is not there yet (the first moments of a
+// supervisor, before it names itself vramguard).
+func launches(argv []string) bool {
+	for i, a := range argv {
+		if a == "--" {
+			_, ok := ConnectionKernelID(argv[i+1:])
+			return ok
+		}
+	}
+	return false
+}
+
 // looksLikeVramguard reports whether a process is named vramguard: every
 // vramguard process names itself so (its comm, readable by every user),
 // and older ones are named so by their file.
@@ -107,7 +121,8 @@ func looksLikeVramguard(comm string, argv []string) bool {
 // from /proc/PID/exe (where it cannot be, another user's process without
 // root, the process's name stands for it), so a vramguard binary under any
 // name is recognised; a process named vramguard (as every vramguard process
-// names itself) is never the kernel. A kernel below a wrapper is supervised
+// names itself) is never the kernel, nor is a process that passes the
+// kernel's command on after a "--". A kernel below a wrapper is supervised
 // when its environment carries a run id of its own, which vramguard's
 // supervisor sets (or when the environment cannot be read).
 func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
@@ -125,6 +140,9 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 		ident string // which executable, for telling wrappers from kernels
 		// vramguard: the process names itself so (cli.Main), or is named so
 		vramguard bool
+		// launcher: the kernel's command follows a "--" (vramguard run
+		// --kernel ... -- python ...; other launchers alike)
+		launcher bool
 	}
 	cands := map[int]cand{}
 	for _, p := range all {
@@ -136,7 +154,7 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 		if !ok {
 			continue
 		}
-		c := cand{id: id, vramguard: looksLikeVramguard(p.Comm, argv)}
+		c := cand{id: id, vramguard: looksLikeVramguard(p.Comm, argv), launcher: launches(argv)}
 		if exeSrc != nil {
 			if exe, err := exeSrc.Exe(p.PID); err == nil && exe != "" {
 				c.ident = "exe:" + exe
@@ -180,7 +198,7 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 	}
 	wrapper := map[int]bool{}
 	for pid, c := range cands {
-		if c.vramguard || (self != "" && c.ident == self) {
+		if c.vramguard || c.launcher || (self != "" && c.ident == self) {
 			wrapper[pid] = true
 		}
 	}

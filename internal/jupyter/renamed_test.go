@@ -66,8 +66,12 @@ func TestRenamedSupervisor(t *testing.T) {
 		last = l.kernels()[s.Kernel.ID]
 		return last.PID != 0 && last.PID != pid
 	}, func() { t.Logf("last seen: %+v", last) })
-	if last.RunID != run {
-		t.Errorf("the restarted kernel is run %q, want %q", last.RunID, run)
+	// What kernels shows from the restart on is the new kernel, never its
+	// supervisor starting up.
+	pid2, _ := parseSelf(t, l.connect(s.Kernel.ID).run(selfReport).stdout)
+	if last.PID != pid2 || !last.Supervised || last.RunID != run {
+		t.Errorf("after the restart kernels showed pid %d supervised %v run %q; the kernel is pid %d of run %s",
+			last.PID, last.Supervised, last.RunID, pid2, run)
 	}
 	l.wantRunsLine(run, "running after killed")
 
