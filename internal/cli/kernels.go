@@ -38,7 +38,9 @@ files jpserver-*.json and nbserver-*.json, asked with each server's token), each
 its notebook, its process (by the kernel-ID.json connection file on its command line,
 so kernels in containers are found as well), the GPU memory of the kernel and every
 process it started, PyTorch's allocated/reserved figures when the probe reports them,
-host RSS, state and how long it has been idle.
+host RSS, state and how long it has been idle. A kernel run by vramguard's kernelspec
+shows the run that supervises it: vramguard's own processes, which carry the kernel's
+command line too, are told apart by their executable, whatever vramguard is called.
 
 Actions go through the server's REST API, as the notebook's own menu would:
 
