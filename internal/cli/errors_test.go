@@ -127,3 +127,18 @@ func TestErrorMessages(t *testing.T) {
 		})
 	}
 }
+
+// TestRunMissingScenarioRecordsNothing: a GPU backend that cannot be opened
+// is refused before the run is recorded, so no run is left behind as lost.
+func TestRunMissingScenarioRecordsNothing(t *testing.T) {
+	home := t.TempDir()
+	scenario := filepath.Join(t.TempDir(), "nope.json")
+	_, errOut, code := runIn(t, home, "run", "--simulate", scenario, "--", "true")
+	if code != ExitUsage || errOut != "vramguard: scenario file "+scenario+": no such file or directory\n" {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	out, _, _ := runIn(t, home, "runs", "--json")
+	if strings.TrimSpace(out) != "[]" {
+		t.Errorf("a run was recorded: %s", out)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramguard/vramguard/internal/cgroup"
+	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/store"
@@ -53,6 +54,7 @@ type RunOptions struct {
 	runName string
 	Command []string
 	adapt   adaptFlags
+	gpu     gpu.Backend // opened by runRun before the run is recorded
 	// changed reports whether a flag was given on the command line.
 	changed func(name string) bool
 }
@@ -190,9 +192,20 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	if err := nameRun(ctx, f, o); err != nil {
 		return err
 	}
+	// The GPU backend is opened before anything is recorded, so a missing
+	// scenario file or driver is an error, not a run left behind as lost.
+	gb, note, err := openGPU(ctx, o.Simulate, o.GPUBackend)
+	if err != nil {
+		return err
+	}
+	defer gb.Close()
 	if o.Detach {
 		return detach(ctx, f, o)
 	}
+	if note != "" {
+		f.Logger().Info("gpu", "note", note)
+	}
+	o.gpu = gb
 	st, err := f.openStore(ctx)
 	if err != nil {
 		return err
@@ -234,14 +247,7 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 	if err != nil {
 		return Envf("find the vramguard executable: %v", err)
 	}
-	gb, note, err := openGPU(ctx, o.Simulate, o.GPUBackend)
-	if err != nil {
-		return err
-	}
-	defer gb.Close()
-	if note != "" {
-		f.Logger().Info("gpu", "note", note)
-	}
+	gb := o.gpu
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
