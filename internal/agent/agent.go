@@ -29,6 +29,7 @@ import (
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/timeline"
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // Event kinds the agent raises: timeline's, under the names the agent's
@@ -363,7 +364,7 @@ func (a *Agent) ended(ctx context.Context, js *jobState, now time.Time) *store.A
 	j := &js.Job
 	var why []string
 	if js.OOMs > 0 {
-		why = append(why, fmt.Sprintf("after %d CUDA out-of-memory error(s)", js.OOMs))
+		why = append(why, "after "+units.Plural(int(js.OOMs), "CUDA out-of-memory error"))
 	}
 	if js.ProbeSeen && !js.ProbeBye {
 		why = append(why, "without its probe saying goodbye")

@@ -400,7 +400,11 @@ func readEvidence(r Reading, dec Failure) []string {
 		}
 	}
 	if len(cons) > 0 {
-		ev = append(ev, fmt.Sprintf("%d other line(s) are consequences, not causes: %s", len(cons), consequenceSummary(cons)))
+		verb := "are consequences, not causes"
+		if len(cons) == 1 {
+			verb = "is a consequence, not a cause"
+		}
+		ev = append(ev, fmt.Sprintf("%s %s: %s", units.Plural(len(cons), "other line"), verb, consequenceSummary(cons)))
 	}
 	return ev
 }

@@ -149,7 +149,7 @@ func TestDecisiveAcrossRanks(t *testing.T) {
 	ev := strings.Join(v.Evidence, "\n")
 	if v.Reason != CUDAOOM || v.OOM == nil || v.OOM.GPU == nil || *v.OOM.GPU != 3 ||
 		!strings.Contains(ev, "printed by rank 3 (line 6 of the output tail)") ||
-		!strings.Contains(ev, "3 other line(s) are consequences, not causes: collective timeouts (NCCL watchdog or gloo) (ranks 0, 2); the launcher stopping the other workers") {
+		!strings.Contains(ev, "3 other lines are consequences, not causes: collective timeouts (NCCL watchdog or gloo) (ranks 0, 2); the launcher stopping the other workers") {
 		t.Errorf("%s %+v\n%s", v.Reason, v.OOM, ev)
 	}
 	if v.ExceptionType != "torch.OutOfMemoryError" {
