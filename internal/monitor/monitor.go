@@ -32,7 +32,9 @@ type Config struct {
 	// since its last checkpoint (or its start); 0: never.
 	UnsavedAfter time.Duration
 	// StallAfter raises stalled when the job has had no output, used no CPU
-	// and made no training progress for this long; 0: never.
+	// and made no training progress for this long; once the job made
+	// progress (Progress), CPU time no longer counts: only progress and
+	// output do. 0: never.
 	StallAfter time.Duration
 	// NearLimit raises near_limit when the memory the limit is enforced on
 	// reaches this share of it (default 0.9; negative: never).
@@ -144,7 +146,11 @@ func (m *Monitor) Observe(s *timeline.Sample) []timeline.Event {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var evs []timeline.Event
-	if m.haveCPU && s.CPUTicks != m.lastCPU && s.T.After(m.lastActivity) {
+	// CPU time is activity until the job reports training progress; from
+	// then on only progress and output are: a rank waiting in a
+	// collective for a rank that stopped uses CPU (NCCL spins, the probe
+	// samples) without making any.
+	if m.haveCPU && s.CPUTicks != m.lastCPU && s.T.After(m.lastActivity) && m.progress.IsZero() {
 		m.lastActivity = s.T
 	}
 	m.lastCPU, m.haveCPU = s.CPUTicks, true
@@ -295,6 +301,10 @@ func (m *Monitor) Check(now time.Time, attempt int) []timeline.Event {
 			m.stalled = true
 			msg := fmt.Sprintf("no output, no CPU time used by any of its processes and no training progress for %s (--stall-timeout %s)",
 				idle.Round(time.Second), after)
+			if !m.progress.IsZero() {
+				msg = fmt.Sprintf("no training progress (optimizer steps, saves) and no output for %s (--stall-timeout %s); CPU time does not count once a job has made progress",
+					idle.Round(time.Second), after)
+			}
 			evs = append(evs, timeline.Event{T: now, Attempt: attempt, Kind: timeline.KindStalled, Message: msg})
 		}
 	}

@@ -3,6 +3,7 @@ package monitor
 import (
 	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,15 +147,27 @@ func TestCheck(t *testing.T) {
 	if evs := m.Check(at(141), 1); len(evs) != 1 || evs[0].Kind != timeline.KindUnsaved {
 		t.Fatalf("a minute after the checkpoint: %+v", evs)
 	}
-	// CPU time counts as activity: samples whose CPU ticks move keep it alive
+	// once a job has made progress, CPU time is no longer activity: a rank
+	// spinning in a collective for a rank that stopped makes none
 	for i := 142; i < 200; i++ {
 		s := hostSample(i, 1<<30, 0)
 		m.Observe(&s)
 	}
-	if evs := m.Check(at(200), 1); len(evs) != 0 {
+	evs = m.Check(at(200), 1)
+	if len(evs) != 1 || evs[0].Kind != timeline.KindStalled || !strings.Contains(evs[0].Message, "CPU time does not count") {
+		t.Fatalf("59 s of CPU but no progress after training: %+v, want a stall that says CPU did not count", evs)
+	}
+	// before any progress, CPU time counts as activity: samples whose CPU
+	// ticks move keep a job alive (loading data, compiling)
+	m = New(Config{StallAfter: 30 * time.Second}, t0)
+	for i := 1; i < 60; i++ {
+		s := hostSample(i, 1<<30, 0)
+		m.Observe(&s)
+	}
+	if evs := m.Check(at(60), 1); len(evs) != 0 {
 		t.Fatalf("busy job: %+v", evs)
 	}
-	if evs := m.Check(at(240), 1); len(evs) != 1 || evs[0].Kind != timeline.KindStalled {
+	if evs := m.Check(at(100), 1); len(evs) != 1 || evs[0].Kind != timeline.KindStalled {
 		t.Fatalf("40 s without CPU: %+v", evs)
 	}
 }

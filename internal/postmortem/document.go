@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/adapt"
+	"github.com/vramguard/vramguard/internal/ranks"
 	"github.com/vramguard/vramguard/internal/store"
 )
 
@@ -90,6 +91,9 @@ func Build(ctx context.Context, st *store.Store, r *store.Run, now time.Time) (*
 	}
 	if doc.Advice == nil {
 		doc.Advice = []string{}
+	}
+	if doc.Ranks == nil {
+		doc.Ranks = []ranks.Rank{}
 	}
 	doc.RunID, doc.Name, doc.Command, doc.Postmortem.Attempts = r.ID, r.Name, r.Command, r.Attempts
 	if r.Status == store.StatusLost {

@@ -14,6 +14,7 @@ import (
 	"github.com/vramguard/vramguard/internal/adapt"
 	"github.com/vramguard/vramguard/internal/diagnose"
 	"github.com/vramguard/vramguard/internal/monitor"
+	"github.com/vramguard/vramguard/internal/ranks"
 )
 
 // Postmortem is the full account of how an attempt ended.
@@ -48,6 +49,12 @@ type Postmortem struct {
 	// this attempt. Both absent without --adapt.
 	Settings    *adapt.Settings `json:"settings,omitempty"`
 	Adaptations []adapt.Step    `json:"adaptations,omitempty"`
+	// Ranks are the ranks of a distributed job (each one's end, reason,
+	// peaks, steps and last line), in rank order; empty for a job without
+	// ranks. RootCause is the rank that failed first (or, in a stalled
+	// job, stopped first); null when none was found.
+	Ranks     []ranks.Rank     `json:"ranks"`
+	RootCause *ranks.RootCause `json:"root_cause"`
 }
 
 // MemStats summarises the memory of an attempt's process tree

@@ -10,6 +10,7 @@ import (
 	"github.com/vramguard/vramguard/internal/analyze"
 	"github.com/vramguard/vramguard/internal/diagnose"
 	"github.com/vramguard/vramguard/internal/monitor"
+	"github.com/vramguard/vramguard/internal/ranks"
 	"github.com/vramguard/vramguard/internal/units"
 )
 
@@ -122,6 +123,7 @@ func Render(w io.Writer, d *Document) {
 			}
 		}
 	}
+	renderRanks(w, d.Ranks, d.RootCause)
 	list("what to change", d.Advice)
 	if len(d.Adaptations) > 0 {
 		fmt.Fprintln(w, "\nadaptations (--adapt)")
@@ -167,6 +169,94 @@ func Render(w io.Writer, d *Document) {
 	if d.Probe != nil {
 		renderProbe(w, d.Probe, d.AllocationSites, d.AllocationSitesError)
 	}
+}
+
+// renderRanks writes a distributed job's ranks: one line each (exit,
+// reason, optimizer steps, peaks, last line), the root cause marked, then
+// each failed rank's evidence.
+func renderRanks(w io.Writer, rs []ranks.Rank, root *ranks.RootCause) {
+	if len(rs) == 0 {
+		return
+	}
+	title := "ranks (" + plural(len(rs), "rank")
+	if root != nil {
+		title += fmt.Sprintf("; rank %d first", root.Rank)
+		if root.Reason == diagnose.Stalled {
+			title = strings.TrimSuffix(title, " first") + " stopped first"
+		} else {
+			title += " to fail"
+		}
+	}
+	fmt.Fprintf(w, "\n%s)\n", title)
+	fmt.Fprintf(w, "  %-5s %-8s %-10s %-15s %-16s %6s %10s %10s  %s\n", "RANK", "PID", "NODE", "EXIT", "REASON", "STEPS", "PEAK HOST", "PEAK GPU", "LAST LINE")
+	for _, r := range rs {
+		rank := fmt.Sprint(r.Rank)
+		if root != nil && root.Rank == r.Rank {
+			rank += "*"
+		}
+		pid := "-"
+		if r.PID > 0 {
+			pid = fmt.Sprint(r.PID)
+		}
+		exit := "-"
+		if r.ExitCode != nil {
+			exit = fmt.Sprint(*r.ExitCode)
+			if r.Signal != nil {
+				exit += " (" + *r.Signal + ")"
+			}
+		}
+		reason := r.Reason
+		if reason == "" {
+			reason = "-"
+		}
+		steps := "-"
+		if r.OptimizerSteps != nil {
+			steps = fmt.Sprint(*r.OptimizerSteps)
+		}
+		node := r.Node
+		if node == "" {
+			node = "-"
+		}
+		last := r.LastLine
+		if n := 72; len([]rune(last)) > n {
+			last = string([]rune(last)[:n-1]) + "…"
+		}
+		fmt.Fprintf(w, "  %-5s %-8s %-10s %-15s %-16s %6s %10s %10s  %s\n", rank, pid, truncRunes(node, 10), exit, reason, steps,
+			bytesOrDash(r.PeakHostBytes), bytesOrDash(r.PeakGPUBytes), last)
+	}
+	if root != nil {
+		fmt.Fprintf(w, "  * %s\n", root.How)
+	}
+	for _, r := range rs {
+		if len(r.Evidence) == 0 || r.Reason == diagnose.Success {
+			continue
+		}
+		what := r.Reason
+		if r.Collateral {
+			what += ", collateral"
+		}
+		fmt.Fprintf(w, "  rank %d (%s):\n", r.Rank, what)
+		for _, e := range r.Evidence {
+			fmt.Fprintf(w, "    • %s\n", strings.ReplaceAll(e, "\n", "\n      "))
+		}
+		if r.StacksPath != "" {
+			fmt.Fprintf(w, "    • Python stacks: %s\n", r.StacksPath)
+		}
+	}
+}
+
+func bytesOrDash(v *uint64) string {
+	if v == nil {
+		return "-"
+	}
+	return units.FormatBytes(*v)
+}
+
+func truncRunes(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }
 
 func renderMonitor(w io.Writer, m *monitor.Summary) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/postmortem"
+	"github.com/vramguard/vramguard/internal/ranks"
 	"github.com/vramguard/vramguard/internal/timeline"
 )
 
@@ -31,6 +32,23 @@ type Hook struct {
 	progress time.Time
 	lastCkpt time.Time
 	closed   bool
+	// procs is what each process of the attempt reported of itself
+	procs map[int]*procView
+}
+
+// procView is one process as its probe reported it.
+type procView struct {
+	steps    int64
+	lastStep time.Time
+	peakRSS  int64
+	// peakGPU is the process's PyTorch reserved peak, summed over its
+	// devices (the newest report of each)
+	gpuPeaks map[int]int64
+	forked   bool
+	argv     []string
+	dist     *ranks.Identity
+	exc      *ranks.Report
+	ended    time.Time
 }
 
 // NewHook reads l until it is closed. probeDir is what Install returned; o
@@ -40,7 +58,7 @@ func NewHook(probeDir string, l *Listener, o Options, now func() time.Time) *Hoo
 	if now == nil {
 		now = time.Now
 	}
-	h := &Hook{dir: probeDir, opts: o, now: now, open: map[int]bool{}, steps: map[int]int64{}, cuda: map[int][]DeviceStats{}}
+	h := &Hook{dir: probeDir, opts: o, now: now, open: map[int]bool{}, steps: map[int]int64{}, cuda: map[int][]DeviceStats{}, procs: map[int]*procView{}}
 	h.cond = sync.NewCond(&h.mu)
 	go h.read(l.Messages())
 	return h
@@ -60,6 +78,7 @@ func (h *Hook) read(msgs <-chan Message) {
 }
 
 func (h *Hook) add(m Message) {
+	h.view(m)
 	switch m.Type {
 	case TypeHello:
 		h.open[m.PID] = true
@@ -109,6 +128,7 @@ func (h *Hook) Started(attempt, pid int) {
 		h.seen = false
 		h.steps = map[int]int64{}
 		h.cuda = map[int][]DeviceStats{}
+		h.procs = map[int]*procView{}
 	}
 }
 
@@ -223,4 +243,71 @@ func (h *Hook) Finish(pm *postmortem.Postmortem) {
 			pm.AllocationSites = sites
 		}
 	}
+}
+
+// view folds a message into its process's view.
+func (h *Hook) view(m Message) {
+	if m.PID == 0 || m.Type == TypeInvalid {
+		return
+	}
+	v := h.procs[m.PID]
+	if v == nil {
+		if m.Type == TypeDisconnect {
+			return
+		}
+		v = &procView{}
+		h.procs[m.PID] = v
+	}
+	now := h.now()
+	switch m.Type {
+	case TypeHello:
+		v.forked, v.argv = m.Forked, m.Argv
+	case TypeSample, TypeCkpt, TypeBye:
+		if s := m.OptimizerSteps; s > v.steps {
+			v.steps, v.lastStep = s, now
+		}
+		v.peakRSS = max(v.peakRSS, m.RSSBytes)
+		for _, d := range m.CUDA {
+			if v.gpuPeaks == nil {
+				v.gpuPeaks = map[int]int64{}
+			}
+			v.gpuPeaks[d.Device] = max(v.gpuPeaks[d.Device], d.ReservedPeakBytes)
+		}
+	case TypeDist:
+		if m.Rank != nil && *m.Rank >= 0 && !v.forked {
+			v.dist = &ranks.Identity{Rank: *m.Rank, WorldSize: m.WorldSize, LocalRank: m.LocalRank, Source: ranks.SourceTorch}
+		}
+	case TypeException:
+		text := m.ExcType
+		if m.Text != "" {
+			text += ": " + m.Text
+		}
+		v.exc = &ranks.Report{Text: text, T: m.Time(), From: "the probe (its uncaught exception)"}
+	case TypeDisconnect:
+		v.ended = now
+	}
+}
+
+// Processes returns what each probed process of the attempt reported of
+// itself: its optimizer steps and when they last rose, its largest RSS and
+// PyTorch's reserved peak, its rank once torch.distributed's process group
+// existed, the uncaught exception that ended it, and when its connection
+// closed (its end, for a process that did not hand its socket on).
+func (h *Hook) Processes() []ranks.Probed {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]ranks.Probed, 0, len(h.procs))
+	for pid, v := range h.procs {
+		p := ranks.Probed{PID: pid, Argv: v.argv, Steps: v.steps, LastStep: v.lastStep, PeakRSS: uint64(max(v.peakRSS, 0)), Dist: v.dist, Exception: v.exc, Ended: v.ended}
+		if len(v.gpuPeaks) > 0 {
+			var g uint64
+			for _, b := range v.gpuPeaks {
+				g += uint64(max(b, 0))
+			}
+			p.PeakGPU = &g
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b ranks.Probed) int { return a.PID - b.PID })
+	return out
 }

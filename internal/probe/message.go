@@ -13,6 +13,8 @@ const (
 	TypeCkpt       = "ckpt"       // a torch.save finished (or failed)
 	TypeOOM        = "oom"        // a CUDA out-of-memory error
 	TypeError      = "error"      // the probe failed internally and went quiet
+	TypeDist       = "dist"       // the process's rank, once torch.distributed's process group exists
+	TypeException  = "exception"  // the uncaught exception that ends the process
 	TypeBye        = "bye"        // the interpreter is exiting normally
 	TypeDisconnect = "disconnect" // synthesised by Listener: the connection closed
 	TypeInvalid    = "invalid"    // synthesised by Listener: a line that is not a message
@@ -69,6 +71,15 @@ type Message struct {
 	SnapshotPath  string `json:"snapshot_path,omitempty"`
 	SummaryError  string `json:"summary_error,omitempty"`
 	SnapshotError string `json:"snapshot_error,omitempty"`
+
+	// dist
+	Rank      *int   `json:"rank,omitempty"`
+	WorldSize *int   `json:"world_size,omitempty"`
+	LocalRank *int   `json:"local_rank,omitempty"`
+	Backend   string `json:"backend,omitempty"`
+
+	// exception (its text is Text)
+	ExcType string `json:"exc_type,omitempty"`
 
 	// error (also ckpt when ok is false)
 	Where string `json:"where,omitempty"`

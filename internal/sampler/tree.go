@@ -11,6 +11,7 @@ import (
 	"github.com/vramguard/vramguard/internal/cgroup"
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/ranks"
 	"github.com/vramguard/vramguard/internal/timeline"
 )
 
@@ -52,6 +53,9 @@ type JobSpec struct {
 	Cgroups cgroup.Reader
 	// MaxProcs caps TreeInfo.Procs and timeline.Sample.Procs (default 64).
 	MaxProcs int
+	// RankOf gives a process's rank as torch.distributed knows it (the
+	// probe's view), which wins over its environment's; nil: none.
+	RankOf func(pid int) *ranks.Identity
 }
 
 // ProcReading is one process of the tree at one reading.
@@ -63,6 +67,11 @@ type ProcReading struct {
 	// PSS is nil when smaps_rollup could not be read.
 	PSS *uint64 `json:"pss_bytes,omitempty"`
 	GPU uint64  `json:"gpu_bytes,omitempty"`
+	// Rank is the process's place in a distributed job: from
+	// torch.distributed (JobSpec.RankOf), else its environment (RANK,
+	// SLURM_PROCID, …, read once per process); nil when it has none. A
+	// DataLoader worker carries its rank's environment, so its rank.
+	Rank *ranks.Identity `json:"rank,omitempty"`
 }
 
 // TreeInfo is what a reading saw beyond its timeline.Sample.
@@ -87,6 +96,10 @@ type TreeInfo struct {
 	LimitHighWater uint64
 	// GPUTime is when the GPU process list used was read (zero: none).
 	GPUTime time.Time
+	// Env is what the environment of each live process says of its place
+	// in a distributed job, for the processes whose environment names a
+	// rank or torchrun's error file.
+	Env map[int]ranks.Env
 }
 
 // JobWatch reads one job's tree. It keeps the last limit found, so a
@@ -101,6 +114,14 @@ type JobWatch struct {
 	limitVer  int
 	hostTotal uint64
 	gpuTried  time.Time
+	// envs caches what each process's environment says (read once per
+	// process: by PID and start time)
+	envs map[int]envEntry
+}
+
+type envEntry struct {
+	start uint64
+	env   ranks.Env
 }
 
 // WatchJob returns a reader of the job's tree.
@@ -147,6 +168,18 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 			continue
 		}
 		r := ProcReading{PID: p.PID, PPID: p.PPID, Comm: p.Comm, RSS: p.RSSBytes}
+		if e := w.env(p); e.Identity != nil || e.ErrorFile != "" {
+			if info.Env == nil {
+				info.Env = map[int]ranks.Env{}
+			}
+			info.Env[p.PID] = e
+			r.Rank = e.Identity
+		}
+		if sp.RankOf != nil {
+			if id := sp.RankOf(p.PID); id != nil {
+				r.Rank = id
+			}
+		}
 		roll, err := sp.Proc.SmapsRollup(p.PID)
 		switch {
 		case err == nil && roll.RSS > 0:
@@ -167,6 +200,17 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 		index[p.PID] = len(info.Procs)
 		info.Procs = append(info.Procs, r)
 		info.PIDs = append(info.PIDs, p.PID)
+	}
+	if len(w.envs) > 2*len(tree)+64 {
+		live := make(map[int]bool, len(tree))
+		for _, p := range tree {
+			live[p.PID] = true
+		}
+		for pid := range w.envs {
+			if !live[pid] {
+				delete(w.envs, pid)
+			}
+		}
 	}
 	x.NProcs = len(info.Procs)
 	if x.NProcs == 0 {
@@ -228,6 +272,23 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 	}
 	x.Procs, _ = json.Marshal(procs)
 	return x, info, nil
+}
+
+// env reads what p's environment says of its place in a job, once per
+// process.
+func (w *JobWatch) env(p procfs.Proc) ranks.Env {
+	if e, ok := w.envs[p.PID]; ok && e.start == p.StartTicks {
+		return e.env
+	}
+	if w.envs == nil {
+		w.envs = map[int]envEntry{}
+	}
+	var e ranks.Env
+	if env, err := w.spec.Proc.Environ(p.PID); err == nil {
+		e = ranks.ReadEnv(env)
+	}
+	w.envs[p.PID] = envEntry{start: p.StartTicks, env: e}
+	return e
 }
 
 // readLimit finds the limit in force: the tightest cgroup limit on main's

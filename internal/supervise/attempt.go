@@ -23,6 +23,7 @@ import (
 	"github.com/vramguard/vramguard/internal/diagnose"
 	"github.com/vramguard/vramguard/internal/joblog"
 	"github.com/vramguard/vramguard/internal/monitor"
+	"github.com/vramguard/vramguard/internal/ranks"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/timeline"
@@ -109,6 +110,16 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	in.Tail = a.lw.Tail(200)
 	v := diagnose.Classify(in)
 	pm.Verdict = v
+	pm.EndedAt = o.Now()
+	pm.DurationS = pm.EndedAt.Sub(start).Seconds()
+	pm.Memory = a.mem
+	if o.Probe != nil {
+		o.Probe.Finish(pm)
+	}
+	if in.StartErr == nil {
+		// a distributed job: each rank's end, and the rank that failed first
+		a.judgeRanks(in, pm)
+	}
 	exitMsg := fmt.Sprintf("attempt %d ended: %s", n, pm.Reason)
 	if pm.Reason == diagnose.Restarted && !s.interrupted {
 		// Ended on request so that the next attempt starts at once.
@@ -116,16 +127,10 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 		pm.RestartDecision = "restarted by request: the next attempt starts at once, whatever --restart says, and does not count against --max-restarts"
 		exitMsg += " (restarted by request)"
 	}
-	pm.EndedAt = o.Now()
-	pm.DurationS = pm.EndedAt.Sub(start).Seconds()
-	pm.Memory = a.mem
 	if a.mem.Samples > 0 {
 		sum := a.mon.Summary()
 		pm.Monitor = &sum
 		pm.Evidence = append(pm.Evidence, monitorEvidence(&sum)...)
-	}
-	if o.Probe != nil {
-		o.Probe.Finish(pm)
 	}
 	if pm.Resume != nil {
 		if pm.Resume.Problem != "" {
@@ -247,6 +252,7 @@ type running struct {
 	stalled       bool
 	stallDesc     string
 	stacks        []string
+	stackFiles    map[int]string // pid -> the file its stacks went to
 	final         statusMsg
 	haveFinal     bool
 	startedUptime float64
@@ -254,6 +260,11 @@ type running struct {
 	mon *monitor.Monitor
 	// verdict is the monitor's verdict last recorded (a verdict event).
 	verdict string
+	// exits is how each process of the job ended; procs what was seen of
+	// each while it ran; rankOf the probe's torch.distributed view
+	exits  *exitWatch
+	procs  map[int]*procSeen
+	rankOf map[int]*ranks.Identity
 }
 
 // analyse completes a sample with the probe's allocator figures and the
@@ -385,6 +396,7 @@ func (a *running) start(argv, env []string) error {
 	}
 	a.shim = cmd
 	a.shimPID = cmd.Process.Pid
+	a.exits = newExitWatch(o.Proc, o.Now)
 	a.lastOutput = o.Now()
 	a.copies.Add(2)
 	activity := func(int) {
@@ -421,7 +433,7 @@ func (a *running) start(argv, env []string) error {
 			a.oomStart = m.OOMKills
 		}
 	}
-	spec := sampler.JobSpec{Root: a.shimPID, Main: a.jobPID, Proc: o.Proc, Cgroups: o.Cgroup}
+	spec := sampler.JobSpec{Root: a.shimPID, Main: a.jobPID, Proc: o.Proc, Cgroups: o.Cgroup, RankOf: a.probeRank}
 	if a.group != nil && a.group.Dir != "" {
 		spec.Cgroup, spec.CgroupVersion = a.group.Dir, a.group.Version
 	}
@@ -437,13 +449,24 @@ func (a *running) watch(ctx context.Context) {
 	var stopTimer <-chan time.Time
 	finalCh := make(chan statusMsg, 1)
 	go func() {
-		line, err := a.status.ReadBytes('\n')
-		var m statusMsg
-		if err == nil && json.Unmarshal(line, &m) == nil {
+		defer a.statusR.Close()
+		defer close(finalCh)
+		for {
+			line, err := a.status.ReadBytes('\n')
+			if err != nil {
+				return
+			}
+			var m statusMsg
+			if json.Unmarshal(line, &m) != nil {
+				continue
+			}
+			if m.Event == "reaped" {
+				a.exits.reaped(m)
+				continue
+			}
 			finalCh <- m
+			return
 		}
-		close(finalCh)
-		a.statusR.Close()
 	}()
 	a.sample(ctx)
 	killAll := func() { _ = syscall.Kill(a.shimPID, syscall.SIGUSR1) }
@@ -600,9 +623,14 @@ func (a *running) collectStacks() []string {
 	time.Sleep(100 * time.Millisecond) // let the last writer finish
 	files, _ := filepath.Glob(pattern)
 	var out []string
+	a.stackFiles = map[int]string{}
 	for _, f := range files {
 		if b, err := os.ReadFile(f); err == nil && len(b) > 0 {
 			out = append(out, fmt.Sprintf("Python stacks (%s):\n%s", filepath.Base(f), strings.TrimSpace(string(b))))
+			var att, pid int
+			if _, err := fmt.Sscanf(filepath.Base(f), "stacks-%d-%d.txt", &att, &pid); err == nil {
+				a.stackFiles[pid] = f
+			}
 		}
 	}
 	return out
@@ -663,6 +691,7 @@ func (a *running) sample(ctx context.Context) {
 	}
 	x.Attempt = a.n
 	now := x.T
+	a.see(&info)
 	a.mu.Lock()
 	for _, pid := range info.PIDs {
 		a.seen[pid] = true

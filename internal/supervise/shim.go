@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -32,7 +33,7 @@ const ShimCommand = "__shim"
 
 // statusMsg is one line the shim writes on its status pipe (fd 3).
 type statusMsg struct {
-	Event    string `json:"event"` // started, start_error, exit
+	Event    string `json:"event"` // started, start_error, reaped, exit
 	PID      int    `json:"pid,omitempty"`
 	ExitCode int    `json:"exit_code"`
 	Signal   int    `json:"signal,omitempty"`
@@ -41,6 +42,10 @@ type statusMsg struct {
 	// any process of the job the shim reaped: the job's main process (with
 	// the children it reaped itself, DataLoader workers) and every orphan.
 	MaxRSS uint64 `json:"max_rss_bytes,omitempty"`
+	// TimeNS is when a reaped process was reaped (Unix nanoseconds); a
+	// "reaped" line reports each process the shim reaped (the job's main
+	// process and every orphan): its PID, status and own max RSS.
+	TimeNS int64 `json:"t_ns,omitempty"`
 }
 
 // RunShim is the shim's main: args are [--cgroup-procs FILE] -- CMD ARGS.
@@ -64,9 +69,12 @@ func RunShim(args []string) int {
 	// The status pipe is the shim's alone: keep it out of the job.
 	syscall.CloseOnExec(3)
 	status := os.NewFile(3, "status")
+	var statusMu sync.Mutex
 	report := func(m statusMsg) {
 		b, _ := json.Marshal(m)
+		statusMu.Lock()
 		status.Write(append(b, '\n'))
+		statusMu.Unlock()
 	}
 	parent := os.Getppid()
 	// Die with the supervisor: SIGUSR1 means "kill everything and go".
@@ -123,6 +131,7 @@ func RunShim(args []string) int {
 				return
 			}
 			raiseMax(&maxRSS, uint64(ru.Maxrss)*1024)
+			report(reapedMsg(pid, ws, &ru))
 			if pid == job {
 				exits <- exit{pid, ws}
 			}
@@ -154,7 +163,7 @@ func RunShim(args []string) int {
 	}
 	// The job's main process is gone: end whatever it left behind.
 	killTree(os.Getpid(), job)
-	final.MaxRSS = childrenMaxRSS(&maxRSS)
+	final.MaxRSS = childrenMaxRSS(&maxRSS, report)
 	report(*final)
 	return 0
 }
@@ -208,7 +217,7 @@ func raiseMax(m *atomic.Uint64, v uint64) {
 // childrenMaxRSS reaps what killTree left as zombies and returns the largest
 // max RSS of any child reaped: from wait4 and from RUSAGE_CHILDREN, which
 // also covers what the reaper goroutine has not reported yet.
-func childrenMaxRSS(m *atomic.Uint64) uint64 {
+func childrenMaxRSS(m *atomic.Uint64, report func(statusMsg)) uint64 {
 	for {
 		var ws syscall.WaitStatus
 		var ru syscall.Rusage
@@ -220,10 +229,20 @@ func childrenMaxRSS(m *atomic.Uint64) uint64 {
 			break
 		}
 		raiseMax(m, uint64(ru.Maxrss)*1024)
+		report(reapedMsg(pid, ws, &ru))
 	}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
 		raiseMax(m, uint64(ru.Maxrss)*1024)
 	}
 	return m.Load()
+}
+
+// reapedMsg is the "reaped" line of one process.
+func reapedMsg(pid int, ws syscall.WaitStatus, ru *syscall.Rusage) statusMsg {
+	m := statusMsg{Event: "reaped", PID: pid, ExitCode: ws.ExitStatus(), MaxRSS: uint64(ru.Maxrss) * 1024, TimeNS: time.Now().UnixNano()}
+	if ws.Signaled() {
+		m.Signal, m.ExitCode = int(ws.Signal()), -1
+	}
+	return m
 }

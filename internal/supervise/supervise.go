@@ -24,6 +24,7 @@ import (
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/ranks"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/termsafe"
@@ -119,7 +120,10 @@ type Adapt struct {
 // LastCheckpoint when it last saved one; FillSample adds PyTorch's
 // allocator figures to a sample of the job; PIDs lists the probed processes
 // (the only ones that may take StackSignal); Finish adds the probe's section
-// to the post-mortem once the attempt ended.
+// to the post-mortem once the attempt ended; Processes is what each probed
+// process reported of itself (steps, peaks, its torch.distributed rank, its
+// uncaught exception, when it ended), for the account of a distributed
+// job's ranks.
 type Probe interface {
 	Env(env []string, attempt int) []string
 	Started(attempt, pid int)
@@ -128,6 +132,7 @@ type Probe interface {
 	FillSample(s *timeline.Sample)
 	PIDs() []int
 	Finish(pm *postmortem.Postmortem)
+	Processes() []ranks.Probed
 }
 
 // Result is how a whole run ended.

@@ -322,11 +322,17 @@ class _Probe:
         self.stack_file = None
         self.stack_path = ""
         self.statm = None  # fd of /proc/self/statm, kept open: one pread per sample
+        # The process's place in a distributed job, reported once the
+        # process group exists; a forked child (a DataLoader worker) did not
+        # join it and reports none.
+        self.forked = False
+        self.dist_sent = False
 
     # lifecycle ----------------------------------------------------------
 
     def begin(self, forked):
         cfg = self.cfg
+        self.forked = forked
         if cfg.run_dir:
             self._register_stacks()
         if cfg.socket_path:
@@ -376,6 +382,7 @@ class _Probe:
         if _alive(conn) or _alive(agent):
             if final and not self.failed:
                 try:
+                    self.report_dist()
                     self.send(self.sample())
                 except BaseException:
                     pass
@@ -464,6 +471,16 @@ class _Probe:
         if _alive(self.agent):
             self.agent.flush(0)
 
+    def report_dist(self):
+        """Send the process's rank once torch.distributed's process group
+        exists (a "dist" line, once)."""
+        if self.dist_sent or self.forked or not _torch_done:
+            return
+        msg = _dist_view()
+        if msg is not None:
+            self.dist_sent = True
+            self.send(msg)
+
     def reporting(self):
         return not self.failed and (_alive(self.conn) or bool(self.agent_path))
 
@@ -489,6 +506,7 @@ class _Probe:
                 if self.agent_path and not _alive(self.agent) and time.monotonic() >= self.agent_next:
                     self.dial_agent()
                 if _alive(self.conn) or _alive(self.agent):
+                    self.report_dist()
                     self.send(self.sample())
                 elif self.agent_path:
                     # Nobody to sample for until the next attempt.
@@ -689,6 +707,55 @@ def _install_interpreter_hooks():
             before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child
         )
     atexit.register(_at_exit)
+    _install_uncaught_hook()
+
+
+def _install_uncaught_hook():
+    """Report the exception that ends the process (an "exception" line),
+    then let the job's own hook print it as it would have."""
+    prev = sys.excepthook
+
+    def _vramguard_uncaught(etype, value, tb):
+        try:
+            p = _p
+            if p is not None and p.pid == os.getpid() and p.reporting() and not issubclass(etype, KeyboardInterrupt):
+                p.report_dist()
+                mod = getattr(etype, "__module__", "")
+                name = getattr(etype, "__qualname__", getattr(etype, "__name__", "?"))
+                if mod not in ("builtins", "__main__", None, ""):
+                    name = "%s.%s" % (mod, name)
+                p.send({"type": "exception", "exc_type": name, "message": str(value)[:2000]})
+                p.flush_now()
+        except BaseException:
+            pass
+        return prev(etype, value, tb)
+
+    sys.excepthook = _vramguard_uncaught
+
+
+def _dist_view():
+    """The process's rank as torch.distributed knows it, once the default
+    process group exists; None before (or without torch.distributed)."""
+    d = sys.modules.get("torch.distributed")
+    if d is None:
+        return None
+    try:
+        if not d.is_available() or not d.is_initialized():
+            return None
+        rank = int(d.get_rank())
+        if rank < 0:
+            return None
+        msg = {"type": "dist", "rank": rank, "world_size": int(d.get_world_size())}
+        try:
+            msg["backend"] = str(d.get_backend())
+        except Exception:
+            pass
+        local = os.environ.get("LOCAL_RANK", "").strip()
+        if local.isdigit():
+            msg["local_rank"] = int(local)
+        return msg
+    except Exception:
+        return None
 
 
 def _initializing(mod):
