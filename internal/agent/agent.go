@@ -63,6 +63,15 @@ type Config struct {
 	Now       func() time.Time
 	Log       *slog.Logger
 	Version   string
+	// Node is this machine's name on the rank series (serve --node; the
+	// host name by default). NodeAliases are other names a process's
+	// environment may give this machine (its short host name, when Node
+	// was not chosen).
+	Node        string
+	NodeAliases []string
+	// Environ reads a process's environment (procfs.FS.Environ); nil: no
+	// rank series.
+	Environ func(pid int) ([]string, error)
 }
 
 // jobState is what the agent knows of one job.
@@ -139,6 +148,9 @@ type Agent struct {
 	lastTouch time.Time
 	evSeq     int64
 	evCh      chan struct{}
+	// ranks are the ranks of distributed jobs in the newest sample
+	ranks   []RankView
+	rankEnv rankCache
 }
 
 // New returns an Agent; it does nothing until Run.
@@ -157,6 +169,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Simulated == nil {
 		cfg.Simulated = func(int) bool { return false }
+	}
+	if cfg.Environ == nil {
+		cfg.Environ = func(int) ([]string, error) { return nil, fmt.Errorf("no environment reader") }
 	}
 	a := &Agent{
 		cfg:   cfg,
@@ -239,7 +254,9 @@ func (a *Agent) Ingest(ctx context.Context, smp sampler.Reading) {
 	}
 	var evs []*store.AgentEvent
 	var touch []int64
+	rks := a.ranksOf(smp.Attrib.Jobs)
 	a.mu.Lock()
+	a.ranks = rks
 	seen := make(map[string]bool, len(smp.Attrib.Jobs))
 	for i := range smp.Attrib.Jobs {
 		j := smp.Attrib.Jobs[i]
@@ -564,6 +581,8 @@ type Snapshot struct {
 	ProbeRej  uint64
 	ProbeMsgs uint64
 	Started   time.Time
+	// Ranks are the ranks of distributed jobs on this node.
+	Ranks []RankView
 }
 
 // JobView is one live job as the API shows it.
@@ -657,7 +676,8 @@ func (a *Agent) Snapshot() Snapshot {
 	defer a.mu.RUnlock()
 	s := Snapshot{Time: a.latest.Time, Have: a.have, Backend: a.latest.Backend, Devices: a.latest.Devices,
 		Dropped: a.latest.Dropped, Took: a.latest.Took, Vanished: a.latest.Attrib.VanishedBytes, Samples: a.samples,
-		LastErr: a.lastErr, LastErrAt: a.lastErrAt, ProbeRej: a.probeRej, ProbeMsgs: a.probeMsgs, Started: a.start}
+		LastErr: a.lastErr, LastErrAt: a.lastErrAt, ProbeRej: a.probeRej, ProbeMsgs: a.probeMsgs, Started: a.start,
+		Ranks: a.ranks}
 	now := a.latest.ProcessTime
 	interval, _ := a.cfg.Sampler.Intervals()
 	for _, js := range a.jobs {

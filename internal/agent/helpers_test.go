@@ -72,7 +72,14 @@ func newRig(t testing.TB, scenario string, cfg Config) *rig {
 // newRigPods is newRig with the attributor naming pods from pods.
 func newRigPods(t testing.TB, scenario string, cfg Config, pods *attrib.PodIndex) *rig {
 	t.Helper()
-	sc, err := sim.Parse([]byte(scenario), func(string) string { return "" })
+	return newRigEnv(t, scenario, cfg, pods, func(string) string { return "" })
+}
+
+// newRigEnv is newRigPods with the scenario's "$NAME" PIDs read from getenv
+// (real processes a test started).
+func newRigEnv(t testing.TB, scenario string, cfg Config, pods *attrib.PodIndex, getenv func(string) string) *rig {
+	t.Helper()
+	sc, err := sim.Parse([]byte(scenario), getenv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,11 @@ var jobLabels = []string{"job_name", "kind", "container", "pod", "namespace", "n
 // GPU's, as the device series (and dcgm-exporter's) carry them.
 var jobGPULabels = append(append([]string{}, jobLabels...), "gpu", "uuid")
 
+// rankLabels name a rank's series: its job across nodes (group), the node
+// it runs on (this agent's --node), its rank, and its local rank and world
+// size ("" when its environment does not say).
+var rankLabels = []string{"group", "node", "rank", "local_rank", "world_size"}
+
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc("vramguard_"+name, help, labels, nil)
 }
@@ -61,6 +66,10 @@ var (
 	dWebhookDr  = desc("webhook_dropped_total", "Alerts given up on or pushed out of the full queue.")
 	dWebhookQ   = desc("webhook_queue_length", "Alerts waiting for the webhook.")
 	dProbeMsgs  = desc("probe_messages_total", "Probe messages accepted.")
+	dRankGPU    = desc("rank_gpu_memory_bytes", "GPU memory held by one rank of a distributed job on one GPU, as the driver reports it for the rank's processes on this node (sum by (group) across nodes for the job's total: group:vramguard_rank_gpu_memory_bytes:sum).", append(append([]string{}, rankLabels...), "gpu", "uuid")...)
+	dRankHost   = desc("rank_host_memory_bytes", "Host resident memory (RSS as /proc/PID/stat counts it, summed over the rank's process and the workers that inherit its environment; a page shared by forked workers counts once per process) of one rank of a distributed job on this node.", rankLabels...)
+	dRankAlloc  = desc("rank_torch_allocated_bytes", "PyTorch allocated memory of one rank of a distributed job, from the probe: summed over its processes and CUDA devices; absent when none of them reports.", rankLabels...)
+	dRankRes    = desc("rank_torch_reserved_bytes", "PyTorch reserved memory of one rank of a distributed job, from the probe: summed over its processes and CUDA devices; absent when none of them reports.", rankLabels...)
 	dProbeRej   = desc("probe_messages_refused_total", "Probe messages refused (about another PID than the sender, or malformed).")
 )
 
@@ -69,7 +78,7 @@ type collector struct{ a *Agent }
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dBuild, dDevTotal, dDevUsed, dDevUtil, dJobGPU, dJobRSS, dJobAlloc, dJobRes, dJobDevTot,
 		dJobLeak, dJobLeakAt, dJobETA, dJobCkpt, dJobStart, dJobInfo, dJobs, dVanished, dDropped, dSamples, dAge, dCollDur, dCollOK,
-		dAlerts, dWebhookOK, dWebhookErr, dWebhookDr, dWebhookQ, dProbeMsgs, dProbeRej} {
+		dAlerts, dWebhookOK, dWebhookErr, dWebhookDr, dWebhookQ, dProbeMsgs, dProbeRej, dRankGPU, dRankHost, dRankAlloc, dRankRes} {
 		ch <- d
 	}
 }
@@ -145,6 +154,21 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		g(dJobStart, float64(j.FirstSeen.UnixMilli())/1000, l...)
 		g(dJobInfo, 1, append(l, j.Key, strconv.Itoa(j.RootPID), j.RunID, j.Labels.PodUID)...)
+	}
+	for _, r := range s.Ranks {
+		l := []string{r.Group, r.Node, strconv.Itoa(r.Rank), rankLabel(r.LocalRank), rankLabel(r.WorldSize)}
+		for _, d := range r.GPUs {
+			idx, ok := gpuLabel[d.UUID]
+			if !ok {
+				idx = strconv.Itoa(d.Index)
+			}
+			g(dRankGPU, float64(d.Bytes), append(l[:len(l):len(l)], idx, d.UUID)...)
+		}
+		g(dRankHost, float64(r.RSSBytes), l...)
+		if r.Alloc != nil {
+			g(dRankAlloc, float64(*r.Alloc), l...)
+			g(dRankRes, float64(*r.Reserved), l...)
+		}
 	}
 	g(dJobs, float64(len(s.Jobs)))
 	g(dVanished, float64(s.Vanished))

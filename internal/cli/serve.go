@@ -17,6 +17,7 @@ import (
 	"github.com/vramguard/vramguard/internal/agent"
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/probe"
+	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
@@ -38,6 +39,7 @@ type serveOptions struct {
 	ProbeSocket  string
 	JSON         bool
 	AllowedHosts []string
+	Node         string
 	tokenSet     bool // --token was given, even as ""
 }
 
@@ -101,6 +103,7 @@ retries. See docs/SERVE.md.`,
 	fl.DurationVar(&o.UnsavedAfter, "unsaved-after", 2*time.Hour, "alert when a probed job has gone this long without a checkpoint (0: never)")
 	fl.StringVar(&o.ProbeSocket, "probe-socket", "", `probe socket (default: probe.sock in the state directory; "none" to not listen)`)
 	fl.BoolVar(&o.JSON, "json", false, "print the startup line (address, socket) as JSON")
+	fl.StringVar(&o.Node, "node", "", "this machine's name on the rank series (vramguard_rank_*); a rank whose environment names another node (VRAMGUARD_NODE, SLURMD_NODENAME) is left to that node's agent (default: the host name)")
 	return cmd
 }
 
@@ -126,6 +129,24 @@ func (o *serveOptions) token() (string, error) {
 		return "", Usagef("--token-file %s is empty", o.TokenFile)
 	}
 	return t, nil
+}
+
+// node is this machine's name on the rank series: --node, else the host
+// name, with its short form (before the first dot) as another name a
+// rank's environment may give it (Slurm's node names often are short).
+func (o *serveOptions) node() (string, []string) {
+	if o.Node != "" {
+		return o.Node, nil
+	}
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "localhost"
+	}
+	var aliases []string
+	if short, _, ok := strings.Cut(h, "."); ok && short != "" {
+		aliases = append(aliases, short)
+	}
+	return h, aliases
 }
 
 func (o *serveOptions) check() (agent.Retention, error) {
@@ -211,9 +232,11 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	node, aliases := o.node()
 	cfg := agent.Config{
 		Sampler: smp, Store: st, Registry: reg, Retention: ret, Simulated: simulated, Now: f.Now, Log: log, Version: currentVersion().Version,
 		Alerts: agent.AlertConfig{UnsavedAfter: o.UnsavedAfter, Webhook: o.Webhook},
+		Node:   node, NodeAliases: aliases, Environ: procfs.FS{Root: o.GPU.ProcRoot}.Environ,
 	}
 	sock := o.ProbeSocket
 	if sock == "" {

@@ -1,0 +1,242 @@
+package agent
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/ranks"
+)
+
+// A distributed job's ranks, as this node's agent sees them. Each process of
+// a job the agent watches is read once (by PID and start time) for its place
+// in a distributed job: its rank from its environment (internal/ranks), the
+// job it belongs to across nodes (its group) and the node its launcher says
+// it runs on. The rank series (vramguard_rank_*) sum a rank's processes (the
+// rank and the DataLoader workers that inherit its environment) on this
+// node; Prometheus sums a job across nodes (deploy/prometheus/rules.yml).
+//
+// A process whose environment cannot be read (another user's, when the
+// agent is not root) has no rank series: its job's vramguard_job_* series
+// still count it.
+
+// Environment variables that name a process's group and node, strongest
+// first. torchrun's TORCHELASTIC_RUN_ID is its --rdzv-id, "none" unless
+// given (or a fresh id under --standalone): "none" names no job.
+var (
+	groupVars = []string{"VRAMGUARD_GROUP", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}
+	nodeVars  = []string{"VRAMGUARD_NODE", "SLURMD_NODENAME"}
+)
+
+// maxRankCache bounds the per-process cache; it is also pruned to the live
+// processes after every sample.
+const maxRankCache = 1 << 16
+
+// procRank is what a process's environment says of its place in a job.
+type procRank struct {
+	id    *ranks.Identity
+	group string
+	node  string
+}
+
+// RankFromEnv reads a process's rank, group and node from its environment
+// (KEY=VALUE strings). ok is false when no variable names a rank.
+func RankFromEnv(env []string) (id ranks.Identity, group, node string, ok bool) {
+	id, ok = ranks.FromEnv(env)
+	if !ok {
+		return id, "", "", false
+	}
+	return id, lookupFirst(env, groupVars, "none"), lookupFirst(env, nodeVars, ""), true
+}
+
+// lookupFirst is the value of the first of keys set (non-empty, and not
+// skip) in env; the last assignment of a key wins, as for a process.
+func lookupFirst(env []string, keys []string, skip string) string {
+	for _, k := range keys {
+		for i := len(env) - 1; i >= 0; i-- {
+			if v, found := strings.CutPrefix(env[i], k+"="); found {
+				if v = strings.TrimSpace(v); v != "" && v != skip {
+					return v
+				}
+				break
+			}
+		}
+	}
+	return ""
+}
+
+type rankCacheEntry struct {
+	start uint64
+	r     procRank
+}
+
+// rankCache remembers each process's procRank by PID and start time.
+type rankCache struct {
+	mu      sync.Mutex
+	entries map[int]rankCacheEntry
+}
+
+func (c *rankCache) get(pid int, start uint64, read func(int) ([]string, error)) procRank {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[pid]; ok && e.start == start {
+		return e.r
+	}
+	var r procRank
+	if env, err := read(pid); err == nil {
+		if id, group, node, ok := RankFromEnv(env); ok {
+			r = procRank{id: &id, group: group, node: node}
+		}
+	}
+	if c.entries == nil {
+		c.entries = map[int]rankCacheEntry{}
+	}
+	if len(c.entries) < maxRankCache {
+		c.entries[pid] = rankCacheEntry{start: start, r: r}
+	}
+	return r
+}
+
+// keep drops the entries of processes not in live.
+func (c *rankCache) keep(live map[int]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for pid := range c.entries {
+		if !live[pid] {
+			delete(c.entries, pid)
+		}
+	}
+}
+
+// RankView is one rank of a distributed job on this node: the sum over the
+// processes whose environment gives them that place (the rank's process and
+// the workers it forked).
+type RankView struct {
+	// Group names the job across nodes (VRAMGUARD_GROUP, SLURM_JOB_ID,
+	// TORCHELASTIC_RUN_ID); for a job without one, its key on this node
+	// (as vramguard_job_info's key label).
+	Group     string `json:"group"`
+	Node      string `json:"node"`
+	Rank      int    `json:"rank"`
+	LocalRank *int   `json:"local_rank"`
+	WorldSize *int   `json:"world_size"`
+	// JobKey is the key of the agent's job the rank's processes are in.
+	JobKey string `json:"job_key"`
+	PIDs   []int  `json:"pids"`
+	// RSSBytes is RSS (/proc/PID/stat) summed over the rank's processes.
+	RSSBytes uint64   `json:"rss_bytes"`
+	GPUs     []JobGPU `json:"gpus"`
+	// Alloc and Reserved are PyTorch's figures from the probe, summed over
+	// the rank's processes that report them (nil: none does).
+	Alloc    *uint64 `json:"allocated_bytes,omitempty"`
+	Reserved *uint64 `json:"reserved_bytes,omitempty"`
+}
+
+// rankLabel is an optional count as a label value ("" when unknown).
+func rankLabel(n *int) string {
+	if n == nil {
+		return ""
+	}
+	return strconv.Itoa(*n)
+}
+
+// ranksOf gathers the ranks of jobs that run on this node. A process whose
+// environment names another node (VRAMGUARD_NODE, SLURMD_NODENAME) is that
+// node's agent's to export. Within a group, a process known only by
+// Slurm's task id while others have a launcher's rank (RANK, MPI's) is the
+// launcher of those (torchrun under srun), not a rank. Ingest calls it
+// before taking a.mu (reading a new process's environment is a file read).
+func (a *Agent) ranksOf(jobs []attrib.Job) []RankView {
+	type member struct {
+		job *attrib.Job
+		p   *attrib.Process
+		r   procRank
+	}
+	var ms []member
+	live := map[int]bool{}
+	launched := map[string]bool{} // groups with a rank from a launcher's variables
+	for i := range jobs {
+		j := &jobs[i]
+		for k := range j.Processes {
+			p := &j.Processes[k]
+			if p.Simulated || a.cfg.Simulated(p.PID) {
+				continue // made up by a scenario: no environment to read
+			}
+			live[p.PID] = true
+			r := a.rankEnv.get(p.PID, p.StartTicks, a.cfg.Environ)
+			if r.id == nil || !a.cfg.isThisNode(r.node) {
+				continue
+			}
+			if r.group == "" {
+				r.group = j.Key
+			}
+			if r.id.Source != ranks.SourceSlurm {
+				launched[r.group] = true
+			}
+			ms = append(ms, member{j, p, r})
+		}
+	}
+	a.rankEnv.keep(live)
+	at := map[string]int{}
+	var out []RankView
+	for _, m := range ms {
+		if m.r.id.Source == ranks.SourceSlurm && launched[m.r.group] {
+			continue
+		}
+		id := m.r.id
+		key := strings.Join([]string{m.r.group, strconv.Itoa(id.Rank), rankLabel(id.LocalRank), rankLabel(id.WorldSize)}, "\x00")
+		i, ok := at[key]
+		if !ok {
+			i = len(out)
+			at[key] = i
+			out = append(out, RankView{Group: m.r.group, Node: a.cfg.Node, Rank: id.Rank, LocalRank: id.LocalRank, WorldSize: id.WorldSize,
+				JobKey: m.job.Key, GPUs: []JobGPU{}})
+		}
+		v := &out[i]
+		v.PIDs = append(v.PIDs, m.p.PID)
+		v.RSSBytes += m.p.RSSBytes
+		for _, r := range m.p.GPU {
+			k := -1
+			for x := range v.GPUs {
+				if v.GPUs[x].UUID == r.DeviceUUID {
+					k = x
+				}
+			}
+			if k < 0 {
+				k = len(v.GPUs)
+				v.GPUs = append(v.GPUs, JobGPU{Index: r.DeviceIndex, UUID: r.DeviceUUID})
+			}
+			v.GPUs[k].Bytes += r.UsedBytes
+		}
+		if alloc, res, ok := a.cfg.Registry.ProbeMemory(m.p.PID); ok {
+			if v.Alloc == nil {
+				v.Alloc, v.Reserved = new(uint64), new(uint64)
+			}
+			*v.Alloc += alloc
+			*v.Reserved += res
+		}
+	}
+	sort.Slice(out, func(x, y int) bool {
+		if out[x].Group != out[y].Group {
+			return out[x].Group < out[y].Group
+		}
+		return out[x].Rank < out[y].Rank
+	})
+	return out
+}
+
+// isThisNode reports whether a process whose environment names node (""
+// when it names none) runs on this agent's node.
+func (c *Config) isThisNode(node string) bool {
+	if node == "" || node == c.Node {
+		return true
+	}
+	for _, n := range c.NodeAliases {
+		if n == node {
+			return true
+		}
+	}
+	return false
+}
