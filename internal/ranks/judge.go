@@ -47,6 +47,9 @@ type Process struct {
 	Ended    time.Time
 	Exit     *Exit
 	ExitFrom string
+	// Closed is when its probe's connection closed: as it exits, before
+	// its end is seen (a process's files close before it turns zombie).
+	Closed time.Time
 	// PeakHost is the highest resident memory seen of the process alone;
 	// PeakGPU its highest GPU memory (nil: no GPU figure for it).
 	PeakHost uint64
@@ -436,6 +439,9 @@ func classify(r *rankState, j Job) {
 		r.v.Evidence = append(r.v.Evidence, "no kernel line named the OOM killer's victim (the kernel log was not readable, or said nothing): this rank was the first process of the job to die of SIGKILL, so it is taken for it")
 	}
 	r.t = p.Ended
+	if !p.Closed.IsZero() && (r.t.IsZero() || p.Closed.Before(r.t)) {
+		r.t = p.Closed
+	}
 	for _, rep := range []*Report{p.Exception, p.ErrorFile} {
 		if rep != nil && !rep.T.IsZero() && (r.t.IsZero() || rep.T.Before(r.t)) {
 			r.t = rep.T
@@ -763,9 +769,19 @@ func collateral(rs []*rankState, root *rankState, stalled bool) {
 		case stalled && (r.kind == kindExternal || r.kind == kindNone):
 			why = fmt.Sprintf("it ended with the job, killed when the job stalled; rank %d stopped first", root.p.Identity.Rank)
 		case r.kind == kindConsequence:
-			why = consequenceWords(r.dec) + ": " + strings.TrimSpace(r.dec.Text)
+			why = fmt.Sprintf("%s (rank %d failed first", consequenceWords(r.dec), root.p.Identity.Rank)
 			if !r.t.IsZero() && !root.t.IsZero() && r.t.After(root.t) {
-				why += fmt.Sprintf(" (%s after rank %d failed)", r.t.Sub(root.t).Round(time.Millisecond), root.p.Identity.Rank)
+				why += fmt.Sprintf(", %s before", r.t.Sub(root.t).Round(time.Millisecond))
+			}
+			why += "): " + strings.TrimSpace(r.dec.Text)
+		case root.v.Reason == diagnose.HostOOMKilled && r.v.Reason == diagnose.HostOOMKilled && (r.t.IsZero() || root.t.IsZero() || !r.t.Before(root.t)):
+			why = fmt.Sprintf("the OOM killer killed it too, after rank %d", root.p.Identity.Rank)
+			if !r.t.IsZero() && !root.t.IsZero() {
+				why += fmt.Sprintf(" (%s later)", r.t.Sub(root.t).Round(time.Millisecond))
+			}
+			why += fmt.Sprintf(", while the memory rank %d filled the cgroup with was being freed", root.p.Identity.Rank)
+			if r.p.PeakHost > 0 && root.p.PeakHost > 0 {
+				why += fmt.Sprintf(" (this rank held at most %s, rank %d %s)", units.FormatBytes(r.p.PeakHost), root.p.Identity.Rank, units.FormatBytes(root.p.PeakHost))
 			}
 		case (r.kind == kindExternal || r.kind == kindUnknown) && (r.t.IsZero() || root.t.IsZero() || !r.t.Before(root.t)):
 			why = exitWords(r.p.Exit)

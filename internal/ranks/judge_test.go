@@ -95,7 +95,7 @@ func TestJudgeFirstFailure(t *testing.T) {
 			t.Errorf("job evidence:\n%s", ev)
 		}
 		r := byRank(res)
-		if !strings.Contains(r[0].Evidence[0], "a peer closed its connection") || !strings.Contains(r[0].Evidence[0], "after rank 2 failed") {
+		if !strings.Contains(r[0].Evidence[0], "a peer closed its connection (rank 2 failed first, 300ms before): "+peerClosed) {
 			t.Errorf("rank 0's evidence: %q", r[0].Evidence)
 		}
 		if r[2].LastLine != oomText || r[2].ExitCode == nil || *r[2].ExitCode != 1 || r[2].Signal != nil || *r[2].PeakHostBytes != 200<<20 || *r[2].OptimizerSteps != 3 {
@@ -131,6 +131,19 @@ func TestJudgeFirstFailure(t *testing.T) {
 		// rank 3's SIGKILL came later (vramguard ending what was left)
 		if r := byRank(res)[3]; !strings.Contains(r.Evidence[0], "ended by SIGKILL 700ms after rank 2 failed") {
 			t.Errorf("rank 3: %q", r.Evidence)
+		}
+	})
+
+	t.Run("the OOM killer's later victims are collateral of the first", func(t *testing.T) {
+		procs := []Process{rank(0, 1500, sig(syscall.SIGTERM)), rank(1, 1100, sig(syscall.SIGKILL)), rank(2, 1000, sig(syscall.SIGKILL)), rank(3, 1200, sig(syscall.SIGKILL))}
+		procs[2].PeakHost = 1600 << 20
+		// its files closed (the probe's connection) before it was seen to end
+		procs[2].Closed = at(990)
+		in := diagnose.Input{ExitCode: 1, OOMKills: 3}
+		res := judge(t, Job{Procs: procs, Input: in, SIGKILLed: []int{1002, 1001, 1003}})
+		wantRoot(t, res, 2, diagnose.HostOOMKilled)
+		if ev := byRank(res)[3].Evidence[0]; !strings.Contains(ev, "the OOM killer killed it too, after rank 2 (210ms later)") || !strings.Contains(ev, "rank 2 1.6 GiB") {
+			t.Errorf("rank 3: %q", ev)
 		}
 	})
 

@@ -140,6 +140,9 @@ func (a *running) judgeRanks(in diagnose.Input, pm *Postmortem) {
 				p.PeakGPU = pr.PeakGPU
 			}
 		}
+		if isProbed {
+			p.Closed = pr.Ended
+		}
 		if e := a.exits.get(pid); e != nil {
 			p.Ended, p.Exit, p.ExitFrom = e.t, e.status, e.from
 			p.PeakHost = max(p.PeakHost, e.maxRSS)

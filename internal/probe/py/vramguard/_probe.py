@@ -716,21 +716,82 @@ def _install_uncaught_hook():
     prev = sys.excepthook
 
     def _vramguard_uncaught(etype, value, tb):
-        try:
-            p = _p
-            if p is not None and p.pid == os.getpid() and p.reporting() and not issubclass(etype, KeyboardInterrupt):
-                p.report_dist()
-                mod = getattr(etype, "__module__", "")
-                name = getattr(etype, "__qualname__", getattr(etype, "__name__", "?"))
-                if mod not in ("builtins", "__main__", None, ""):
-                    name = "%s.%s" % (mod, name)
-                p.send({"type": "exception", "exc_type": name, "message": str(value)[:2000]})
-                p.flush_now()
-        except BaseException:
-            pass
+        _report_uncaught(etype, value)
         return prev(etype, value, tb)
 
     sys.excepthook = _vramguard_uncaught
+
+
+def _report_uncaught(etype, value):
+    """Send the exception that ends this process (an "exception" line)."""
+    try:
+        p = _p
+        if p is None or p.pid != os.getpid() or not p.reporting() or issubclass(etype, KeyboardInterrupt):
+            return
+        p.report_dist()
+        mod = getattr(etype, "__module__", "")
+        name = getattr(etype, "__qualname__", getattr(etype, "__name__", "?"))
+        if mod not in ("builtins", "__main__", None, ""):
+            name = "%s.%s" % (mod, name)
+        p.send({"type": "exception", "exc_type": name, "message": str(value)[:2000]})
+        p.flush_now()
+    except BaseException:
+        pass
+
+
+def _patch_default_pg():
+    """Report the rank the moment the default process group is set:
+    init_process_group calls distributed_c10d._update_default_pg (torch 1.x
+    and 2.x), a one-line setter, so the rank is known even of a process that
+    dies before the sampler's next tick. Nothing can raise inside it, so no
+    traceback shows the wrapper."""
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    orig = getattr(c10d, "_update_default_pg", None)
+    if orig is None or getattr(orig, "_vramguard", False):
+        return
+
+    def _update_default_pg(*args, **kwargs):
+        result = orig(*args, **kwargs)
+        try:
+            p = _p
+            if p is not None and p.pid == os.getpid():
+                p.report_dist()
+        except BaseException:
+            pass
+        return result
+
+    _update_default_pg._vramguard = True
+    _update_default_pg.__wrapped__ = orig
+    c10d._update_default_pg = _update_default_pg
+
+
+def _patch_spawn_report():
+    """A child of torch.multiprocessing.spawn catches the exception that ends
+    it (spawn.py's _wrap: error_queue.put(traceback.format_exc());
+    sys.exit(1)), so sys.excepthook never sees it, and the parent prints only
+    the first child's it finds. traceback.format_exc, called from _wrap,
+    reports it first; what it returns is unchanged, and no frame of the
+    probe is in the traceback it formats."""
+    import traceback
+
+    orig = traceback.format_exc
+    if getattr(orig, "_vramguard", False):
+        return
+
+    def format_exc(limit=None, chain=True):
+        try:
+            code = sys._getframe(1).f_code
+            if code.co_name == "_wrap" and code.co_filename.replace("\\", "/").endswith("torch/multiprocessing/spawn.py"):
+                etype, value, _ = sys.exc_info()
+                if etype is not None:
+                    _report_uncaught(etype, value)
+        except BaseException:
+            pass
+        return orig(limit=limit, chain=chain)
+
+    format_exc._vramguard = True
+    format_exc.__wrapped__ = orig
+    traceback.format_exc = format_exc
 
 
 def _dist_view():
@@ -886,6 +947,8 @@ def _on_torch_imported(torch):
         return
     try:
         if p.reporting():
+            _patch_spawn_report()
+            _patch_default_pg()
             hook = _patch_optimizer()
             p.send({"type": "torch", "version": str(getattr(torch, "__version__", "")), "step_hook": hook})
             _queue_cuda_init(torch)

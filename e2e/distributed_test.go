@@ -1,0 +1,168 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestDistributedFirstFailure: 4 real ranks on the CPU (torch.distributed,
+// gloo), under mp.spawn and under a plain launcher that gives each the
+// environment torchrun sets. Rank 2 dies (a CUDA OOM message raised, a real
+// OOM kill under --memory-limit, a real SIGSEGV) while the others wait for
+// it in an all_reduce and then fail (their connections to it close; mp.spawn
+// stops them). explain --json names rank 2 as the root cause with its own
+// reason, which is the job's, and marks every other rank collateral.
+func TestDistributedFirstFailure(t *testing.T) {
+	tests := []struct {
+		mode, reason string
+		exit         func(r map[string]any) string // "" when rank 2's exit is as wanted
+		limit        bool
+	}{
+		{mode: "exc", reason: "cuda_oom", exit: rankExits(1)},
+		{mode: "oom", reason: "host_oom_killed", exit: rankSignal("SIGKILL"), limit: true},
+		{mode: "segv", reason: "segfault", exit: rankSignal("SIGSEGV")},
+	}
+	for _, launcher := range []string{"spawn", "launch"} {
+		for _, tt := range tests {
+			t.Run(launcher+"/"+tt.mode, func(t *testing.T) {
+				t.Parallel()
+				if tt.limit {
+					requireRoot(t)
+				}
+				e := newEnv(t)
+				args := []string{"run", "--name", "dist", "--sample-interval", "250ms", "--probe-hz", "5"}
+				if tt.limit {
+					// four ranks with torch imported hold about 1 GiB
+					args = append(args, "--memory-limit", "2g")
+				}
+				args = append(args, "--", python, job("distributed.py"), launcher, tt.mode, fmt.Sprint(freePort(t)))
+				r := e.run(args...)
+				if r.code == 0 {
+					t.Fatalf("the job succeeded:\n%s", tail(r.stderr, 3000))
+				}
+				doc := e.explain("last")
+				if doc["reason"] != tt.reason {
+					t.Errorf("job reason %v, want %s (the root cause's)", doc["reason"], tt.reason)
+				}
+				root, _ := doc["root_cause"].(map[string]any)
+				if root == nil || root["rank"] != 2.0 || root["reason"] != tt.reason || root["node"] == "" {
+					t.Fatalf("root_cause %v, want rank 2 %s\n%s", doc["root_cause"], tt.reason, tail(r.stderr, 3000))
+				}
+				ranks := rankList(t, doc)
+				for n, rk := range ranks {
+					if rk["pid"].(float64) <= 0 || rk["world_size"] != 4.0 || rk["node"] == "" {
+						t.Errorf("rank %d: pid %v world_size %v node %v", n, rk["pid"], rk["world_size"], rk["node"])
+					}
+					if peak, _ := rk["peak_host_bytes"].(float64); peak < 50<<20 {
+						t.Errorf("rank %d: peak_host_bytes %v, less than a process with torch imported holds", n, rk["peak_host_bytes"])
+					}
+					if _, ok := rk["optimizer_steps"].(float64); !ok {
+						t.Errorf("rank %d: no optimizer_steps from its probe: %v", n, rk["optimizer_steps"])
+					}
+					if n == 2 {
+						if rk["reason"] != tt.reason || rk["collateral"] != false {
+							t.Errorf("rank 2: reason %v collateral %v", rk["reason"], rk["collateral"])
+						}
+						if why := tt.exit(rk); why != "" {
+							t.Errorf("rank 2: %s", why)
+						}
+						continue
+					}
+					ev := strings.Join(strs(rk["evidence"]), "\n")
+					if rk["reason"] != "peer_failed" || rk["collateral"] != true || !strings.Contains(ev, "rank 2") {
+						t.Errorf("rank %d: reason %v collateral %v, want peer_failed naming rank 2:\n%s", n, rk["reason"], rk["collateral"], ev)
+					}
+				}
+				if launcher == "launch" && tt.mode == "exc" {
+					if l, _ := ranks[2]["last_line"].(string); !strings.Contains(l, "CUDA out of memory") {
+						t.Errorf("rank 2's last line %q", l)
+					}
+					if l, _ := ranks[0]["last_line"].(string); !strings.Contains(l, "Connection closed by peer") && !strings.Contains(l, "Connection reset by peer") {
+						t.Errorf("rank 0's last line %q, want its gloo error", l)
+					}
+				}
+				out := e.run("explain", "last").stdout
+				if !strings.Contains(out, "ranks (4 ranks; rank 2 first to fail)") || !strings.Contains(out, "peer_failed") {
+					t.Errorf("explain's text has no ranks table:\n%s", out)
+				}
+				if !strings.Contains(r.stderr, "rank 2 (pid ") || !strings.Contains(r.stderr, "failed first") {
+					t.Errorf("the post-mortem on the terminal does not name rank 2:\n%s", tail(r.stderr, 3000))
+				}
+			})
+		}
+	}
+}
+
+// TestDistributedStall: rank 2 stops stepping while the others wait for it
+// in an all_reduce. The job is stalled, rank 2 is named, and every rank's
+// Python stacks are kept in the run directory.
+func TestDistributedStall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.run("run", "--stall-timeout", "5s", "--sample-interval", "250ms", "--probe-hz", "5", "--",
+		python, job("distributed.py"), "launch", "stall", fmt.Sprint(freePort(t)))
+	doc := e.explain("last")
+	if doc["reason"] != "stalled" || r.code != 137 {
+		t.Fatalf("reason %v exit %d, want stalled 137\n%s", doc["reason"], r.code, tail(r.stderr, 3000))
+	}
+	root, _ := doc["root_cause"].(map[string]any)
+	if root == nil || root["rank"] != 2.0 || root["reason"] != "stalled" {
+		t.Fatalf("root_cause %v, want rank 2 stalled", doc["root_cause"])
+	}
+	if ev := strings.Join(strs(doc["evidence"]), "\n"); !strings.Contains(ev, "rank 2 (pid ") || !strings.Contains(ev, "stopped making progress") {
+		t.Errorf("the evidence does not name rank 2:\n%s", ev)
+	}
+	for n, rk := range rankList(t, doc) {
+		path, _ := rk["stacks_path"].(string)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Errorf("rank %d: its stacks are not kept: %v", n, err)
+			continue
+		}
+		steps, _ := rk["optimizer_steps"].(float64)
+		if n == 2 {
+			if !strings.Contains(string(b), "wait_for_the_next_batch") || rk["reason"] != "stalled" || steps != 5 {
+				t.Errorf("rank 2: reason %v, %v steps, stacks:\n%s", rk["reason"], rk["optimizer_steps"], b)
+			}
+			continue
+		}
+		if !strings.Contains(string(b), "all_reduce") || rk["reason"] != "peer_failed" || rk["collateral"] != true || steps != 6 {
+			t.Errorf("rank %d: reason %v collateral %v, %v steps, stacks:\n%s", n, rk["reason"], rk["collateral"], rk["optimizer_steps"], b)
+		}
+	}
+}
+
+// rankList returns explain --json's ranks by rank, checking there are 4.
+func rankList(t *testing.T, doc map[string]any) map[int]map[string]any {
+	t.Helper()
+	list, _ := doc["ranks"].([]any)
+	out := map[int]map[string]any{}
+	for _, x := range list {
+		rk := x.(map[string]any)
+		out[int(rk["rank"].(float64))] = rk
+	}
+	if len(out) != 4 {
+		t.Fatalf("ranks: %v, want 0 to 3", doc["ranks"])
+	}
+	return out
+}
+
+func rankExits(c int) func(map[string]any) string {
+	return func(r map[string]any) string {
+		if r["exit_code"] != float64(c) || r["signal"] != nil {
+			return fmt.Sprintf("exit_code %v signal %v, want %d", r["exit_code"], r["signal"], c)
+		}
+		return ""
+	}
+}
+
+func rankSignal(name string) func(map[string]any) string {
+	return func(r map[string]any) string {
+		if r["signal"] != name {
+			return fmt.Sprintf("signal %v, want %s", r["signal"], name)
+		}
+		return ""
+	}
+}
