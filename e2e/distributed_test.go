@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestDistributedFirstFailure: 4 real ranks on the CPU (torch.distributed,
@@ -30,6 +32,11 @@ func TestDistributedFirstFailure(t *testing.T) {
 				t.Parallel()
 				if tt.limit {
 					requireRoot(t)
+				}
+				if launcher == "launch" && tt.mode != "exc" {
+					// rank 2's signal: its launcher reaps it at once, so only a
+					// pidfd keeps its status for vramguard
+					requireKernel(t, 6, 15, "PIDFD_INFO_EXIT, the exit status of a process another parent reaped")
 				}
 				e := newEnv(t)
 				args := []string{"run", "--name", "dist", "--sample-interval", "250ms", "--probe-hz", "5"}
@@ -131,6 +138,20 @@ func TestDistributedStall(t *testing.T) {
 		if !strings.Contains(string(b), "all_reduce") || rk["reason"] != "peer_failed" || rk["collateral"] != true || steps != 6 {
 			t.Errorf("rank %d: reason %v collateral %v, %v steps, stacks:\n%s", n, rk["reason"], rk["collateral"], rk["optimizer_steps"], b)
 		}
+	}
+}
+
+// requireKernel fails (never skips) on a kernel older than major.minor.
+func requireKernel(t *testing.T, major, minor int, what string) {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	rel := unix.ByteSliceToString(u.Release[:])
+	var ma, mi int
+	if _, err := fmt.Sscanf(rel, "%d.%d", &ma, &mi); err != nil || ma < major || (ma == major && mi < minor) {
+		t.Fatalf("this test needs Linux %d.%d or later (%s); this kernel is %s", major, minor, what, rel)
 	}
 }
 

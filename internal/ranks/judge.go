@@ -192,6 +192,17 @@ func Judge(j Job) *Result {
 		classify(r, j)
 	}
 	stalled, straggled := j.Input.Stalled, false
+	if r := j.Verdict.Reason; r == diagnose.Interrupted || r == diagnose.Restarted {
+		// vramguard ended the job on request: no rank failed first
+		for _, rk := range rs {
+			rk.out = rk.render()
+			if rk.failed() {
+				rk.out.Reason = r
+			}
+			res.Ranks = append(res.Ranks, rk.out)
+		}
+		return res
+	}
 	var root *rankState
 	if stalled {
 		root = stoppedRank(rs)
@@ -464,8 +475,16 @@ func classify(r *rankState, j Job) {
 		r.kind = kindOwn
 	case p.Exit != nil && p.Exit.Status() == 0:
 		r.kind = kindOK
-	case p.Exit != nil || !p.Ended.IsZero():
+	case p.Exit != nil:
 		r.kind = kindUnknown
+	case !p.Ended.IsZero():
+		// it ended, its status unread (another parent reaped it at once,
+		// on a kernel that keeps no status for a pidfd)
+		r.kind = kindUnknown
+		r.v = diagnose.Verdict{Reason: diagnose.ExitError, ExitCode: -1,
+			Summary:  "it ended, printing no error, and its exit status could not be read",
+			Evidence: []string{"its exit status could not be read: its launcher reaped it at once, and this kernel keeps no exit status for a pidfd (Linux 6.15 does)"},
+			Advice:   []string{"Read the end of the log (`vramguard logs RUN`) for the job's own error message."}}
 	default:
 		r.kind = kindNone
 	}

@@ -230,6 +230,24 @@ Traceback (most recent call last):
 		}
 	})
 
+	t.Run("stopped by the user: no rank failed first", func(t *testing.T) {
+		procs := []Process{rank(0, 1000, sig(syscall.SIGINT)), rank(1, 1001, sig(syscall.SIGINT))}
+		res := judge(t, Job{Procs: procs, Input: diagnose.Input{Interrupted: true, Signal: syscall.SIGINT, ExitCode: -1}})
+		if res.RootCause != nil || res.Verdict.Reason != diagnose.Interrupted || byRank(res)[0].Reason != diagnose.Interrupted || byRank(res)[0].Collateral {
+			t.Errorf("root %+v verdict %s ranks %+v", res.RootCause, res.Verdict.Reason, res.Ranks)
+		}
+	})
+
+	t.Run("its status unread: it still ended first", func(t *testing.T) {
+		procs := []Process{rank(0, 2000, code(1)), rank(1, 1000, nil)}
+		procs[0].Exception = exc(peerClosed, 1900)
+		res := judge(t, Job{Procs: procs, Input: diagnose.Input{ExitCode: 1}})
+		wantRoot(t, res, 1, diagnose.ExitError)
+		if r := byRank(res)[1]; r.ExitCode != nil || !strings.Contains(strings.Join(r.Evidence, " "), "could not be read") {
+			t.Errorf("%+v", r)
+		}
+	})
+
 	t.Run("no ranks", func(t *testing.T) {
 		if res := judge(t, Job{Tail: []string{"hello"}, Input: diagnose.Input{ExitCode: 1}}); res != nil {
 			t.Errorf("%+v", res)

@@ -177,7 +177,17 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 		}
 		if sp.RankOf != nil {
 			if id := sp.RankOf(p.PID); id != nil {
-				r.Rank = id
+				merged := *id
+				if env := r.Rank; env != nil {
+					// what only the environment says: the node, the local rank
+					if merged.LocalRank == nil {
+						merged.LocalRank = env.LocalRank
+					}
+					if merged.NodeRank == nil {
+						merged.NodeRank = env.NodeRank
+					}
+				}
+				r.Rank = &merged
 			}
 		}
 		roll, err := sp.Proc.SmapsRollup(p.PID)

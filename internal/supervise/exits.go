@@ -88,7 +88,7 @@ func (w *exitWatch) wait(pid int, f *os.File) {
 	// from the pidfd once its parent reaped it (a launcher reaps at once)
 	for i := 0; i < 25; i++ {
 		if st, ok := w.proc.ZombieStatus(pid); ok {
-			e.status = waitStatus(st)
+			e.status, e.from = waitStatus(st), "its zombie's /proc/PID/stat, its end from a pidfd"
 			break
 		}
 		var info unix.PidfdInfo
@@ -98,6 +98,9 @@ func (w *exitWatch) wait(pid int, f *os.File) {
 		if ierr == nil && info.Mask&unix.PIDFD_INFO_EXIT != 0 {
 			e.status = waitStatus(int(info.Exit_code))
 			break
+		}
+		if ierr != nil {
+			e.from = "a pidfd (its end; the kernel keeps no exit status for it: Linux 6.15's PIDFD_INFO_EXIT)"
 		}
 		if !w.proc.Exists(pid) {
 			break // reaped, and this kernel keeps no exit status for pidfds
