@@ -54,6 +54,7 @@ type RunOptions struct {
 	runName string
 	Command []string
 	adapt   adaptFlags
+	groupFl groupFlags  // --group, --node (run_group.go)
 	gpu     gpu.Backend // opened by runRun before the run is recorded
 	// changed reports whether a flag was given on the command line.
 	changed func(name string) bool
@@ -110,6 +111,7 @@ usage; 3 when --memory-limit cannot be applied here.`,
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
 	fl.StringVar(&o.Name, "name", "", "label for the run, to use wherever a RUN is asked for (a name an earlier run has gets -2, -3, ...)")
+	o.groupFl.add(fl)
 	fl.StringVar(&o.MemoryLimit, "memory-limit", "", "cap host memory of the whole job at SIZE (e.g. 16g), like docker --memory")
 	fl.StringVar(&o.Restart, "restart", "never", "restart policy: never, on-failure or always")
 	fl.IntVar(&o.MaxRestarts, "max-restarts", 3, "restart at most N times")
@@ -233,7 +235,7 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	cwd, _ := os.Getwd()
 	run := &store.Run{ID: id, Name: o.recordName(), Command: o.Command, Cwd: cwd, Status: store.StatusRunning,
 		StartedAt: f.Now(), SupervisorPID: os.Getpid(), SupervisorStart: me.StartTicks,
-		Detached: o.detachedID != "", Dir: supervise.RunDir(f.Home(), id)}
+		Detached: o.detachedID != "", Dir: supervise.RunDir(f.Home(), id), Group: o.groupFl.group(os.Getenv)}
 	if err := st.CreateRun(ctx, run); err != nil {
 		return err
 	}
@@ -258,7 +260,7 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 
 	id := run.ID
 	so := supervise.Options{
-		RunID: id, Name: run.Name, Command: o.Command, Env: os.Environ(), RunDir: run.Dir, FirstAttempt: first,
+		RunID: id, Name: run.Name, Command: o.Command, Env: o.groupFl.env(os.Environ(), os.Getenv), RunDir: run.Dir, FirstAttempt: first,
 		Store: st, GPU: gb, Proc: procfs.FS{}, Cgroup: cgroup.Reader{},
 		Notify: f.IO.ErrOut, Signals: sigs, Restarts: restarts,
 		SampleInterval: o.SampleInterval, MemoryLimit: limit,

@@ -103,6 +103,8 @@ var migrations = []string{
 	ALTER TABLE samples ADD COLUMN inactive_split INTEGER;
 	ALTER TABLE samples ADD COLUMN alloc_retries INTEGER;
 	ALTER TABLE samples ADD COLUMN step INTEGER;`,
+	// a distributed job's identity across nodes (run --group)
+	`ALTER TABLE runs ADD COLUMN grp TEXT NOT NULL DEFAULT '';`,
 }
 
 // Open opens (creating if needed) the database in dir and migrates it.
@@ -222,6 +224,9 @@ type Run struct {
 	PeakGPU         uint64     `json:"peak_gpu_bytes"`
 	Detached        bool       `json:"detached"`
 	Dir             string     `json:"dir"`
+	// Group names the distributed job the run is one node's part of (run
+	// --group; SLURM_JOB_ID, TORCHELASTIC_RUN_ID), "" for none.
+	Group string `json:"group,omitempty"`
 	// Postmortem is the JSON post-mortem of the last attempt.
 	Postmortem json.RawMessage `json:"-"`
 }
@@ -238,9 +243,9 @@ func ms(t time.Time) int64 { return t.UnixMilli() }
 // CreateRun inserts r.
 func (s *Store) CreateRun(ctx context.Context, r *Run) error {
 	cmd, _ := json.Marshal(r.Command)
-	_, err := s.db.ExecContext(ctx, `INSERT INTO runs(id,name,command,cwd,status,started_at,supervisor_pid,supervisor_start,detached,dir)
-		VALUES(?,?,?,?,?,?,?,?,?,?)`, r.ID, r.Name, string(cmd), r.Cwd, r.Status, ms(r.StartedAt), r.SupervisorPID,
-		int64(r.SupervisorStart), boolInt(r.Detached), r.Dir)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO runs(id,name,command,cwd,status,started_at,supervisor_pid,supervisor_start,detached,dir,grp)
+		VALUES(?,?,?,?,?,?,?,?,?,?,?)`, r.ID, r.Name, string(cmd), r.Cwd, r.Status, ms(r.StartedAt), r.SupervisorPID,
+		int64(r.SupervisorStart), boolInt(r.Detached), r.Dir, r.Group)
 	if err != nil {
 		return fmt.Errorf("create run %s: %w", r.ID, err)
 	}
@@ -276,7 +281,7 @@ func (s *Store) UpdatePeaks(ctx context.Context, id string, rss, gpu uint64) err
 	return err
 }
 
-const runCols = `id,name,command,cwd,status,reason,exit_code,started_at,ended_at,attempts,supervisor_pid,supervisor_start,job_pid,peak_rss,peak_gpu,detached,dir,postmortem`
+const runCols = `id,name,command,cwd,status,reason,exit_code,started_at,ended_at,attempts,supervisor_pid,supervisor_start,job_pid,peak_rss,peak_gpu,detached,dir,postmortem,grp`
 
 func scanRun(sc interface{ Scan(...any) error }) (*Run, error) {
 	var r Run
@@ -285,7 +290,7 @@ func scanRun(sc interface{ Scan(...any) error }) (*Run, error) {
 	var started, supStart int64
 	var det int
 	if err := sc.Scan(&r.ID, &r.Name, &cmd, &r.Cwd, &r.Status, &r.Reason, &exit, &started, &ended, &r.Attempts,
-		&r.SupervisorPID, &supStart, &r.JobPID, &r.PeakRSS, &r.PeakGPU, &det, &r.Dir, &pm); err != nil {
+		&r.SupervisorPID, &supStart, &r.JobPID, &r.PeakRSS, &r.PeakGPU, &det, &r.Dir, &pm, &r.Group); err != nil {
 		return nil, err
 	}
 	_ = json.Unmarshal([]byte(cmd), &r.Command)
