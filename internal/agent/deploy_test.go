@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"os"
 	"regexp"
 	"strings"
@@ -40,5 +41,83 @@ func TestDeployFilesNameRealMetrics(t *testing.T) {
 		if n == 0 {
 			t.Errorf("%s names no vramguard metric", f)
 		}
+	}
+}
+
+// TestDashboardRankRow checks the Grafana dashboard's distributed-job row:
+// a group variable over the rank series' group label, a row repeated per
+// group, and below it panels of one line per rank (legend node and rank)
+// that query real rank metrics for the row's group.
+func TestDashboardRankRow(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/grafana/vramguard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Templating struct {
+			List []struct{ Name, Type, Query string }
+		}
+		Panels []struct {
+			Type, Title, Repeat string
+			GridPos             struct{ X, Y, W, H int }
+			Targets             []struct{ Expr, LegendFormat string }
+		}
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan *prometheus.Desc, 100)
+	(&collector{}).Describe(ch)
+	close(ch)
+	rankMetrics := map[string]bool{}
+	for desc := range ch {
+		if m := regexp.MustCompile(`fqName: "(vramguard_rank_[a-z_]+)"`).FindStringSubmatch(desc.String()); m != nil {
+			rankMetrics[m[1]] = true
+		}
+	}
+	if len(rankMetrics) < 2 {
+		t.Fatalf("rank metrics %v", rankMetrics)
+	}
+	names := regexp.MustCompile(`vramguard_rank_[a-z_]+`)
+	var groupVar bool
+	for _, v := range d.Templating.List {
+		if v.Name == "group" {
+			m := names.FindString(v.Query)
+			groupVar = v.Type == "query" && strings.HasPrefix(v.Query, "label_values(") && strings.HasSuffix(v.Query, ", group)") && rankMetrics[m]
+		}
+	}
+	if !groupVar {
+		t.Fatalf("no group variable over a rank metric's group label: %+v", d.Templating.List)
+	}
+	row := -1
+	for i, p := range d.Panels {
+		if p.Type == "row" && p.Repeat == "group" {
+			row = i
+		}
+	}
+	if row < 0 || !strings.Contains(d.Panels[row].Title, "$group") {
+		t.Fatalf("no row repeated per group (titled with $group)")
+	}
+	n := 0
+	for _, p := range d.Panels[row+1:] {
+		if p.Type == "row" {
+			break
+		}
+		if p.GridPos.Y <= d.Panels[row].GridPos.Y {
+			t.Errorf("panel %q is not below the row", p.Title)
+		}
+		for _, tg := range p.Targets {
+			n++
+			m := names.FindString(tg.Expr)
+			if !rankMetrics[m] || !strings.Contains(tg.Expr, `group=~"$group"`) {
+				t.Errorf("panel %q queries %q: want a rank metric of the row's group", p.Title, tg.Expr)
+			}
+			if !strings.Contains(tg.LegendFormat, "{{node}}") || !strings.Contains(tg.LegendFormat, "{{rank}}") {
+				t.Errorf("panel %q legend %q: want one line per node and rank", p.Title, tg.LegendFormat)
+			}
+		}
+	}
+	if n < 2 {
+		t.Fatalf("the group row has %d queries", n)
 	}
 }
