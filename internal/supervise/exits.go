@@ -22,7 +22,8 @@ import (
 // process is a zombie, and may be missed). The shim's own reports add the
 // kernel's max RSS of the processes it reaped.
 
-// maxWatched bounds the pidfds an attempt holds.
+// maxWatched bounds the pidfds an attempt holds at once (and the processes
+// whose figures it keeps).
 const maxWatched = 1024
 
 // procExit is how one process of the job ended.
@@ -113,6 +114,12 @@ func (w *exitWatch) wait(pid int, f *os.File) {
 		w.order = append(w.order, pid)
 	} else if w.exits[pid].status == nil {
 		w.exits[pid].status, w.exits[pid].from = e.status, e.from
+	}
+	// the pidfd is done with: a long job's short-lived processes (a
+	// DataLoader's workers, epoch after epoch) hold no descriptors
+	if !w.closed {
+		delete(w.watched, pid)
+		f.Close()
 	}
 	w.mu.Unlock()
 }
