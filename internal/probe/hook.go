@@ -282,7 +282,7 @@ func (h *Hook) view(m Message) {
 		if m.Text != "" {
 			text += ": " + m.Text
 		}
-		v.exc = &ranks.Report{Text: text, T: m.Time(), From: "the probe (its uncaught exception)"}
+		v.exc = &ranks.Report{Text: text, T: m.Time(), From: "the probe, which saw it uncaught"}
 	case TypeDisconnect:
 		v.ended = now
 	}

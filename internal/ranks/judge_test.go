@@ -30,7 +30,7 @@ func rank(r int, end int, exit *Exit) Process {
 func code(c int) *Exit           { return &Exit{Code: c} }
 func sig(s syscall.Signal) *Exit { return &Exit{Code: -1, Signal: s} }
 func exc(text string, ms int) *Report {
-	return &Report{Text: text, T: at(ms), From: "the probe (its uncaught exception)"}
+	return &Report{Text: text, T: at(ms), From: "the probe, which saw it uncaught"}
 }
 
 const (
