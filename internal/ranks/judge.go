@@ -31,7 +31,7 @@ func (e Exit) Status() int {
 type Report struct {
 	Text string    // "RuntimeError: CUDA out of memory. …"
 	T    time.Time // when it was reported
-	From string    // "the probe (its uncaught exception)", "torchrun's error file PATH"
+	From string    // "the probe, which saw it uncaught", "torchrun's error file PATH"
 }
 
 // Process is what vramguard knows of one process of the job that has a
