@@ -26,10 +26,12 @@ timeit() { # prints seconds for one run of "$@"
 plain() { sh -c "$gen" > "$tmp/plain.out"; }
 teed() { sh -c "$gen" | tee "$tmp/tee.out" > /dev/null; }
 vg() { VRAMGUARD_HOME="$tmp/home" "$tmp/vramguard" run -- sh -c "$gen" > /dev/null 2>&1; }
+# vramguard's fixed cost: start-up and teardown of a run whose job writes nothing.
+vgstart() { VRAMGUARD_HOME="$tmp/home" "$tmp/vramguard" run -- true > /dev/null 2>&1; }
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for i in $(seq "$REPS"); do
-  for way in plain teed vg; do
+  for way in plain teed vgstart vg; do
     # Each run starts alike: the previous outputs gone and written back, so
     # no run pays for another's dirty pages.
     rm -rf "$tmp/plain.out" "$tmp/tee.out" "$tmp/home"
@@ -47,5 +49,9 @@ for way in plain teed vg; do
   printf '%-34s %10.3f %10.0f\n' "$name" "$ts" "$(echo "$MB / $ts" | bc -l)"
 done
 printf 'vramguard run / tee: %.2f of tee'"'"'s rate (medians)\n' "$(echo "$(cat "$tmp/teed.median") / $(cat "$tmp/vg.median")" | bc -l)"
+start=$(median < "$tmp/vgstart.times")
+printf 'vramguard run -- true (start-up and teardown): %.3f s; output rate after it: %.0f MB/s, %.2f of tee'"'"'s\n' \
+  "$start" "$(echo "$MB / ($(cat "$tmp/vg.median") - $start)" | bc -l)" \
+  "$(echo "$(cat "$tmp/teed.median") / ($(cat "$tmp/vg.median") - $start)" | bc -l)"
 log=$(ls "$tmp"/home/runs/*/attempt-1.log | head -1)
 echo "vramguard log file: $(du -m "$log" | cut -f1) MB for $MB MB of output (a timestamp, stream and byte count per chunk)"
