@@ -236,7 +236,7 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	run := &store.Run{ID: id, Name: o.recordName(), Command: o.Command, Cwd: cwd, Status: store.StatusRunning,
 		StartedAt: f.Now(), SupervisorPID: os.Getpid(), SupervisorStart: me.StartTicks,
 		Detached: o.detachedID != "", Dir: supervise.RunDir(f.Home(), id), Group: o.groupFl.group(os.Getenv)}
-	if err := st.CreateRun(ctx, run); err != nil {
+	if err := createRun(ctx, f, o, st, run); err != nil {
 		return err
 	}
 	return superviseRun(ctx, f, o, st, run, limit, 1)

@@ -63,3 +63,29 @@ func (o *RunOptions) recordName() string {
 	}
 	return o.Name
 }
+
+// createRun records run; a named run whose name another run took since
+// nameRun looked (two started at once) takes the next free one, and says so.
+func createRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, run *store.Run) error {
+	if run.Name == "" {
+		return st.CreateRun(ctx, run)
+	}
+	for try := 0; ; try++ {
+		ok, err := st.CreateRunNamed(ctx, run)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if try == 20 {
+			return Envf("could not find a free name for the run after %s: %s is taken", o.Name, run.Name)
+		}
+		name, err := st.FreeName(ctx, o.Name)
+		if err != nil {
+			return Envf("%v", err)
+		}
+		fmt.Fprintf(f.IO.ErrOut, "vramguard: another run took the name %s as this one started; this run is %s\n", run.Name, name)
+		run.Name, o.runName = name, name
+	}
+}

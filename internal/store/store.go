@@ -252,6 +252,25 @@ func (s *Store) CreateRun(ctx context.Context, r *Run) error {
 	return nil
 }
 
+// CreateRunNamed records a new run under a name no other run has: the check
+// and the insert are one statement, so of two runs started at once with the
+// same name only one gets it. ok is false (and nothing is recorded) when the
+// name is taken; pick another (FreeName) and try again.
+func (s *Store) CreateRunNamed(ctx context.Context, r *Run) (ok bool, err error) {
+	cmd, _ := json.Marshal(r.Command)
+	res, err := s.db.ExecContext(ctx, `INSERT INTO runs(id,name,command,cwd,status,started_at,supervisor_pid,supervisor_start,detached,dir,grp)
+		SELECT ?,?,?,?,?,?,?,?,?,?,? WHERE NOT EXISTS (SELECT 1 FROM runs WHERE name=?)`, r.ID, r.Name, string(cmd), r.Cwd, r.Status,
+		ms(r.StartedAt), r.SupervisorPID, int64(r.SupervisorStart), boolInt(r.Detached), r.Dir, r.Group, r.Name)
+	if err != nil {
+		return false, fmt.Errorf("create run %s: %w", r.ID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("create run %s: %w", r.ID, err)
+	}
+	return n == 1, nil
+}
+
 // UpdateSupervisor records the process that supervises a run (it changes
 // when a detached run's daemon takes over).
 func (s *Store) UpdateSupervisor(ctx context.Context, id string, pid int, start uint64) error {

@@ -3,9 +3,11 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -113,5 +115,39 @@ func TestReopenConcurrent(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "vramguard.db")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCreateRunNamed: a name is given to one run only, however many try it
+// at once.
+func TestCreateRunNamed(t *testing.T) {
+	st, err := Open(filepath.Join(t.TempDir(), "v.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var won atomic.Int32
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := st.CreateRunNamed(ctx, &Run{ID: fmt.Sprintf("run-%d", i), Name: "demo", Command: []string{"true"}, Status: StatusRunning, StartedAt: time.Now()})
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				won.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if won.Load() != 1 {
+		t.Errorf("%d runs got the name, want 1", won.Load())
+	}
+	runs, _ := st.Runs(ctx, 100)
+	if len(runs) != 1 {
+		t.Errorf("%d runs recorded, want 1 (the others were refused, not recorded)", len(runs))
 	}
 }
