@@ -26,6 +26,7 @@ import (
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/monitor"
 	"github.com/vramguard/vramguard/internal/probe"
+	"github.com/vramguard/vramguard/internal/ranks"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/timeline"
@@ -150,7 +151,7 @@ type Agent struct {
 	evCh      chan struct{}
 	// ranks are the ranks of distributed jobs in the newest sample
 	ranks   []RankView
-	rankEnv rankCache
+	rankEnv ranks.Cache
 }
 
 // New returns an Agent; it does nothing until Run.
@@ -587,15 +588,18 @@ type Snapshot struct {
 
 // JobView is one live job as the API shows it.
 type JobView struct {
-	Key      string `json:"key"`
-	Kind     string `json:"kind"`
-	Name     string `json:"name"`
-	RootPID  int    `json:"root_pid"`
-	PIDs     []int  `json:"pids"`
-	RunID    string `json:"run_id,omitempty"`
-	Labels   Labels `json:"labels"`
-	Devices  []int  `json:"devices"`
-	GPUBytes uint64 `json:"gpu_bytes"`
+	Key     string `json:"key"`
+	Kind    string `json:"kind"`
+	Name    string `json:"name"`
+	RootPID int    `json:"root_pid"`
+	PIDs    []int  `json:"pids"`
+	// Processes are the job's processes; a distributed job's in rank
+	// order (its launcher first, each rank's process before its workers).
+	Processes []JobProcess `json:"processes"`
+	RunID     string       `json:"run_id,omitempty"`
+	Labels    Labels       `json:"labels"`
+	Devices   []int        `json:"devices"`
+	GPUBytes  uint64       `json:"gpu_bytes"`
 	// GPUs is GPUBytes by GPU: what the driver reports for the job's
 	// processes on each device.
 	GPUs      []JobGPU   `json:"gpus"`
@@ -636,6 +640,54 @@ func judgingLeft(cfg analyze.Config, n int, interval time.Duration) time.Duratio
 	// the sample after its last
 	per := max(int(math.Ceil(cfg.WindowS/interval.Seconds()))+1, cfg.MinWindowSamples)
 	return time.Duration(max(cfg.MinLevels*per-n, 0)) * interval
+}
+
+// JobProcess is one process of a live job as the API shows it. Rank,
+// LocalRank, WorldSize and Node are its place in a distributed job as its
+// environment names it (absent: none).
+type JobProcess struct {
+	PID       int    `json:"pid"`
+	Comm      string `json:"comm"`
+	Role      string `json:"role"`
+	GPUBytes  uint64 `json:"gpu_bytes"`
+	RSSBytes  uint64 `json:"rss_bytes"`
+	Rank      *int   `json:"rank,omitempty"`
+	LocalRank *int   `json:"local_rank,omitempty"`
+	WorldSize *int   `json:"world_size,omitempty"`
+	Node      string `json:"node,omitempty"`
+}
+
+// processesOf lists j's processes (in the attributor's order), a
+// distributed job's in rank order: the
+// processes with no rank (its launcher) first, then by rank, each rank's
+// process before its workers.
+func processesOf(j *attrib.Job) []JobProcess {
+	out := make([]JobProcess, 0, len(j.Processes))
+	for _, p := range j.Processes {
+		out = append(out, JobProcess{PID: p.PID, Comm: p.Comm, Role: p.Role, GPUBytes: p.GPUBytes, RSSBytes: p.RSSBytes,
+			Rank: p.Rank, LocalRank: p.LocalRank, WorldSize: p.WorldSize, Node: p.Node})
+	}
+	ranked := false
+	for _, p := range out {
+		ranked = ranked || p.Rank != nil
+	}
+	if !ranked {
+		return out
+	}
+	order := func(p *JobProcess) int {
+		if p.Rank == nil {
+			return -1
+		}
+		return *p.Rank
+	}
+	sort.SliceStable(out, func(a, b int) bool {
+		x, y := &out[a], &out[b]
+		if ox, oy := order(x), order(y); ox != oy {
+			return ox < oy
+		}
+		return x.Role != "worker" && y.Role == "worker"
+	})
+	return out
 }
 
 // JobGPU is a job's memory on one GPU.
@@ -701,6 +753,7 @@ func (js *jobState) view(now time.Time, interval time.Duration) JobView {
 	for _, p := range j.Processes {
 		v.PIDs = append(v.PIDs, p.PID)
 	}
+	v.Processes = processesOf(j)
 	if !js.LastCkpt.IsZero() {
 		t := js.LastCkpt
 		age := now.Sub(t).Seconds()

@@ -264,7 +264,7 @@ func (a *Agent) jobsIn(ctx context.Context, from time.Time) ([]JobView, error) {
 		if live[j.Key] {
 			continue
 		}
-		v := JobView{Key: j.Key, Kind: j.Kind, Name: j.Name, FirstSeen: j.FirstSeen, EndedAt: j.EndedAt, id: j.ID}
+		v := JobView{Key: j.Key, Kind: j.Kind, Name: j.Name, FirstSeen: j.FirstSeen, EndedAt: j.EndedAt, Processes: []JobProcess{}, id: j.ID}
 		var info struct {
 			Labels  Labels `json:"labels"`
 			Devices []int  `json:"devices"`

@@ -4,7 +4,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/ranks"
@@ -22,92 +21,17 @@ import (
 // agent is not root) has no rank series: its job's vramguard_job_* series
 // still count it.
 
-// Environment variables that name a process's group and node, strongest
-// first. torchrun's TORCHELASTIC_RUN_ID is its --rdzv-id, "none" unless
-// given (or a fresh id under --standalone): "none" names no job.
-var (
-	groupVars = []string{"VRAMGUARD_GROUP", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}
-	nodeVars  = []string{"VRAMGUARD_NODE", "SLURMD_NODENAME"}
-)
-
-// maxRankCache bounds the per-process cache; it is also pruned to the live
-// processes after every sample.
-const maxRankCache = 1 << 16
-
 // procRank is what a process's environment says of its place in a job.
-type procRank struct {
-	id    *ranks.Identity
-	group string
-	node  string
-}
+type procRank = ranks.Place
 
 // RankFromEnv reads a process's rank, group and node from its environment
 // (KEY=VALUE strings). ok is false when no variable names a rank.
 func RankFromEnv(env []string) (id ranks.Identity, group, node string, ok bool) {
-	id, ok = ranks.FromEnv(env)
-	if !ok {
+	p := ranks.PlaceFromEnv(env)
+	if p.ID == nil {
 		return id, "", "", false
 	}
-	return id, lookupFirst(env, groupVars, "none"), lookupFirst(env, nodeVars, ""), true
-}
-
-// lookupFirst is the value of the first of keys set (non-empty, and not
-// skip) in env; the last assignment of a key wins, as for a process.
-func lookupFirst(env []string, keys []string, skip string) string {
-	for _, k := range keys {
-		for i := len(env) - 1; i >= 0; i-- {
-			if v, found := strings.CutPrefix(env[i], k+"="); found {
-				if v = strings.TrimSpace(v); v != "" && v != skip {
-					return v
-				}
-				break
-			}
-		}
-	}
-	return ""
-}
-
-type rankCacheEntry struct {
-	start uint64
-	r     procRank
-}
-
-// rankCache remembers each process's procRank by PID and start time.
-type rankCache struct {
-	mu      sync.Mutex
-	entries map[int]rankCacheEntry
-}
-
-func (c *rankCache) get(pid int, start uint64, read func(int) ([]string, error)) procRank {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.entries[pid]; ok && e.start == start {
-		return e.r
-	}
-	var r procRank
-	if env, err := read(pid); err == nil {
-		if id, group, node, ok := RankFromEnv(env); ok {
-			r = procRank{id: &id, group: group, node: node}
-		}
-	}
-	if c.entries == nil {
-		c.entries = map[int]rankCacheEntry{}
-	}
-	if len(c.entries) < maxRankCache {
-		c.entries[pid] = rankCacheEntry{start: start, r: r}
-	}
-	return r
-}
-
-// keep drops the entries of processes not in live.
-func (c *rankCache) keep(live map[int]bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for pid := range c.entries {
-		if !live[pid] {
-			delete(c.entries, pid)
-		}
-	}
+	return *p.ID, p.Group, p.Node, true
 }
 
 // RankView is one rank of a distributed job on this node: the sum over the
@@ -165,33 +89,33 @@ func (a *Agent) ranksOf(jobs []attrib.Job) []RankView {
 				continue // made up by a scenario: no environment to read
 			}
 			live[p.PID] = true
-			r := a.rankEnv.get(p.PID, p.StartTicks, a.cfg.Environ)
-			if r.id == nil || !a.cfg.isThisNode(r.node) {
+			r := a.rankEnv.Get(p.PID, p.StartTicks, a.cfg.Environ)
+			if r.ID == nil || !a.cfg.isThisNode(r.Node) {
 				continue
 			}
-			if r.group == "" {
-				r.group = j.Key
+			if r.Group == "" {
+				r.Group = j.Key
 			}
-			if r.id.Source != ranks.SourceSlurm {
-				launched[r.group] = true
+			if r.ID.Source != ranks.SourceSlurm {
+				launched[r.Group] = true
 			}
 			ms = append(ms, member{j, p, r})
 		}
 	}
-	a.rankEnv.keep(live)
+	a.rankEnv.Keep(live)
 	at := map[string]int{}
 	var out []RankView
 	for _, m := range ms {
-		if m.r.id.Source == ranks.SourceSlurm && launched[m.r.group] {
+		if m.r.ID.Source == ranks.SourceSlurm && launched[m.r.Group] {
 			continue
 		}
-		id := m.r.id
-		key := strings.Join([]string{m.r.group, strconv.Itoa(id.Rank), rankLabel(id.LocalRank), rankLabel(id.WorldSize)}, "\x00")
+		id := m.r.ID
+		key := strings.Join([]string{m.r.Group, strconv.Itoa(id.Rank), rankLabel(id.LocalRank), rankLabel(id.WorldSize)}, "\x00")
 		i, ok := at[key]
 		if !ok {
 			i = len(out)
 			at[key] = i
-			out = append(out, RankView{Group: m.r.group, Node: a.cfg.Node, Rank: id.Rank, LocalRank: id.LocalRank, WorldSize: id.WorldSize,
+			out = append(out, RankView{Group: m.r.Group, Node: a.cfg.Node, Rank: id.Rank, LocalRank: id.LocalRank, WorldSize: id.WorldSize,
 				JobKey: m.job.Key, GPUs: []JobGPU{}})
 		}
 		v := &out[i]

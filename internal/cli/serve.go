@@ -223,6 +223,7 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 		ProcessInterval: o.Interval,
 		Now:             f.Now,
 		OOMWarning:      o.OOMThreshold,
+		Environ:         procfs.FS{Root: o.GPU.ProcRoot}.Environ,
 	}
 	if o.GPU.ProcRoot == "" {
 		// supervised runs are jobs of this machine, on a GPU or not

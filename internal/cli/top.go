@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/sampler"
 )
@@ -134,6 +135,7 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 		ProcessInterval: o.Interval,
 		DeviceInterval:  o.DeviceInterval,
 		Now:             f.Now,
+		Environ:         procfs.FS{Root: o.GPU.ProcRoot}.Environ,
 	}
 	if o.GPU.ProcRoot == "" {
 		// supervised runs are jobs of this machine, on a GPU or not

@@ -156,8 +156,22 @@ func arrangeJobs(jobs []attrib.Job, sortBy, filter string, group bool) []attrib.
 // PID, or command name), ties by PID. It returns a new slice.
 func sortProcs(ps []attrib.Process, sortBy string) []attrib.Process {
 	out := append([]attrib.Process(nil), ps...)
+	ranked := false
+	for i := range out {
+		ranked = ranked || out[i].Rank != nil
+	}
 	sort.SliceStable(out, func(a, b int) bool {
 		x, y := &out[a], &out[b]
+		if ranked {
+			// a distributed job's processes in rank order: its launcher
+			// (no rank) first, each rank's process before its workers
+			if rx, ry := procRankOrder(x), procRankOrder(y); rx != ry {
+				return rx < ry
+			}
+			if wx, wy := x.Role == "worker", y.Role == "worker"; wx != wy {
+				return wy
+			}
+		}
 		switch sortBy {
 		case "rss":
 			if x.RSSBytes != y.RSSBytes {
@@ -243,12 +257,37 @@ func procLabel(p attrib.Process) string {
 		cmd = p.Comm
 	}
 	s := "└ " + p.Role
+	if p.Rank != nil {
+		s = "└ " + procRankLabel(p)
+		if p.Role == "worker" {
+			s += " worker"
+		}
+	}
 	if len(p.Cmdline) == 0 || !strings.HasPrefix(topBaseName(p.Cmdline[0]), p.Comm) {
 		s += " " + p.Comm
 	}
 	s += ": " + cmd
 	if p.ContainerPID != 0 {
 		s += fmt.Sprintf(" (pid %d inside)", p.ContainerPID)
+	}
+	return s
+}
+
+// procRankOrder is where a process sorts among its job's by rank: -1 for
+// one with no rank.
+func procRankOrder(p *attrib.Process) int {
+	if p.Rank == nil {
+		return -1
+	}
+	return *p.Rank
+}
+
+// procRankLabel is a process's rank in a child row's label: "rank 1/4"
+// (of a world of 4), "rank 1" when the world size is not known.
+func procRankLabel(p attrib.Process) string {
+	s := "rank " + strconv.Itoa(*p.Rank)
+	if p.WorldSize != nil {
+		s += "/" + strconv.Itoa(*p.WorldSize)
 	}
 	return s
 }

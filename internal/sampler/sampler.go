@@ -15,6 +15,7 @@ import (
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/monitor"
+	"github.com/vramguard/vramguard/internal/ranks"
 	"github.com/vramguard/vramguard/internal/timeline"
 )
 
@@ -51,6 +52,9 @@ type Config struct {
 	// Runs supplies the supervised runs in progress (nil: none): each
 	// becomes a job, and is judged by its own monitor's findings.
 	Runs RunSource
+	// Environ reads a process's environment (procfs.FS.Environ), for the
+	// rank of each process of a job (attrib.Process.Rank); nil: no ranks.
+	Environ func(pid int) ([]string, error)
 }
 
 // Reading is one shared reading of the machine (devices, processes, jobs). Readers must treat its slices as read-only.
@@ -84,6 +88,7 @@ type Sampler struct {
 	changed chan struct{}
 	hist    map[string][]timeline.Point
 	mons    map[string]*monitor.Monitor // the monitor of each job not supervised by vramguard run
+	places  ranks.Cache                 // each process's place in a distributed job, read once
 }
 
 // New returns a Sampler; it does not poll until Run or Refresh.
@@ -140,6 +145,7 @@ func (s *Sampler) Refresh(ctx context.Context) (Reading, error) {
 	} else {
 		smp.Attrib = attrib.Result{Jobs: []attrib.Job{}, Vanished: []gpu.Process{}}
 	}
+	s.addRanks(&smp)
 	s.addProbes(&smp)
 	s.addRuns(ctx, &smp)
 	smp.Took = time.Since(start)
@@ -278,4 +284,46 @@ func (s *Sampler) History(key string) []timeline.Point {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]timeline.Point(nil), s.hist[key]...)
+}
+
+// addRanks gives each process of a job its place in a distributed job, as
+// its environment names it (read once per process: ranks.Cache). A
+// process a scenario made up has no environment to read. Within a job, a
+// process known only by Slurm's task id while others have a launcher's
+// rank (RANK, MPI's) is the launcher of those (torchrun under srun), not a
+// rank.
+func (s *Sampler) addRanks(smp *Reading) {
+	if s.cfg.Environ == nil {
+		return
+	}
+	var sim attrib.Simulator
+	if s.cfg.Attributor != nil {
+		sim, _ = s.cfg.Attributor.Src.(attrib.Simulator)
+	}
+	live := map[int]bool{}
+	for i := range smp.Attrib.Jobs {
+		j := &smp.Attrib.Jobs[i]
+		places := make([]ranks.Place, len(j.Processes))
+		launched := false
+		for k := range j.Processes {
+			p := &j.Processes[k]
+			if p.Simulated || (sim != nil && sim.Simulated(p.PID)) {
+				continue
+			}
+			live[p.PID] = true
+			places[k] = s.places.Get(p.PID, p.StartTicks, s.cfg.Environ)
+			if id := places[k].ID; id != nil && id.Source != ranks.SourceSlurm {
+				launched = true
+			}
+		}
+		for k, pl := range places {
+			if pl.ID == nil || (launched && pl.ID.Source == ranks.SourceSlurm) {
+				continue
+			}
+			p := &j.Processes[k]
+			r := pl.ID.Rank
+			p.Rank, p.LocalRank, p.WorldSize, p.Node = &r, pl.ID.LocalRank, pl.ID.WorldSize, pl.Node
+		}
+	}
+	s.places.Keep(live)
 }

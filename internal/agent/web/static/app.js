@@ -156,22 +156,60 @@ function renderDevices(d) {
 function renderJobs(d) {
   const tb = document.querySelector("#jobs tbody");
   vg.jobs = d.jobs;
-  tb.replaceChildren(...d.jobs.map((j) => {
-    const v = verdict(j);
-    const gpus = (j.devices || []).length ? (j.devices.length > 1 ? "GPUs " : "GPU ") + j.devices.join(",") : "no GPU";
-    // an ended job has no current figures (its timeline has them all)
-    const now = (n) => (j.live ? bytes(n) : "–");
-    return el("tr", { "data-key": j.key },
-      el("td", { class: "name" }, j.name, el("span", { class: "sub muted" }, j.kind + " · " + gpus)),
-      el("td", { class: "num" }, now(j.gpu_bytes)),
-      el("td", { class: "num" }, now(j.reserved_bytes)),
-      el("td", { class: "num" }, now(j.allocated_bytes)),
-      el("td", { class: "num" }, now(j.rss_bytes)),
-      el("td", { class: "verdict " + v.cls, title: v.title }, v.text),
-      el("td", { class: "num" + (j.oom_eta_s != null ? " bad" : "") }, j.oom_eta_s != null ? dur(j.oom_eta_s) : "–"),
-      el("td", { class: "num" }, j.seconds_since_checkpoint != null ? dur(j.seconds_since_checkpoint) + " ago" : j.live ? "none seen" : "–"),
-      el("td", {}, j.live ? "running" : "ended"));
+  tb.replaceChildren(...d.jobs.flatMap((j) => {
+    const ranks = j.live ? rankRows(j) : null;
+    return ranks ? [jobRow(j), ranks] : [jobRow(j)];
   }));
+}
+
+// rankRows is, for a distributed job (its processes name their ranks), a
+// row under the job's listing its processes grouped by rank, in rank
+// order (the API's), with each rank's GPU memory and RSS summed over the
+// rank's process and its workers; null for a job without ranks.
+function rankRows(j) {
+  const procs = j.processes || [];
+  if (!procs.some((p) => p.rank != null)) return null;
+  const groups = [];
+  for (const p of procs) {
+    const key = p.rank == null ? "none" : String(p.rank);
+    let g = groups.find((x) => x.key === key);
+    if (!g) groups.push((g = { key: key, first: p, procs: [], gpu: 0, rss: 0 }));
+    g.procs.push(p);
+    g.gpu += p.gpu_bytes || 0;
+    g.rss += p.rss_bytes || 0;
+  }
+  const items = groups.map((g) => {
+    const p = g.first;
+    let head = "not a rank (launcher)";
+    if (p.rank != null) {
+      head = "rank " + p.rank + (p.world_size != null ? "/" + p.world_size : "");
+      const extra = [];
+      if (p.local_rank != null) extra.push("local rank " + p.local_rank);
+      if (p.node) extra.push("node " + p.node);
+      if (extra.length) head += " (" + extra.join(", ") + ")";
+    }
+    const who = g.procs.map((x) => x.pid + " " + x.comm + (x.role === "worker" ? " (worker)" : "")).join(", ");
+    return el("li", { "data-rank": g.key }, el("b", {}, head), " GPU " + bytes(g.gpu) + " · RSS " + bytes(g.rss) + " · ",
+      el("span", { class: "muted" }, "pid " + who));
+  });
+  return el("tr", { class: "ranks", "data-key": j.key }, el("td", { colSpan: 9 }, el("ul", { class: "ranks" }, ...items)));
+}
+
+function jobRow(j) {
+  const v = verdict(j);
+  const gpus = (j.devices || []).length ? (j.devices.length > 1 ? "GPUs " : "GPU ") + j.devices.join(",") : "no GPU";
+  // an ended job has no current figures (its timeline has them all)
+  const now = (n) => (j.live ? bytes(n) : "–");
+  return el("tr", { "data-key": j.key },
+    el("td", { class: "name" }, j.name, el("span", { class: "sub muted" }, j.kind + " · " + gpus)),
+    el("td", { class: "num" }, now(j.gpu_bytes)),
+    el("td", { class: "num" }, now(j.reserved_bytes)),
+    el("td", { class: "num" }, now(j.allocated_bytes)),
+    el("td", { class: "num" }, now(j.rss_bytes)),
+    el("td", { class: "verdict " + v.cls, title: v.title }, v.text),
+    el("td", { class: "num" + (j.oom_eta_s != null ? " bad" : "") }, j.oom_eta_s != null ? dur(j.oom_eta_s) : "–"),
+    el("td", { class: "num" }, j.seconds_since_checkpoint != null ? dur(j.seconds_since_checkpoint) + " ago" : j.live ? "none seen" : "–"),
+    el("td", {}, j.live ? "running" : "ended"));
 }
 
 function renderRuns(d) {
