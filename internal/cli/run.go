@@ -119,7 +119,7 @@ usage; 3 when --memory-limit cannot be applied here.`,
 	fl.DurationVar(&o.BackoffMax, "backoff-max", 5*time.Minute, "longest restart delay")
 	fl.DurationVar(&o.StableAfter, "stable-after", 10*time.Second, "a failure sooner than this after start is a startup failure and is not retried (on-failure)")
 	fl.StringVar(&o.ResumeFrom, "resume-from", "", "before each attempt, find the newest valid checkpoint under DIR: exported as VRAMGUARD_RESUME and substituted for {resume} in the arguments (never inside an sh -c script: use \"$VRAMGUARD_RESUME\" there)")
-	fl.DurationVar(&o.StallTimeout, "stall-timeout", 0, "kill the job (reason stalled) after D without output or training progress (until its first optimizer step or save, CPU use counts as activity too); 0 disables")
+	fl.DurationVar(&o.StallTimeout, "stall-timeout", 0, "kill the job (reason stalled) after D without output, CPU use or training progress (in a distributed job that has made progress, CPU use alone does not count: ranks spin waiting in collectives); 0 disables")
 	fl.DurationVar(&o.OOMWarning, "oom-warning", 10*time.Minute, "alert when the memory forecast says the job runs out within D (leaks are alerted too)")
 	fl.DurationVar(&o.StopTimeout, "stop-timeout", 30*time.Second, "after Ctrl-C or stop, kill the job if it has not ended within D")
 	fl.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "how often to sample memory (at least 50ms)")

@@ -32,9 +32,9 @@ type Config struct {
 	// since its last checkpoint (or its start); 0: never.
 	UnsavedAfter time.Duration
 	// StallAfter raises stalled when the job has had no output, used no CPU
-	// and made no training progress for this long; once the job made
-	// progress (Progress), CPU time no longer counts: only progress and
-	// output do. 0: never.
+	// and made no training progress for this long; once a distributed job
+	// (SetDistributed) made progress (Progress), CPU time no longer
+	// counts: only progress and output do. 0: never.
 	StallAfter time.Duration
 	// NearLimit raises near_limit when the memory the limit is enforced on
 	// reaches this share of it (default 0.9; negative: never).
@@ -119,6 +119,7 @@ type Monitor struct {
 	haveCPU       bool
 	unsavedWarned time.Time
 	stalled       bool
+	distributed   bool
 	nearIn        bool
 }
 
@@ -139,6 +140,15 @@ func New(cfg Config, start time.Time) *Monitor {
 // Start is when the attempt started: time zero of the *_s figures.
 func (m *Monitor) Start() time.Time { return m.start }
 
+// SetDistributed says the job has two ranks or more (its processes name
+// them): from its first training progress on, its CPU time no longer keeps
+// it from counting as stalled.
+func (m *Monitor) SetDistributed() {
+	m.mu.Lock()
+	m.distributed = true
+	m.mu.Unlock()
+}
+
 // Observe takes the job's next sample (in time order) and returns the
 // events it raises: leak and oom_forecast once per episode, near_limit once
 // per episode.
@@ -146,11 +156,12 @@ func (m *Monitor) Observe(s *timeline.Sample) []timeline.Event {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var evs []timeline.Event
-	// CPU time is activity until the job reports training progress; from
-	// then on only progress and output are: a rank waiting in a
-	// collective for a rank that stopped uses CPU (NCCL spins, the probe
-	// samples) without making any.
-	if m.haveCPU && s.CPUTicks != m.lastCPU && s.T.After(m.lastActivity) && m.progress.IsZero() {
+	// CPU time is activity, except in a distributed job that has reported
+	// training progress: from then on only progress and output are, as a
+	// rank waiting in a collective for a rank that stopped uses CPU (NCCL
+	// spins, the probe samples) without making any. A single process's
+	// silent evaluation loop still counts as busy.
+	if m.haveCPU && s.CPUTicks != m.lastCPU && s.T.After(m.lastActivity) && (m.progress.IsZero() || !m.distributed) {
 		m.lastActivity = s.T
 	}
 	m.lastCPU, m.haveCPU = s.CPUTicks, true
@@ -301,8 +312,8 @@ func (m *Monitor) Check(now time.Time, attempt int) []timeline.Event {
 			m.stalled = true
 			msg := fmt.Sprintf("no output, no CPU time used by any of its processes and no training progress for %s (--stall-timeout %s)",
 				idle.Round(time.Second), after)
-			if !m.progress.IsZero() {
-				msg = fmt.Sprintf("no training progress (optimizer steps, saves) and no output for %s (--stall-timeout %s); CPU time does not count once a job has made progress",
+			if !m.progress.IsZero() && m.distributed {
+				msg = fmt.Sprintf("no training progress (optimizer steps, saves) and no output for %s (--stall-timeout %s); CPU time does not count once a distributed job has made progress",
 					idle.Round(time.Second), after)
 			}
 			evs = append(evs, timeline.Event{T: now, Attempt: attempt, Kind: timeline.KindStalled, Message: msg})

@@ -147,8 +147,21 @@ func TestCheck(t *testing.T) {
 	if evs := m.Check(at(141), 1); len(evs) != 1 || evs[0].Kind != timeline.KindUnsaved {
 		t.Fatalf("a minute after the checkpoint: %+v", evs)
 	}
-	// once a job has made progress, CPU time is no longer activity: a rank
-	// spinning in a collective for a rank that stopped makes none
+	// a single process's silent evaluation after training: its CPU time
+	// still counts as activity
+	single := New(Config{StallAfter: 30 * time.Second}, t0)
+	single.Progress(at(141))
+	for i := 142; i < 200; i++ {
+		s := hostSample(i, 1<<30, 0)
+		single.Observe(&s)
+	}
+	if evs := single.Check(at(200), 1); len(evs) != 0 {
+		t.Fatalf("a busy single-process job after training progress: %+v, want no stall", evs)
+	}
+	// once a distributed job has made progress, CPU time is no longer
+	// activity: a rank spinning in a collective for a rank that stopped
+	// makes none
+	m.SetDistributed()
 	for i := 142; i < 200; i++ {
 		s := hostSample(i, 1<<30, 0)
 		m.Observe(&s)
@@ -157,9 +170,11 @@ func TestCheck(t *testing.T) {
 	if len(evs) != 1 || evs[0].Kind != timeline.KindStalled || !strings.Contains(evs[0].Message, "CPU time does not count") {
 		t.Fatalf("59 s of CPU but no progress after training: %+v, want a stall that says CPU did not count", evs)
 	}
-	// before any progress, CPU time counts as activity: samples whose CPU
+	// before any progress, CPU time counts as activity (a distributed job's
+	// too): samples whose CPU
 	// ticks move keep a job alive (loading data, compiling)
 	m = New(Config{StallAfter: 30 * time.Second}, t0)
+	m.SetDistributed()
 	for i := 1; i < 60; i++ {
 		s := hostSample(i, 1<<30, 0)
 		m.Observe(&s)

@@ -48,6 +48,15 @@ func (a *running) see(info *sampler.TreeInfo) {
 			p.env = e
 		}
 	}
+	seen := map[int]bool{}
+	for _, r := range info.Procs {
+		if r.Rank != nil {
+			seen[r.Rank.Rank] = true
+		}
+	}
+	if len(seen) >= 2 && a.mon != nil {
+		a.mon.SetDistributed()
+	}
 	if o := a.s.o; o.Probe != nil {
 		m := map[int]*ranks.Identity{}
 		for _, p := range o.Probe.Processes() {
