@@ -75,22 +75,34 @@ func validSort(s string) bool {
 // jobLess orders two jobs by sortBy: GPU memory or host RSS, largest first;
 // root PID or name, smallest first. Ties go to the lower root PID.
 func jobLess(x, y *attrib.Job, sortBy string) bool {
+	return sortKey{x.GPUBytes, x.RSSBytes, x.Name, x.RootPID}.less(sortKey{y.GPUBytes, y.RSSBytes, y.Name, y.RootPID}, sortBy)
+}
+
+// sortKey is what --sort orders jobs and processes by: GPU memory or host
+// RSS, largest first; PID or name, smallest first; ties to the lower PID.
+type sortKey struct {
+	gpu, rss uint64
+	name     string
+	pid      int
+}
+
+func (x sortKey) less(y sortKey, sortBy string) bool {
 	switch sortBy {
 	case "rss":
-		if x.RSSBytes != y.RSSBytes {
-			return x.RSSBytes > y.RSSBytes
+		if x.rss != y.rss {
+			return x.rss > y.rss
 		}
 	case "name":
-		if x.Name != y.Name {
-			return x.Name < y.Name
+		if x.name != y.name {
+			return x.name < y.name
 		}
 	case "pid":
 	default:
-		if x.GPUBytes != y.GPUBytes {
-			return x.GPUBytes > y.GPUBytes
+		if x.gpu != y.gpu {
+			return x.gpu > y.gpu
 		}
 	}
-	return x.RootPID < y.RootPID
+	return x.pid < y.pid
 }
 
 // topGroup is what orders the groups of a grouped table by the sort key.
@@ -172,22 +184,7 @@ func sortProcs(ps []attrib.Process, sortBy string) []attrib.Process {
 				return wy
 			}
 		}
-		switch sortBy {
-		case "rss":
-			if x.RSSBytes != y.RSSBytes {
-				return x.RSSBytes > y.RSSBytes
-			}
-		case "name":
-			if x.Comm != y.Comm {
-				return x.Comm < y.Comm
-			}
-		case "pid":
-		default:
-			if x.GPUBytes != y.GPUBytes {
-				return x.GPUBytes > y.GPUBytes
-			}
-		}
-		return x.PID < y.PID
+		return sortKey{x.GPUBytes, x.RSSBytes, x.Comm, x.PID}.less(sortKey{y.GPUBytes, y.RSSBytes, y.Comm, y.PID}, sortBy)
 	})
 	return out
 }
