@@ -1,16 +1,15 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestDashboardRankRows: a live 2-rank job (a launcher named torchrun
@@ -21,34 +20,8 @@ import (
 // listed under it; at 800 px the row does not make the page scroll
 // sideways.
 func TestDashboardRankRows(t *testing.T) {
+	rank := testbin.StartRankJob(t).Rank
 	dir := t.TempDir()
-	for _, n := range []string{"torchrun", "python"} {
-		if err := os.Symlink("/bin/sh", filepath.Join(dir, n)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	script := `RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 "$D/python" -c 'sleep 120 & sleep 120; wait' & echo $!
-RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 "$D/python" -c 'sleep 120 & sleep 120; wait' & echo $!
-wait`
-	cmd := exec.Command(filepath.Join(dir, "torchrun"), "-c", script)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "D=" + dir}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	var rank [2]int
-	for _, r := range []int{1, 0} {
-		if !sc.Scan() {
-			t.Fatal("the launcher did not say its ranks' PIDs")
-		}
-		rank[r], _ = strconv.Atoi(strings.TrimSpace(sc.Text()))
-	}
 	t.Setenv("VG_R0", strconv.Itoa(rank[0]))
 	t.Setenv("VG_R1", strconv.Itoa(rank[1]))
 	scen := filepath.Join(dir, "ranks.json")

@@ -1,71 +1,21 @@
 package agent
 
 import (
-	"bufio"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
-
-// startLauncher starts a launcher named torchrun (a shell whose
-// environment names no rank) that starts rank 1, then rank 0, of a 2-rank
-// job the way torchrun does (RANK, LOCAL_RANK, WORLD_SIZE; rank 1 also
-// names its node), each rank (a shell named python) forking workers that
-// inherit its environment. The names are what attribution roots a job by.
-// It returns the launcher's PID and each rank's, by rank.
-func startLauncher(t *testing.T) (launcher int, rank [2]int) {
-	t.Helper()
-	dir := t.TempDir()
-	for _, n := range []string{"torchrun", "python"} {
-		if err := os.Symlink("/bin/sh", filepath.Join(dir, n)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	script := `RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 VRAMGUARD_NODE=n1 "$D/python" -c 'sleep 30 & sleep 30; wait' & echo $!
-RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 "$D/python" -c 'sleep 30 & sleep 30; wait' & echo $!
-wait`
-	cmd := exec.Command(filepath.Join(dir, "torchrun"), "-c", script)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "D=" + dir}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, p := range treeOf(t, cmd.Process.Pid) {
-			exec.Command("kill", "-9", strconv.Itoa(p)).Run()
-		}
-		cmd.Wait()
-	})
-	sc := bufio.NewScanner(out)
-	for _, r := range []int{1, 0} {
-		if !sc.Scan() {
-			t.Fatal("the launcher did not say its ranks' PIDs")
-		}
-		if rank[r], err = strconv.Atoi(strings.TrimSpace(sc.Text())); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitChildren(t, rank[0], rank[1])
-	time.Sleep(200 * time.Millisecond) // and the sleeps have loaded
-	return cmd.Process.Pid, rank
-}
 
 // TestJobProcessRanks: a 2-rank job's processes in /api/v1/jobs carry the
 // rank, local rank, world size and node their environments name, in rank
 // order (the launcher, with no rank, first; each rank's worker after it,
 // with its rank), with the driver's memory of each rank's process.
 func TestJobProcessRanks(t *testing.T) {
-	launcher, rank := startLauncher(t)
+	job := testbin.StartRankJob(t, "VRAMGUARD_NODE=n1")
+	launcher, rank := job.Launcher, job.Rank
 	sc := `{"name": "ranks", "duration": "10m",
   "devices": [{"name": "GPU", "uuid": "GPU-0", "total": "80GiB"}, {"name": "GPU", "uuid": "GPU-1", "total": "80GiB"}],
   "processes": [{"pid": "$R0", "device": 0, "memory": "3GiB"}, {"pid": "$R1", "device": 1, "memory": "5GiB"}]}`

@@ -1,16 +1,13 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +15,7 @@ import (
 	"github.com/vramguard/vramguard/internal/gpu/sim"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/sampler"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestTopRankRows starts a 2-rank job as torchrun does (a launcher named
@@ -28,62 +26,8 @@ import (
 // 0's, then rank 1 and its workers, at every width; and the ranks in
 // top --once --json's processes.
 func TestTopRankRows(t *testing.T) {
-	dir := t.TempDir()
-	for _, n := range []string{"torchrun", "python"} {
-		if err := os.Symlink("/bin/sh", filepath.Join(dir, n)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	script := `RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 "$D/python" -c 'sleep 30 & sleep 30; wait' & echo $!
-RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 "$D/python" -c 'sleep 30 & sleep 30; wait' & echo $!
-wait`
-	cmd := exec.Command(filepath.Join(dir, "torchrun"), "-c", script)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "D=" + dir}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	children := func(pid int) []int {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-		var cs []int
-		for _, f := range strings.Fields(string(b)) {
-			c, _ := strconv.Atoi(f)
-			cs = append(cs, c)
-		}
-		return cs
-	}
-	var rank [2]int
-	t.Cleanup(func() {
-		for _, r := range rank {
-			for _, c := range children(r) {
-				syscall.Kill(c, syscall.SIGKILL)
-			}
-			syscall.Kill(r, syscall.SIGKILL)
-		}
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	sc := bufio.NewScanner(out)
-	for _, r := range []int{1, 0} {
-		if !sc.Scan() {
-			t.Fatal("the launcher did not say its ranks' PIDs")
-		}
-		if rank[r], err = strconv.Atoi(strings.TrimSpace(sc.Text())); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, r := range rank {
-		for i := 0; len(children(r)) < 2; i++ {
-			if i > 200 {
-				t.Fatalf("rank pid %d never forked its workers", r)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	time.Sleep(200 * time.Millisecond) // the sleeps have loaded
+	rj := testbin.StartRankJob(t)
+	rank, launcher, dir := rj.Rank, rj.Launcher, rj.Dir
 	scen, err := sim.Parse([]byte(fmt.Sprintf(`{"name": "ranks", "duration": "10m",
   "devices": [{"name": "GPU", "uuid": "GPU-0", "total": "80GiB"}],
   "processes": [{"pid": %d, "device": 0, "memory": "3GiB"}, {"pid": %d, "device": 0, "memory": "5GiB"}]}`, rank[0], rank[1])), os.Getenv)
@@ -103,23 +47,23 @@ wait`
 	}
 	var job *attrib.Job
 	for i := range smp.Attrib.Jobs {
-		if smp.Attrib.Jobs[i].RootPID == cmd.Process.Pid {
+		if smp.Attrib.Jobs[i].RootPID == launcher {
 			job = &smp.Attrib.Jobs[i]
 		}
 	}
 	if job == nil {
-		t.Fatalf("no job rooted at the launcher %d: %+v", cmd.Process.Pid, smp.Attrib.Jobs)
+		t.Fatalf("no job rooted at the launcher %d: %+v", launcher, smp.Attrib.Jobs)
 	}
 	// the rows of the expanded job, in the order and with the labels top draws
 	type want struct {
 		pid   int
 		label string
 	}
-	wants := []want{{cmd.Process.Pid, "└ main: " + filepath.Join(dir, "torchrun")}}
+	wants := []want{{launcher, "└ main: " + filepath.Join(dir, "torchrun")}}
 	for r, p := range rank {
 		wants = append(wants, want{p, fmt.Sprintf("└ rank %d/2: %s", r, filepath.Join(dir, "python"))})
-		for _, w := range children(p) {
-			wants = append(wants, want{w, fmt.Sprintf("└ rank %d/2 worker: sleep 30", r)})
+		for _, w := range testbin.Children(p) {
+			wants = append(wants, want{w, fmt.Sprintf("└ rank %d/2 worker: sleep 120", r)})
 		}
 	}
 	for _, width := range []int{200, 120, 80} {
@@ -188,7 +132,7 @@ wait`
 					}
 				}
 			}
-			if p.PID == cmd.Process.Pid && p.Rank != nil {
+			if p.PID == launcher && p.Rank != nil {
 				t.Errorf("the launcher has rank %d in --json", *p.Rank)
 			}
 		}
