@@ -12,6 +12,7 @@ import (
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/gpu/sim"
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/ranks"
 )
 
 // benchScenario starts n real processes (sleep) and returns a scenario
@@ -79,7 +80,10 @@ func BenchmarkFullSample(b *testing.B) {
 			be := sim.New(sc)
 			cfg := Config{Backend: be}
 			if bc.attrib {
+				// as top and serve run it: attribution and each job
+				// process's rank, from its environment
 				cfg.Attributor = &attrib.Attributor{Src: procfs.FS{}}
+				cfg.Environ = procfs.FS{}.Environ
 			}
 			s, _ := New(cfg)
 			ctx := context.Background()
@@ -100,6 +104,7 @@ func BenchmarkFullSample(b *testing.B) {
 					b.StopTimer()
 					s.cfg.Attributor.Close()
 					s.cfg.Attributor = &attrib.Attributor{Src: procfs.FS{}}
+					s.places = ranks.Cache{}
 					b.StartTimer()
 				}
 				u0, s0 := cpuTime()
