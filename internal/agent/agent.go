@@ -26,7 +26,6 @@ import (
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/monitor"
 	"github.com/vramguard/vramguard/internal/probe"
-	"github.com/vramguard/vramguard/internal/ranks"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/timeline"
@@ -70,9 +69,6 @@ type Config struct {
 	// was not chosen).
 	Node        string
 	NodeAliases []string
-	// Environ reads a process's environment (procfs.FS.Environ); nil: no
-	// rank series.
-	Environ func(pid int) ([]string, error)
 }
 
 // jobState is what the agent knows of one job.
@@ -150,8 +146,7 @@ type Agent struct {
 	evSeq     int64
 	evCh      chan struct{}
 	// ranks are the ranks of distributed jobs in the newest sample
-	ranks   []RankView
-	rankEnv ranks.Cache
+	ranks []RankView
 }
 
 // New returns an Agent; it does nothing until Run.
@@ -170,9 +165,6 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Simulated == nil {
 		cfg.Simulated = func(int) bool { return false }
-	}
-	if cfg.Environ == nil {
-		cfg.Environ = func(int) ([]string, error) { return nil, fmt.Errorf("no environment reader") }
 	}
 	a := &Agent{
 		cfg:   cfg,

@@ -89,7 +89,7 @@ func newRigEnv(t testing.TB, scenario string, cfg Config, pods *attrib.PodIndex,
 	reg := NewProbeRegistry()
 	reg.now = clk.Now
 	runs := &rigRuns{}
-	smp, err := sampler.New(sampler.Config{Backend: b, Attributor: &attrib.Attributor{Src: host, Hints: runs, Pods: pods}, Probes: reg, Now: clk.Now, Environ: cfg.Environ})
+	smp, err := sampler.New(sampler.Config{Backend: b, Attributor: &attrib.Attributor{Src: host, Hints: runs, Pods: pods}, Probes: reg, Now: clk.Now, Environ: procfs.FS{}.Environ})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/testbin"
 )
 
@@ -19,7 +18,7 @@ func TestJobProcessRanks(t *testing.T) {
 	sc := `{"name": "ranks", "duration": "10m",
   "devices": [{"name": "GPU", "uuid": "GPU-0", "total": "80GiB"}, {"name": "GPU", "uuid": "GPU-1", "total": "80GiB"}],
   "processes": [{"pid": "$R0", "device": 0, "memory": "3GiB"}, {"pid": "$R1", "device": 1, "memory": "5GiB"}]}`
-	r := newRigEnv(t, sc, Config{Log: discardLog(), Node: "a", Environ: procfs.FS{}.Environ}, nil,
+	r := newRigEnv(t, sc, Config{Log: discardLog(), Node: "a"}, nil,
 		func(k string) string {
 			return map[string]string{"R0": strconv.Itoa(rank[0]), "R1": strconv.Itoa(rank[1])}[k]
 		})

@@ -21,19 +21,6 @@ import (
 // agent is not root) has no rank series: its job's vramguard_job_* series
 // still count it.
 
-// procRank is what a process's environment says of its place in a job.
-type procRank = ranks.Place
-
-// RankFromEnv reads a process's rank, group and node from its environment
-// (KEY=VALUE strings). ok is false when no variable names a rank.
-func RankFromEnv(env []string) (id ranks.Identity, group, node string, ok bool) {
-	p := ranks.PlaceFromEnv(env)
-	if p.ID == nil {
-		return id, "", "", false
-	}
-	return *p.ID, p.Group, p.Node, true
-}
-
 // RankView is one rank of a distributed job on this node: the sum over the
 // processes whose environment gives them that place (the rank's process and
 // the workers it forked).
@@ -66,56 +53,51 @@ func rankLabel(n *int) string {
 	return strconv.Itoa(*n)
 }
 
-// ranksOf gathers the ranks of jobs that run on this node. A process whose
-// environment names another node (VRAMGUARD_NODE, SLURMD_NODENAME) is that
-// node's agent's to export. Within a group, a process known only by
-// Slurm's task id while others have a launcher's rank (RANK, MPI's) is the
-// launcher of those (torchrun under srun), not a rank. Ingest calls it
-// before taking a.mu (reading a new process's environment is a file read).
+// ranksOf gathers the ranks of jobs that run on this node, as the sampler
+// read them from each process's environment (attrib.Process.Rank, once per
+// process). A process whose environment names another node
+// (VRAMGUARD_NODE, SLURMD_NODENAME) is that node's agent's to export; one
+// that names no group is grouped by its job. Within a group, a process
+// known only by Slurm's task id while others have a launcher's rank (RANK,
+// MPI's) is the launcher of those (torchrun under srun), not a rank.
 func (a *Agent) ranksOf(jobs []attrib.Job) []RankView {
 	type member struct {
-		job *attrib.Job
-		p   *attrib.Process
-		r   procRank
+		job   *attrib.Job
+		p     *attrib.Process
+		group string
 	}
 	var ms []member
-	live := map[int]bool{}
 	launched := map[string]bool{} // groups with a rank from a launcher's variables
 	for i := range jobs {
 		j := &jobs[i]
 		for k := range j.Processes {
 			p := &j.Processes[k]
-			if p.Simulated || a.cfg.Simulated(p.PID) {
-				continue // made up by a scenario: no environment to read
-			}
-			live[p.PID] = true
-			r := a.rankEnv.Get(p.PID, p.StartTicks, a.cfg.Environ)
-			if r.ID == nil || !a.cfg.isThisNode(r.Node) {
+			if p.Rank == nil || !a.cfg.isThisNode(p.Node) {
 				continue
 			}
-			if r.Group == "" {
-				r.Group = j.Key
+			group := p.Group
+			if group == "" {
+				group = j.Key
 			}
-			if r.ID.Source != ranks.SourceSlurm {
-				launched[r.Group] = true
+			if p.RankFrom != ranks.SourceSlurm {
+				launched[group] = true
 			}
-			ms = append(ms, member{j, p, r})
+			ms = append(ms, member{j, p, group})
 		}
 	}
-	a.rankEnv.Keep(live)
 	at := map[string]int{}
 	var out []RankView
 	for _, m := range ms {
-		if m.r.ID.Source == ranks.SourceSlurm && launched[m.r.Group] {
+		p := m.p
+		if p.RankFrom == ranks.SourceSlurm && launched[m.group] {
 			continue
 		}
-		id := m.r.ID
-		key := strings.Join([]string{m.r.Group, strconv.Itoa(id.Rank), rankLabel(id.LocalRank), rankLabel(id.WorldSize)}, "\x00")
+		key := strings.Join([]string{m.group, strconv.Itoa(*p.Rank), rankLabel(p.LocalRank), rankLabel(p.WorldSize)}, "\x00")
 		i, ok := at[key]
 		if !ok {
 			i = len(out)
 			at[key] = i
-			out = append(out, RankView{Group: m.r.Group, Node: a.cfg.Node, Rank: id.Rank, LocalRank: id.LocalRank, WorldSize: id.WorldSize,
+			out = append(out, RankView{Group: m.group, Node: a.cfg.Node, Rank: *p.Rank, LocalRank: p.LocalRank, WorldSize: p.WorldSize,
 				JobKey: m.job.Key, GPUs: []JobGPU{}})
 		}
 		v := &out[i]

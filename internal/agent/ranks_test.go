@@ -9,31 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/vramguard/vramguard/internal/procfs"
 )
-
-func TestRankFromEnvPrecedence(t *testing.T) {
-	for _, c := range []struct {
-		env         []string
-		group, node string
-		ok          bool
-	}{
-		{[]string{"RANK=1", "VRAMGUARD_GROUP=g", "SLURM_JOB_ID=77", "TORCHELASTIC_RUN_ID=r"}, "g", "", true},
-		{[]string{"RANK=1", "SLURM_JOB_ID=77", "TORCHELASTIC_RUN_ID=r", "SLURMD_NODENAME=n1"}, "77", "n1", true},
-		{[]string{"RANK=1", "TORCHELASTIC_RUN_ID=r", "VRAMGUARD_NODE=a", "SLURMD_NODENAME=n1"}, "r", "a", true},
-		// torchrun's default --rdzv-id names no job
-		{[]string{"RANK=1", "TORCHELASTIC_RUN_ID=none"}, "", "", true},
-		// an empty VRAMGUARD_GROUP falls through to Slurm's job id
-		{[]string{"SLURM_PROCID=3", "VRAMGUARD_GROUP=", "SLURM_JOB_ID=77"}, "77", "", true},
-		{[]string{"VRAMGUARD_GROUP=g"}, "", "", false},
-	} {
-		id, group, node, ok := RankFromEnv(c.env)
-		if ok != c.ok || group != c.group || node != c.node {
-			t.Errorf("%v: group %q node %q ok %v (rank %d), want %q %q %v", c.env, group, node, ok, id.Rank, c.group, c.node, c.ok)
-		}
-	}
-}
 
 // TestRankSeries starts real processes whose environments name their
 // ranks the way launchers do (two on this node "a", two on "b", one of
@@ -70,7 +46,7 @@ func TestRankSeries(t *testing.T) {
     {"pid": "$R0", "device": 0, "memory": "3GiB"}, {"pid": "$R1", "device": 1, "memory": "5GiB"},
     {"pid": "$R2", "device": 0, "memory": "7GiB"}, {"pid": "$R3", "device": 1, "memory": "11GiB"},
     {"pid": "$L", "device": 0, "memory": "1MiB"}, {"pid": "$X", "device": 1, "memory": "2GiB"}]}`
-	r := newRigEnv(t, sc, Config{Log: discardLog(), Node: "a", Environ: procfs.FS{}.Environ}, nil,
+	r := newRigEnv(t, sc, Config{Log: discardLog(), Node: "a"}, nil,
 		func(k string) string { return strconv.Itoa(pids[k]) })
 	// wait until each sh has forked its first sleep, so the tree is whole
 	waitChildren(t, pids["R0"], pids["R1"])

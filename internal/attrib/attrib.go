@@ -85,14 +85,18 @@ type Process struct {
 	Simulated  bool          `json:"simulated,omitempty"`
 	// Rank, LocalRank and WorldSize are the process's place in a
 	// distributed job as its environment names it (RANK/LOCAL_RANK/
-	// WORLD_SIZE, Slurm's, MPI's variables), and Node the node it names
-	// (VRAMGUARD_NODE, SLURMD_NODENAME); the sampler sets them for the
-	// processes of jobs. Nil and "": not named (or not readable). A
-	// DataLoader worker inherits its rank's.
+	// WORLD_SIZE, Slurm's, MPI's variables), Node the node it names
+	// (VRAMGUARD_NODE, SLURMD_NODENAME) and Group the job across nodes
+	// (VRAMGUARD_GROUP, SLURM_JOB_ID, TORCHELASTIC_RUN_ID); the sampler
+	// sets them for the processes of jobs. Nil and "": not named (or not
+	// readable). A DataLoader worker inherits its rank's.
 	Rank      *int   `json:"rank,omitempty"`
 	LocalRank *int   `json:"local_rank,omitempty"`
 	WorldSize *int   `json:"world_size,omitempty"`
 	Node      string `json:"node,omitempty"`
+	Group     string `json:"group,omitempty"`
+	// RankFrom says which variable named the rank (ranks.Source*).
+	RankFrom string `json:"rank_from,omitempty"`
 }
 
 // Job is a process tree that holds GPU memory, with its owner.

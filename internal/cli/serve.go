@@ -237,7 +237,7 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 	cfg := agent.Config{
 		Sampler: smp, Store: st, Registry: reg, Retention: ret, Simulated: simulated, Now: f.Now, Log: log, Version: currentVersion().Version,
 		Alerts: agent.AlertConfig{UnsavedAfter: o.UnsavedAfter, Webhook: o.Webhook},
-		Node:   node, NodeAliases: aliases, Environ: procfs.FS{Root: o.GPU.ProcRoot}.Environ,
+		Node:   node, NodeAliases: aliases,
 	}
 	sock := o.ProbeSocket
 	if sock == "" {

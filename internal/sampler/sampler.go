@@ -322,7 +322,7 @@ func (s *Sampler) addRanks(smp *Reading) {
 			}
 			p := &j.Processes[k]
 			r := pl.ID.Rank
-			p.Rank, p.LocalRank, p.WorldSize, p.Node = &r, pl.ID.LocalRank, pl.ID.WorldSize, pl.Node
+			p.Rank, p.LocalRank, p.WorldSize, p.Node, p.Group, p.RankFrom = &r, pl.ID.LocalRank, pl.ID.WorldSize, pl.Node, pl.Group, pl.ID.Source
 		}
 	}
 	s.places.Keep(live)

@@ -1,0 +1,29 @@
+package ranks
+
+import "testing"
+
+// TestPlaceFromEnvPrecedence: the group is VRAMGUARD_GROUP, else
+// SLURM_JOB_ID, else TORCHELASTIC_RUN_ID (not torchrun's default "none");
+// the node VRAMGUARD_NODE, else SLURMD_NODENAME; a process that names no
+// rank has no place.
+func TestPlaceFromEnvPrecedence(t *testing.T) {
+	for _, c := range []struct {
+		env         []string
+		group, node string
+		ok          bool
+	}{
+		{[]string{"RANK=1", "VRAMGUARD_GROUP=g", "SLURM_JOB_ID=77", "TORCHELASTIC_RUN_ID=r"}, "g", "", true},
+		{[]string{"RANK=1", "SLURM_JOB_ID=77", "TORCHELASTIC_RUN_ID=r", "SLURMD_NODENAME=n1"}, "77", "n1", true},
+		{[]string{"RANK=1", "TORCHELASTIC_RUN_ID=r", "VRAMGUARD_NODE=a", "SLURMD_NODENAME=n1"}, "r", "a", true},
+		// torchrun's default --rdzv-id names no job
+		{[]string{"RANK=1", "TORCHELASTIC_RUN_ID=none"}, "", "", true},
+		// an empty VRAMGUARD_GROUP falls through to Slurm's job id
+		{[]string{"SLURM_PROCID=3", "VRAMGUARD_GROUP=", "SLURM_JOB_ID=77"}, "77", "", true},
+		{[]string{"VRAMGUARD_GROUP=g"}, "", "", false},
+	} {
+		p := PlaceFromEnv(c.env)
+		if (p.ID != nil) != c.ok || p.Group != c.group || p.Node != c.node {
+			t.Errorf("%v: group %q node %q has rank %v, want %q %q %v", c.env, p.Group, p.Node, p.ID != nil, c.group, c.node, c.ok)
+		}
+	}
+}
