@@ -79,19 +79,7 @@ scrape_configs:
     static_configs:
       - targets: [%q, %q]
 `, mustAbs(t, "../deploy/prometheus/rules.yml"), strings.TrimPrefix(a.URL, "http://"), strings.TrimPrefix(b.URL, "http://"))
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	port := freePort(t)
-	prom := exec.Command("prometheus", "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))
-	var logb bytes.Buffer
-	prom.Stdout, prom.Stderr = &logb, &logb
-	prom.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := prom.Start(); err != nil {
-		t.Fatalf("start prometheus (Debian package prometheus): %v", err)
-	}
-	t.Cleanup(func() { prom.Process.Signal(syscall.SIGTERM); prom.Wait() })
+	port, logb := startPrometheus(t, dir, cfg)
 
 	// Each agent exports its own node's two ranks, nothing of the other's.
 	for node, want := range map[string]string{"a": "0 1", "b": "2 3"} {
@@ -112,7 +100,7 @@ scrape_configs:
 		t.Helper()
 		var v string
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-			_, v = promQuery(t, port, expr, &logb)
+			_, v = promQuery(t, port, expr, logb)
 			if f, err := strconv.ParseFloat(v, 64); err == nil && ok(f) {
 				return
 			}

@@ -48,23 +48,11 @@ scrape_configs:
     static_configs:
       - targets: [%q]
 `, mustAbs(t, "../deploy/prometheus/rules.yml"), target)
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	port := freePort(t)
-	prom := exec.Command("prometheus", "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))
-	var logb bytes.Buffer
-	prom.Stdout, prom.Stderr = &logb, &logb
-	prom.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := prom.Start(); err != nil {
-		t.Fatalf("start prometheus (Debian package prometheus): %v", err)
-	}
-	t.Cleanup(func() { prom.Process.Signal(syscall.SIGTERM); prom.Wait() })
+	port, logb := startPrometheus(t, dir, cfg)
 
 	// The notebook kernel's memory, on the GPU it runs on (labelled as the
 	// device series are), and its total through the recording rule.
-	m, got := promQuery(t, port, `vramguard_job_gpu_memory_bytes{kind="notebook"}`, &logb)
+	m, got := promQuery(t, port, `vramguard_job_gpu_memory_bytes{kind="notebook"}`, logb)
 	if m["job"] != "vramguard" || m["job_name"] != "kernel 7c1e0f52" || m["notebook"] != "7c1e0f52-9d1b-4c47-a1f3-5b0b8a6e2d11" ||
 		m["gpu"] != "1" || m["uuid"] != "GPU-5d2f3a10-0000-4000-8000-000000000001" {
 		t.Fatalf("series labels %v", m)
@@ -72,12 +60,12 @@ scrape_configs:
 	if got != "9663676416" {
 		t.Fatalf("notebook GPU memory through Prometheus = %s, want 9663676416 (9 GiB)", got)
 	}
-	if _, got := promQuery(t, port, `job_name:vramguard_job_gpu_memory_bytes:sum{kind="notebook"}`, &logb); got != "9663676416" {
+	if _, got := promQuery(t, port, `job_name:vramguard_job_gpu_memory_bytes:sum{kind="notebook"}`, logb); got != "9663676416" {
 		t.Fatalf("the recording rule's notebook total = %s, want 9663676416 (9 GiB)", got)
 	}
 	// The DDP job holds memory on both GPUs: one series each, joining the
 	// device series on uuid.
-	if _, got := promQuery(t, port, `count(vramguard_job_gpu_memory_bytes{kind="process"} * on(uuid) group_left() (vramguard_device_memory_total_bytes > 0))`, &logb); got != "2" {
+	if _, got := promQuery(t, port, `count(vramguard_job_gpu_memory_bytes{kind="process"} * on(uuid) group_left() (vramguard_device_memory_total_bytes > 0))`, logb); got != "2" {
 		t.Fatalf("the DDP job's per-GPU series joined with the devices': %s, want 2", got)
 	}
 }
@@ -170,4 +158,25 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// startPrometheus runs a real Prometheus (Debian's package) with the
+// configuration cfg, its data under dir, on a free loopback port; logb
+// collects its output for failure messages.
+func startPrometheus(t *testing.T, dir, cfg string) (port int, logb *bytes.Buffer) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port = freePort(t)
+	prom := exec.Command("prometheus", "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))
+	logb = &bytes.Buffer{}
+	prom.Stdout, prom.Stderr = logb, logb
+	prom.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := prom.Start(); err != nil {
+		t.Fatalf("start prometheus (Debian package prometheus): %v", err)
+	}
+	t.Cleanup(func() { prom.Process.Signal(syscall.SIGTERM); prom.Wait() })
+	return port, logb
 }
