@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/muesli/termenv"
 	"github.com/spf13/cobra"
 
 	"github.com/vramguard/vramguard/internal/attrib"
@@ -157,7 +158,7 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 		if note != "" {
 			fmt.Fprintln(f.IO.ErrOut, "vramguard:", note)
 		}
-		r, color := topRenderer(f.IO.Out, f.Getenv)
+		r, color := topRenderer(f.IO.Out, f.Getenv, termenv.WithTTY(f.IO.IsTTY))
 		sc := &topScreen{st: newTopStyles(r, color), width: topTerminalWidth(f.IO.Out, f.Getenv), smp: &smp,
 			group: o.Group, filter: o.Filter, cursor: -1}
 		for i := range snap.Jobs {

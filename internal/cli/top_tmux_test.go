@@ -224,7 +224,9 @@ func topScreens80(t *testing.T, bin string) {
 // groups by owner kind (the groups ordered by their GPU memory) and an
 // expanded job's processes are sorted too.
 func topScreens200(t *testing.T, bin string) {
-	m := startTop(t, bin, 200, 50, []string{"TERM=tmux-256color", "COLORTERM=truecolor"},
+	// CI=true: a terminal is a terminal inside a CI job too (termenv
+	// alone would guess from $CI and drop the colours).
+	m := startTop(t, bin, 200, 50, []string{"TERM=tmux-256color", "COLORTERM=truecolor", "CI=true"},
 		"--simulate", topScenario, "--proc-root", topProcRoot(t))
 	m.golden("200x50", screenHas("judging…"))
 	s := m.screenEscapes()

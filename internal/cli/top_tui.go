@@ -25,7 +25,9 @@ func runTopTUI(ctx context.Context, f *Factory, o *topOptions, s *sampler.Sample
 		default:
 		}
 	})
-	r, color := topRenderer(f.IO.Out, f.Getenv)
+	// The screen is a terminal (runTop checked): say so, or the renderer
+	// guesses from $CI and draws without colours in a terminal of a CI job.
+	r, color := topRenderer(f.IO.Out, f.Getenv, termenv.WithTTY(true))
 	if r.ColorProfile() == termenv.Ascii {
 		// the screen is a terminal: it shows bold and reverse whatever
 		// TERM claims
