@@ -41,8 +41,9 @@ func (e *env) runIn(dir string, extra []string, args ...string) result {
 	return result{r.Stdout, r.Stderr, r.Code}
 }
 
-// TestResumeNotInShellScript: a checkpoint whose name is shell syntax is
-// never run by a shell: {resume} inside a `sh -c` script is refused (exit 2,
+// TestResumeNotInShellScript: a checkpoint whose name is shell (or Python)
+// syntax is never run as code: {resume} inside a `sh -c` script or a
+// `python -c` program, also behind env or nice, is refused (exit 2,
 // pointing at $VRAMGUARD_RESUME), while {resume} as a plain argument, in
 // --resume={resume}, as a positional parameter of the script, and the
 // environment variable all carry the path verbatim.
@@ -57,6 +58,7 @@ func TestResumeNotInShellScript(t *testing.T) {
 		{"bash", "-c", "echo resuming from {resume}"},
 		{"sh", "-ec", "echo {resume}"},
 		{"/bin/dash", "-c", "{resume}"},
+		{"env", "A=1", "nice", "-n", "1", "bash", "-c", "echo resuming from {resume}"},
 	} {
 		r := e.runIn(work, nil, append([]string{"run", "--resume-from", ck, "--"}, argv...)...)
 		if _, err := os.Stat(filepath.Join(work, "pwned")); err == nil {
@@ -83,6 +85,35 @@ func TestResumeNotInShellScript(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(work, "pwned")); err == nil {
 		t.Fatal("the checkpoint's name was run as shell code")
+	}
+
+	// The same for Python's -c: a name that is Python syntax.
+	pyck := t.TempDir()
+	pyevil := filepath.Join(pyck, "ck');open('pwned','w');('.pt")
+	writeSafetensors(t, pyevil)
+	for _, argv := range [][]string{
+		{python, "-c", "print('{resume}')"},
+		{"env", python, "-u", "-c", "print('{resume}')"},
+	} {
+		r := e.runIn(work, nil, append([]string{"run", "--resume-from", pyck, "--"}, argv...)...)
+		if _, err := os.Stat(filepath.Join(work, "pwned")); err == nil {
+			t.Fatalf("%q: the checkpoint's name was run as Python (exit %d)\n%s", argv, r.code, r.stderr)
+		}
+		if r.code != 2 || !strings.Contains(r.stderr, `os.environ["VRAMGUARD_RESUME"]`) {
+			t.Errorf("%q: exit %d, want 2 and advice to use os.environ[\"VRAMGUARD_RESUME\"]; stderr:\n%s", argv, r.code, r.stderr)
+		}
+	}
+	for _, argv := range [][]string{
+		{python, "-c", "import sys; print(sys.argv[1])", "{resume}"},
+		{python, "-c", "import os; print(os.environ['VRAMGUARD_RESUME'])"},
+	} {
+		r := e.runIn(work, nil, append([]string{"run", "--resume-from", pyck, "--"}, argv...)...)
+		if r.code != 0 || r.stdout != pyevil+"\n" {
+			t.Errorf("%q: exit %d stdout %q, want 0 and %q\n%s", argv, r.code, r.stdout, pyevil+"\n", r.stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(work, "pwned")); err == nil {
+		t.Fatal("the checkpoint's name was run as Python")
 	}
 }
 

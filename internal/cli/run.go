@@ -77,8 +77,10 @@ change. No process of the job outlives it, even if vramguard itself is killed.
 With --resume-from, {resume} in the arguments is replaced by the checkpoint's
 path, as a whole argument or part of one (--resume={resume}); no shell is
 involved, so the path is passed verbatim. {resume} inside the script of a
-shell's -c (bash -c '... {resume}') is refused (exit 2), because the path would
-be read as shell code: use "$VRAMGUARD_RESUME" in the script instead.
+shell's -c (bash -c '... {resume}') or the code of python -c is refused (exit
+2), also behind env, nice, nohup, setsid, stdbuf, taskset or timeout, because
+the path would be read as code: use "$VRAMGUARD_RESUME" in the script
+(os.environ["VRAMGUARD_RESUME"] in Python) instead.
 
 Exit status: the job's own (a job killed by signal N gives 128+N); 2 for bad
 usage; 3 when --memory-limit cannot be applied here.`,
