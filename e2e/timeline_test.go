@@ -237,16 +237,19 @@ func TestHostLeakUnderMemoryLimit(t *testing.T) {
 // a scripted sequence inside a real Python process: the allocator's
 // figures of a leak (allocated rises 2 MiB/s under its step-to-step
 // sawtooth) or of a cache warm-up that plateaus (reserved grows for two
-// minutes, then holds; allocated holds).
+// minutes, then holds; allocated holds). Each reading lands at a random
+// point of a training step, as the probe's samples do in a real job: a
+// sawtooth computed from the clock would alias with the probe's 1 Hz
+// period into a slow ramp, which under load can pass for a rise.
 func allocatorScript(leak bool) string {
 	return fmt.Sprintf(`
-import time, torch
+import random, time, torch
 import vramguard._probe as vp
 MiB, GiB = 1 << 20, 1 << 30
-leak, t0 = %v, time.time()
+leak, t0, rng = %v, time.time(), random.Random(7)
 def stats():
     t = time.time() - t0
-    a = GiB + int(t * 10) %% 10 * 8 * MiB
+    a = GiB + rng.randrange(10) * 8 * MiB
     if leak:
         a += int(2 * MiB * t)
         r = a + 512 * MiB
