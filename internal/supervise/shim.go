@@ -187,6 +187,11 @@ func killTree(root, job int) {
 	_ = syscall.Kill(-job, syscall.SIGKILL)
 	deadline := time.Now().Add(3 * time.Second)
 	for {
+		if root == os.Getpid() && !hasChildren() {
+			// Every descendant has an ancestor that is our child (orphans
+			// reparent to us): none left, no need to read every process.
+			return
+		}
 		all, err := procfs.FS{}.All()
 		if err != nil {
 			return
@@ -203,6 +208,14 @@ func killTree(root, job int) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// hasChildren reports whether this process has a child, live or not yet
+// reaped (a child of any of its threads), without reaping it.
+func hasChildren() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err != unix.ECHILD
 }
 
 func raiseMax(m *atomic.Uint64, v uint64) {
