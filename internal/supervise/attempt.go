@@ -330,11 +330,11 @@ func monitorEvidence(sum *monitor.Summary) []string {
 // start launches the shim and waits for it to report the job's PID.
 func (a *running) start(argv, env []string) error {
 	o := a.s.o
-	outR, outW, err := os.Pipe()
+	outR, outW, err := blockingPipe("stdout")
 	if err != nil {
 		return err
 	}
-	errR, errW, err := os.Pipe()
+	errR, errW, err := blockingPipe("stderr")
 	if err != nil {
 		return err
 	}
@@ -721,4 +721,16 @@ func keepSample(n int) bool {
 		return n%10 == 0
 	}
 	return n%60 == 0
+}
+
+// blockingPipe is os.Pipe with a read end in blocking mode: the copier's
+// goroutine then sleeps in read(2) until output comes, as tee does, rather
+// than going through Go's poller (EAGAIN, epoll_wait, a wake-up, read again)
+// for every chunk a job writes.
+func blockingPipe(name string) (r, w *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	return os.NewFile(uintptr(p[0]), name), os.NewFile(uintptr(p[1]), name), nil
 }
