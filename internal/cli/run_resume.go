@@ -2,8 +2,9 @@ package cli
 
 import (
 	"path/filepath"
-	"regexp"
 	"strings"
+
+	"github.com/vramguard/vramguard/internal/lazyre"
 )
 
 // shells are the programs whose -c operand is shell code.
@@ -11,7 +12,7 @@ var shells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true
 
 // pythonName matches the names of Python interpreters, whose -c operand is
 // Python code: python, python3, python3.11, pypy3.
-var pythonName = regexp.MustCompile(`^(python|pypy)(\d+(\.\d+)*)?$`)
+var pythonName = lazyre.New(`^(python|pypy)(\d+(\.\d+)*)?$`)
 
 // checkResumePlaceholder refuses {resume} inside code that a program reads
 // as code: the script of `sh -c SCRIPT` (bash, dash, zsh, ...) and the
@@ -44,8 +45,8 @@ func checkResumePlaceholder(argv []string) error {
 
 // skipWrappers returns the index in argv of the program that runs after
 // the commands that only run another (env, nice, nohup, setsid, stdbuf,
-// taskset, timeout) with their options, or -1 when none is left or a
-// wrapper's arguments are not understood.
+// taskset, timeout) with their options, or -1 when nothing is left after
+// them.
 func skipWrappers(argv []string) int {
 	i := 0
 	for i < len(argv) {
