@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -57,9 +56,6 @@ type RunOptions struct {
 	adapt   adaptFlags
 	groupFl groupFlags  // --group, --node (run_group.go)
 	gpu     gpu.Backend // opened by runRun before the run is recorded
-	// prestarted is the first attempt's shim, started while the run is
-	// being set up (supervise.PrestartShim); nil for none.
-	prestarted *supervise.Shim
 	// changed reports whether a flag was given on the command line.
 	changed func(name string) bool
 }
@@ -197,21 +193,6 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	if _, err := exec.LookPath(o.Command[0]); err != nil {
 		return Usagef("cannot run %q: %v", o.Command[0], err)
 	}
-	if !o.Detach && !o.Kernel && limit == 0 {
-		// The shim starts (a Go process: tens of milliseconds) while the
-		// run is set up; it is told what to run when the first attempt
-		// starts, and ends unused if the run never gets there.
-		if self, err := os.Executable(); err == nil {
-			var stdin io.Reader
-			if o.detachedID == "" {
-				stdin = f.IO.In
-			}
-			if sh, err := supervise.PrestartShim(self, o.Command, stdin); err == nil {
-				o.prestarted = sh
-				defer sh.Abort()
-			}
-		}
-	}
 	if err := nameRun(ctx, f, o); err != nil {
 		return err
 	}
@@ -288,7 +269,6 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 		Restart: o.Restart, MaxRestarts: o.MaxRestarts, BackoffInitial: o.Backoff, BackoffMax: o.BackoffMax,
 		StableAfter: o.StableAfter, ResumeFrom: o.ResumeFrom, StallTimeout: o.StallTimeout, StopTimeout: o.StopTimeout,
 		OOMWarning: o.OOMWarning, Detached: run.Detached, Self: self, Logger: f.Logger(), Now: f.Now,
-		Prestarted: o.prestarted,
 	}
 	if !so.Detached {
 		so.Stdin, so.Stdout, so.Stderr = f.IO.In, f.IO.Out, f.IO.ErrOut

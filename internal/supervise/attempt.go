@@ -5,14 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vramguard/vramguard/internal/analyze"
 	"github.com/vramguard/vramguard/internal/cgroup"
@@ -220,6 +223,7 @@ type running struct {
 	lw    *joblog.Writer
 	group *cgroup.Group
 
+	shim     *exec.Cmd
 	shimPID  int
 	jobPID   int
 	status   *bufio.Reader
@@ -323,46 +327,75 @@ func monitorEvidence(sum *monitor.Summary) []string {
 	return out
 }
 
-// start launches the shim (or hands the job to the one started ahead) and
-// waits for it to report the job's PID.
+// start launches the shim and waits for it to report the job's PID.
 func (a *running) start(argv, env []string) error {
 	o := a.s.o
-	var stdin io.Reader
+	outR, outW, err := blockingPipe("stdout")
+	if err != nil {
+		return err
+	}
+	errR, errW, err := blockingPipe("stderr")
+	if err != nil {
+		return err
+	}
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	// A bigger pipe lets a burst of output wait in the kernel instead of
+	// blocking the job on every 64 KiB; failure just keeps the default.
+	for _, p := range []*os.File{outR, errR} {
+		if rc, err := p.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
+		}
+	}
+	args := []string{ShimCommand}
+	if a.group != nil && a.group.ProcsFile() != "" {
+		args = append(args, "--cgroup-procs", a.group.ProcsFile())
+	}
+	args = append(append(args, "--"), argv...)
+	path := o.Self
+	if a.group != nil && len(a.group.Wrap) > 0 {
+		args = append(append(append([]string(nil), a.group.Wrap[1:]...), o.Self), args...)
+		path = a.group.Wrap[0]
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Env = env
+	cmd.Dir = o.Dir
+	cmd.Stdout, cmd.Stderr = outW, errW
 	if o.Stdin != nil {
-		stdin = o.Stdin
+		cmd.Stdin = o.Stdin
 	}
-	var sh *Shim
-	if pre := a.s.takePrestarted(); pre != nil && a.group == nil {
-		a.startedUptime = uptime()
-		if err := pre.Run(argv, env, o.Dir); err != nil {
-			pre.wait()
-			return fmt.Errorf("start %s: hand the job to the shim: %w", argv[0], err)
+	cmd.ExtraFiles = []*os.File{stW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGUSR1}
+	a.startedUptime = uptime()
+
+	// PR_SET_PDEATHSIG fires when the thread that forked exits, so the
+	// shim is started and waited for on one locked OS thread.
+	started := make(chan error, 1)
+	a.shimDone = make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
 		}
-		sh = pre
-	} else {
-		if pre != nil {
-			pre.Abort()
-		}
-		args := []string{ShimCommand}
-		if a.group != nil && a.group.ProcsFile() != "" {
-			args = append(args, "--cgroup-procs", a.group.ProcsFile())
-		}
-		args = append(append(args, "--"), argv...)
-		path := o.Self
-		if a.group != nil && len(a.group.Wrap) > 0 {
-			args = append(append(append([]string(nil), a.group.Wrap[1:]...), o.Self), args...)
-			path = a.group.Wrap[0]
-		}
-		a.startedUptime = uptime()
-		var err error
-		sh, err = startShim(path, args, env, o.Dir, stdin, nil)
-		if err != nil {
-			return fmt.Errorf("start %s: %w", argv[0], err)
-		}
+		started <- nil
+		a.shimDone <- cmd.Wait()
+	}()
+	err = <-started
+	outW.Close()
+	errW.Close()
+	stW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		stR.Close()
+		return fmt.Errorf("start %s: %w", argv[0], err)
 	}
-	outR, errR, stR := sh.outR, sh.errR, sh.status
-	a.shimDone = sh.done
-	a.shimPID = sh.pid
+	a.shim = cmd
+	a.shimPID = cmd.Process.Pid
 	a.exits = newExitWatch(o.Proc, o.Now)
 	a.lastOutput = o.Now()
 	a.copies.Add(2)
@@ -688,4 +721,16 @@ func keepSample(n int) bool {
 		return n%10 == 0
 	}
 	return n%60 == 0
+}
+
+// blockingPipe is os.Pipe with a read end in blocking mode: the copier's
+// goroutine then sleeps in read(2) until output comes, as tee does, rather
+// than going through Go's poller (EAGAIN, epoll_wait, a wake-up, read again)
+// for every chunk a job writes.
+func blockingPipe(name string) (r, w *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	return os.NewFile(uintptr(p[0]), name), os.NewFile(uintptr(p[1]), name), nil
 }

@@ -4,12 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -50,27 +48,13 @@ type statusMsg struct {
 	TimeNS int64 `json:"t_ns,omitempty"`
 }
 
-// RunShim is the shim's main: args are [--cgroup-procs FILE] [--spec-fd N]
-// -- CMD ARGS. With --spec-fd the shim was started ahead (PrestartShim): it
-// reads the job's argv, environment and directory from fd N (a shimSpec)
-// and exits quietly if none comes; CMD ARGS are then only for ps to show.
+// RunShim is the shim's main: args are [--cgroup-procs FILE] -- CMD ARGS.
 // It returns the shim's own exit code.
 func RunShim(args []string) int {
 	var procsFile string
-	specFD := -1
 	for len(args) > 0 && args[0] != "--" {
 		if args[0] == "--cgroup-procs" && len(args) > 1 {
 			procsFile = args[1]
-			args = args[2:]
-			continue
-		}
-		if args[0] == "--spec-fd" && len(args) > 1 {
-			n, err := strconv.Atoi(args[1])
-			if err != nil || n < 4 {
-				fmt.Fprintf(os.Stderr, "vramguard __shim: bad --spec-fd %q\n", args[1])
-				return 2
-			}
-			specFD = n
 			args = args[2:]
 			continue
 		}
@@ -100,25 +84,6 @@ func RunShim(args []string) int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	if os.Getppid() != parent || parent == 1 {
 		return 1 // the supervisor is already gone
-	}
-	if specFD >= 0 {
-		spec, ok := readSpec(specFD)
-		if !ok {
-			return 0 // not needed after all, or the supervisor died
-		}
-		os.Clearenv()
-		for _, kv := range spec.Env {
-			if k, v, found := strings.Cut(kv, "="); found && k != "" {
-				os.Setenv(k, v)
-			}
-		}
-		if spec.Dir != "" {
-			if err := os.Chdir(spec.Dir); err != nil {
-				report(statusMsg{Event: "start_error", Error: err.Error()})
-				return 1
-			}
-		}
-		argv = spec.Argv
 	}
 	if procsFile != "" {
 		if err := os.WriteFile(procsFile, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
@@ -201,20 +166,6 @@ func RunShim(args []string) int {
 	final.MaxRSS = childrenMaxRSS(&maxRSS, report)
 	report(*final)
 	return 0
-}
-
-// readSpec reads the shimSpec a shim started ahead is given on fd; false
-// when the pipe closes without one (the supervisor aborted or died).
-func readSpec(fd int) (shimSpec, bool) {
-	syscall.CloseOnExec(fd)
-	f := os.NewFile(uintptr(fd), "spec")
-	defer f.Close()
-	var spec shimSpec
-	b, err := io.ReadAll(io.LimitReader(f, 64<<20))
-	if err != nil || len(b) == 0 || json.Unmarshal(b, &spec) != nil || len(spec.Argv) == 0 {
-		return shimSpec{}, false
-	}
-	return spec, true
 }
 
 // signalTree sends sig to every descendant of root.

@@ -96,14 +96,9 @@ type Options struct {
 	Detached    bool
 
 	// Self is the vramguard executable that runs the shim.
-	Self string
-	// Prestarted is a shim started ahead (PrestartShim) for the first
-	// attempt, nil for none. The first attempt uses it unless the job runs
-	// in a memory cgroup of its own (the shim joins that at its start);
-	// Run ends it if unused.
-	Prestarted *Shim
-	Logger     *slog.Logger
-	Now        func() time.Time
+	Self   string
+	Logger *slog.Logger
+	Now    func() time.Time
 	// Probe is the in-process probe; nil: none (--no-probe).
 	Probe Probe
 	// Adapt, when set, changes the settings of the next attempt after one
@@ -184,7 +179,6 @@ func (o *Options) defaults() {
 // returns how it ended. The run must already exist in the store.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	o.defaults()
-	defer o.Prestarted.Abort()
 	if err := os.MkdirAll(o.RunDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
@@ -246,11 +240,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 }
 
 type supervisor struct {
-	o Options
-	// prestartTaken: the shim started ahead was handed to an attempt.
-	prestartTaken bool
-	attempts      []*Postmortem
-	interrupted   bool
+	o           Options
+	attempts    []*Postmortem
+	interrupted bool
 	// restarts delivers restart requests; restartNow is set when the
 	// attempt that just ended was ended by one.
 	restarts   <-chan os.Signal
@@ -260,16 +252,6 @@ type supervisor struct {
 	settings adapt.Settings
 	steps    []adapt.Step
 	prev     *adapt.Ended
-}
-
-// takePrestarted returns the shim started ahead the first time it is
-// called, nil after (and when there is none).
-func (s *supervisor) takePrestarted() *Shim {
-	if s.prestartTaken {
-		return nil
-	}
-	s.prestartTaken = true
-	return s.o.Prestarted
 }
 
 func (s *supervisor) notifyf(format string, a ...any) {
