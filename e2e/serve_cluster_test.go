@@ -70,15 +70,7 @@ func TestServeClusterRanks(t *testing.T) {
 	a := startServe(t, "", "--simulate", scen, "--node", "a", "--probe-socket", "none")
 	b := startServe(t, "", "--simulate", scen, "--node", "b", "--probe-socket", "none")
 
-	cfg := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-rule_files: [%q]
-scrape_configs:
-  - job_name: vramguard
-    static_configs:
-      - targets: [%q, %q]
-`, mustAbs(t, "../deploy/prometheus/rules.yml"), strings.TrimPrefix(a.URL, "http://"), strings.TrimPrefix(b.URL, "http://"))
+	cfg := prometheusConfig(t, a.URL, b.URL)
 	port, logb := startPrometheus(t, dir, cfg)
 
 	// Each agent exports its own node's two ranks, nothing of the other's.

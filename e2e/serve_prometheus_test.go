@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,16 +39,7 @@ func TestServePrometheusScrape(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	target := strings.TrimPrefix(s.URL, "http://")
-	cfg := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-rule_files: [%q]
-scrape_configs:
-  - job_name: vramguard
-    static_configs:
-      - targets: [%q]
-`, mustAbs(t, "../deploy/prometheus/rules.yml"), target)
+	cfg := prometheusConfig(t, s.URL)
 	port, logb := startPrometheus(t, dir, cfg)
 
 	// The notebook kernel's memory, on the GPU it runs on (labelled as the
@@ -158,6 +150,25 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// prometheusConfig is a Prometheus configuration that scrapes the serve
+// agents at urls every second and evaluates the project's rules.
+func prometheusConfig(t *testing.T, urls ...string) string {
+	t.Helper()
+	targets := make([]string, len(urls))
+	for i, u := range urls {
+		targets[i] = strconv.Quote(strings.TrimPrefix(u, "http://"))
+	}
+	return fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [%q]
+scrape_configs:
+  - job_name: vramguard
+    static_configs:
+      - targets: [%s]
+`, mustAbs(t, "../deploy/prometheus/rules.yml"), strings.Join(targets, ", "))
 }
 
 // startPrometheus runs a real Prometheus (Debian's package) with the

@@ -34,6 +34,21 @@ var loaders = map[string]string{
 	"arm64": "/lib/ld-linux-aarch64.so.1",
 }
 
+// checkedELF reads the binary at path and checks it is one for arch.
+func checkedELF(path, arch string) (elfInfo, error) {
+	if err := checkArch(arch); err != nil {
+		return elfInfo{}, err
+	}
+	info, err := inspectELF(path)
+	if err != nil {
+		return elfInfo{}, err
+	}
+	if err := info.check(arch); err != nil {
+		return elfInfo{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return info, nil
+}
+
 func inspectELF(path string) (elfInfo, error) {
 	f, err := elf.Open(path)
 	if err != nil {
@@ -124,15 +139,9 @@ func cmdELF(args []string) error {
 	if err := need(fs, "binary", "arch"); err != nil {
 		return err
 	}
-	if err := checkArch(*arch); err != nil {
-		return err
-	}
-	info, err := inspectELF(*bin)
+	info, err := checkedELF(*bin, *arch)
 	if err != nil {
 		return err
-	}
-	if err := info.check(*arch); err != nil {
-		return fmt.Errorf("%s: %w", *bin, err)
 	}
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")

@@ -184,15 +184,9 @@ func cmdWheel(args []string) error {
 	if err := need(fs, "binary", "arch", "version", "readme", "out"); err != nil {
 		return err
 	}
-	if err := checkArch(*arch); err != nil {
-		return err
-	}
-	info, err := inspectELF(*bin)
+	info, err := checkedELF(*bin, *arch)
 	if err != nil {
 		return err
-	}
-	if err := info.check(*arch); err != nil {
-		return fmt.Errorf("%s: %w", *bin, err)
 	}
 	plat, err := manylinuxTag(info.GLIBC, *arch)
 	if err != nil {
