@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/analyze"
+	"github.com/vramguard/vramguard/internal/analyze/runtrace"
 	"github.com/vramguard/vramguard/internal/timeline"
 	"github.com/vramguard/vramguard/internal/units"
 )
@@ -166,7 +167,7 @@ func (m *Monitor) Observe(s *timeline.Sample) []timeline.Event {
 	}
 	m.lastCPU, m.haveCPU = s.CPUTicks, true
 	m.n++
-	if m.det.Add(s.ForAnalysis(m.start)) {
+	if m.det.Add(runtrace.Sample(s, m.start)) {
 		m.report, m.have = m.det.Report(), true
 		for _, al := range m.al.Observe(m.report) {
 			f := m.finding(al.Report, al.Message)

@@ -5,15 +5,12 @@
 // the job's output) produce them; the monitor turns samples into events;
 // sinks (terminal, store, API, metrics) read them. The package holds data
 // and pure conversions only: it reads nothing and imports nothing of ours
-// but analyze's sample type.
+// (analyses import it, never the other way).
 package timeline
 
 import (
 	"encoding/json"
-	"math"
 	"time"
-
-	"github.com/vramguard/vramguard/internal/analyze"
 )
 
 // Sample is one reading of a job's memory. Optional figures are nil when
@@ -60,37 +57,6 @@ type Sample struct {
 
 // U returns a pointer to v, for the optional figures.
 func U(v uint64) *uint64 { return &v }
-
-// ForAnalysis converts s to the leak detector's sample, with time counted
-// in seconds from t0 (the attempt's start). Absent figures become NaN.
-func (s *Sample) ForAnalysis(t0 time.Time) analyze.Sample {
-	a := analyze.NaNSample(s.T.Sub(t0).Seconds())
-	a.RSS = float64(s.RSS)
-	if s.NProcs == 0 && s.RSS == 0 {
-		a.RSS = math.NaN()
-	}
-	if s.Limit > 0 {
-		a.Limit = float64(s.Limit)
-	}
-	f := func(p *uint64) float64 {
-		if p == nil {
-			return math.NaN()
-		}
-		return float64(*p)
-	}
-	if s.GPUUsed != nil && *s.GPUUsed > 0 {
-		a.Used = float64(*s.GPUUsed)
-	}
-	if s.GPUTotal != nil && *s.GPUTotal > 0 {
-		a.Total = float64(*s.GPUTotal)
-	}
-	a.Allocated, a.Reserved = f(s.Allocated), f(s.Reserved)
-	a.InactiveSplit, a.AllocRetries = f(s.InactiveSplit), f(s.AllocRetries)
-	if s.Step != nil {
-		a.Step = *s.Step
-	}
-	return a
-}
 
 // RunState is a supervised run in progress as its own timeline records it:
 // the newest sample of its current attempt and the monitor's findings

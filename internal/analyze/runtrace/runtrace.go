@@ -2,7 +2,7 @@
 // store keeps it) into the leak detector's input and into a trace CSV, and
 // replays it through the detector. `vramguard analyze RUN` and `vramguard
 // runs export` go through it; the live monitor converts each sample the same
-// way (timeline.Sample.ForAnalysis with t0 = the attempt's start), so a
+// way (runtrace.Sample with t0 = the attempt's start), so a
 // replay concludes what the monitor concluded from the same samples.
 package runtrace
 
@@ -31,7 +31,7 @@ func Attempt(samples []*timeline.Sample, n int) []timeline.Sample {
 func Inputs(samples []timeline.Sample, t0 time.Time) []analyze.Sample {
 	out := make([]analyze.Sample, len(samples))
 	for i := range samples {
-		out[i] = samples[i].ForAnalysis(t0)
+		out[i] = Sample(&samples[i], t0)
 	}
 	return out
 }
@@ -49,7 +49,7 @@ func Rows(samples []timeline.Sample, t0 time.Time) []trace.Row {
 	out := make([]trace.Row, len(samples))
 	for i := range samples {
 		s := &samples[i]
-		out[i] = trace.Row{Sample: s.ForAnalysis(t0), PSS: opt(s.PSS), CgroupUsage: opt(s.CgroupUsage)}
+		out[i] = trace.Row{Sample: Sample(s, t0), PSS: opt(s.PSS), CgroupUsage: opt(s.CgroupUsage)}
 	}
 	return out
 }
@@ -71,4 +71,35 @@ func opt(p *uint64) float64 {
 		return math.NaN()
 	}
 	return float64(*p)
+}
+
+// Sample converts s to the leak detector's sample, with time counted
+// in seconds from t0 (the attempt's start). Absent figures become NaN.
+func Sample(s *timeline.Sample, t0 time.Time) analyze.Sample {
+	a := analyze.NaNSample(s.T.Sub(t0).Seconds())
+	a.RSS = float64(s.RSS)
+	if s.NProcs == 0 && s.RSS == 0 {
+		a.RSS = math.NaN()
+	}
+	if s.Limit > 0 {
+		a.Limit = float64(s.Limit)
+	}
+	f := func(p *uint64) float64 {
+		if p == nil {
+			return math.NaN()
+		}
+		return float64(*p)
+	}
+	if s.GPUUsed != nil && *s.GPUUsed > 0 {
+		a.Used = float64(*s.GPUUsed)
+	}
+	if s.GPUTotal != nil && *s.GPUTotal > 0 {
+		a.Total = float64(*s.GPUTotal)
+	}
+	a.Allocated, a.Reserved = f(s.Allocated), f(s.Reserved)
+	a.InactiveSplit, a.AllocRetries = f(s.InactiveSplit), f(s.AllocRetries)
+	if s.Step != nil {
+		a.Step = *s.Step
+	}
+	return a
 }

@@ -52,7 +52,7 @@ func recording(seed int64, n int, t0 time.Time, leak float64) []timeline.Sample 
 func same(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
 
 // The CSV of an attempt reads back as exactly the detector's input that
-// Replay feeds (the live monitor's conversion, ForAnalysis), figure for
+// Replay feeds (the live monitor's conversion, Sample), figure for
 // figure, absent ones included; so analyzing the CSV concludes what
 // replaying the attempt does, in every field of the report.
 func TestCSVIsTheReplayInput(t *testing.T) {
@@ -119,7 +119,7 @@ func TestReplayIsTheLiveVerdict(t *testing.T) {
 	d := analyze.NewDetector(analyze.DefaultConfig())
 	var raised float64 = math.NaN()
 	for i := range rec {
-		if d.Add(rec[i].ForAnalysis(t0)) {
+		if d.Add(Sample(&rec[i], t0)) {
 			if r := d.Report(); r.Verdict == analyze.VerdictLeak && math.IsNaN(raised) {
 				raised = r.DetectedAtT
 			}
