@@ -22,6 +22,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	testbin.Require(testbin.Torch, testbin.NumPy, testbin.IPython, testbin.IPyKernel, testbin.JupyterServer,
+		testbin.JupyterClient, testbin.NBClient)
 	var err error
 	if bin, err = testbin.Build(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // server is a running `vramguard serve`.
@@ -114,6 +116,7 @@ type browser struct {
 
 func startBrowser(t *testing.T) *browser {
 	t.Helper()
+	testbin.Need(t, testbin.Chromium, testbin.ChromeDriver)
 	port := freePort(t)
 	drv := exec.Command("chromedriver", fmt.Sprintf("--port=%d", port))
 	var logb bytes.Buffer

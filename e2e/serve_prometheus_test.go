@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestServePrometheusScrape runs Debian's prometheus (package prometheus)
@@ -25,6 +27,7 @@ import (
 // recording rule. It also runs `promtool check metrics` on what the real
 // binary serves.
 func TestServePrometheusScrape(t *testing.T) {
+	testbin.Need(t, testbin.Prometheus)
 	s := startServe(t, "", "--simulate", "../examples/scenarios/workstation.json")
 	resp, err := http.Get(s.URL + "/metrics")
 	if err != nil {
@@ -98,6 +101,7 @@ func promQuery(t *testing.T, port int, expr string, logb *bytes.Buffer) (map[str
 // TestPrometheusRules checks deploy/prometheus/rules.yml with promtool and
 // runs its unit tests, and that every alert rule has a test.
 func TestPrometheusRules(t *testing.T) {
+	testbin.Need(t, testbin.Prometheus)
 	rules, tests := "../deploy/prometheus/rules.yml", "../deploy/prometheus/rules_test.yml"
 	if out, err := exec.Command("promtool", "check", "rules", rules).CombinedOutput(); err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
@@ -175,6 +179,7 @@ scrape_configs:
 // configuration cfg, its data under dir, on a free loopback port; logb
 // collects its output for failure messages.
 func startPrometheus(t *testing.T, dir, cfg string) (port int, logb *bytes.Buffer) {
+	testbin.Need(t, testbin.Prometheus)
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

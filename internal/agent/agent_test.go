@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
@@ -169,6 +170,7 @@ func grepLines(s, sub string) string {
 // TestPromtoolCheckMetrics runs Debian's promtool (package prometheus) over
 // a scrape of an agent with several kinds of job.
 func TestPromtoolCheckMetrics(t *testing.T) {
+	testbin.Need(t, testbin.Prometheus)
 	r := newRig(t, twoJobs, Config{})
 	r.step(2)
 	code, m := r.do("GET", "/metrics", "", "")

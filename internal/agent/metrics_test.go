@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/vramguard/vramguard/internal/probe"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -39,6 +40,7 @@ func scrape(t *testing.T, a *Agent) string {
 var durations = regexp.MustCompile(`(?m)^(vramguard_collector_duration_seconds\{[^}]*\}) .*$`)
 
 func promtoolCheck(t *testing.T, m string) {
+	testbin.Need(t, testbin.Prometheus)
 	t.Helper()
 	cmd := exec.Command("promtool", "check", "metrics")
 	cmd.Stdin = strings.NewReader(m)

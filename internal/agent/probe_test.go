@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/probe"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestMain doubles as a helper: with VRAMGUARD_TEST_DIAL=PATH the test
@@ -33,6 +34,7 @@ func TestMain(m *testing.M) {
 		c.Close()
 		os.Exit(0)
 	}
+	testbin.Require(testbin.Torch)
 	os.Exit(m.Run())
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/supervise"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestMain lets `vramguard run`, run in-process by the tests, start its
@@ -22,6 +23,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == supervise.ShimCommand {
 		os.Exit(supervise.RunShim(os.Args[2:]))
 	}
+	testbin.Require(testbin.Torch, testbin.IPython, testbin.IPyKernel, testbin.JupyterServer)
 	os.Exit(m.Run())
 }
 

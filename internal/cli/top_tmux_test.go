@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/muesli/termenv"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // tmuxTop drives `vramguard top` in a detached tmux session of a fixed size.
@@ -109,6 +111,7 @@ func TestTopUnderTmux(t *testing.T) {
 // the given size.
 func startTop(t *testing.T, bin string, width, height int, env []string, args ...string) *tmuxTop {
 	t.Helper()
+	testbin.Need(t, testbin.Tmux)
 	dir := t.TempDir()
 	m := &tmuxTop{t: t, sock: filepath.Join(dir, "tmux.sock")}
 	env = append([]string{"VRAMGUARD_HOME=" + filepath.Join(dir, "home")}, env...)

@@ -33,7 +33,10 @@ import (
 // python is the interpreter with ipykernel: Debian's, which has torch too.
 var python = testbin.Python()
 
-func TestMain(m *testing.M) { testbin.Main(m) }
+func TestMain(m *testing.M) {
+	testbin.Require(testbin.Torch, testbin.IPyKernel, testbin.JupyterServer)
+	testbin.Main(m)
+}
 
 // lab is one isolated Jupyter installation: its own data, runtime and
 // config directories, notebook root and vramguard state.

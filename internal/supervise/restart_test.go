@@ -26,6 +26,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == ShimCommand {
 		os.Exit(RunShim(os.Args[2:]))
 	}
+	testbin.Require(testbin.Torch)
 	os.Exit(m.Run())
 }
 

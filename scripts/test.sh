@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The test command. It installs the Debian packages the tests need
+# (scripts/test-packages.txt) when it can (root with apt-get), or stops at
+# once with the one command to run; then it runs every test. Arguments go to
+# `go test` (default ./...), e.g. scripts/test.sh ./internal/ckpt/... -run Scan;
+# --setup installs and stops.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mapfile -t pkgs < <(sed 's/#.*//' scripts/test-packages.txt | awk 'NF {print $1}')
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    echo "scripts/test.sh: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "scripts/test.sh: the tests need Debian packages that are missing; install them with: sudo apt-get install --no-install-recommends ${missing[*]}" >&2
+    exit 3
+  fi
+fi
+
+if [ "${1:-}" = --setup ]; then exit 0; fi
+pkgs_or_flags=("$@")
+[ ${#pkgs_or_flags[@]} -gt 0 ] || pkgs_or_flags=(./...)
+exec go test -timeout 30m "${pkgs_or_flags[@]}"
