@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramguard/vramguard/internal/supervise"
 	"github.com/vramguard/vramguard/internal/testbin"
 )
 
@@ -22,6 +23,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// the shim of the runs a test supervises in this process (fastRun)
+	if len(os.Args) > 1 && os.Args[1] == supervise.ShimCommand {
+		os.Exit(supervise.RunShim(os.Args[2:]))
+	}
 	testbin.Require(testbin.Torch, testbin.NumPy, testbin.IPython, testbin.IPyKernel, testbin.JupyterServer,
 		testbin.JupyterClient, testbin.NBClient)
 	var err error

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -126,25 +127,25 @@ func (e *env) analyze(ref string) analyzeDoc {
 // alertLines are the monitor's alert lines on a run's terminal.
 var alertLine = regexp.MustCompile(`(?m)^vramguard: .*(memory leak|keeps growing|out of memory in about|host memory at).*$`)
 
-// trainScript is a real PyTorch training loop on the CPU that runs for
-// seconds; with leak it keeps every step's 1.5 MiB tensor in a list (two
-// steps a second: 3 MiB/s), the classic history kept on the CPU.
-func trainScript(leak bool, seconds int) string {
-	return fmt.Sprintf(`
+// trainScript is a real PyTorch training loop on the CPU, two steps a
+// second, that ends when stop exists; with leak it keeps every step's
+// 4 MiB tensor in a list (8 MiB/s), the classic history kept on the CPU.
+func trainScript(leak bool, stop string) string {
+	return stopFile(stop) + fmt.Sprintf(`
 import time, torch
-leak, end = %v, time.time() + %d
+leak = %v
 m = torch.nn.Linear(64, 1)
 opt = torch.optim.SGD(m.parameters(), lr=0.01)
 history = []
-while time.time() < end:
-    x = torch.randn(393216)
+while not stopped():
+    x = torch.randn(1 << 20)
     loss = m(torch.randn(8, 64)).sum()
     loss.backward(); opt.step(); opt.zero_grad()
     if leak:
         history.append(x)
     time.sleep(0.5)
 print("done", len(history))
-`, map[bool]string{true: "True", false: "False"}[leak], seconds)
+`, map[bool]string{true: "True", false: "False"}[leak])
 }
 
 // TestHostLeakUnderMemoryLimit (issue acceptance 1): a CPU job that keeps
@@ -152,20 +153,25 @@ print("done", len(history))
 // one leak alert and an OOM forecast before the kernel kills it, the
 // post-mortem says host_oom_killed with when the leak was first seen and
 // the forecast then, and `analyze last` agrees. The same job without the
-// leak, for as long, raises nothing.
+// leak, for as long, raises nothing. Both runs are supervised in this
+// process on a clock 20 times the wall clock's (fastRun): the job meets
+// its limit after about 80 s of the test's time, some 27 minutes of the
+// run's, and the steady job is watched as long.
 func TestHostLeakUnderMemoryLimit(t *testing.T) {
-	if testing.Short() {
-		t.Skip("watches two jobs for about eleven minutes")
-	}
 	t.Parallel()
 	leaky, steady := newEnv(t), newEnv(t)
-	// about 2.6 MiB/s from the start: the limit is met after about 10.5
-	// minutes, the detector judges a rise that starts with the job after 8
-	lcmd, lerr := leaky.background("run", "--name", "hostleak", "--gpu-backend", "none", "--memory-limit", "1600m", "--", python, "-c", trainScript(true, 1800))
-	scmd, serr := steady.background("run", "--name", "steady", "--gpu-backend", "none", "--memory-limit", "1600m", "--", python, "-c", trainScript(false, 600))
+	stop := t.TempDir() + "/stop"
+	t.Cleanup(func() { os.WriteFile(stop, nil, 0o644) })
+	fast := []string{"--gpu-backend", "none", "--sample-interval", "50ms", "--probe-hz", "20", "--memory-limit", "900m", "--"}
+	lrun := leaky.runFast(append(append([]string{"--name", "hostleak"}, fast...), python, "-c", trainScript(true, stop))...)
+	srun := steady.runFast(append(append([]string{"--name", "steady"}, fast...), python, "-c", trainScript(false, stop))...)
+	lerr, serr := lrun.errb, srun.errb
 
-	if code := exitCode(t, lcmd, 20*time.Minute); code != 137 {
+	if code := lrun.wait(5 * time.Minute); code != 137 {
 		t.Fatalf("leaking job: exit %d, want 137 (killed)\n%s", code, lerr)
+	}
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	out := lerr.String()
 	pmAt := strings.Index(out, "vramguard post-mortem")
@@ -213,7 +219,7 @@ func TestHostLeakUnderMemoryLimit(t *testing.T) {
 		t.Errorf("analyze last --json: verdict %q series %q, want leak on rss", a.Verdict, a.Series)
 	}
 
-	if code := exitCode(t, scmd, 15*time.Minute); code != 0 {
+	if code := srun.wait(time.Minute); code != 0 {
 		t.Fatalf("steady job: exit %d\n%s", code, serr)
 	}
 	if a := alertLine.FindAllString(serr.String(), -1); len(a) > 0 {
@@ -237,18 +243,20 @@ func TestHostLeakUnderMemoryLimit(t *testing.T) {
 // a scripted sequence inside a real Python process: the allocator's
 // figures of a leak (allocated rises 2 MiB/s under its step-to-step
 // sawtooth) or of a cache warm-up that plateaus (reserved grows for two
-// minutes, then holds; allocated holds). Each reading lands at a random
-// point of a training step, as the probe's samples do in a real job: a
-// sawtooth computed from the clock would alias with the probe's 1 Hz
-// period into a slow ramp, which under load can pass for a rise.
-func allocatorScript(leak bool) string {
-	return fmt.Sprintf(`
+// minutes, then holds; allocated holds), in the time of a clock that runs
+// rate times faster than the wall clock (a fastRun's). Each reading lands
+// at a random point of a training step, as the probe's samples do in a real
+// job: a sawtooth computed from the clock would alias with the probe's
+// period into a slow ramp, which under load can pass for a rise. The job
+// ends when stop exists.
+func allocatorScript(leak bool, rate float64, stop string) string {
+	return stopFile(stop) + fmt.Sprintf(`
 import random, time, torch
 import vramguard._probe as vp
 MiB, GiB = 1 << 20, 1 << 30
-leak, t0, rng = %v, time.time(), random.Random(7)
+leak, t0, rng, rate = %v, time.time(), random.Random(7), %g
 def stats():
-    t = time.time() - t0
+    t = (time.time() - t0) * rate
     a = GiB + rng.randrange(10) * 8 * MiB
     if leak:
         a += int(2 * MiB * t)
@@ -261,37 +269,37 @@ while vp._p is None:
     time.sleep(0.05)
 vp._p.cuda_stats = stats
 print("scripted allocator figures", flush=True)
-while time.time() < t0 + 1800:
-    time.sleep(0.2)
-`, map[bool]string{true: "True", false: "False"}[leak])
+while not stopped() and time.time() < t0 + 600:
+    time.sleep(0.05)
+`, map[bool]string{true: "True", false: "False"}[leak], rate)
 }
 
 // TestAllocatorLeakEverywhere (issue acceptance 2 and 3): allocator figures
 // reach the timeline, and the same job gets the same verdict and leak
 // start in run's alert, explain --json, analyze RUN --json, top --once
 // --json, serve's /api/v1/jobs and /metrics; a warm-up that plateaus gets
-// none anywhere.
+// none anywhere. The two runs are supervised in this process on a clock 20
+// times the wall clock's (fastRun): the detector judges after about seven
+// minutes of a run's clock, twenty seconds of the test's.
 func TestAllocatorLeakEverywhere(t *testing.T) {
-	if testing.Short() {
-		t.Skip("watches two jobs for about nine minutes")
-	}
 	t.Parallel()
 	e := newEnv(t)
 	s := startServe(t, e.home, "--gpu-backend", "none", "--probe-socket", "none")
-	lcmd, lerr := e.background("run", "--name", "alloc-leak", "--gpu-backend", "none", "--", python, "-c", allocatorScript(true))
-	pcmd, perr := e.background("run", "--name", "alloc-plateau", "--gpu-backend", "none", "--", python, "-c", allocatorScript(false))
+	stop := t.TempDir() + "/stop"
+	fast := []string{"--gpu-backend", "none", "--sample-interval", "50ms", "--probe-hz", "20", "--"}
+	lrun := e.runFast(append(append([]string{"--name", "alloc-leak"}, fast...), python, "-c", allocatorScript(true, clockRate, stop))...)
+	prun := e.runFast(append(append([]string{"--name", "alloc-plateau"}, fast...), python, "-c", allocatorScript(false, clockRate, stop))...)
+	lerr, perr := lrun.errb, prun.errb
+	t.Cleanup(func() { os.WriteFile(stop, nil, 0o644); lrun.wait(time.Minute); prun.wait(time.Minute) })
 
 	var alert string
-	waitFor(t, 13*time.Minute, "the run's leak alert", func() bool {
+	waitFor(t, 3*time.Minute, "the run's leak alert", func() bool {
 		if m := alertLine.FindString(lerr.String()); m != "" {
 			alert = m
 			return true
 		}
-		return lcmd.ProcessState != nil
+		return lrun.exited()
 	})
-	if !strings.Contains(alert, "GPU memory leak") {
-		t.Fatalf("alert %q, want a GPU memory leak\n%s", alert, lerr)
-	}
 	// the alert's "since t=Ns" is the leak start, in seconds from the attempt's start
 	m := regexp.MustCompile(`since t=(\d+)s`).FindStringSubmatch(alert)
 	if m == nil {
@@ -416,14 +424,15 @@ func TestAllocatorLeakEverywhere(t *testing.T) {
 		t.Errorf("serve raised %d leak alerts, want the run's one", agentLeaks)
 	}
 
-	// stop both; the record and its replay agree with the alert
-	for _, name := range []string{"alloc-leak", "alloc-plateau"} {
-		if r := e.run("stop", name); r.code != 0 {
-			t.Fatalf("stop %s: %d %s", name, r.code, r.stderr)
+	// end both jobs; the record and its replay agree with the alert
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*fastRun{lrun, prun} {
+		if code := r.wait(time.Minute); code != 0 {
+			t.Fatalf("in-process run: exit %d\n%s", code, r.errb)
 		}
 	}
-	exitCode(t, lcmd, time.Minute)
-	exitCode(t, pcmd, time.Minute)
 	d := e.explainDoc("alloc-leak")
 	if d.Monitor == nil || d.Monitor.Leak == nil || d.Monitor.Leak.DetectedS != want.DetectedS {
 		t.Errorf("explain --json monitor %+v, want the alert's finding %+v", d.Monitor, want)

@@ -61,11 +61,17 @@ func Main(args []string) int {
 	if len(args) > 0 && args[0] == supervise.ShimCommand {
 		return supervise.RunShim(args[1:])
 	}
-	f := NewFactory()
+	return Execute(context.Background(), NewFactory(), args)
+}
+
+// Execute runs the command line args with f and returns the exit code, as
+// Main does for the real process. Tests that inject f's clock or streams
+// into a whole command (a supervised run whose clock runs faster than the
+// wall clock) call it.
+func Execute(ctx context.Context, f *Factory, args []string) int {
 	root := NewCmdRoot(f)
 	root.SetArgs(args)
-	err := root.ExecuteContext(context.Background())
-	return exitCode(f, err)
+	return exitCode(f, root.ExecuteContext(ctx))
 }
 
 // nameProcess names this process "vramguard" (its comm, which ps, top and
