@@ -207,6 +207,7 @@ func cells(header, row string) map[string]string {
 // analyzing the CSV concludes the same, leak start, detection time and
 // forecast included.
 func TestAnalyzeRecordedRun(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	leak, leakN := e.recordRun("leak", 15*time.Minute, gpuJob(3*mib, 300))
 	steady, steadyN := e.recordRun("steady", 15*time.Minute, gpuJob(0, 0))
@@ -320,6 +321,7 @@ func TestAnalyzeRecordedRun(t *testing.T) {
 // exports and analyzes end to end, to the same report both ways; the export
 // carries the growth it recorded.
 func TestAnalyzeRealRun(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	job := "import time\nkeep = []\nfor i in range(40):\n    keep.append(bytearray(4 << 20)); time.sleep(0.1)\n"
 	if r := e.run("run", "--sample-interval", "100ms", "--name", "grow", "--", python, "-c", job); r.code != 0 {

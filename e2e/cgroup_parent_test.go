@@ -17,6 +17,7 @@ import (
 // says host_oom_killed and measures the job against the ancestor's limit,
 // not against the machine's RAM.
 func TestHostOOMUnderAncestorLimit(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Fatal("this test creates memory cgroups and must run as root (as CI does)")
 	}

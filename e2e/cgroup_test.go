@@ -12,6 +12,7 @@ import (
 // create and no systemd user manager gets a clear refusal (exit 3), never an
 // uncapped job.
 func TestMemoryLimitRefusedWithoutCgroup(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Fatal("this test drops to user nobody and must run as root (as CI does)")
 	}

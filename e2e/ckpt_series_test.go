@@ -85,6 +85,7 @@ func treeHashes(t *testing.T, dir string) map[string]string {
 // and leaves every other file byte for byte as it was, naming each one it
 // left alone.
 func TestCkptSeriesLatestAndPrune(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	dir := copyRun(t)
 
@@ -150,6 +151,7 @@ func TestCkptSeriesLatestAndPrune(t *testing.T) {
 // a symlinked checkpoint directory: the job gets the newest checkpoint in
 // $VRAMGUARD_RESUME, named under the link.
 func TestCkptLatestSymlinkedDir(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	dir := copyRun(t)
 	link := filepath.Join(t.TempDir(), "current")
@@ -171,6 +173,7 @@ func TestCkptLatestSymlinkedDir(t *testing.T) {
 // latest` exits 1 naming each with its reason, and never offers the config
 // that sits next to them.
 func TestCkptLatestAllInvalid(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	dir := copyRun(t)
 	tearSeries(t, dir)
@@ -194,6 +197,7 @@ func TestCkptLatestAllInvalid(t *testing.T) {
 // checkpoints are all torn starts the job from scratch, and says so on the
 // terminal, in the events and in the post-mortem (issue #14 item 4).
 func TestResumeFromNothingValidIsLoud(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	dir := copyRun(t)
 	tearSeries(t, dir)

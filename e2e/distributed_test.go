@@ -17,6 +17,7 @@ import (
 // stops them). explain --json names rank 2 as the root cause with its own
 // reason, which is the job's, and marks every other rank collateral.
 func TestDistributedFirstFailure(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		mode, reason string
 		exit         func(r map[string]any) string // "" when rank 2's exit is as wanted

@@ -44,6 +44,7 @@ sys.exit(plan["exit"])
 // status, the rank and evidence the corpus names, and every OOM number
 // within the rounding of the message's own digits.
 func TestFieldCorpus(t *testing.T) {
+	t.Parallel()
 	cases, err := field.Load(filepath.Join("..", "internal", "diagnose", "testdata", "field"))
 	if err != nil {
 		t.Fatal(err)

@@ -48,6 +48,7 @@ func (e *env) runIn(dir string, extra []string, args ...string) result {
 // --resume={resume}, as a positional parameter of the script, and the
 // environment variable all carry the path verbatim.
 func TestResumeNotInShellScript(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ck := t.TempDir()
 	evil := filepath.Join(ck, "ck;touch pwned;.pt")
@@ -171,6 +172,7 @@ func checkPrinted(t *testing.T, out string, n int) {
 // fast neither kills the job nor loses its output on the terminal: vramguard
 // says once that logging stopped and exits with the job's status.
 func TestDiskFullKeepsJob(t *testing.T) {
+	t.Parallel()
 	e := &env{t: t, home: mountTmpfs(t, "2m")}
 	const n = 200000 // 20 MB
 	r := e.run("run", "--", python, "-c", fastPrinter, fmt.Sprint(n))
@@ -192,6 +194,7 @@ func TestDiskFullKeepsJob(t *testing.T) {
 // TestDiskFullLoggingResumes: when space returns, logging resumes, the log
 // says how many bytes it misses, and the run's end is recorded.
 func TestDiskFullLoggingResumes(t *testing.T) {
+	t.Parallel()
 	e := &env{t: t, home: mountTmpfs(t, "2m")}
 	filler := filepath.Join(e.home, "filler")
 	if err := os.WriteFile(filler, make([]byte, 1<<20), 0o600); err != nil {
@@ -249,6 +252,7 @@ func end(s string) string { return tail(s, 3000) }
 // job's probe socket lies in a directory only vramguard's user can enter,
 // under $XDG_RUNTIME_DIR when that is set.
 func TestProbeSocketDirPrivate(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to act as another user")
 	}
@@ -301,6 +305,7 @@ print(p, st.st_uid if st else -1, oct(stat.S_IMODE(st.st_mode)) if st else "", s
 // requests for a loopback host (DNS rebinding), unless --allowed-host
 // names another.
 func TestServeHostHeader(t *testing.T) {
+	t.Parallel()
 	get := func(s *server, host string) int {
 		t.Helper()
 		req, _ := http.NewRequest("GET", s.URL+"/api/v1/runs", nil)
@@ -341,6 +346,7 @@ func TestServeHostHeader(t *testing.T) {
 // TestExplainSanitizesTerminal: explain prints the job's log lines with
 // control sequences made visible, never raw; logs stays byte-exact.
 func TestExplainSanitizesTerminal(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.run("run", "--", python, "-c", `raise RuntimeError("\x1b]0;owned\x07\x1b[2J\x9b31m red")`)
 	if r.code != 1 {
@@ -367,6 +373,7 @@ func TestExplainSanitizesTerminal(t *testing.T) {
 // TestLogsAttemptOutOfRange: an attempt that does not exist is a usage
 // error, not an empty success.
 func TestLogsAttemptOutOfRange(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	if r := e.run("run", "--", "true"); r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
@@ -384,6 +391,7 @@ func TestLogsAttemptOutOfRange(t *testing.T) {
 // TestCorruptStore: a state database that is not one is bad input (exit 2),
 // named, with how to move it aside.
 func TestCorruptStore(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	db := filepath.Join(e.home, "vramguard.db")
 	if err := os.WriteFile(db, bytes.Repeat([]byte("garbage!"), 4096), 0o600); err != nil {
@@ -400,6 +408,7 @@ func TestCorruptStore(t *testing.T) {
 // TestReadOnlyCommandsKeepHome: commands that only read never create the
 // state directory.
 func TestReadOnlyCommandsKeepHome(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(t.TempDir(), "x", "y")
 	e := &env{t: t, home: home}
 	r := e.run("runs")
@@ -421,6 +430,7 @@ func TestReadOnlyCommandsKeepHome(t *testing.T) {
 
 // TestSampleIntervalFloor: a sample interval below 50ms is refused.
 func TestSampleIntervalFloor(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, d := range []string{"1ns", "49ms", "0s", "-1s"} {
 		r := e.run("run", "--sample-interval", d, "--", "true")
@@ -435,6 +445,7 @@ func TestSampleIntervalFloor(t *testing.T) {
 
 // TestServeBlankToken: a blank token does not open a non-loopback address.
 func TestServeBlankToken(t *testing.T) {
+	t.Parallel()
 	// serve that starts runs until it is killed: 10s is plenty for a refusal.
 	serve := func(args ...string) (int, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -56,6 +56,7 @@ func (e *env) peaks() (fromRuns, fromExplain uint64, mem map[string]any) {
 // the allocator), so the peak must lie within [97% of the smallest, 110% of
 // the largest].
 func TestPeakIsTheKernelsMaxRSS(t *testing.T) {
+	t.Parallel()
 	for _, j := range singleJobs {
 		t.Run(j.name+"/same instance", func(t *testing.T) {
 			e := newEnv(t)
@@ -135,6 +136,7 @@ type reading struct {
 // their parent's pages, so the RSS sum must exceed the PSS sum by half at
 // least, and the reported tree figure is the PSS one.
 func TestTreeFigureOfADataLoaderJob(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ready := filepath.Join(t.TempDir(), "ready")
 	cmd, _, se := e.start("run", "--sample-interval", "100ms", "--", python, job("dataloader_tree.py"), ready, "5")
@@ -277,6 +279,7 @@ func mb(v uint64) string { return fmt.Sprintf("%.1fMB", float64(v)/1e6) }
 // the evidence say what they are. The job has a cgroup of its own, so its
 // cgroup figure is reported; a job without one reports none.
 func TestPercentOfMemoryLimit(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Fatal("this test creates a memory cgroup and must run as root (as CI does)")
 	}

@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	python = testbin.Python()
+	testbin.Parallel(4)
 	testbin.Main(m)
 }
 

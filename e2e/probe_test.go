@@ -9,6 +9,7 @@ import (
 // TestStallCollectsStacks: a probed Python job that hangs is killed as
 // stalled, with its Python stacks in the evidence.
 func TestStallCollectsStacks(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.run("run", "--stall-timeout", "2s", "--sample-interval", "200ms", "--", python, "-c",
 		"import time\ndef wait_for_rank_3():\n    time.sleep(600)\nprint('training', flush=True)\nwait_for_rank_3()\n")
@@ -25,6 +26,7 @@ func TestStallCollectsStacks(t *testing.T) {
 // TestUnsavedWarning: a job that trains (optimizer steps) without saving
 // gets one warning line and an unsaved_work event.
 func TestUnsavedWarning(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.run("run", "--unsaved-warning", "1s", "--sample-interval", "200ms", "--probe-hz", "5", "--", python, "-c", `
 import time, torch
@@ -59,6 +61,7 @@ while time.time() < end:
 // TestProbedTrainingExplain: a real training loop with checkpoints and a
 // forked DataLoader, probed end to end through `vramguard run`.
 func TestProbedTrainingExplain(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	dir := t.TempDir()
 	r := e.run("run", "--", python, "-c", fmt.Sprintf(`

@@ -35,6 +35,7 @@ func readmeDemo(t *testing.T) (first, resume string) {
 // the first run dies on the checkpoint it cut short, and the resume must
 // start from a checkpoint the demo wrote, under TMPDIR.
 func TestReadmeDemo(t *testing.T) {
+	t.Parallel()
 	first, resume := readmeDemo(t)
 	e := newEnv(t)
 	tmp := t.TempDir()

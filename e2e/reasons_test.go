@@ -10,6 +10,7 @@ import (
 
 // TestReasons runs one real job per reason code and checks the post-mortem.
 func TestReasons(t *testing.T) {
+	t.Parallel()
 	tmp := t.TempDir()
 	tests := []struct {
 		reason   string
@@ -109,6 +110,7 @@ func TestReasons(t *testing.T) {
 
 // TestInterruptedAndStalled covers the reasons that vramguard itself causes.
 func TestInterruptedAndStalled(t *testing.T) {
+	t.Parallel()
 	t.Run("interrupted", func(t *testing.T) {
 		e := newEnv(t)
 		cmd, _, se := e.start("run", "--", "sh", "-c", "echo started; sleep 60")
@@ -136,7 +138,7 @@ func TestInterruptedAndStalled(t *testing.T) {
 		waitFor(t, 10*time.Second, "the run to be recorded", func() bool { return strings.Contains(e.run("runs").stdout, "running") })
 		syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
 		cmd.Wait()
-		waitFor(t, 5*time.Second, "lost", func() bool { return strings.Contains(e.run("runs").stdout, "lost") })
+		waitFor(t, 15*time.Second, "lost", func() bool { return strings.Contains(e.run("runs").stdout, "lost") })
 		if pm := e.explain("last"); pm["reason"] != "lost" {
 			t.Errorf("reason %v, want lost", pm["reason"])
 		}

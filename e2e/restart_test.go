@@ -77,6 +77,7 @@ func attemptPIDs(t *testing.T, dir string, n int) []int {
 // too) are gone, a second attempt runs although --restart is never, it
 // resumes from the newest checkpoint, and it goes on training.
 func TestRestartDetachedRun(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ck, pidDir, tmp := t.TempDir(), t.TempDir(), t.TempDir()
 	script := filepath.Join(t.TempDir(), "train.py")
@@ -118,7 +119,7 @@ func TestRestartDetachedRun(t *testing.T) {
 		t.Errorf("attempt 2 resumes from step %d; attempt 1 had saved at least 3", resumed)
 	}
 
-	waitFor(t, 5*time.Second, "attempt 1's processes to be gone", func() bool { return !alive(first[0]) && !alive(first[1]) })
+	waitFor(t, 15*time.Second, "attempt 1's processes to be gone", func() bool { return !alive(first[0]) && !alive(first[1]) })
 	second := attemptPIDs(t, pidDir, 2)
 	waitFor(t, 30*time.Second, "attempt 2 to train on past its resume point", func() bool { return newestStep(ck) >= resumed+3 })
 	for _, p := range second {
@@ -155,7 +156,7 @@ func TestRestartDetachedRun(t *testing.T) {
 		t.Fatalf("stop: exit %d: %s", st.code, st.stderr)
 	}
 	for _, p := range second {
-		waitFor(t, 5*time.Second, fmt.Sprintf("process %d to be gone after stop", p), func() bool { return !alive(p) })
+		waitFor(t, 15*time.Second, fmt.Sprintf("process %d to be gone after stop", p), func() bool { return !alive(p) })
 	}
 	if r := e.run("restart", "rs"); r.code != 1 || !strings.Contains(r.stderr, "not running") {
 		t.Errorf("restart of a finished run: exit %d %q", r.code, r.stderr)
@@ -168,6 +169,7 @@ func TestRestartDetachedRun(t *testing.T) {
 // TestServeRestartNeedsToken: the agent's restart endpoint refuses a request
 // without the token (the run keeps its attempt) and restarts the run with it.
 func TestServeRestartNeedsToken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	if r := e.run("run", "--detach", "--name", "svc", "--no-probe", "--", "sh", "-c", "sleep 300 & wait"); r.code != 0 {
 		t.Fatalf("run --detach: exit %d: %s", r.code, r.stderr)

@@ -28,6 +28,7 @@ import (
 // 6 GiB, 80 GiB GPUs), grow live, and show an event posted after the page
 // loaded without a reload.
 func TestServeDashboardInChromium(t *testing.T) {
+	t.Parallel()
 	const token = "e2e-token"
 	s := startServe(t, "", "--simulate", "../examples/scenarios/workstation.json", "--token", token)
 	// Two samples, so every job has a line to draw.
@@ -156,6 +157,7 @@ func dashboard24h(t testing.TB, b *browser, url string) float64 {
 // TestServeDashboard24h checks the 24 h view of 50 jobs renders whole (the
 // time it takes is measured by BenchmarkServeDashboard24h, not asserted).
 func TestServeDashboard24h(t *testing.T) {
+	t.Parallel()
 	home := dayHome(t)
 	s := startServe(t, home, "--gpu-backend", "none", "--probe-socket", "none")
 	b := startBrowser(t)
@@ -187,6 +189,7 @@ func dayHome(t *testing.T) string {
 // without GPU memory show "—"; a run's post-mortem reads as `explain`
 // prints it. Screenshots go to $VRAMGUARD_SCREENSHOTS when it is set.
 func TestServeDashboardLayout(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	e := &env{t: t, home: home}
 	flag := filepath.Join(t.TempDir(), "tried")

@@ -27,6 +27,7 @@ import (
 // recording rule. It also runs `promtool check metrics` on what the real
 // binary serves.
 func TestServePrometheusScrape(t *testing.T) {
+	t.Parallel()
 	testbin.Need(t, testbin.Prometheus)
 	s := startServe(t, "", "--simulate", "../examples/scenarios/workstation.json")
 	resp, err := http.Get(s.URL + "/metrics")
@@ -101,6 +102,7 @@ func promQuery(t *testing.T, port int, expr string, logb *bytes.Buffer) (map[str
 // TestPrometheusRules checks deploy/prometheus/rules.yml with promtool and
 // runs its unit tests, and that every alert rule has a test.
 func TestPrometheusRules(t *testing.T) {
+	t.Parallel()
 	testbin.Need(t, testbin.Prometheus)
 	rules, tests := "../deploy/prometheus/rules.yml", "../deploy/prometheus/rules_test.yml"
 	if out, err := exec.Command("promtool", "check", "rules", rules).CombinedOutput(); err != nil {

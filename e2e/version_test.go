@@ -13,6 +13,7 @@ import (
 // variable scripts/dist.sh sets with -ldflags -X) and checks that `version
 // --json` reports that version and the revision of this checkout.
 func TestVersionStamp(t *testing.T) {
+	t.Parallel()
 	exe := filepath.Join(t.TempDir(), "vramguard")
 	build := exec.Command("go", "build", "-o", exe, "-buildvcs=auto",
 		"-ldflags", "-X github.com/vramguard/vramguard/internal/cli.Version=v0.0.0-e2e",

@@ -13,10 +13,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +82,22 @@ func Main(m *testing.M) {
 	code := m.Run()
 	Cleanup()
 	os.Exit(code)
+}
+
+// Parallel sets how many of a package's parallel tests run at once to n,
+// unless the command line set -parallel. For TestMain, before m.Run: the
+// e2e tests mostly wait on real jobs (an interpreter starting, a job
+// sleeping or being killed), so more of them than the machine's cores
+// keep it busy; go test's default is GOMAXPROCS.
+func Parallel(n int) {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }
 
 // Python is the interpreter with PyTorch: Debian's /usr/bin/python3
