@@ -7,20 +7,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
-// TestVersionStamp builds vramguard as a release build stamps it (the
-// variable scripts/dist.sh sets with -ldflags -X) and checks that `version
-// --json` reports that version and the revision of this checkout.
+// TestVersionStamp checks that the binary under test, stamped as
+// scripts/dist.sh stamps a release (the variable it sets with -ldflags -X;
+// testbin.Build stamps testbin.Version), reports that version and the
+// revision of this checkout in `version --json`.
 func TestVersionStamp(t *testing.T) {
 	t.Parallel()
-	exe := filepath.Join(t.TempDir(), "vramguard")
-	build := exec.Command("go", "build", "-o", exe, "-buildvcs=auto",
-		"-ldflags", "-X github.com/vramguard/vramguard/internal/cli.Version=v0.0.0-e2e",
-		"github.com/vramguard/vramguard/cmd/vramguard")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	exe := bin
 	out, err := exec.Command(exe, "version", "--json").Output()
 	if err != nil {
 		t.Fatalf("version --json: %v", err)
@@ -32,8 +29,8 @@ func TestVersionStamp(t *testing.T) {
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatalf("version --json: %v\n%s", err, out)
 	}
-	if v.Version != "v0.0.0-e2e" || v.Module != "github.com/vramguard/vramguard" {
-		t.Errorf("version %q module %q, want v0.0.0-e2e of github.com/vramguard/vramguard", v.Version, v.Module)
+	if v.Version != testbin.Version || v.Module != "github.com/vramguard/vramguard" {
+		t.Errorf("version %q module %q, want %s of github.com/vramguard/vramguard", v.Version, v.Module, testbin.Version)
 	}
 	// Go records the revision when it builds in a git checkout (one whose
 	// .git is a directory: not in a linked worktree, nor sources without
@@ -51,7 +48,7 @@ func TestVersionStamp(t *testing.T) {
 	if v.Revision != want {
 		t.Errorf("revision %q, want %q (the checkout's HEAD, or none outside a checkout)", v.Revision, want)
 	}
-	if short, _ := exec.Command(exe, "--version").Output(); !strings.HasPrefix(string(short), "vramguard version v0.0.0-e2e") {
+	if short, _ := exec.Command(exe, "--version").Output(); !strings.HasPrefix(string(short), "vramguard version "+testbin.Version) {
 		t.Errorf("--version: %q", short)
 	}
 }

@@ -33,6 +33,11 @@ const Timeout = 2 * time.Minute
 // directory of the module.
 const pkg = "github.com/vramguard/vramguard/cmd/vramguard"
 
+// Version is the version the binary under test is stamped with, as
+// scripts/dist.sh stamps a release (-ldflags -X), so the one build serves
+// the test of that stamp too.
+const Version = "v0.0.0-test"
+
 var (
 	buildOnce sync.Once
 	binPath   string
@@ -50,7 +55,10 @@ func Build() (string, error) {
 			return
 		}
 		binPath = filepath.Join(dir, "vramguard")
-		out, err := exec.Command("go", "build", "-o", binPath, pkg).CombinedOutput()
+		// -buildvcs=auto: the binary records the checkout's revision, as a
+		// release build does, whatever GOFLAGS a machine sets
+		out, err := exec.Command("go", "build", "-o", binPath, "-buildvcs=auto",
+			"-ldflags", "-X github.com/vramguard/vramguard/internal/cli.Version="+Version, pkg).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("build vramguard: %v\n%s", err, out)
 		}
