@@ -45,10 +45,10 @@ else
 	DET_TIME=2s DET_COUNT=3
 	TRACES_PER_FAMILY=8
 	GPU_ENV="ROUNDS=3"
-	PROBE_ARGS="-runs 7 -steps 300 -pairs 20 -agent=false"
+	PROBE_ARGS="-runs 5 -steps 300 -pairs 10 -agent=false"
 	CKPT_RUNS=("--mib 1024 --count 3" "--mib 128 --count 8")
 	DOCTOR_N=5
-	SERVE_WINDOW=30 DASH_RUNS=3 INGEST_N=300x
+	SERVE_WINDOW=30 DASH_RUNS=2 INGEST_N=300x
 	DIAG_N=10
 fi
 
@@ -174,7 +174,7 @@ area_probe() {
 	header "probe: a CPU training loop without and with the probe (bench/probe/run.sh $PROBE_ARGS)"
 	# shellcheck disable=SC2086
 	step probe run bench/probe/run.sh $PROBE_ARGS || return
-	grep -E '^\|' "$LOGDIR/probe-run.log" | grep -vE '^\| ?(---|configuration|rate|operation|command) ' | sed 's/^/[probe] /'
+	grep -E '^\|' "$LOGDIR/probe-run.log" | grep -vE '^\| ?---' | sed 's/^/[probe] /'
 	# The notebook's per-cell cost and the who-scan (bench/probe, new) go
 	# here once they are in; the page holds placeholder rows for them.
 }
@@ -204,14 +204,22 @@ area_doctor() {
 	/usr/bin/time -f '%U %S' -o "$work/t2" "$work/vramguard" doctor >/dev/null 2>&1
 	/usr/bin/time -f '%U %S' -o "$work/t3" "$work/vramguard" doctor --python /usr/bin/python3 --dir /tmp >/dev/null 2>&1
 	printf '[doctor] user+sys CPU, one run: import torch %.2f s, doctor %.2f s, doctor --python /usr/bin/python3 %.2f s\n' \
-		"$(awk '{print $1 + $2}' "$work/t1")" "$(awk '{print $1 + $2}' "$work/t2")" "$(awk '{print $1 + $2}' "$work/t3")"
+		"$(awk 'END {print $1 + $2}' "$work/t1")" "$(awk 'END {print $1 + $2}' "$work/t2")" "$(awk 'END {print $1 + $2}' "$work/t3")"
+}
+
+# serve_cpu idle|polled: cpu.sh's line, and the share of a core per job
+serve_cpu() {
+	local log="$LOGDIR/serve-cpu-${1/polled/poll}.log"
+	grep '^serve CPU' "$log" | sed "s/^/[serve] $1: /"
+	sed -nE 's/.* = ([0-9.]+)% of one core \(([0-9]+) jobs live.*/\1 \2/p' "$log" |
+		awk -v w="$1" '$2 > 0 {printf "[serve] %s: %.4f%% of one core per job\n", w, $1 / $2}'
 }
 
 area_serve() {
 	header "serve: CPU of vramguard serve, idle (POLL=0 bench/serve/cpu.sh $SERVE_WINDOW)"
-	step serve cpu-idle env POLL=0 bench/serve/cpu.sh "$SERVE_WINDOW" && sed 's/^/[serve] idle: /' "$LOGDIR/serve-cpu-idle.log"
+	step serve cpu-idle env POLL=0 bench/serve/cpu.sh "$SERVE_WINDOW" && serve_cpu idle
 	header "serve: CPU with a dashboard polling every second (bench/serve/cpu.sh $SERVE_WINDOW)"
-	step serve cpu-poll bench/serve/cpu.sh "$SERVE_WINDOW" && sed 's/^/[serve] polled: /' "$LOGDIR/serve-cpu-poll.log"
+	step serve cpu-poll bench/serve/cpu.sh "$SERVE_WINDOW" && serve_cpu polled
 	header "serve: per-tick cost (go test -bench SampleAndIngest -benchtime $INGEST_N ./internal/agent)"
 	step serve ingest go test ./internal/agent -run '^$' -bench SampleAndIngest -benchtime "$INGEST_N" &&
 		grep '^BenchmarkSampleAndIngest' "$LOGDIR/serve-ingest.log" | sed -nE 's/.* ([0-9.]+) refresh-µs\/op +([0-9.]+) ingest-µs\/op.*/[serve] per tick: refresh \1 µs, ingest \2 µs/p'
