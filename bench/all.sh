@@ -222,7 +222,8 @@ area_serve() {
 	step serve cpu-poll bench/serve/cpu.sh "$SERVE_WINDOW" && serve_cpu polled
 	header "serve: per-tick cost (go test -bench SampleAndIngest -benchtime $INGEST_N ./internal/agent)"
 	step serve ingest go test ./internal/agent -run '^$' -bench SampleAndIngest -benchtime "$INGEST_N" &&
-		grep '^BenchmarkSampleAndIngest' "$LOGDIR/serve-ingest.log" | sed -nE 's/.* ([0-9.]+) refresh-µs\/op +([0-9.]+) ingest-µs\/op.*/[serve] per tick: refresh \1 µs, ingest \2 µs/p'
+		awk '/^BenchmarkSampleAndIngest/ {for (i = 2; i <= NF; i++) {if ($i ~ /^refresh-/) r = $(i-1); if ($i ~ /^ingest-/) g = $(i-1)}
+			printf "[serve] per tick: refresh %.2f ms, ingest %.2f ms\n", r / 1000, g / 1000}' "$LOGDIR/serve-ingest.log"
 	header "serve: disk for a day of 50 jobs (go test -run DayOfFifty ./internal/agent)"
 	step serve disk go test ./internal/agent -run DayOfFifty -count=1 -v && grep -o '24 h x 50 jobs.*' "$LOGDIR/serve-disk.log" | sed 's/^/[serve] /'
 	header "serve: dashboard 24 h view of 50 jobs in headless Chromium (bench/serve/dashboard.sh $DASH_RUNS)"
