@@ -52,8 +52,9 @@ else
 	DIAG_N=10
 fi
 
-# The leak detector the page compares with: the last one before the
-# current design. Its package uses nothing but the standard library.
+# The leak detector the page compares with ("previous"): the last one
+# before the current design. Its package uses nothing but the standard
+# library, so it builds beside today's benchmark and scenarios.
 OLD_DETECTOR=bfe858c
 
 header() {
@@ -85,8 +86,8 @@ area_output() {
 	grep -E '^(first vramguard|way |sh > file|sh \| tee|vramguard run|vramguard log)' "$LOGDIR/output-throughput.log" | sed 's/^/[output] /'
 }
 
-# detector_bench DIR: ns per sample and samples/s of BenchmarkDetectorAdd
-# in the package at DIR, medians of DET_COUNT runs
+# detector_bench WHO DIR: ns per sample and samples/s of
+# BenchmarkDetectorAdd in the tree at DIR, medians of DET_COUNT runs
 detector_bench() {
 	local who=$1 dir=$2 log="$LOGDIR/leak-bench-$1.log"
 	(cd "$dir" && go test -run '^$' -bench DetectorAdd -benchtime "$DET_TIME" -count "$DET_COUNT" ./internal/analyze/) >"$log" 2>&1 ||
@@ -94,12 +95,14 @@ detector_bench() {
 	for c in steady leak steady-nvml; do
 		awk -v c="$c" '$1 ~ "^BenchmarkDetectorAdd/" c "-[0-9]+$" {print $3}' "$log" | median | {
 			read -r ns
+			echo "$c $ns" >>"$work/detector-$who"
 			printf '[leak] detector cost, %s, %s: %s ns/sample, %.1f M samples/s (median of %s)\n' \
 				"$who" "$c" "$ns" "$(awk -v n="$ns" 'BEGIN {print 1000 / n}')" "$DET_COUNT"
 		}
 	done
 	grep -q ' 0 allocs/op' "$log" && ! grep -E 'allocs/op' "$log" | grep -vq ' 0 allocs/op' &&
 		echo "[leak] detector cost, $who: 0 allocations per sample"
+	return 0
 }
 
 area_leak() {
@@ -122,7 +125,10 @@ area_leak() {
 		old=""
 	fi
 	detector_bench this "$root"
-	[ -n "$old" ] && detector_bench "previous ($OLD_DETECTOR)" "$old"
+	if [ -n "$old" ] && detector_bench previous "$old"; then
+		awk 'NR == FNR {this[$1] = $2; next} $1 in this && this[$1] > 0 {printf "[leak] detector cost, %s: previous / this %.1fx\n", $1, $2 / this[$1]}' \
+			"$work/detector-this" "$work/detector-previous"
+	fi
 
 	# The acceptance set of TestAcceptance: seed 1 with the original six
 	# families (the public traces) and seeds 101, 202, 303 with all ten.
