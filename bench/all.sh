@@ -186,12 +186,18 @@ area_probe() {
 }
 
 area_ckpt() {
-	local a i=0
+	local a i=0 rc
 	for a in "${CKPT_RUNS[@]}"; do
 		i=$((i + 1))
-		header "ckpt: vramguard ckpt against torch.load and cat (bench/ckpt/run.sh $a)"
+		header "ckpt: vramguard ckpt against torch.load and cat (bench/ckpt/run.sh DIR $a)"
+		# bench.py takes the first argument after the binary that is not an
+		# option as its directory, option values too: name one, or it
+		# writes the checkpoints to ./1024 (the --mib value) and keeps them.
 		# shellcheck disable=SC2086
-		step ckpt "run-$i" bench/ckpt/run.sh $a || continue
+		step ckpt "run-$i" bench/ckpt/run.sh "$work/ckpt-$i" $a
+		rc=$?
+		rm -rf "$work/ckpt-$i"
+		[ "$rc" -eq 0 ] || continue
 		grep -E '^(Checkpoints|\| (list|read|bytes))' "$LOGDIR/ckpt-run-$i.log" | sed "s/^/[ckpt $a] /"
 	done
 	header "ckpt: zip bombs, vramguard ckpt against torch.load (bench/ckpt/zipbomb.sh)"
