@@ -248,6 +248,7 @@ type running struct {
 	last          lastSample
 	water         limitWater
 	interrupted   bool
+	hangUp        bool // the stop was SIGHUP: the terminal closed
 	restarting    bool // ended by a restart request
 	stalled       bool
 	stallDesc     string
@@ -497,6 +498,8 @@ func (a *running) watch(ctx context.Context) {
 			fwd := sig.(syscall.Signal)
 			if fwd == syscall.SIGHUP {
 				fwd = syscall.SIGTERM
+				a.hangUp, a.s.hangUp = true, true
+				a.s.notifyf("the terminal closed (SIGHUP): stopping the job; run it with --detach to keep it running without a terminal")
 			}
 			a.s.notifyf("stopping the job (%s forwarded; again to kill it, or it is killed in %s)", diagnose.SignalName(fwd), o.StopTimeout)
 			a.s.event(ctx, a.n, timeline.KindStop, "stopped by "+diagnose.SignalName(sig.(syscall.Signal)), nil)
@@ -639,7 +642,7 @@ func (a *running) collectStacks() []string {
 // input gathers the evidence for diagnose once the attempt ended.
 func (a *running) input() diagnose.Input {
 	// a stop that comes while a restart is under way wins
-	in := diagnose.Input{Interrupted: a.interrupted && !a.stalled, Restarted: a.restarting && !a.interrupted && !a.stalled, Stalled: a.stalled, StallDesc: a.stallDesc, Stacks: a.stacks}
+	in := diagnose.Input{Interrupted: a.interrupted && !a.stalled, HangUp: a.hangUp, Restarted: a.restarting && !a.interrupted && !a.stalled, Stalled: a.stalled, StallDesc: a.stallDesc, Stacks: a.stacks}
 	if a.haveFinal {
 		in.ExitCode = a.final.ExitCode
 		in.Signal = syscall.Signal(a.final.Signal)
