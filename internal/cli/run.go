@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -74,13 +75,15 @@ $VRAMGUARD_HOME/runs/RUN/attempt-N.log. The memory of its whole process tree
 ends, vramguard explains how (see docs/FAILURES.md for every reason) and what to
 change. No process of the job outlives it, even if vramguard itself is killed.
 
-With --resume-from, {resume} in the arguments is replaced by the checkpoint's
-path, as a whole argument or part of one (--resume={resume}); no shell is
-involved, so the path is passed verbatim. {resume} inside the script of a
-shell's -c (bash -c '... {resume}') or the code of python -c is refused (exit
-2), also behind env, nice, nohup, setsid, stdbuf, taskset or timeout, because
-the path would be read as code: use "$VRAMGUARD_RESUME" in the script
-(os.environ["VRAMGUARD_RESUME"] in Python) instead.
+With --resume-from DIR, before each attempt the newest valid checkpoint under DIR
+is exported as VRAMGUARD_RESUME (verbatim) and replaces {resume} in the
+arguments, as a whole argument or part of one (--resume={resume}). A DIR that
+does not exist yet means nothing to resume: the attempt starts fresh and the
+next one looks again. {resume} carries only a path of letters, digits and
+. _ - + = / that does not start with - (a relative one as ./NAME); a
+checkpoint named otherwise is refused (exit 2), as is {resume} inside the
+script of a shell's -c or the code of python -c: use "$VRAMGUARD_RESUME" in
+a script (os.environ["VRAMGUARD_RESUME"] in Python) instead.
 
 Exit status: the job's own (a job killed by signal N gives 128+N); 2 for bad
 usage; 3 when --memory-limit cannot be applied here.`,
@@ -174,8 +177,19 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 		}
 	}
 	if o.ResumeFrom != "" {
-		if st, err := os.Stat(o.ResumeFrom); err != nil || !st.IsDir() {
+		// A directory that does not exist yet is the first run of an
+		// auto-resume setup (the job creates it): nothing to resume yet.
+		switch st, err := os.Stat(o.ResumeFrom); {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return Usagef("--resume-from %s: %v", o.ResumeFrom, err)
+		case !st.IsDir():
 			return Usagef("--resume-from %s: not a directory", o.ResumeFrom)
+		}
+		if supervise.HasResumePlaceholder(o.Command) {
+			if _, err := supervise.ResumeArg(o.ResumeFrom); err != nil {
+				return Usagef("%v", err)
+			}
 		}
 		if err := checkResumePlaceholder(o.Command); err != nil {
 			return err
@@ -288,6 +302,9 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 	res, err := supervise.Run(ctx, so)
 	if err != nil {
 		st.FinishRun(context.WithoutCancel(ctx), id, store.StatusFinished, "start_failed", 1, f.Now(), nil)
+		if supervise.IsUnsafeResume(err) {
+			return Usagef("%v", err)
+		}
 		if strings.Contains(err.Error(), "memory cgroup") {
 			return Envf("%v", err)
 		}

@@ -3,6 +3,7 @@ package supervise
 import (
 	"bufio"
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -42,12 +43,21 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	env := jobEnv(o.Env, o.RunID, n)
 	if o.ResumeFrom != "" {
 		pm.Resume = s.findResume()
-		for i := range argv {
-			argv[i] = strings.ReplaceAll(argv[i], "{resume}", pm.Resume.From)
+		if HasResumePlaceholder(argv) {
+			arg, err := ResumeArg(pm.Resume.From)
+			if err != nil {
+				return nil, err
+			}
+			for i := range argv {
+				argv[i] = strings.ReplaceAll(argv[i], "{resume}", arg)
+			}
 		}
 		env = setEnv(env, "VRAMGUARD_RESUME", pm.Resume.From)
 		if pm.Resume.From != "" {
 			s.notifyf("attempt %d resumes from %s", n, pm.Resume.From)
+		} else if pm.Resume.Missing {
+			// the first run of an auto-resume setup: the job makes the directory
+			s.notifyf("attempt %d starts fresh: %s does not exist yet (nothing to resume); the next attempt looks there again", n, s.o.ResumeFrom)
 		}
 		for _, sk := range pm.Resume.Skipped {
 			s.notifyf("skipped checkpoint %s: %s", sk.Path, sk.Reason)
@@ -159,6 +169,10 @@ func resumeFrom(pm *Postmortem) string {
 // findResume picks the newest checkpoint that passes the structural check.
 func (s *supervisor) findResume() *Resume {
 	r := &Resume{Dir: s.o.ResumeFrom, Skipped: []SkippedCkpt{}}
+	if _, err := os.Stat(s.o.ResumeFrom); errors.Is(err, os.ErrNotExist) {
+		r.Missing = true
+		return r
+	}
 	res, err := ckpt.FindLatest(s.o.ResumeFrom)
 	if err != nil {
 		r.Problem = fmt.Sprintf("cannot look for checkpoints in %s: %v", s.o.ResumeFrom, err)
