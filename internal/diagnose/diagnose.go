@@ -93,8 +93,8 @@ type Input struct {
 	// terminal it ran in closed.
 	HangUp    bool
 	Restarted bool
-	Stalled     bool
-	StallDesc   string
+	Stalled   bool
+	StallDesc string
 	// Stacks holds Python stacks collected from a stalled job.
 	Stacks []string
 	// StartErr is set when the command could not be started at all.
