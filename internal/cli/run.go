@@ -224,11 +224,14 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 		f.Logger().Info("gpu", "note", note)
 	}
 	o.gpu = gb
-	st, err := f.openStore(ctx)
+	// A state database that cannot be written now (read-only, locked) does
+	// not keep the job from running: the run is recorded elsewhere.
+	rs, err := openRunStore(ctx, f)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer rs.Close()
+	st := rs.Store
 
 	if limit > 0 {
 		// Refuse before starting anything when no cgroup can be had.
@@ -251,11 +254,13 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	cwd, _ := os.Getwd()
 	run := &store.Run{ID: id, Name: o.recordName(), Command: o.Command, Cwd: cwd, Status: store.StatusRunning,
 		StartedAt: f.Now(), SupervisorPID: os.Getpid(), SupervisorStart: me.StartTicks,
-		Detached: o.detachedID != "", Dir: supervise.RunDir(f.Home(), id), Group: o.groupFl.group(os.Getenv)}
+		Detached: o.detachedID != "", Dir: supervise.RunDir(rs.home, id), Group: o.groupFl.group(os.Getenv)}
 	if err := createRun(ctx, f, o, st, run); err != nil {
 		return err
 	}
-	return superviseRun(ctx, f, o, st, run, limit, 1)
+	err = superviseRun(ctx, f, o, st, run, limit, 1)
+	rs.finish(ctx, f, id)
+	return err
 }
 
 // superviseRun supervises a recorded run from attempt first on and maps the
