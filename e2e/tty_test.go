@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"strconv"
@@ -92,4 +93,79 @@ func TestRunOnSilentTerminal(t *testing.T) {
 	if s := out.String(); strings.Contains(s, "\x1b]11;?") || strings.Contains(s, "\x1b[6n") {
 		t.Errorf("run wrote terminal queries: %q", s)
 	}
+}
+
+// procState is the state letter of pid in /proc (R, S, T for stopped, ...).
+func procState(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return ""
+	}
+	return s[i+2 : i+3]
+}
+
+// TestCtrlZStopsTheJob (issue #26): in an interactive shell on a terminal,
+// Ctrl-Z stops vramguard and the job with it (the shell says Stopped), and
+// fg continues both: the job's output goes on, as for the job run directly.
+func TestCtrlZStopsTheJob(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ptmx, tty := openPTY(t)
+	sh := exec.Command("bash", "--norc", "--noprofile", "-i")
+	sh.Env = append(e.environ(), "TERM=xterm-256color", "PS1=$ ")
+	sh.Stdin, sh.Stdout, sh.Stderr = tty, tty, tty
+	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
+	out := &syncBuf{}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(buf)
+			out.mu.Lock()
+			out.b.Write(buf[:n])
+			out.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	ptmx.WriteString(bin + " run --name tick -- sh -c 'i=0; while :; do i=$((i+1)); echo tick$i; sleep 0.1; done'\n")
+	var job, sup int
+	waitFor(t, 20*time.Second, "the job's ticks and its PIDs", func() bool {
+		r := e.run("runs", "--json")
+		var runs []struct {
+			JobPID        int `json:"job_pid"`
+			SupervisorPID int `json:"supervisor_pid"`
+		}
+		if json.Unmarshal([]byte(r.stdout), &runs) != nil || len(runs) != 1 {
+			return false
+		}
+		job, sup = runs[0].JobPID, runs[0].SupervisorPID
+		return job > 0 && strings.Contains(out.String(), "tick3")
+	})
+	ptmx.WriteString("\x1a") // Ctrl-Z
+	waitFor(t, 10*time.Second, "vramguard and the job stopped", func() bool {
+		return procState(sup) == "T" && procState(job) == "T" && strings.Contains(out.String(), "Stopped")
+	})
+	// stopped means stopped: no more ticks
+	time.Sleep(300 * time.Millisecond)
+	before := strings.Count(out.String(), "tick")
+	time.Sleep(500 * time.Millisecond)
+	if after := strings.Count(out.String(), "tick"); after != before {
+		t.Errorf("the job printed %d ticks while stopped", after-before)
+	}
+	ptmx.WriteString("fg\n")
+	waitFor(t, 10*time.Second, "the job to go on after fg", func() bool {
+		return procState(job) != "T" && strings.Count(out.String(), "tick") > before+3
+	})
+	ptmx.WriteString("\x03") // Ctrl-C ends the run as usual
+	waitFor(t, 20*time.Second, "the run's end", func() bool { return strings.Contains(out.String(), "post-mortem") || strings.Contains(out.String(), "interrupted") })
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -485,8 +486,27 @@ func (a *running) watch(ctx context.Context) {
 	}()
 	a.sample(ctx)
 	killAll := func() { _ = syscall.Kill(a.shimPID, syscall.SIGUSR1) }
+	// Ctrl-Z stops the supervisor, which the terminal signals, but not the
+	// job, which runs in a session of its own: without this the job would
+	// run on, stalled on a full pipe, while the shell says "Stopped". So the
+	// job is stopped with the supervisor and continued with it (fg, bg), as
+	// when it runs directly. Only while an attempt runs: between attempts
+	// Ctrl-Z stops the supervisor as usual.
+	jobctl := make(chan os.Signal, 2)
+	signal.Notify(jobctl, syscall.SIGTSTP, syscall.SIGCONT)
+	defer signal.Stop(jobctl)
 	for {
 		select {
+		case sig := <-jobctl:
+			if sig == syscall.SIGTSTP {
+				_ = syscall.Kill(a.shimPID, syscall.SIGTSTP) // the shim stops the job's group
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				continue
+			}
+			// continued (fg, bg, or kill -CONT): the job goes on too, and
+			// the time it stood still is no stall
+			_ = syscall.Kill(a.shimPID, syscall.SIGCONT)
+			a.mon.Output(o.Now())
 		case err := <-a.shimDone:
 			_ = err
 			if m, ok := <-finalCh; ok {
