@@ -167,5 +167,7 @@ func TestCtrlZStopsTheJob(t *testing.T) {
 		return procState(job) != "T" && strings.Count(out.String(), "tick") > before+3
 	})
 	ptmx.WriteString("\x03") // Ctrl-C ends the run as usual
-	waitFor(t, 20*time.Second, "the run's end", func() bool { return strings.Contains(out.String(), "post-mortem") || strings.Contains(out.String(), "interrupted") })
+	waitFor(t, 20*time.Second, "the run's end", func() bool {
+		return strings.Contains(out.String(), "post-mortem") || strings.Contains(out.String(), "interrupted")
+	})
 }
