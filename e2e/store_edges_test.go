@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,5 +114,21 @@ func TestRunWithReadOnlyHome(t *testing.T) {
 	}
 	if logs := alt.run("logs", "ro"); logs.stdout != "job-ran\n" {
 		t.Errorf("logs from %s: %q", dir, logs.stdout)
+	}
+
+	// --detach too: the background supervisor records the run elsewhere,
+	// and says where to follow it
+	r = e.run("run", "--detach", "--json", "--name", "bg", "--", "sh", "-c", "echo bg-ran")
+	var d struct {
+		ID, Dir string
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &d); r.code != 0 || err != nil || !strings.Contains(r.stderr, "cannot record this run in "+e.home) {
+		t.Fatalf("run --detach: exit %d %v\nstdout %s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
+	}
+	bgHome := filepath.Dir(filepath.Dir(d.Dir))
+	t.Cleanup(func() { os.RemoveAll(bgHome) })
+	bg := &env{t: t, home: bgHome}
+	if logs := bg.run("logs", "-f", d.ID); logs.stdout != "bg-ran\n" {
+		t.Errorf("logs -f %s from %s: %q (exit %d, %s)", d.ID, bgHome, logs.stdout, logs.code, logs.stderr)
 	}
 }

@@ -338,11 +338,19 @@ func detach(ctx context.Context, f *Factory, o *RunOptions) error {
 		return Envf("find the vramguard executable: %v", err)
 	}
 	id := newRunID(f.Now())
-	dir := supervise.RunDir(f.Home(), id)
+	// A state directory that cannot be written now does not keep the job
+	// from running: the background supervisor records it elsewhere.
+	home := f.Home()
+	if why := homeWritable(ctx, home); why != nil {
+		if home, err = fallbackHome(f, why); err != nil {
+			return err
+		}
+	}
+	dir := supervise.RunDir(home, id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Envf("create %s: %v", dir, err)
 	}
-	args := []string{"--home", f.Home(), "run", "--detached-run-id", id}
+	args := []string{"--home", home, "run", "--detached-run-id", id}
 	args = append(args, detachArgs(os.Args, o)...)
 	logf, err := os.OpenFile(filepath.Join(dir, "supervisor.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -359,9 +367,9 @@ func detach(ctx context.Context, f *Factory, o *RunOptions) error {
 	}
 	pid := cmd.Process.Pid
 	cmd.Process.Release()
-	st, err := f.openStore(ctx)
+	st, err := store.Open(home)
 	if err != nil {
-		return err
+		return storeErr(err)
 	}
 	defer st.Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -381,7 +389,11 @@ func detach(ctx context.Context, f *Factory, o *RunOptions) error {
 		return f.WriteJSON(map[string]any{"id": id, "name": rec.Name, "supervisor_pid": pid, "dir": dir})
 	}
 	fmt.Fprintln(f.IO.Out, id)
-	fmt.Fprintf(f.IO.ErrOut, "vramguard: running in the background as %s\n  follow: vramguard logs -f %s\n  stop:   vramguard stop %s\n", id, id, id)
+	pre := ""
+	if home != f.Home() {
+		pre = "VRAMGUARD_HOME=" + home + " "
+	}
+	fmt.Fprintf(f.IO.ErrOut, "vramguard: running in the background as %s\n  follow: %svramguard logs -f %s\n  stop:   %svramguard stop %s\n", id, pre, id, pre, id)
 	return nil
 }
 

@@ -37,26 +37,48 @@ func openRunStore(ctx context.Context, f *Factory) (*runStore, error) {
 		}
 		st.Close()
 	}
-	var ce *store.CorruptError
-	if errors.As(err, &ce) {
-		return nil, storeErr(err) // a damaged file has a fix to make first (exit 2)
-	}
-	if aerr := unix.Access(f.Home(), unix.W_OK); aerr != nil && !errors.Is(aerr, unix.ENOENT) {
-		err = fmt.Errorf("%s is not writable (%v)", f.Home(), aerr)
-	}
-	dir, terr := os.MkdirTemp("", "vramguard-unrecorded-")
-	if terr != nil {
-		return nil, Envf("%v; and no temporary directory to record the run in: %v", err, terr)
+	dir, err := fallbackHome(f, err)
+	if err != nil {
+		return nil, err
 	}
 	fst, ferr := store.Open(dir)
 	if ferr != nil {
 		os.RemoveAll(dir)
-		return nil, Envf("%v; and no database could be made in %s: %v", err, dir, ferr)
+		return nil, Envf("no database could be made in %s: %v", dir, ferr)
+	}
+	fmt.Fprintf(f.IO.ErrOut, "  and copied to %s when the run ends if it can be written then\n", f.Home())
+	return &runStore{Store: fst, home: dir, fallback: true}, nil
+}
+
+// homeWritable reports why the state directory's database cannot be
+// written now (nil when it can), waiting at most storeWait for a lock.
+func homeWritable(ctx context.Context, home string) error {
+	st, err := store.Open(home)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return st.CanWrite(ctx, storeWait)
+}
+
+// fallbackHome makes the temporary directory a run is recorded in when the
+// state directory cannot be written (why), and says so once. A damaged
+// database is no such case: it has a fix to make first (exit 2).
+func fallbackHome(f *Factory, why error) (string, error) {
+	var ce *store.CorruptError
+	if errors.As(why, &ce) {
+		return "", storeErr(why)
+	}
+	if aerr := unix.Access(f.Home(), unix.W_OK); aerr != nil && !errors.Is(aerr, unix.ENOENT) {
+		why = fmt.Errorf("%s is not writable (%v)", f.Home(), aerr)
+	}
+	dir, err := os.MkdirTemp("", "vramguard-unrecorded-")
+	if err != nil {
+		return "", Envf("cannot record the run in %s: %v; and no temporary directory to record it in: %v", f.Home(), why, err)
 	}
 	fmt.Fprintf(f.IO.ErrOut, "vramguard: cannot record this run in %s: %v\n"+
-		"  the job runs; its log and records are kept in %s (VRAMGUARD_HOME=%s vramguard explain last), and copied to %s when the run ends if it can be written then\n",
-		f.Home(), err, dir, dir, f.Home())
-	return &runStore{Store: fst, home: dir, fallback: true}, nil
+		"  the job runs; its log and records are kept in %s (VRAMGUARD_HOME=%s vramguard explain last)\n", f.Home(), why, dir, dir)
+	return dir, nil
 }
 
 // finish copies a run recorded in the temporary directory into the state
