@@ -337,8 +337,13 @@ func monitorEvidence(sum *monitor.Summary) []string {
 		out = append(out, line)
 	}
 	if f := sum.Forecast; f != nil && f.OOMETA != nil {
-		out = append(out, fmt.Sprintf("the monitor forecast the OOM at %s (t=%.0fs): out of memory in about %s",
-			f.DetectedAt.Local().Format("15:04:05"), f.DetectedS, analyze.FormatDuration(*f.OOMETA)))
+		line := fmt.Sprintf("the monitor forecast the OOM at %s (t=%.0fs): out of memory in about %s",
+			f.DetectedAt.Local().Format("15:04:05"), f.DetectedS, analyze.FormatDuration(*f.OOMETA))
+		if f.Basis == "runway" {
+			// a forecast from the rate alone: say so, it is no leak verdict
+			line += fmt.Sprintf(" at the %s/s it rose since t=%.0fs (a forecast from the rate, not a leak verdict)", units.FormatBytes(f.LeakRate), f.LeakStartS)
+		}
+		out = append(out, line)
 	}
 	return out
 }
