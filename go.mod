@@ -65,3 +65,5 @@ require (
 )
 
 tool honnef.co/go/tools/cmd/staticcheck
+
+replace github.com/charmbracelet/bubbletea => ./third_party/bubbletea

@@ -44,9 +44,8 @@ func (e *env) runIn(dir string, extra []string, args ...string) result {
 // TestResumeNotInShellScript: a checkpoint whose name is shell (or Python)
 // syntax is never run as code: {resume} inside a `sh -c` script or a
 // `python -c` program, also behind env or nice, is refused (exit 2,
-// pointing at $VRAMGUARD_RESUME), while {resume} as a plain argument, in
-// --resume={resume}, as a positional parameter of the script, and the
-// environment variable all carry the path verbatim.
+// pointing at $VRAMGUARD_RESUME), and so is such a name anywhere else
+// {resume} stands; the environment variable carries the path verbatim.
 func TestResumeNotInShellScript(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -70,13 +69,23 @@ func TestResumeNotInShellScript(t *testing.T) {
 		}
 	}
 
+	// Nor is it substituted anywhere else: a name no plain path has is
+	// refused wherever {resume} stands, while the environment variable
+	// carries it verbatim.
+	for _, argv := range [][]string{
+		{"/bin/echo", "--resume={resume}"},
+		{"/bin/echo", "{resume}"},
+		{"bash", "-c", `printf '%s\n' "$1"`, "sh", "{resume}"},
+	} {
+		r := e.runIn(work, nil, append([]string{"run", "--resume-from", ck, "--"}, argv...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, "VRAMGUARD_RESUME") {
+			t.Errorf("%q: exit %d, want 2 and advice to use $VRAMGUARD_RESUME; stderr:\n%s", argv, r.code, r.stderr)
+		}
+	}
 	for _, c := range []struct {
 		argv []string
 		want string
 	}{
-		{[]string{"/bin/echo", "--resume={resume}"}, "--resume=" + evil + "\n"},
-		{[]string{"/bin/echo", "{resume}"}, evil + "\n"},
-		{[]string{"bash", "-c", `printf '%s\n' "$1"`, "sh", "{resume}"}, evil + "\n"},
 		{[]string{"bash", "-c", `printf '%s\n' "$VRAMGUARD_RESUME"`}, evil + "\n"},
 	} {
 		r := e.runIn(work, nil, append([]string{"run", "--resume-from", ck, "--"}, c.argv...)...)
@@ -105,7 +114,6 @@ func TestResumeNotInShellScript(t *testing.T) {
 		}
 	}
 	for _, argv := range [][]string{
-		{python, "-c", "import sys; print(sys.argv[1])", "{resume}"},
 		{python, "-c", "import os; print(os.environ['VRAMGUARD_RESUME'])"},
 	} {
 		r := e.runIn(work, nil, append([]string{"run", "--resume-from", pyck, "--"}, argv...)...)

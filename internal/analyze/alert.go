@@ -80,15 +80,11 @@ func (a *Alerter) Observe(r Report) []Alert {
 	if a.step(&a.state[0], t, leak, !leak) {
 		out = append(out, Alert{Kind: AlertLeak, T: t, Report: r, Message: leakMessage(r)})
 	}
-	eta := r.OOMETA
-	if r.HostLeak != nil && (math.IsNaN(eta) || r.HostLeak.OOMETA < eta) {
-		eta = r.HostLeak.OOMETA
-	}
+	eta, msg := forecastOf(r)
 	on := !math.IsNaN(eta) && eta < a.cfg.OOMThresholdS
 	off := math.IsNaN(eta) || eta > a.cfg.ClearFactor*a.cfg.OOMThresholdS
 	if a.step(&a.state[1], t, on, off) {
-		out = append(out, Alert{Kind: AlertOOM, T: t, Report: r,
-			Message: fmt.Sprintf("out of memory in about %s at the current trend (%s to %s)", FormatDuration(eta), FormatDuration(r.OOMETALow), FormatDuration(r.OOMETAHigh))})
+		out = append(out, Alert{Kind: AlertOOM, T: t, Report: r, Message: msg})
 	}
 	return out
 }
@@ -115,6 +111,83 @@ func (a *Alerter) step(e *episode, t float64, on, off bool) bool {
 	return false
 }
 
+// Forecast is the soonest OOM forecast of a report, whichever claim it
+// comes from, with what it rests on.
+type Forecast struct {
+	ETA, Low, High float64 // seconds from the report's last sample
+	Rate           float64 // bytes/s of the rise it projects
+	Series         Series
+	Limit          float64
+	// Basis says which claim it is: "leak" (the leak verdict's projection),
+	// "trend" (a significant rise the leak test has not called a leak) or
+	// "runway" (a sustained rise near its limit, before any verdict).
+	Basis    string
+	Evidence []string
+	Report   Report // the report, or its host leak, the forecast comes from
+}
+
+// SoonestForecast is the soonest of r's OOM forecasts (the leak's or
+// trend's, the host leak's, the runway's); ok is false when r has none.
+func SoonestForecast(r Report) (f Forecast, ok bool) {
+	f.ETA = math.NaN()
+	basis := func(x Report) string {
+		if x.Verdict == VerdictLeak {
+			return "leak"
+		}
+		return "trend"
+	}
+	consider := func(c Forecast) {
+		if !math.IsNaN(c.ETA) && (math.IsNaN(f.ETA) || c.ETA < f.ETA) {
+			f = c
+		}
+	}
+	consider(Forecast{ETA: r.OOMETA, Low: r.OOMETALow, High: r.OOMETAHigh, Rate: r.LeakRate, Series: r.Series, Limit: r.Limit,
+		Basis: basis(r), Evidence: r.Evidence, Report: r})
+	if h := r.HostLeak; h != nil {
+		consider(Forecast{ETA: h.OOMETA, Low: h.OOMETALow, High: h.OOMETAHigh, Rate: h.LeakRate, Series: h.Series, Limit: h.Limit,
+			Basis: "leak", Evidence: h.Evidence, Report: *h})
+	}
+	if w := r.Runway; w != nil {
+		consider(Forecast{ETA: w.ETA, Low: w.ETALow, High: w.ETAHigh, Rate: w.Rate, Series: w.Series, Limit: w.Limit,
+			Basis: "runway", Evidence: []string{w.Evidence}, Report: r})
+	}
+	return f, !math.IsNaN(f.ETA)
+}
+
+// Message is the forecast's one line: out of memory in about N at the
+// current rate, with the rate, and for a runway that it is no leak verdict.
+func (f Forecast) Message() string {
+	m := fmt.Sprintf("out of memory in about %s at the current rate (%s to %s)", FormatDuration(f.ETA), FormatDuration(f.Low), FormatDuration(f.High))
+	if f.Rate > 0 {
+		m += fmt.Sprintf(": %s rising %s/s", seriesWord[f.Series], units.FormatBytes(f.Rate))
+		if f.Limit > 0 {
+			m += " towards " + units.FormatBytes(f.Limit)
+		}
+	}
+	if f.Basis == "runway" {
+		m += fmt.Sprintf(" (a forecast from the last %s of rise, not a leak verdict)", FormatDuration(f.Report.Runway.SpanS))
+	}
+	return m
+}
+
+func forecastOf(r Report) (float64, string) {
+	f, ok := SoonestForecast(r)
+	if !ok {
+		return math.NaN(), ""
+	}
+	return f.ETA, f.Message()
+}
+
+var seriesWord = map[Series]string{
+	SeriesAllocated: "allocated GPU memory",
+	SeriesReserved:  "reserved GPU memory",
+	SeriesUsed:      "GPU memory (NVML)",
+	SeriesRSS:       "host memory",
+}
+
+// leakMessage names the leak claim: memory that keeps growing across
+// steps, with its rate and start. The time to OOM is the forecast's own
+// claim (an oom_forecast alert), not part of this one.
 func leakMessage(r Report) string {
 	what := "GPU memory leak"
 	switch {
@@ -123,9 +196,5 @@ func leakMessage(r Report) string {
 	case r.Ambiguous:
 		what = "GPU memory keeps growing (leak or fragmentation)"
 	}
-	m := fmt.Sprintf("%s: +%s/s since t=%.0fs", what, units.FormatBytes(r.LeakRate), r.LeakStartT)
-	if !math.IsNaN(r.OOMETA) {
-		m += fmt.Sprintf(", out of memory in about %s", FormatDuration(r.OOMETA))
-	}
-	return m
+	return fmt.Sprintf("%s: memory keeps growing across steps, +%s/s since t=%.0fs", what, units.FormatBytes(r.LeakRate), r.LeakStartT)
 }

@@ -77,6 +77,10 @@ type Config struct {
 
 	PeakS     float64 // the OOM forecast projects the step peaks of at least this many newest seconds
 	HingeGain float64 // a rise's start is a bend only if it fits the floors this much better than a straight line
+
+	// Runway is the fast forecast from a sustained rise (runway.go), which
+	// speaks before the leak test can; BinS 0 turns it off.
+	Runway RunwayConfig
 }
 
 // DefaultConfig is the configuration scored in docs/PERFORMANCE.md.
@@ -113,6 +117,8 @@ func DefaultConfig() Config {
 
 		PeakS:     240,
 		HingeGain: 0.9,
+
+		Runway: DefaultRunwayConfig(),
 	}
 }
 
@@ -143,6 +149,10 @@ type Report struct {
 	LeakRatePerStep float64 // bytes per training step, when steps are known
 	LeakStartT      float64 // when the rise began (change-point estimate)
 	DetectedAtT     float64 // time of the sample at which the online detector first raised it
+
+	// Runway is the fast forecast from a sustained rise of host memory (runway.go), nil when none stands: its own claim, with its own
+	// evidence, whatever the verdict.
+	Runway *Runway
 
 	// OOM forecast, counted from the last sample: the time until the series'
 	// peak meets its limit at the current trend, with a ~95% interval from the
@@ -184,6 +194,8 @@ type Detector struct {
 	retries0, retriesN float64
 	stepT0, stepTN     float64
 	step0, stepN       int64
+	// the runway forecast's bins of host memory; nil when off
+	runRSS *binner
 }
 
 // NewDetector returns a detector with cfg (use DefaultConfig()).
@@ -206,6 +218,9 @@ func NewDetector(cfg Config) *Detector {
 	d.total, d.limit, d.ctx = n, n, n
 	d.split0, d.splitN, d.retries0, d.retriesN = n, n, n, n
 	d.step0, d.stepN = -1, -1
+	if c.Runway.BinS > 0 && c.Runway.MaxBins >= 2*c.Runway.MinBins && c.Runway.MinBins >= 6 {
+		d.runRSS = newBinner(&c.Runway)
+	}
 	return d
 }
 
@@ -214,7 +229,7 @@ func ok(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 }
 // Add feeds one sample. A sample whose time is NaN or earlier than the
 // previous one is dropped (counted in Report.Dropped); NaN, infinite or
 // negative measurements are treated as absent. It reports whether a window
-// closed, the only moment the verdict can change.
+// or a runway bin closed, the only moments the report can change.
 func (d *Detector) Add(s Sample) bool {
 	if math.IsNaN(s.T) || s.T < d.lastT {
 		d.dropped++
@@ -238,6 +253,9 @@ func (d *Detector) Add(s Sample) bool {
 	}
 	if ok(s.RSS) {
 		closed = d.rss.add(s.T, s.RSS) || closed
+		if d.runRSS != nil {
+			closed = d.runRSS.add(s.T, s.RSS) || closed
+		}
 	}
 	if ok(s.Total) && s.Total > 0 {
 		d.total = s.Total

@@ -86,7 +86,41 @@ func (d *Detector) Report() Report {
 			r.HostLeak = nil
 		}
 	}
+	d.runway(&r)
 	return r
+}
+
+// runway sets r.Runway from the host memory's runway forecast, against the
+// host limit (the job's cgroup, else the machine). GPU series are left to
+// the leak test: with a few samples per bin, the floors of an activation
+// sawtooth (and a weights warm-up that levels off near the device's size)
+// are not steady enough to forecast from, and a growing allocator cache is
+// freed before an OOM, not the tensors.
+func (d *Detector) runway(r *Report) {
+	if d.runRSS == nil {
+		return
+	}
+	var best *Runway
+	try := func(b *binner, s Series, limit float64) {
+		if !ok(limit) || len(b.bins) == 0 {
+			return
+		}
+		rw, found := RunwayOf(b.bins, s, limit, d.cfg.Runway)
+		if !found {
+			return
+		}
+		// counted from the last sample, as the leak forecast is
+		past := math.Max(0, d.lastT-rw.AtT)
+		rw.ETA = math.Max(0, rw.ETA-past)
+		rw.ETALow = math.Max(0, rw.ETALow-past)
+		rw.ETAHigh = math.Max(0, rw.ETAHigh-past)
+		rw.AtT = d.lastT
+		if best == nil || rw.ETA < best.ETA {
+			best = &rw
+		}
+	}
+	try(d.runRSS, SeriesRSS, d.limit)
+	r.Runway = best
 }
 
 func (d *Detector) ctxOr0() float64 {

@@ -152,6 +152,9 @@ func analyzeRecorded(ctx context.Context, f *Factory, opts *analyzeOptions) erro
 	if l := mon.Leak; l != nil {
 		fmt.Fprintf(f.IO.Out, "  monitor   the live monitor raised it at t=%.0fs (leak since t=%.0fs)\n", l.DetectedS, l.LeakStartS)
 	}
+	if fc := mon.Forecast; fc != nil && fc.OOMETA != nil {
+		fmt.Fprintf(f.IO.Out, "  monitor   the live monitor forecast at t=%.0fs: %s\n", fc.DetectedS, fc.Message)
+	}
 	fmt.Fprintf(f.IO.Out, "  (t counts seconds from the attempt's start, %s)\n", rec.Attempt.StartedAt.Local().Format("2006-01-02 15:04:05"))
 	return nil
 }
@@ -194,12 +197,26 @@ type analyzeOutput struct {
 	Advice          []string       `json:"advice"`
 	Samples         int            `json:"samples"`
 	HostLeak        *analyzeOutput `json:"host_leak,omitempty"`
+	// Runway is the forecast from a sustained rise of host memory near its
+	// limit at the last sample, a claim of its own whatever the verdict.
+	Runway *runwayOutput `json:"runway,omitempty"`
 	// a recorded run's id and attempt (analyze RUN)
 	RunID   string `json:"run_id,omitempty"`
 	Attempt int    `json:"attempt,omitempty"`
 	// Monitor is the live monitor's summary replayed over the recorded
 	// attempt (analyze RUN): its leak is the run's leak alert.
 	Monitor *monitor.Summary `json:"monitor,omitempty"`
+}
+
+type runwayOutput struct {
+	Series         string   `json:"series"`
+	Rate           *float64 `json:"rate_bytes_per_s"`
+	SinceT         *float64 `json:"since_t"`
+	Level          *float64 `json:"level_bytes"`
+	Limit          *float64 `json:"limit_bytes"`
+	OOMETA         *float64 `json:"oom_eta_s"`
+	OOMETAInterval []any    `json:"oom_eta_interval_s"`
+	Evidence       string   `json:"evidence"`
 }
 
 func num(v float64) *float64 {
@@ -230,6 +247,10 @@ func analyzeJSON(r analyze.Report) analyzeOutput {
 		h := analyzeJSON(*r.HostLeak)
 		o.HostLeak = &h
 	}
+	if w := r.Runway; w != nil {
+		o.Runway = &runwayOutput{Series: string(w.Series), Rate: num(w.Rate), SinceT: num(w.SinceT), Level: num(w.Level), Limit: num(w.Limit),
+			OOMETA: num(w.ETA), OOMETAInterval: []any{num(w.ETALow), num(w.ETAHigh)}, Evidence: w.Evidence}
+	}
 	return o
 }
 
@@ -238,7 +259,7 @@ func writeAnalyzeHuman(w io.Writer, target string, r analyze.Report) {
 		analyze.VerdictLeak:             "LEAK",
 		analyze.VerdictCacheGrowth:      "CACHE GROWTH (not a leak)",
 		analyze.VerdictStable:           "stable",
-		analyze.VerdictInsufficientData: "not enough data to judge",
+		analyze.VerdictInsufficientData: "not enough data to judge a leak",
 	}[r.Verdict]
 	if r.Verdict == analyze.VerdictLeak && r.Ambiguous {
 		head = "UNBOUNDED GROWTH (leak or fragmentation: only NVML watched)"
@@ -266,6 +287,11 @@ func writeAnalyzeHuman(w io.Writer, target string, r analyze.Report) {
 		for _, e := range r.HostLeak.Evidence {
 			fmt.Fprintf(w, "  - %s\n", e)
 		}
+	}
+	if rw := r.Runway; rw != nil {
+		fmt.Fprintf(w, "  forecast  out of memory in about %s after the last sample (%s to %s) at the current rate, %s/s since t=%.0fs (not a leak verdict)\n",
+			humanDur(rw.ETA), humanDur(rw.ETALow), humanDur(rw.ETAHigh), humanBytes(rw.Rate), rw.SinceT)
+		fmt.Fprintf(w, "  - %s\n", rw.Evidence)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -74,13 +75,15 @@ $VRAMGUARD_HOME/runs/RUN/attempt-N.log. The memory of its whole process tree
 ends, vramguard explains how (see docs/FAILURES.md for every reason) and what to
 change. No process of the job outlives it, even if vramguard itself is killed.
 
-With --resume-from, {resume} in the arguments is replaced by the checkpoint's
-path, as a whole argument or part of one (--resume={resume}); no shell is
-involved, so the path is passed verbatim. {resume} inside the script of a
-shell's -c (bash -c '... {resume}') or the code of python -c is refused (exit
-2), also behind env, nice, nohup, setsid, stdbuf, taskset or timeout, because
-the path would be read as code: use "$VRAMGUARD_RESUME" in the script
-(os.environ["VRAMGUARD_RESUME"] in Python) instead.
+With --resume-from DIR, before each attempt the newest valid checkpoint under DIR
+is exported as VRAMGUARD_RESUME (verbatim) and replaces {resume} in the
+arguments, as a whole argument or part of one (--resume={resume}). A DIR that
+does not exist yet means nothing to resume: the attempt starts fresh and the
+next one looks again. {resume} carries only a path of letters, digits and
+. _ - + = / that does not start with - (a relative one as ./NAME); a
+checkpoint named otherwise is refused (exit 2), as is {resume} inside the
+script of a shell's -c or the code of python -c: use "$VRAMGUARD_RESUME" in
+a script (os.environ["VRAMGUARD_RESUME"] in Python) instead.
 
 Exit status: the job's own (a job killed by signal N gives 128+N); 2 for bad
 usage; 3 when --memory-limit cannot be applied here.`,
@@ -174,8 +177,19 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 		}
 	}
 	if o.ResumeFrom != "" {
-		if st, err := os.Stat(o.ResumeFrom); err != nil || !st.IsDir() {
+		// A directory that does not exist yet is the first run of an
+		// auto-resume setup (the job creates it): nothing to resume yet.
+		switch st, err := os.Stat(o.ResumeFrom); {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return Usagef("--resume-from %s: %v", o.ResumeFrom, err)
+		case !st.IsDir():
 			return Usagef("--resume-from %s: not a directory", o.ResumeFrom)
+		}
+		if supervise.HasResumePlaceholder(o.Command) {
+			if _, err := supervise.ResumeArg(o.ResumeFrom); err != nil {
+				return Usagef("%v", err)
+			}
 		}
 		if err := checkResumePlaceholder(o.Command); err != nil {
 			return err
@@ -210,11 +224,14 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 		f.Logger().Info("gpu", "note", note)
 	}
 	o.gpu = gb
-	st, err := f.openStore(ctx)
+	// A state database that cannot be written now (read-only, locked) does
+	// not keep the job from running: the run is recorded elsewhere.
+	rs, err := openRunStore(ctx, f)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer rs.Close()
+	st := rs.Store
 
 	if limit > 0 {
 		// Refuse before starting anything when no cgroup can be had.
@@ -237,11 +254,13 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	cwd, _ := os.Getwd()
 	run := &store.Run{ID: id, Name: o.recordName(), Command: o.Command, Cwd: cwd, Status: store.StatusRunning,
 		StartedAt: f.Now(), SupervisorPID: os.Getpid(), SupervisorStart: me.StartTicks,
-		Detached: o.detachedID != "", Dir: supervise.RunDir(f.Home(), id), Group: o.groupFl.group(os.Getenv)}
+		Detached: o.detachedID != "", Dir: supervise.RunDir(rs.home, id), Group: o.groupFl.group(os.Getenv)}
 	if err := createRun(ctx, f, o, st, run); err != nil {
 		return err
 	}
-	return superviseRun(ctx, f, o, st, run, limit, 1)
+	err = superviseRun(ctx, f, o, st, run, limit, 1)
+	rs.finish(ctx, f, id)
+	return err
 }
 
 // superviseRun supervises a recorded run from attempt first on and maps the
@@ -288,6 +307,9 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 	res, err := supervise.Run(ctx, so)
 	if err != nil {
 		st.FinishRun(context.WithoutCancel(ctx), id, store.StatusFinished, "start_failed", 1, f.Now(), nil)
+		if supervise.IsUnsafeResume(err) {
+			return Usagef("%v", err)
+		}
 		if strings.Contains(err.Error(), "memory cgroup") {
 			return Envf("%v", err)
 		}
@@ -316,11 +338,19 @@ func detach(ctx context.Context, f *Factory, o *RunOptions) error {
 		return Envf("find the vramguard executable: %v", err)
 	}
 	id := newRunID(f.Now())
-	dir := supervise.RunDir(f.Home(), id)
+	// A state directory that cannot be written now does not keep the job
+	// from running: the background supervisor records it elsewhere.
+	home := f.Home()
+	if why := homeWritable(ctx, home); why != nil {
+		if home, err = fallbackHome(f, why); err != nil {
+			return err
+		}
+	}
+	dir := supervise.RunDir(home, id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Envf("create %s: %v", dir, err)
 	}
-	args := []string{"--home", f.Home(), "run", "--detached-run-id", id}
+	args := []string{"--home", home, "run", "--detached-run-id", id}
 	args = append(args, detachArgs(os.Args, o)...)
 	logf, err := os.OpenFile(filepath.Join(dir, "supervisor.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -337,9 +367,9 @@ func detach(ctx context.Context, f *Factory, o *RunOptions) error {
 	}
 	pid := cmd.Process.Pid
 	cmd.Process.Release()
-	st, err := f.openStore(ctx)
+	st, err := store.Open(home)
 	if err != nil {
-		return err
+		return storeErr(err)
 	}
 	defer st.Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -359,7 +389,11 @@ func detach(ctx context.Context, f *Factory, o *RunOptions) error {
 		return f.WriteJSON(map[string]any{"id": id, "name": rec.Name, "supervisor_pid": pid, "dir": dir})
 	}
 	fmt.Fprintln(f.IO.Out, id)
-	fmt.Fprintf(f.IO.ErrOut, "vramguard: running in the background as %s\n  follow: vramguard logs -f %s\n  stop:   vramguard stop %s\n", id, id, id)
+	pre := ""
+	if home != f.Home() {
+		pre = "VRAMGUARD_HOME=" + home + " "
+	}
+	fmt.Fprintf(f.IO.ErrOut, "vramguard: running in the background as %s\n  follow: %svramguard logs -f %s\n  stop:   %svramguard stop %s\n", id, pre, id, pre, id)
 	return nil
 }
 

@@ -30,7 +30,10 @@ func nameRun(ctx context.Context, f *Factory, o *RunOptions) error {
 		return nil // no run yet, so no name is taken
 	}
 	if err != nil {
-		return err
+		// the name is checked where the run is recorded: a state database
+		// that cannot be read now does not keep the job from running
+		// (openRunStore says why)
+		return nil
 	}
 	defer st.Close()
 	owner, err := st.NameOwner(ctx, o.Name)

@@ -89,9 +89,12 @@ type Input struct {
 	// the agent's API) ended the attempt so that the next one starts;
 	// Stalled when the stall timeout did.
 	Interrupted bool
-	Restarted   bool
-	Stalled     bool
-	StallDesc   string
+	// HangUp is set when the stop was the supervisor's own SIGHUP: the
+	// terminal it ran in closed.
+	HangUp    bool
+	Restarted bool
+	Stalled   bool
+	StallDesc string
 	// Stacks holds Python stacks collected from a stalled job.
 	Stacks []string
 	// StartErr is set when the command could not be started at all.
@@ -203,6 +206,13 @@ func Classify(in Input) Verdict {
 		v.Reason = Restarted
 		v.Summary = "the attempt was restarted by request (vramguard restart or the agent's API)"
 		v.Evidence = append(v.Evidence, exitEvidence(in))
+		return v
+	case in.Interrupted && in.HangUp:
+		v.Reason = Interrupted
+		v.Summary = "the terminal closed (SIGHUP), and the job was stopped with it"
+		v.Evidence = append(v.Evidence, "vramguard received SIGHUP: the terminal or SSH session it ran in went away", exitEvidence(in))
+		v.Advice = append(v.Advice, "Run jobs that must outlive the terminal with --detach (vramguard run --detach -- ...; follow with vramguard logs -f RUN), or inside tmux or screen.",
+			"Restart it with --resume-from DIR to continue from its newest checkpoint.")
 		return v
 	case in.Interrupted:
 		v.Reason = Interrupted

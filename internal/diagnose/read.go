@@ -154,8 +154,14 @@ var lineSigs = []lineSig{
 		lazyre.New(`Watchdog caught collective operation timeout|[Ww]atchdog thread terminated with exception|Some NCCL operations have failed or timed out|we are taking the entire process down|detected by watchdog|flight recorder dumps to finish`), nil, ""},
 	{"", Consequence, KindCollectiveTimeout, "", []string{"Timed out waiting"},
 		lazyre.New(`Timed out waiting \d+ms for (?:recv|send) operation`), nil, ""},
-	{"", Consequence, KindPeerClosed, "", []string{"by peer", "BrokenPipeError", "NCCL communicator was aborted"},
-		lazyre.New(`Connection (?:closed|reset) by peer|BrokenPipeError|NCCL communicator was aborted`), nil, ""},
+	// A rank whose NCCL communicator was aborted, or whose NCCL setup lost
+	// its peer, is usually a consequence of another rank's failure; when no
+	// rank printed a cause, it is still an NCCL failure, not the launcher's
+	// ChildFailedError that follows it.
+	{NCCLError, Consequence, KindPeerClosed, "", []string{"NCCL communicator was aborted", "by peer"},
+		lazyre.New(`NCCL communicator was aborted|(?:DistBackendError|NCCL).*Connection (?:closed|reset) by peer`), nil, ""},
+	{"", Consequence, KindPeerClosed, "", []string{"by peer", "BrokenPipeError"},
+		lazyre.New(`Connection (?:closed|reset) by peer|BrokenPipeError`), nil, ""},
 	// a launcher's report that a worker died of a signal: the signal is
 	// the worker's death, but a failure the worker printed explains it
 	{Killed, Hint, "launcher_signal", "", []string{"SIGKILL", "exitcode"},
@@ -206,8 +212,12 @@ var lineSigs = []lineSig{
 		lazyre.New(`PytorchStreamReader failed|failed finding central directory|unexpected EOF, expected \d+ more bytes|_pickle\.UnpicklingError|Error while deserializing header|Invalid magic number; corrupt file`), nil, ""},
 
 	// full disks and full /dev/shm: the path or the call site decides
-	{ShmExhausted, Cause, "", "", []string{"shared memory", "No space left", "torch_", "bus error", "shm"},
-		lazyre.New(`out of shared memory|No space left on device.*(?:/dev/shm|torch_)|unable to write to file </torch_|Unexpected bus error encountered in worker|bus error.*shared memory|shm_open|unable to allocate shared memory`), nil, ""},
+	// A DataLoader worker's bus error is torch's own sign of a full
+	// /dev/shm, whether or not the message goes on to say so (older
+	// releases stop at "Bus error.") and however it is wrapped afterwards
+	// ("exited unexpectedly").
+	{ShmExhausted, Cause, "", "", []string{"shared memory", "No space left", "torch_", "bus error", "shm", "Bus error"},
+		lazyre.New(`out of shared memory|No space left on device.*(?:/dev/shm|torch_)|unable to write to file </torch_|Unexpected bus error encountered in worker|bus error.*shared memory|shm_open|unable to allocate shared memory|DataLoader worker \(pid \d+\) is killed by signal: Bus error`), nil, ""},
 	{ShmExhausted, Cause, "", "", []string{"Errno 28", "No space left"},
 		lazyre.New(`\[Errno 28\]|No space left on device`), lazyre.New(`multiprocessing[/\\]synchronize\.py|SemLock|multiprocessing[/\\]sharedctypes\.py|shared_memory\.py|/dev/shm`),
 		"[Errno 28] raised while creating a multiprocessing semaphore or shared memory (multiprocessing/synchronize.py, SemLock): those live in /dev/shm, so /dev/shm is full, not the disk"},

@@ -77,8 +77,12 @@ type Finding struct {
 	OOMAt      *time.Time `json:"oom_at,omitempty"`
 	Limit      *float64   `json:"limit_bytes,omitempty"`
 	Confidence float64    `json:"confidence"`
-	Evidence   []string   `json:"evidence,omitempty"`
-	Message    string     `json:"message"`
+	// Basis, for a forecast, is the claim it rests on: "leak" (the leak
+	// verdict's projection), "trend" (a significant rise not called a leak)
+	// or "runway" (a sustained rise near the limit, before any verdict).
+	Basis    string   `json:"basis,omitempty"`
+	Evidence []string `json:"evidence,omitempty"`
+	Message  string   `json:"message"`
 }
 
 // Summary is what a monitor concluded over an attempt: the first leak
@@ -170,13 +174,17 @@ func (m *Monitor) Observe(s *timeline.Sample) []timeline.Event {
 	if m.det.Add(runtrace.Sample(s, m.start)) {
 		m.report, m.have = m.det.Report(), true
 		for _, al := range m.al.Observe(m.report) {
-			f := m.finding(al.Report, al.Message)
 			kind := timeline.KindLeak
+			var f *Finding
 			if al.Kind == analyze.AlertOOM {
 				kind = timeline.KindOOMForecast
+				f = m.forecastFinding(al.Report, al.Message)
 				m.forecast = f
-			} else if m.leak == nil {
-				m.leak = f
+			} else {
+				f = m.finding(al.Report, al.Message)
+				if m.leak == nil {
+					m.leak = f
+				}
 			}
 			data, _ := json.Marshal(f)
 			evs = append(evs, timeline.Event{T: s.T, Attempt: s.Attempt, Kind: kind, Message: al.Message, Data: data})
@@ -253,6 +261,35 @@ func (m *Monitor) finding(r analyze.Report, msg string) *Finding {
 	}
 	return f
 }
+
+// forecastFinding turns a report that raised an OOM alert into a Finding
+// from its soonest forecast: a runway forecast carries the rise's rate, start
+// and evidence, not a leak's.
+func (m *Monitor) forecastFinding(r analyze.Report, msg string) *Finding {
+	fc, ok := analyze.SoonestForecast(r)
+	if !ok || fc.Basis != "runway" {
+		f := m.finding(r, msg)
+		if ok {
+			f.Basis = fc.Basis
+		}
+		return f
+	}
+	w := r.Runway
+	f := &Finding{Verdict: string(r.Verdict), Series: string(w.Series), LeakRate: w.Rate, Basis: fc.Basis,
+		Confidence: round2(math.Min(0.99, 2*normalCDF(w.Z)-1)), Evidence: []string{w.Evidence}, Message: msg,
+		LeakStartS: round1(w.SinceT), LeakStart: m.at(w.SinceT), DetectedS: round1(r.LastT), DetectedAt: m.at(r.LastT)}
+	v := round1(w.ETA)
+	f.OOMETA = &v
+	at := m.at(r.LastT + w.ETA)
+	f.OOMAt = &at
+	lim := w.Limit
+	f.Limit = &lim
+	return f
+}
+
+func normalCDF(z float64) float64 { return 0.5 * math.Erfc(-z/math.Sqrt2) }
+
+func round2(v float64) float64 { return math.Round(v*100) / 100 }
 
 // Output records that the job wrote output at t.
 func (m *Monitor) Output(t time.Time) {

@@ -215,3 +215,49 @@ func TestFromFindingsFollowsVerdictEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestRunwayForecastIsItsOwnClaim: a host leak that reaches its limit two
+// minutes after the start raises an oom_forecast from the runway (with its
+// rate, its basis and an ETA that lands on the limit) long before the kill,
+// and no leak: the two claims rest on different evidence.
+func TestRunwayForecastIsItsOwnClaim(t *testing.T) {
+	const mib = 1 << 20
+	const limit = 600 * mib
+	rate := 3.0 * mib // from 240 MiB: the limit at t=120s
+	m := New(Config{}, t0)
+	var got *Finding
+	at := 0
+	for i := 0; i < 120 && got == nil; i++ {
+		s := hostSample(i, 240*mib+rate*float64(i), limit)
+		for _, e := range m.Observe(&s) {
+			if e.Kind == timeline.KindLeak {
+				t.Fatalf("a leak was claimed at t=%ds: %s", i, e.Message)
+			}
+			if e.Kind == timeline.KindOOMForecast {
+				var f Finding
+				if err := json.Unmarshal(e.Data, &f); err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(e.Message, "not a leak verdict") || !strings.Contains(e.Message, "host memory rising 3 MiB/s") {
+					t.Errorf("message %q: want the rate and that it is no leak verdict", e.Message)
+				}
+				got, at = &f, i
+			}
+		}
+	}
+	if got == nil {
+		t.Fatal("no forecast before the limit")
+	}
+	if at > 80 {
+		t.Errorf("forecast at t=%ds, want at least 40s (T/3) before the limit at 120s", at)
+	}
+	if got.Basis != "runway" || got.Series != "rss" || math.Abs(got.LeakRate-rate) > 0.05*rate {
+		t.Errorf("finding %+v: want basis runway on rss at 3 MiB/s", got)
+	}
+	if left := 120 - float64(at); got.OOMETA == nil || math.Abs(*got.OOMETA-left) > 5 {
+		t.Errorf("ETA %v at t=%ds, want about %.0fs", got.OOMETA, at, left)
+	}
+	if s := m.Summary(); s.Leak != nil || s.Forecast == nil {
+		t.Errorf("summary: leak %v forecast %v, want a forecast and no leak", s.Leak, s.Forecast)
+	}
+}

@@ -102,6 +102,9 @@ type Resume struct {
 	// directory holds checkpoints (none of them valid), or could not be
 	// read; "" when it resumed, or found no checkpoint at all.
 	Problem string `json:"problem,omitempty"`
+	// Missing is set when Dir did not exist yet: nothing to resume, the
+	// attempt started fresh (the first run of an auto-resume setup).
+	Missing bool `json:"missing,omitempty"`
 }
 
 // SkippedCkpt is a newer checkpoint passed over because it failed the check.

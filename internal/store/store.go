@@ -170,6 +170,32 @@ func open(dir string) (*Store, error) {
 	return s, nil
 }
 
+// CanWrite reports whether a write could begin now: it takes the write
+// lock (BEGIN IMMEDIATE), waiting at most wait for another process that
+// holds it, and gives it back. A read-only file or directory and a lock
+// held longer than wait answer an error, so a caller that must not wait
+// (run, before it starts the job) learns it at once.
+func (s *Store) CanWrite(ctx context.Context, wait time.Duration) error {
+	c, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, wait.Milliseconds())); err != nil {
+		return err
+	}
+	// the connection goes back to the pool: give it the usual wait again
+	defer c.ExecContext(context.WithoutCancel(ctx), `PRAGMA busy_timeout = 10000`)
+	if _, err := c.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		if strings.Contains(err.Error(), "locked") || strings.Contains(err.Error(), "busy") {
+			return fmt.Errorf("%s is locked by another process (it holds a write transaction)", s.path)
+		}
+		return fmt.Errorf("%s cannot be written: %w", s.path, err)
+	}
+	_, err = c.ExecContext(ctx, `ROLLBACK`)
+	return err
+}
+
 // Path is the database file.
 func (s *Store) Path() string { return s.path }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -149,5 +150,45 @@ func TestCreateRunNamed(t *testing.T) {
 	runs, _ := st.Runs(ctx, 100)
 	if len(runs) != 1 {
 		t.Errorf("%d runs recorded, want 1 (the others were refused, not recorded)", len(runs))
+	}
+}
+
+// TestCanWrite: a database another connection holds the write lock on
+// answers at once (within the wait given) that it is locked, and can be
+// written again once the lock is gone.
+func TestCanWrite(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.CanWrite(ctx, 100*time.Millisecond); err != nil {
+		t.Fatalf("a fresh database: %v", err)
+	}
+	other, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := other.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`UPDATE runs SET name=name`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = s.CanWrite(ctx, 100*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "locked by another process") {
+		t.Errorf("locked: %v, want that it is locked", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("CanWrite waited %s for a 100ms wait", d)
+	}
+	tx.Rollback()
+	if err := s.CanWrite(ctx, 100*time.Millisecond); err != nil {
+		t.Errorf("after the lock is gone: %v", err)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -42,12 +44,21 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	env := jobEnv(o.Env, o.RunID, n)
 	if o.ResumeFrom != "" {
 		pm.Resume = s.findResume()
-		for i := range argv {
-			argv[i] = strings.ReplaceAll(argv[i], "{resume}", pm.Resume.From)
+		if HasResumePlaceholder(argv) {
+			arg, err := ResumeArg(pm.Resume.From)
+			if err != nil {
+				return nil, err
+			}
+			for i := range argv {
+				argv[i] = strings.ReplaceAll(argv[i], "{resume}", arg)
+			}
 		}
 		env = setEnv(env, "VRAMGUARD_RESUME", pm.Resume.From)
 		if pm.Resume.From != "" {
 			s.notifyf("attempt %d resumes from %s", n, pm.Resume.From)
+		} else if pm.Resume.Missing {
+			// the first run of an auto-resume setup: the job makes the directory
+			s.notifyf("attempt %d starts fresh: %s does not exist yet (nothing to resume); the next attempt looks there again", n, s.o.ResumeFrom)
 		}
 		for _, sk := range pm.Resume.Skipped {
 			s.notifyf("skipped checkpoint %s: %s", sk.Path, sk.Reason)
@@ -159,6 +170,10 @@ func resumeFrom(pm *Postmortem) string {
 // findResume picks the newest checkpoint that passes the structural check.
 func (s *supervisor) findResume() *Resume {
 	r := &Resume{Dir: s.o.ResumeFrom, Skipped: []SkippedCkpt{}}
+	if _, err := os.Stat(s.o.ResumeFrom); errors.Is(err, os.ErrNotExist) {
+		r.Missing = true
+		return r
+	}
 	res, err := ckpt.FindLatest(s.o.ResumeFrom)
 	if err != nil {
 		r.Problem = fmt.Sprintf("cannot look for checkpoints in %s: %v", s.o.ResumeFrom, err)
@@ -248,6 +263,7 @@ type running struct {
 	last          lastSample
 	water         limitWater
 	interrupted   bool
+	hangUp        bool // the stop was SIGHUP: the terminal closed
 	restarting    bool // ended by a restart request
 	stalled       bool
 	stallDesc     string
@@ -321,8 +337,13 @@ func monitorEvidence(sum *monitor.Summary) []string {
 		out = append(out, line)
 	}
 	if f := sum.Forecast; f != nil && f.OOMETA != nil {
-		out = append(out, fmt.Sprintf("the monitor forecast the OOM at %s (t=%.0fs): out of memory in about %s",
-			f.DetectedAt.Local().Format("15:04:05"), f.DetectedS, analyze.FormatDuration(*f.OOMETA)))
+		line := fmt.Sprintf("the monitor forecast the OOM at %s (t=%.0fs): out of memory in about %s",
+			f.DetectedAt.Local().Format("15:04:05"), f.DetectedS, analyze.FormatDuration(*f.OOMETA))
+		if f.Basis == "runway" {
+			// a forecast from the rate alone: say so, it is no leak verdict
+			line += fmt.Sprintf(" at the %s/s it rose since t=%.0fs (a forecast from the rate, not a leak verdict)", units.FormatBytes(f.LeakRate), f.LeakStartS)
+		}
+		out = append(out, line)
 	}
 	return out
 }
@@ -470,8 +491,27 @@ func (a *running) watch(ctx context.Context) {
 	}()
 	a.sample(ctx)
 	killAll := func() { _ = syscall.Kill(a.shimPID, syscall.SIGUSR1) }
+	// Ctrl-Z stops the supervisor, which the terminal signals, but not the
+	// job, which runs in a session of its own: without this the job would
+	// run on, stalled on a full pipe, while the shell says "Stopped". So the
+	// job is stopped with the supervisor and continued with it (fg, bg), as
+	// when it runs directly. Only while an attempt runs: between attempts
+	// Ctrl-Z stops the supervisor as usual.
+	jobctl := make(chan os.Signal, 2)
+	signal.Notify(jobctl, syscall.SIGTSTP, syscall.SIGCONT)
+	defer signal.Stop(jobctl)
 	for {
 		select {
+		case sig := <-jobctl:
+			if sig == syscall.SIGTSTP {
+				_ = syscall.Kill(a.shimPID, syscall.SIGTSTP) // the shim stops the job's group
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				continue
+			}
+			// continued (fg, bg, or kill -CONT): the job goes on too, and
+			// the time it stood still is no stall
+			_ = syscall.Kill(a.shimPID, syscall.SIGCONT)
+			a.mon.Output(o.Now())
 		case err := <-a.shimDone:
 			_ = err
 			if m, ok := <-finalCh; ok {
@@ -497,6 +537,8 @@ func (a *running) watch(ctx context.Context) {
 			fwd := sig.(syscall.Signal)
 			if fwd == syscall.SIGHUP {
 				fwd = syscall.SIGTERM
+				a.hangUp, a.s.hangUp = true, true
+				a.s.notifyf("the terminal closed (SIGHUP): stopping the job; run it with --detach to keep it running without a terminal")
 			}
 			a.s.notifyf("stopping the job (%s forwarded; again to kill it, or it is killed in %s)", diagnose.SignalName(fwd), o.StopTimeout)
 			a.s.event(ctx, a.n, timeline.KindStop, "stopped by "+diagnose.SignalName(sig.(syscall.Signal)), nil)
@@ -639,7 +681,7 @@ func (a *running) collectStacks() []string {
 // input gathers the evidence for diagnose once the attempt ended.
 func (a *running) input() diagnose.Input {
 	// a stop that comes while a restart is under way wins
-	in := diagnose.Input{Interrupted: a.interrupted && !a.stalled, Restarted: a.restarting && !a.interrupted && !a.stalled, Stalled: a.stalled, StallDesc: a.stallDesc, Stacks: a.stacks}
+	in := diagnose.Input{Interrupted: a.interrupted && !a.stalled, HangUp: a.hangUp, Restarted: a.restarting && !a.interrupted && !a.stalled, Stalled: a.stalled, StallDesc: a.stallDesc, Stacks: a.stacks}
 	if a.haveFinal {
 		in.ExitCode = a.final.ExitCode
 		in.Signal = syscall.Signal(a.final.Signal)

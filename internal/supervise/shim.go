@@ -81,7 +81,7 @@ func RunShim(args []string) int {
 	unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGUSR1), 0, 0, 0)
 	unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTSTP, syscall.SIGCONT)
 	if os.Getppid() != parent || parent == 1 {
 		return 1 // the supervisor is already gone
 	}
@@ -145,6 +145,19 @@ func RunShim(args []string) int {
 			if s == syscall.SIGUSR1 {
 				killTree(os.Getpid(), job)
 				return 1
+			}
+			switch s {
+			case syscall.SIGTSTP:
+				// the supervisor was stopped (Ctrl-Z): stop the job with
+				// it. SIGSTOP, as the job's group is orphaned (its session
+				// is its own), where the kernel drops a SIGTSTP
+				_ = syscall.Kill(-job, syscall.SIGSTOP)
+				signalTree(os.Getpid(), job, syscall.SIGSTOP)
+				continue
+			case syscall.SIGCONT:
+				_ = syscall.Kill(-job, syscall.SIGCONT)
+				signalTree(os.Getpid(), job, syscall.SIGCONT)
+				continue
 			}
 			// Forward to the job's process group (DataLoader workers
 			// included); a worker in another session gets it via the tree.

@@ -228,6 +228,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		s.event(ctx, n, "restart", msg, nil)
 		if s.interruptibleSleep(delay) {
 			pm.RestartDecision = "stopped by the user while waiting to restart"
+			if s.hangUp {
+				pm.RestartDecision = "stopped while waiting to restart: the terminal closed (SIGHUP); --detach keeps a run going without a terminal"
+			}
 			break
 		}
 	}
@@ -243,6 +246,7 @@ type supervisor struct {
 	o           Options
 	attempts    []*Postmortem
 	interrupted bool
+	hangUp      bool // the stop was SIGHUP: the terminal closed
 	// restarts delivers restart requests; restartNow is set when the
 	// attempt that just ended was ended by one.
 	restarts   <-chan os.Signal
@@ -337,6 +341,7 @@ func (s *supervisor) interruptibleSleep(d time.Duration) bool {
 				continue
 			}
 			s.interrupted = true
+			s.hangUp = sig == syscall.SIGHUP
 			return true
 		}
 	}
