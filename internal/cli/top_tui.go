@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "github.com/vramguard/vramguard/internal/third_party/bubbletea"
 	"github.com/muesli/termenv"
 
 	"github.com/vramguard/vramguard/internal/attrib"
