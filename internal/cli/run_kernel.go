@@ -30,15 +30,29 @@ const (
 
 // runKernel supervises a Jupyter kernel (run --kernel). Jupyter starts a new
 // process for every restart of a kernel, with the same connection file: the
-// kernel id in it finds the run of the earlier processes, which is reopened
-// so that restarts become attempts of one run. When the kernel's (or, for a
+// kernel's identity from that file (jupyter.KernelID: a server's kernel id,
+// or for any other client's file its path and key) finds the run of the
+// earlier processes, which is reopened so that restarts become attempts of
+// one run. When the kernel's (or, for a
 // new kernel, its notebook's) previous attempt died, the new kernel says so
 // in the notebook through the probe.
 func runKernel(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, limit uint64, id string) error {
-	kid, ok := jupyter.ConnectionKernelID(o.Command)
+	file, ok := jupyter.ConnectionFile(o.Command)
 	if !ok {
-		return Usagef("--kernel: the command names no connection file (-f .../kernel-ID.json); install the kernelspec with `vramguard jupyter install`")
+		return Usagef("--kernel: the command names no connection file (-f FILE); install the kernelspec with `vramguard jupyter install`")
 	}
+	if abs, err := filepath.Abs(file); err == nil {
+		file = abs
+	}
+	// The client wrote the file before starting the kernel; a kernel
+	// started on a file that does not exist yet writes it itself, and is
+	// then known by the path alone.
+	var conn *jupyter.Connection
+	if c, err := jupyter.ReadConnection(file); err == nil {
+		conn = &c
+	}
+	kid := jupyter.KernelID(file, conn)
+	_, fromServer := jupyter.ServerKernelID(file)
 	notebook := kernelNotebook(os.Getenv(envSessionName))
 	me, _ := procfs.FS{}.Proc(os.Getpid())
 	now := f.Now()
@@ -102,8 +116,10 @@ func runKernel(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, 
 			}
 		}
 	}
-	if notebook == "" {
-		go recordNotebook(ctx, f, kid, o.Command, o.Name)
+	if notebook == "" && fromServer {
+		// Only a server names its files kernel-ID.json, and only a
+		// server has sessions to ask.
+		go recordNotebook(ctx, f, kid, file, o.Name)
 	}
 	return superviseRun(ctx, f, o, st, run, limit, first)
 }
@@ -192,20 +208,10 @@ func withNotice(argv []string) []string {
 // up), and keeps the answer so the notebook's next kernel can find this one;
 // a run that still has the kernelspec's name (unnamed) takes the
 // notebook's.
-func recordNotebook(ctx context.Context, f *Factory, kid string, argv []string, unnamed string) {
+func recordNotebook(ctx context.Context, f *Factory, kid, connFile string, unnamed string) {
 	home, _ := os.UserHomeDir()
-	dirs := jupyter.RuntimeDirs(os.Getenv, home, false)
-	for _, a := range argv {
-		if strings.HasSuffix(a, "kernel-"+kid+".json") {
-			// Connection files live in the server's runtime directory.
-			_, file, _ := strings.Cut(a, "=")
-			if file == "" {
-				file = a
-			}
-			dirs = append([]string{filepath.Dir(file)}, dirs...)
-			break
-		}
-	}
+	// A server's connection files live in its runtime directory.
+	dirs := append([]string{filepath.Dir(connFile)}, jupyter.RuntimeDirs(os.Getenv, home, false)...)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for range 30 {
