@@ -9,12 +9,15 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/vramguard/vramguard/internal/testbin"
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // nbLab is one isolated Jupyter installation with vramguard's kernelspec
@@ -179,3 +182,92 @@ func TestNotebookKernelManagerRestart(t *testing.T) {
 		t.Errorf("first attempt has no reason: %v", first)
 	}
 }
+
+// startEnv is cell code that prints a variable of the kernel's environment
+// as the kernel was started (/proc/self/environ keeps it when the kernel
+// takes it out of os.environ).
+func startEnv(name string) string {
+	return fmt.Sprintf(`env = dict(kv.split("=", 1) for kv in open("/proc/self/environ").read().split("\0") if "=" in kv)
+print(env.get(%q, ""))`, name)
+}
+
+// sendCellStart is cell code that reports its own start through the
+// probe's socket, as the probe's pre_run_cell callback does, for a test of
+// the supervisor's side that does not depend on that callback.
+const sendCellStart = `from vramguard import _probe as _vp
+_vp._p.send({"type": "cell_start", "execution_count": get_ipython().execution_count, "first_line": "grow, then die", "rss_bytes": 0})
+`
+
+// TestNotebookDeathNamesCell kills a kernel (SIGKILL) in a cell that grew
+// its memory by 200 MiB, after an autosave: the restarted kernel's first
+// cell names the cell and its growth (from the supervisor's samples of the
+// kernel, checked against the size of the data), the newest autosave, and
+// the kernel is given that file; explain lists the cells. The cell reports
+// its own start here (see TestNotebookMemoryLimitNamesCell for the probe's
+// own report).
+func TestNotebookDeathNamesCell(t *testing.T) {
+	t.Parallel()
+	l := newNBLab(t)
+	dir := t.TempDir()
+	save := filepath.Join(dir, "autosave-20260101-000000-1.pt")
+	autosave := fmt.Sprintf(`open(%q, "wb").write(b"saved")
+from vramguard import _probe as _vp
+_vp._p.send({"type": "ckpt", "path": %q, "bytes": 5, "ok": True, "autosave": True, "objects": ["model", "opt"]})
+print("saved")`, save, save)
+	die := sendCellStart + `import os, time
+data = b"x" * (200 << 20)
+time.sleep(0.6)
+os.kill(os.getpid(), 9)`
+	var rep kmReport
+	l.drive("km", []map[string]any{{"run": autosave}, {"run": whoAmI}, {"until_dead": die}, {"restart": true}, {"run": whoAmI}, {"run": startEnv("VRAMGUARD_LAST_AUTOSAVE")}}, &rep)
+	if len(rep.Steps) != 6 || !rep.Steps[2].Dead {
+		t.Fatalf("steps %+v: want the kernel dead after the third", rep.Steps)
+	}
+	before, after := parseWho(t, rep.Steps[1].Stdout), parseWho(t, rep.Steps[4].Stdout)
+	if before.Run != after.Run {
+		t.Errorf("the restarted kernel runs as %s, want %s", after.Run, before.Run)
+	}
+	notice := rep.Steps[4].Stderr
+	m := reNotice.FindStringSubmatch(notice)
+	if m == nil {
+		t.Fatalf("the restarted kernel's first cell printed %q; want the notice naming In[3]", notice)
+	}
+	growth, err := units.ParseBytes(m[1])
+	if err != nil {
+		t.Fatalf("growth %q: %v", m[1], err)
+	}
+	// 200 MiB of data were written; the tree's RSS may hold a little more.
+	if growth < 190<<20 || growth > 260<<20 {
+		t.Errorf("the notice says the cell added %s; it wrote 200 MiB", m[1])
+	}
+	if !strings.Contains(notice, "died: killed") || !strings.Contains(notice, "Newest autosave: "+save+", ") || !strings.Contains(notice, "(model, opt)") ||
+		!strings.Contains(notice, " explain "+before.Run) {
+		t.Errorf("notice %q: want the reason, the autosave and explain of run %s", notice, before.Run)
+	}
+	if got := strings.TrimSpace(rep.Steps[5].Stdout); got != save {
+		t.Errorf("the restarted kernel was given VRAMGUARD_LAST_AUTOSAVE=%q, want %q", got, save)
+	}
+	doc := l.explain(before.Run)
+	atts, _ := doc["attempts_detail"].([]any)
+	if len(atts) != 2 {
+		t.Fatalf("attempts %v, want 2", doc["attempts_detail"])
+	}
+	// The first attempt is the kernel that was killed.
+	first, _ := atts[0].(map[string]any)
+	k, _ := first["kernel"].(map[string]any)
+	running, _ := k["running"].(map[string]any)
+	as, _ := k["autosave"].(map[string]any)
+	if running["execution_count"] != 3.0 || running["first_line"] != "grow, then die" || as["path"] != save {
+		t.Errorf("explain's kernel section %v: want In[3] running and the autosave", k)
+	}
+	if age, _ := as["age_s"].(float64); age <= 0 || age > 60 {
+		t.Errorf("autosave age at the death %v s", as["age_s"])
+	}
+	text := l.vg("explain", before.Run).Stdout
+	if !strings.Contains(text, "cells (attempt 1, ") || !strings.Contains(text, "In[3]  running") {
+		t.Errorf("explain does not list the cells:\n%s", text)
+	}
+}
+
+// reNotice finds the running cell and its growth in a death notice.
+var reNotice = regexp.MustCompile(`while In\[3\] was running \(\+([0-9.]+ [KMG]iB) since it started\)`)

@@ -12,9 +12,11 @@ import (
 
 	"github.com/vramguard/vramguard/internal/diagnose"
 	"github.com/vramguard/vramguard/internal/jupyter"
+	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/supervise"
+	"github.com/vramguard/vramguard/internal/timeline"
 )
 
 // Variables between `run --kernel` and the kernel it starts.
@@ -24,6 +26,9 @@ const (
 	envPreviousDeath = "VRAMGUARD_PREVIOUS_DEATH"
 	// envSessionName is the notebook path jupyter_server gives a kernel.
 	envSessionName = "JPY_SESSION_NAME"
+	// envLastAutosave is the newest autosave file an earlier kernel of the
+	// notebook wrote (%vramguard restore loads it).
+	envLastAutosave = "VRAMGUARD_LAST_AUTOSAVE"
 	// noticeExtension loads the notice into IPython's kernel.
 	noticeExtension = "--IPKernelApp.extra_extensions=vramguard.jupyter_notice"
 )
@@ -104,8 +109,15 @@ func runKernel(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, 
 	// The probe's environment is the probe hook's (run_probe.go), as for
 	// any run: the kernel reports to this supervisor. Only what is a
 	// kernel's own is added here: the notice and its extension.
+	os.Unsetenv(envLastAutosave) // one the server inherited is no autosave of this notebook
 	if prev != nil {
-		if line, n := deathNotice(ctx, st, prev, f.HomeFlag); line != "" {
+		if as := newestAutosave(ctx, st, prev.RunID); as != nil {
+			o.priorAutosave = as
+			if !o.NoProbe {
+				os.Setenv(envLastAutosave, as.Path)
+			}
+		}
+		if line, n := deathNotice(ctx, st, prev, f.HomeFlag, o.priorAutosave, now); line != "" {
 			// The server's log gets the line in any case; the notebook
 			// only through the extension, which ships with the probe.
 			fmt.Fprintf(f.IO.ErrOut, "vramguard: kernel %s: %s\n", kid, line)
@@ -149,8 +161,10 @@ func kernelNotebook(session string) string {
 }
 
 // deathNotice is the line a notebook's next kernel shows when the last
-// attempt of k's run died and no kernel has said so yet, with that attempt.
-func deathNotice(ctx context.Context, st *store.Store, k *store.Kernel, home string) (string, int) {
+// attempt of k's run died and no kernel has said so yet, with that attempt:
+// the reason, the cell that was running then and what it had added (from
+// the attempt's post-mortem), and the newest autosave with its age now.
+func deathNotice(ctx context.Context, st *store.Store, k *store.Kernel, home string, autosave *postmortem.Autosave, now time.Time) (string, int) {
 	atts, err := st.Attempts(ctx, k.RunID)
 	if err != nil || len(atts) == 0 {
 		return "", 0
@@ -159,7 +173,7 @@ func deathNotice(ctx context.Context, st *store.Store, k *store.Kernel, home str
 	if a.N <= k.Noticed || !isDeath(a.Reason) {
 		return "", 0
 	}
-	var v diagnose.Verdict
+	var v postmortem.Postmortem
 	json.Unmarshal(a.Verdict, &v)
 	explain := "vramguard explain " + k.RunID
 	if home != "" {
@@ -172,7 +186,44 @@ func deathNotice(ctx context.Context, st *store.Store, k *store.Kernel, home str
 		}
 		what += " (" + s + ")"
 	}
+	if l := v.Kernel.RunningLine(); l != "" {
+		what += " while " + l
+	}
+	if autosave != nil {
+		what += fmt.Sprintf(". Newest autosave: %s, %s old", autosave.Path, postmortem.FormatSeconds(max(now.Sub(autosave.T).Seconds(), 0)))
+		if len(autosave.Objects) > 0 {
+			what += " (" + strings.Join(autosave.Objects, ", ") + ")"
+		}
+	}
 	return fmt.Sprintf("the previous kernel of this notebook died: %s. Details: %s", what, explain), a.N
+}
+
+// newestAutosave is the newest autosave of a run's kernels whose file is
+// still there, from its checkpoint events (the probe's ckpt messages with
+// autosave set); nil when there is none.
+func newestAutosave(ctx context.Context, st *store.Store, runID string) *postmortem.Autosave {
+	evs, err := st.Events(ctx, runID)
+	if err != nil {
+		return nil
+	}
+	var best *postmortem.Autosave
+	for _, e := range evs {
+		if e.Kind != timeline.KindCheckpoint {
+			continue
+		}
+		var d timeline.CheckpointData
+		if json.Unmarshal(e.Data, &d) != nil || !d.Autosave || d.Path == "" || !filepath.IsAbs(d.Path) {
+			continue
+		}
+		if best != nil && e.T.Before(best.T) {
+			continue
+		}
+		if fi, err := os.Stat(d.Path); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		best = &postmortem.Autosave{Path: d.Path, T: e.T, Objects: d.Objects, Bytes: d.Bytes}
+	}
+	return best
 }
 
 // isDeath tells a kernel that died from one that was shut down or
