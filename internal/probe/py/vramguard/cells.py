@@ -203,6 +203,8 @@ class Tracker:
     def should_print(self, rec):
         if self.mode == "quiet":
             return False
+        if rec.get("error") == "UsageError":
+            return False  # a magic's own complaint about its arguments, already one line
         if self.mode == "verbose" or "error" in rec:
             return True
         th = self.threshold

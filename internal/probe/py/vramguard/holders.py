@@ -146,7 +146,7 @@ class _Scan:
                     kids = []
                     for k, v in obj.__dict__.items():
                         if k in ("_parameters", "_buffers", "_modules"):
-                            kids += [(x, "%s.%s" % (path, n)) for n, x in v.items()]
+                            kids += [(x, _attr(path, n)) for n, x in v.items()]
                         elif k.endswith("hooks") and isinstance(v, dict):
                             kids += [(x, "%s.%s[%r]" % (path, k, n)) for n, x in v.items()]
                         else:
@@ -226,6 +226,11 @@ def _package_dirs(*names):
 # Frames of the shell's own code (run_code's, the kernel's) hold the shell,
 # not the user's objects: a traceback's walk skips them.
 _SHELL_DIRS = _package_dirs("IPython", "ipykernel", "vramguard")
+
+
+def _attr(path, name):
+    """model.layer, or model[0] for a Sequential's or ModuleList's child."""
+    return "%s[%s]" % (path, name) if name.isdigit() else "%s.%s" % (path, name)
 
 
 def _key(k, tensor_path):
@@ -316,7 +321,10 @@ def scan(shell, unreachable=True):
             if isinstance(v, s.Module):
                 try:
                     for n, p in v.named_parameters():
-                        s.tensor_path.setdefault(id(p), "%s.%s" % (k, n))
+                        path = k
+                        for part in n.split("."):
+                            path = _attr(path, part)
+                        s.tensor_path.setdefault(id(p), path)
                 except Exception:
                     pass
     s.walk(names)

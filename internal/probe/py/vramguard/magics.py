@@ -272,8 +272,7 @@ class VramguardMagics(Magics):
             lines.append("devices: torch not imported (host figures only)")
         else:
             lines.append("devices: CUDA not initialised (host figures only)")
-        rss, hwm = free._rss(), cells._hwm()
-        lines.append("host: RSS %s%s" % (size(rss), ", peak since the last cell %s" % size(hwm) if hwm else ""))
+        lines.append("host: kernel RSS %s" % size(free._rss()))
         t = side.tracker
         mode = {"quiet": "quiet", "verbose": "a line after every cell"}.get(
             t.mode, "a line after cells over %s or that raise" % size(t.threshold))
