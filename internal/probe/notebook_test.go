@@ -129,9 +129,9 @@ type nbFacts struct {
 		EmptyCaches int   `json:"empty_caches"`
 	}
 	Enable, Train, StatusOff, Restore, Tmpfs, Unwritable, NoLast, WhoCell nbCell
-	InCellSaves                                                  int      `json:"in_cell_saves"`
-	Files                                                        []string `json:"files"`
-	WeightsOnly                                                  struct {
+	InCellSaves                                                           int      `json:"in_cell_saves"`
+	Files                                                                 []string `json:"files"`
+	WeightsOnly                                                           struct {
 		Keys    []string `json:"keys"`
 		Format  int      `json:"format"`
 		Objects []string `json:"objects"`
