@@ -191,20 +191,13 @@ func startEnv(name string) string {
 print(env.get(%q, ""))`, name)
 }
 
-// sendCellStart is cell code that reports its own start through the
-// probe's socket, as the probe's pre_run_cell callback does, for a test of
-// the supervisor's side that does not depend on that callback.
-const sendCellStart = `from vramguard import _probe as _vp
-_vp._p.send({"type": "cell_start", "execution_count": get_ipython().execution_count, "first_line": "grow, then die", "rss_bytes": 0})
-`
-
 // TestNotebookDeathNamesCell kills a kernel (SIGKILL) in a cell that grew
 // its memory by 200 MiB, after an autosave: the restarted kernel's first
 // cell names the cell and its growth (from the supervisor's samples of the
 // kernel, checked against the size of the data), the newest autosave, and
-// the kernel is given that file; explain lists the cells. The cell reports
-// its own start here (see TestNotebookMemoryLimitNamesCell for the probe's
-// own report).
+// the kernel is given that file; explain lists the cells. The probe reports
+// the cells; the autosave is reported by the cell itself, through the
+// probe's socket as %vramguard autosave does, so the file is the test's.
 func TestNotebookDeathNamesCell(t *testing.T) {
 	t.Parallel()
 	l := newNBLab(t)
@@ -214,7 +207,7 @@ func TestNotebookDeathNamesCell(t *testing.T) {
 from vramguard import _probe as _vp
 _vp._p.send({"type": "ckpt", "path": %q, "bytes": 5, "ok": True, "autosave": True, "objects": ["model", "opt"]})
 print("saved")`, save, save)
-	die := sendCellStart + `import os, time
+	die := `import os, time
 data = b"x" * (200 << 20)
 time.sleep(0.6)
 os.kill(os.getpid(), 9)`
@@ -257,7 +250,7 @@ os.kill(os.getpid(), 9)`
 	k, _ := first["kernel"].(map[string]any)
 	running, _ := k["running"].(map[string]any)
 	as, _ := k["autosave"].(map[string]any)
-	if running["execution_count"] != 3.0 || running["first_line"] != "grow, then die" || as["path"] != save {
+	if running["execution_count"] != 3.0 || running["first_line"] != "import os, time" || as["path"] != save {
 		t.Errorf("explain's kernel section %v: want In[3] running and the autosave", k)
 	}
 	if age, _ := as["age_s"].(float64); age <= 0 || age > 60 {
@@ -271,3 +264,40 @@ os.kill(os.getpid(), 9)`
 
 // reNotice finds the running cell and its growth in a death notice.
 var reNotice = regexp.MustCompile(`while In\[3\] was running \(\+([0-9.]+ [KMG]iB) since it started\)`)
+
+// TestNotebookMemoryLimitNamesCell is the acceptance test of a kernel
+// killed by --memory-limit (a real cgroup) while a cell grows its host
+// memory: the next kernel's first output names that cell. Nothing in the
+// cells reports them: the probe does, at IPython's pre_run_cell.
+func TestNotebookMemoryLimitNamesCell(t *testing.T) {
+	t.Parallel()
+	l := newNBLab(t, "--memory-limit", "300m")
+	grow := `import time
+chunks = []
+while True:
+    chunks.append(b"x" * (16 << 20))
+    time.sleep(0.02)`
+	var rep kmReport
+	l.drive("km", []map[string]any{{"run": whoAmI}, {"until_dead": grow}, {"restart": true}, {"run": "1 + 1"}}, &rep)
+	if len(rep.Steps) != 4 || !rep.Steps[1].Dead {
+		t.Fatalf("steps %+v: want the kernel dead after the second", rep.Steps)
+	}
+	run := parseWho(t, rep.Steps[0].Stdout).Run
+	notice := rep.Steps[3].Stderr
+	if !strings.Contains(notice, "died: host_oom_killed") || !strings.Contains(notice, "while In[2] was running (+") {
+		t.Fatalf("the next kernel's first output %q: want host_oom_killed while In[2] was running", notice)
+	}
+	doc := l.explain(run)
+	atts, _ := doc["attempts_detail"].([]any)
+	first, _ := atts[0].(map[string]any)
+	k, _ := first["kernel"].(map[string]any)
+	running, _ := k["running"].(map[string]any)
+	if first["reason"] != "host_oom_killed" || running["execution_count"] != 2.0 || running["first_line"] != "import time" {
+		t.Errorf("first attempt %v: want host_oom_killed with In[2] (import time) running", first)
+	}
+	// The growth the notice gives is the sampled one; the cell was killed
+	// near the 300 MiB limit, having started at the kernel's start-up size.
+	if g, _ := running["host_growth_bytes"].(float64); g < 100<<20 || g > 300<<20 {
+		t.Errorf("the running cell grew %v bytes by the samples; the limit is 300 MiB", running["host_growth_bytes"])
+	}
+}

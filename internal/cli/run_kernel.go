@@ -29,7 +29,8 @@ const (
 	// envLastAutosave is the newest autosave file an earlier kernel of the
 	// notebook wrote (%vramguard restore loads it).
 	envLastAutosave = "VRAMGUARD_LAST_AUTOSAVE"
-	// noticeExtension loads the notice into IPython's kernel.
+	// noticeExtension loads the notebook side of the probe (the notice, the
+	// per-cell messages, the %vramguard magics) into IPython's kernel.
 	noticeExtension = "--IPKernelApp.extra_extensions=vramguard.jupyter_notice"
 )
 
@@ -122,11 +123,17 @@ func runKernel(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, 
 			// only through the extension, which ships with the probe.
 			fmt.Fprintf(f.IO.ErrOut, "vramguard: kernel %s: %s\n", kid, line)
 			if !o.NoProbe {
-				o.Command = withNotice(o.Command)
 				os.Setenv(envPreviousDeath, line)
 				st.SetKernelNoticed(ctx, prev.KernelID, n)
 			}
 		}
+	}
+	if !o.NoProbe {
+		// Every probed IPython kernel loads the notebook side (the per-cell
+		// messages, the magics and the notice), not only one with a death
+		// to announce: the cells of this kernel are what its successor's
+		// notice names.
+		o.Command = withNotice(o.Command)
 	}
 	if notebook == "" && fromServer {
 		// Only a server names its files kernel-ID.json, and only a
@@ -236,8 +243,8 @@ func isDeath(reason string) bool {
 	return true
 }
 
-// withNotice makes an IPython kernel load the notice extension; other
-// kernels are left alone (they cannot show it).
+// withNotice makes an IPython kernel load the probe's notebook extension;
+// other kernels are left alone (they cannot load it).
 func withNotice(argv []string) []string {
 	ipy := false
 	for _, a := range argv {

@@ -74,6 +74,17 @@ func (c *cellTrack) event(e timeline.Event) {
 			i = c.running[k]
 		}
 		cell := postmortem.Cell{CellData: d}
+		if d.End != nil && len(c.ring) > 0 && !c.ring[0].t.After(d.Start) {
+			// The ring covers the cell: its peak from the samples taken
+			// up to its end only (the event comes at the next tick,
+			// after samples taken since).
+			c.peak[k] = nil
+			for _, s := range c.ring {
+				if !s.t.Before(d.Start) && !s.t.After(*d.End) {
+					c.peak[k] = maxU(c.peak[k], s.rss)
+				}
+			}
+		}
 		c.growth(k, &cell)
 		c.cells[i] = cell
 		delete(c.running, k)

@@ -36,7 +36,7 @@ func TestCellTrack(t *testing.T) {
 	c.sample(at(0.5), 100*MiB)
 	c.sample(at(1.5), 180*MiB)
 	c.event(cellEvent(timeline.KindCellStart, t0, 7, 1, 1.0, 0, 0))
-	c.sample(at(2.1), 150*MiB) // after the cell: not in its peak
+	c.sample(at(2.1), 190*MiB) // after the cell: not in its peak
 	c.event(cellEvent(timeline.KindCell, t0, 7, 1, 1.0, 2.0, 50*MiB))
 	// In[2]: too short for any sample.
 	c.event(cellEvent(timeline.KindCellStart, t0, 7, 2, 2.2, 0, 0))
@@ -61,7 +61,7 @@ func TestCellTrack(t *testing.T) {
 		n      int
 		growth any
 		ended  bool
-	}{{1, int64(80), true}, {2, nil, true}, {3, int64(750), false}}
+	}{{1, int64(80), true}, {2, nil, true}, {3, int64(710), false}}
 	if len(k.Cells) != len(want) || k.CellsTotal != 3 {
 		t.Fatalf("cells %+v (total %d), want 3", k.Cells, k.CellsTotal)
 	}
@@ -74,7 +74,7 @@ func TestCellTrack(t *testing.T) {
 	if k.Running == nil || k.Running.ExecutionCount != 3 {
 		t.Fatalf("running cell %+v, want In[3]", k.Running)
 	}
-	if got, want := k.RunningLine(), "In[3] was running (+750 MiB since it started)"; got != want {
+	if got, want := k.RunningLine(), "In[3] was running (+710 MiB since it started)"; got != want {
 		t.Errorf("RunningLine %q, want %q", got, want)
 	}
 	if k.Autosave == nil || k.Autosave.Path != as.Path || k.Autosave.AgeS != 60 {
