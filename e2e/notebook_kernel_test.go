@@ -101,6 +101,15 @@ type kmReport struct {
 	Steps          []kmStep
 }
 
+// Stderr is step i's stderr and error, for messages.
+func (r kmReport) Stderr(i int) string {
+	s := r.Steps[i].Stderr
+	if e := r.Steps[i].Error; e != nil {
+		s += " (raised " + *e + ")"
+	}
+	return s
+}
+
 // whoAmI is a cell that prints the kernel's pid and the run that
 // supervises it.
 const whoAmI = `import os, json; print(json.dumps({"pid": os.getpid(), "run": os.environ.get("VRAMGUARD_RUN_ID", "")}))`
@@ -299,5 +308,49 @@ while True:
 	// near the 300 MiB limit, having started at the kernel's start-up size.
 	if g, _ := running["host_growth_bytes"].(float64); g < 100<<20 || g > 300<<20 {
 		t.Errorf("the running cell grew %v bytes by the samples; the limit is 300 MiB", running["host_growth_bytes"])
+	}
+}
+
+// TestNotebookAutosaveRestoreAfterKill autosaves a model and its optimizer
+// with real torch, SIGKILLs the kernel, and restores them into the next
+// kernel's fresh objects with %vramguard restore and no argument: the file
+// is the one run --kernel gave the next kernel. Weights and optimizer state
+// are equal to those before the kill.
+func TestNotebookAutosaveRestoreAfterKill(t *testing.T) {
+	t.Parallel()
+	l := newNBLab(t)
+	dir := t.TempDir()
+	build := func(seed int) string {
+		return fmt.Sprintf(`import torch, json
+torch.manual_seed(%d)
+model = torch.nn.Linear(8, 4)
+opt = torch.optim.Adam(model.parameters(), lr=0.1)
+model(torch.randn(16, 8)).sum().backward()
+opt.step()`, seed)
+	}
+	state := `print(json.dumps({"weight": model.weight.flatten().tolist(), "bias": model.bias.tolist(),
+    "exp_avg": opt.state_dict()["state"][0]["exp_avg"].flatten().tolist(), "step": float(opt.state_dict()["state"][0]["step"])}))`
+	var rep kmReport
+	l.drive("km", []map[string]any{
+		{"run": build(0)}, {"run": "%vramguard autosave model opt --every 10m --dir " + dir}, {"run": state},
+		{"until_dead": "import os; os.kill(os.getpid(), 9)"}, {"restart": true},
+		{"run": build(1)}, {"run": state}, {"run": "%vramguard restore"}, {"run": state},
+	}, &rep)
+	if len(rep.Steps) != 9 || !rep.Steps[3].Dead {
+		t.Fatalf("steps %+v", rep.Steps)
+	}
+	saved, fresh, restored := rep.Steps[2].Stdout, rep.Steps[6].Stdout, rep.Steps[8].Stdout
+	if saved == "" || saved == fresh {
+		t.Fatalf("the state before the kill %q is not told apart from a fresh model's %q", saved, fresh)
+	}
+	if restored != saved {
+		t.Errorf("restored state\n%s\nwant the state before the kill\n%s\nrestore said: %s %s", restored, saved, rep.Steps[7].Stdout, rep.Stderr(7))
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "autosave-*.pt"))
+	if len(files) != 1 {
+		t.Fatalf("autosave files %v, want one", files)
+	}
+	if notice := rep.Steps[5].Stderr; !strings.Contains(notice, "died: killed") || !strings.Contains(notice, "Newest autosave: "+files[0]+", ") {
+		t.Errorf("the next kernel's first output %q: want the death and the autosave %s", notice, files[0])
 	}
 }

@@ -35,6 +35,7 @@ def drive_km(kernel, steps):
                     res[c["name"]] += c["text"]
                 elif t == "error":
                     res["error"] = c["ename"]
+                    res["stderr"] += "%s: %s\n" % (c["ename"], c["evalue"])
                 elif t == "execute_input":
                     res["execution_count"] = c["execution_count"]
 
