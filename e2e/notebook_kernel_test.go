@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vramguard/vramguard/internal/testbin"
 	"github.com/vramguard/vramguard/internal/units"
@@ -352,5 +353,71 @@ opt.step()`, seed)
 	}
 	if notice := rep.Steps[5].Stderr; !strings.Contains(notice, "died: killed") || !strings.Contains(notice, "Newest autosave: "+files[0]+", ") {
 		t.Errorf("the next kernel's first output %q: want the death and the autosave %s", notice, files[0])
+	}
+}
+
+// TestNotebookCellsOnDashboard runs cells in a supervised kernel while
+// `serve` runs on the same state directory: the kernel's probe reports the
+// cells to the agent too, and the dashboard in Chromium marks each cell's
+// span (its start to its end) on the kernel's plot, labelled In[N].
+func TestNotebookCellsOnDashboard(t *testing.T) {
+	t.Parallel()
+	l := newNBLab(t)
+	s := startServe(t, l.home, "--gpu-backend", "none")
+	var rep kmReport
+	l.drive("km", []map[string]any{{"run": whoAmI}, {"run": "import time; time.sleep(1.5)"}}, &rep)
+	if len(rep.Steps) != 2 {
+		t.Fatalf("steps %+v", rep.Steps)
+	}
+	var evs struct {
+		Events []struct {
+			JobKey string `json:"job_key"`
+			Kind   string
+			Data   struct {
+				ExecutionCount int       `json:"execution_count"`
+				Start          time.Time `json:"start"`
+				End            time.Time `json:"end"`
+			}
+		}
+	}
+	key := ""
+	var cells []int
+	testbin.WaitFor(t, 20*time.Second, "the agent's cell events", func() bool {
+		getJSON(t, s.URL+"/api/v1/events?range=15m", &evs)
+		key, cells = "", nil
+		for _, e := range evs.Events {
+			if e.Kind == "cell" {
+				key = e.JobKey
+				cells = append(cells, e.Data.ExecutionCount)
+			}
+		}
+		return len(cells) == 2
+	}, func() {
+		var jobs any
+		getJSON(t, s.URL+"/api/v1/jobs", &jobs)
+		t.Logf("jobs: %v\nevents: %+v\nserve: %s", jobs, evs.Events, s.errb.String())
+	})
+	b := startBrowser(t)
+	b.open(s.URL + "/#range=15m")
+	b.waitTrue(30*time.Second, "the dashboard to load", `return document.body.dataset.ready === "15m"`)
+	var marks []struct {
+		Label  string
+		X0, X1 float64
+		T0, T1 float64
+	}
+	b.waitTrue(10*time.Second, "the cells marked on the kernel's plot", fmt.Sprintf(`const p = vg.plots[%q]; return !!p && (p.cellMarks || []).length === 2`, key))
+	b.eval(fmt.Sprintf(`return vg.plots[%q].cellMarks`, key), &marks)
+	for i, want := range []string{"In[1]", "In[2]"} {
+		if marks[i].Label != want {
+			t.Errorf("mark %d: %q, want %q", i, marks[i].Label, want)
+		}
+	}
+	// In[2] slept 1.5 s: its span on the plot is that long, and wider than
+	// the instant In[1].
+	if span := marks[1].T1 - marks[1].T0; span < 1.5 || span > 3 {
+		t.Errorf("In[2] is marked from %.3f to %.3f (%.2f s); it slept 1.5 s", marks[1].T0, marks[1].T1, span)
+	}
+	if marks[1].X1-marks[1].X0 <= marks[0].X1-marks[0].X0 {
+		t.Errorf("In[2]'s band (%.0f px) is no wider than In[1]'s (%.0f px)", marks[1].X1-marks[1].X0, marks[0].X1-marks[0].X0)
 	}
 }
