@@ -60,6 +60,7 @@ func bench(python string, cells, objects, rounds int) error {
 		Who       float64 `json:"who_s"`
 		GCTensors float64 `json:"gc_tensors_s"`
 		Storages  int     `json:"storages"`
+		Loop      float64 `json:"loop_s"`
 	}
 	if err := json.Unmarshal(out, &r); err != nil {
 		return fmt.Errorf("bench output %q: %w", out, err)
@@ -70,7 +71,7 @@ func bench(python string, cells, objects, rounds int) error {
 	fmt.Println("|---|---|---|---|---|")
 	fmt.Printf("| notebook: cost per cell, nothing printed | +%.0f µs a cell (%.0f µs with the extension; tracker callbacks alone %.0f µs, host peak by %s) | %.0f µs a `pass` cell without it | `%s` | %s |\n",
 		r.CellOn-r.CellOff, r.CellOn, r.Hooks, r.HostPeak, r.CellOff, repro, date)
-	fmt.Printf("| notebook: `%%vramguard who` | %.2f s over %d gc objects (%d storages named) | %.2f s for a bare gc pass finding the tensors, no holder named | `%s` | %s |\n",
-		r.Who, r.GCObjects, r.Storages, r.GCTensors, repro, date)
+	fmt.Printf("| notebook: `%%vramguard who` | %.2f s over %d gc objects (%d storages named) | %.2f s for a bare gc pass finding the tensors, no holder named; %.2f s for one Python loop over the rows (the machine's speed) | `%s` | %s |\n",
+		r.Who, r.GCObjects, r.Storages, r.GCTensors, r.Loop, repro, date)
 	return nil
 }

@@ -9,12 +9,16 @@ import sys
 import time
 
 from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
 
 cells_n = int(sys.argv[1])
 objects_n = int(sys.argv[2])
 rounds = int(sys.argv[3])
 
-ip = InteractiveShell.instance()
+# History off: its SQLite writes would swamp a 'pass' cell's cost.
+cfg = Config()
+cfg.HistoryManager.enabled = False
+ip = InteractiveShell.instance(config=cfg)
 out = {}
 
 
@@ -61,8 +65,17 @@ gc.collect()
 out["gc_objects"] = len(gc.get_objects())
 from vramguard import holders  # noqa: E402
 
-scans, baseline = [], []
+scans, baseline, loops = [], [], []
 for _ in range(rounds):
+    # The machine's speed at this moment: one Python pass over the rows.
+    t0 = time.perf_counter()
+    ids = set()
+    for r in ns["rows"]:
+        for v in r.values():
+            if type(v) is not int:
+                ids.add(id(v))
+    loops.append(time.perf_counter() - t0)
+    del ids
     t0 = time.perf_counter()
     rep = holders.scan(ip)
     scans.append(time.perf_counter() - t0)
@@ -74,5 +87,6 @@ for _ in range(rounds):
     del found
 out["who_s"] = statistics.median(scans)
 out["gc_tensors_s"] = statistics.median(baseline)
+out["loop_s"] = statistics.median(loops)
 out["storages"] = sum(len(g["tensors"]) for g in rep["groups"])
 print(json.dumps(out))

@@ -349,6 +349,8 @@ def _describe(sd, torch):
             stack.extend(v.values())
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
+    if n == 0:
+        return "%d entries, no tensors" % len(sd)
     return "%d tensors, %s" % (n, size(nbytes))
 
 

@@ -117,7 +117,8 @@ class _Scan:
                 "path": path, "group": group, "bytes": nbytes, "device": dev,
                 "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape), "data_ptr": ptr,
             }
-        elif rec["group"] != group:
+        elif rec["group"] != group and not (group == OUTPUT_CACHE and rec["group"].startswith("Out[")):
+            # (_, _N and the shell's copies of Out[n] are Out[n] again)
             also = rec.setdefault("also", [])
             if len(also) < MAX_ALSO:
                 path = self.path(node) if isinstance(node, int) else node
@@ -339,22 +340,27 @@ def exception_roots(shell):
     return out
 
 
+OUTPUT_CACHE = "output cache"
+
+
 def output_roots(shell):
+    """(object, path, group) of the output cache: Out[n], then the other
+    places the shell keeps outputs (grouped as "output cache")."""
     out = []
     oh = shell.user_ns.get("_oh")
     if isinstance(oh, dict):
-        out += [(v, "Out[%d]" % n) for n, v in sorted(oh.items()) if isinstance(n, int)]
+        out += [(v, "Out[%d]" % n, "Out[%d]" % n) for n, v in sorted(oh.items()) if isinstance(n, int)]
     dh = getattr(shell, "displayhook", None)
     for name in ("_", "__", "___"):
         v = shell.user_ns.get(name)
         if v is not None and v is getattr(dh, name, v):
-            out.append((v, name))
+            out.append((v, name, OUTPUT_CACHE))
     hidden = getattr(shell, "user_ns_hidden", None)
     if isinstance(hidden, dict):
-        out += [(v, "shell.user_ns_hidden[%r]" % k) for k, v in list(hidden.items()) if output_name(k)]
+        out += [(v, "shell.user_ns_hidden[%r]" % k, OUTPUT_CACHE) for k, v in list(hidden.items()) if output_name(k)]
     r = getattr(shell, "last_execution_result", None)
     if getattr(r, "result", None) is not None:
-        out.append((r.result, "shell.last_execution_result.result"))
+        out.append((r.result, "shell.last_execution_result.result", OUTPUT_CACHE))
     return out
 
 
@@ -391,7 +397,7 @@ def scan(shell, unreachable=True):
     s.walk(names)
     # The output cache and the last exception are grouped under one root
     # each, so the table says "Out[3]" or "last exception" as a user would.
-    s.walk([(v, p, p) for v, p in output_roots(shell)])
+    s.walk(output_roots(shell))
     s.walk([(v, p, "last exception") for v, p in exception_roots(shell)])
     found = s.storages
     if unreachable:
