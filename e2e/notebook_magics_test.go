@@ -58,6 +58,7 @@ func TestNotebookMagics(t *testing.T) {
 		KeepSum     int64               `json:"keep_sum"`
 		Files       []string            `json:"files"`
 		Restore     struct{ Stdout, Stderr string }
+		Status      struct{ Stdout, Stderr string }
 		Autosave    struct{ Stdout, Stderr string }
 		First       struct{ Stdout, Stderr string } `json:"first_after_restart"`
 		Same        map[string]bool                 `json:"same"`
@@ -108,5 +109,9 @@ func TestNotebookMagics(t *testing.T) {
 	if !f.Same["model"] || !f.Same["opt"] || !strings.Contains(f.Restore.Stdout, "model: loaded into Linear") {
 		t.Errorf("restore after SIGKILL: %v\n%s%s", f.Same, f.Restore.Stdout, f.Restore.Stderr)
 	}
+	if !strings.Contains(f.Status.Stdout, "probe: sending to ") || !strings.Contains(f.Status.Stdout, ", run ") {
+		t.Errorf("status under run --kernel:\n%s", f.Status.Stdout)
+	}
+	t.Logf("status:\n%s", f.Status.Stdout)
 	t.Logf("the next kernel's first cell wrote %q", f.First.Stderr)
 }

@@ -355,6 +355,8 @@ def _describe(sd, torch):
 
 
 def _dur(s):
+    if 0 < s < 1:
+        return "%.1fs" % s
     s = max(int(s), 0)
     if s < 60:
         return "%ds" % s
