@@ -116,14 +116,18 @@ type nbFacts struct {
 			Delta int64  `json:"rss_delta"`
 		} `json:"cells"`
 	} `json:"cells_json"`
-	Quiet, Verbose, Threshold, Status, Help nbCell
-	Errors                                  []nbCell `json:"errors"`
-	TorchImported                           bool     `json:"torch_imported"`
-	TruePeak                                int64    `json:"true_peak"`
-	UserPeak                                int64    `json:"user_peak"`
-	AfterReset                              int64    `json:"after_reset"`
-	AllocatedAtReset                        int64    `json:"allocated_at_reset"`
-	BeforeFree, AfterFree                   struct {
+	Quiet, Verbose, Threshold, Status, Help, Pinfo nbCell
+	Errors                                         []nbCell `json:"errors"`
+	AfterUnload                                    struct {
+		Callbacks int  `json:"callbacks"`
+		Magic     bool `json:"magic"`
+	} `json:"after_unload"`
+	TorchImported         bool  `json:"torch_imported"`
+	TruePeak              int64 `json:"true_peak"`
+	UserPeak              int64 `json:"user_peak"`
+	AfterReset            int64 `json:"after_reset"`
+	AllocatedAtReset      int64 `json:"allocated_at_reset"`
+	BeforeFree, AfterFree struct {
 		Allocated   int64 `json:"allocated"`
 		Reserved    int64 `json:"reserved"`
 		EmptyCaches int   `json:"empty_caches"`
@@ -151,6 +155,7 @@ func (f *nbFacts) UnmarshalJSON(b []byte) error {
 		Threshold  nbCell `json:"threshold"`
 		Status     nbCell `json:"status"`
 		Help       nbCell `json:"help"`
+		Pinfo      nbCell `json:"pinfo"`
 		Enable     nbCell `json:"enable"`
 		Train      nbCell `json:"train"`
 		StatusOff  nbCell `json:"status_off"`
@@ -174,7 +179,7 @@ func (f *nbFacts) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*f = nbFacts(aux.plain)
-	f.Quiet, f.Verbose, f.Threshold, f.Status, f.Help = aux.Quiet, aux.Verbose, aux.Threshold, aux.Status, aux.Help
+	f.Quiet, f.Verbose, f.Threshold, f.Status, f.Help, f.Pinfo = aux.Quiet, aux.Verbose, aux.Threshold, aux.Status, aux.Help, aux.Pinfo
 	f.Enable, f.Train, f.StatusOff, f.Restore = aux.Enable, aux.Train, aux.StatusOff, aux.Restore
 	f.Tmpfs, f.Unwritable, f.NoLast, f.WhoCell = aux.Tmpfs, aux.Unwritable, aux.NoLast, aux.WhoCell
 	f.BeforeFree, f.AfterFree = aux.BeforeFree, aux.AfterFree
@@ -419,6 +424,12 @@ func TestNotebookCPU(t *testing.T) {
 		if !strings.Contains(f.Help.Stdout, "%vramguard [SUBCOMMAND]") {
 			t.Errorf("--help: %q", f.Help.Stdout)
 		}
+		if !strings.Contains(f.Pinfo.Stdout, "%vramguard [SUBCOMMAND]") {
+			t.Errorf("%%vramguard?: %q", f.Pinfo.Stdout)
+		}
+		if f.AfterUnload.Callbacks != 0 || f.AfterUnload.Magic {
+			t.Errorf("after %%unload_ext: %+v", f.AfterUnload)
+		}
 		for _, e := range f.Errors {
 			out := e.Stdout + e.Stderr
 			if e.OK || strings.Count(strings.TrimSpace(out), "\n") != 0 || !strings.HasPrefix(out, "UsageError: ") || strings.Contains(out, "Traceback") {
@@ -428,10 +439,11 @@ func TestNotebookCPU(t *testing.T) {
 	})
 
 	t.Run("messages", func(t *testing.T) {
-		// The first cell loads the extension: its start came before the tracker.
-		ran := f.Cells[1:]
+		// The first cell loads the extension (its start came before the
+		// tracker); the last unloads it (its end comes after).
+		ran := f.Cells[1 : len(f.Cells)-1]
 		starts, ends := rawOfType(msgs, "cell_start"), rawOfType(msgs, "cell")
-		if len(starts) != len(ran) || len(ends) != len(ran) {
+		if len(starts) != len(ran)+1 || len(ends) != len(ran) {
 			t.Fatalf("%d cells ran after the extension loaded; %d cell_start and %d cell messages", len(ran), len(starts), len(ends))
 		}
 		for i, c := range ran {

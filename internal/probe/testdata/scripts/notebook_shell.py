@@ -87,8 +87,12 @@ if scenario == "cpu":
     facts["threshold"] = cell("w = torch.ones(96 << 20, dtype=torch.uint8)")
     facts["status"] = cell("%vramguard")
     facts["help"] = cell("%vramguard --help")
+    facts["pinfo"] = cell("%vramguard?")
     facts["errors"] = [cell(c) for c in ("%vramguard bogus", "%vramguard threshold lots", "%vramguard who --bogus",
                                          "%vramguard autosave nothing_here", "%vramguard restore /nonexistent")]
+    cell("%unload_ext vramguard")
+    facts["after_unload"] = {"callbacks": sum(len(ip.events.callbacks[e]) for e in ("pre_run_cell", "post_run_cell")),
+                             "magic": "vramguard" in ip.magics_manager.magics["line"]}
 elif scenario in ("notorch", "sampler"):
     if scenario == "sampler":
         from vramguard import cells, notebook
