@@ -146,11 +146,12 @@ class _Scan:
             seen_add(id(obj))
             level.append((obj, node, group))
         depth = 0
+        visited = 0
         while level and depth < MAX_DEPTH:
             nxt = []
             add = nxt.append
+            visited += len(level)
             for obj, node, group in level:
-                self.objects += 1
                 tp = type(obj)
                 # The two shapes almost every object of a big namespace has,
                 # walked inline.
@@ -159,30 +160,32 @@ class _Scan:
                         tv = type(v)
                         if tv in _ATOMIC:
                             continue
-                        if id(v) in seen:
+                        i = id(v)
+                        if i in seen:
                             if issubclass(tv, Tensor):
                                 node_append((node, _ITEM, k))
                                 self.storage(v, len(nodes) - 1, group)
                             continue
-                        seen_add(id(v))
+                        seen_add(i)
                         add((v, len(nodes), group))
                         node_append((node, _ITEM, k))
                     continue
                 if tp is list or tp is tuple:
-                    i = -1
+                    j = -1
                     for v in obj:
-                        i += 1
+                        j += 1
                         tv = type(v)
                         if tv in _ATOMIC:
                             continue
-                        if id(v) in seen:
+                        i = id(v)
+                        if i in seen:
                             if issubclass(tv, Tensor):
-                                node_append((node, _INDEX, i))
+                                node_append((node, _INDEX, j))
                                 self.storage(v, len(nodes) - 1, group)
                             continue
-                        seen_add(id(v))
+                        seen_add(i)
                         add((v, len(nodes), group))
-                        node_append((node, _INDEX, i))
+                        node_append((node, _INDEX, j))
                     continue
                 kids = None  # [(value, how, key)]
                 if issubclass(tp, Tensor):
@@ -255,6 +258,7 @@ class _Scan:
                     node_append((node, how, k))
             level = nxt
             depth += 1
+        self.objects += visited
 
     def frames(self, tb):
         """A traceback's frames, each one's locals named after the function
