@@ -299,4 +299,3 @@ func runNotebook(t *testing.T, scenario string, extraEnv ...string) (nbFacts, []
 	r.lastJSON(t, &f)
 	return f, l.all(t), r.pid
 }
-
