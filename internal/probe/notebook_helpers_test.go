@@ -110,7 +110,8 @@ type nbFacts struct {
 		} `json:"cells"`
 	} `json:"cells_json"`
 	Quiet, Verbose, Threshold, Status, Help, Pinfo nbCell
-	Errors                                         []nbCell `json:"errors"`
+	Errors                                         []nbCell            `json:"errors"`
+	FreeSteps                                      map[string][]string `json:"free_steps"`
 	AfterUnload                                    struct {
 		Callbacks int  `json:"callbacks"`
 		Magic     bool `json:"magic"`

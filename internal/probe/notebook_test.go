@@ -68,6 +68,8 @@ func TestNotebookCPU(t *testing.T) {
 			{"model[0].weight", "model", 64 * 64 * 4},
 			{"model[0].weight.grad", "model", 64 * 64 * 4},
 			{"opt.state[model[0].weight]['exp_avg']", "opt", 64 * 64 * 4},
+			{"get.<closure buf>", "get", 1 << 20},
+			{"model._forward_hooks[0].<closure kept>", "model", 3 << 19},
 		}
 		for _, c := range cases {
 			got, holder, ok := w.find(c.path)
@@ -134,6 +136,11 @@ func TestNotebookCPU(t *testing.T) {
 		}
 		if !strings.Contains(f.Help.Stdout, "%vramguard [SUBCOMMAND]") {
 			t.Errorf("--help: %q", f.Help.Stdout)
+		}
+		for flag, want := range map[string]string{"--out": "out", "--tb": "tb", "--cache": "gc empty_cache"} {
+			if got := strings.Join(f.FreeSteps[flag], " "); got != want {
+				t.Errorf("free %s ran %q, want %q", flag, got, want)
+			}
 		}
 		if !strings.Contains(f.Pinfo.Stdout, "%vramguard [SUBCOMMAND]") {
 			t.Errorf("%%vramguard?: %q", f.Pinfo.Stdout)

@@ -68,6 +68,8 @@ if scenario == "cpu":
     cell("def f():\n    t = torch.ones(40 << 20, dtype=torch.uint8)\n    1 / 0\nf()")
     cell("model = torch.nn.Sequential(torch.nn.Linear(64, 64))\nopt = torch.optim.Adam(model.parameters())\n"
          "model(torch.ones(2, 64)).sum().backward()\nopt.step()")
+    cell("def make():\n    buf = torch.ones(1 << 20, dtype=torch.uint8)\n    return lambda: buf\nget = make()")
+    cell("model.register_forward_hook((lambda kept: (lambda m, i, o: kept))(torch.ones(3 << 19, dtype=torch.uint8)))")
     facts["who"] = last_json(cell("%vramguard who --json"))
     facts["who_text"] = cell("%vramguard who")["stdout"]
     fr = cell("%vramguard free --json")
@@ -88,6 +90,8 @@ if scenario == "cpu":
     facts["status"] = cell("%vramguard")
     facts["help"] = cell("%vramguard --help")
     facts["pinfo"] = cell("%vramguard?")
+    facts["free_steps"] = {f: [st["step"] for st in last_json(cell("%%vramguard free %s --json" % f))["steps"]]
+                           for f in ("--out", "--tb", "--cache")}
     facts["errors"] = [cell(c) for c in ("%vramguard bogus", "%vramguard threshold lots", "%vramguard who --bogus",
                                          "%vramguard autosave nothing_here", "%vramguard restore /nonexistent")]
     cell("%unload_ext vramguard")
