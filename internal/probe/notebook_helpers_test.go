@@ -138,6 +138,8 @@ type nbFacts struct {
 	Same         map[string]bool `json:"same"`
 	EnvAfterLoad *string         `json:"env_after_load"`
 	Weight       []float64       `json:"weight"`
+	SavedWeight  []float64       `json:"saved_weight"`
+	Last         string          `json:"last"`
 }
 
 func (f *nbFacts) UnmarshalJSON(b []byte) error {

@@ -57,6 +57,20 @@ def last_json(rec):
     return json.loads(lines[-1]) if lines else None
 
 
+if scenario == "lastautosave":
+    # An earlier kernel's autosave, and the variable run --kernel would set
+    # for the next kernel, before the extension loads.
+    import torch
+
+    torch.manual_seed(7)
+    m = torch.nn.Linear(8, 4)
+    last = os.path.join(workdir, "autosave-20260101-000000-3.pt")
+    torch.save({"vramguard_autosave": 1, "saved_at": 1767225600, "objects": {"model": m.state_dict()}}, last)
+    facts["saved_weight"] = m.weight.flatten().tolist()
+    facts["last"] = last
+    os.environ["VRAMGUARD_LAST_AUTOSAVE"] = last
+    del m
+
 cell("%load_ext vramguard")
 
 if scenario == "cpu":
@@ -187,7 +201,7 @@ elif scenario == "autosave":
 elif scenario == "lastautosave":
     # VRAMGUARD_LAST_AUTOSAVE was set by the test, as run --kernel sets it.
     facts["env_after_load"] = os.environ.get("VRAMGUARD_LAST_AUTOSAVE")
-    cell("import torch\nmodel = torch.nn.Linear(8, 4)")
+    cell("import torch\ntorch.manual_seed(123)\nmodel = torch.nn.Linear(8, 4)")
     facts["restore"] = cell("%vramguard restore")
     facts["status"] = cell("%vramguard")
     cell("w = model.weight.detach().clone()")
