@@ -1,18 +1,11 @@
 package probe
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 )
 
 // The notebook side (vramguard/notebook.py and the modules it loads) in a
@@ -22,285 +15,6 @@ import (
 // Every figure the magics print is held against a measure of its own: the
 // process's VmRSS read by the driver around each cell, sizes computed from
 // the tensors, the allocator's own counters.
-
-type nbCell struct {
-	N         int    `json:"n"`
-	Src       string `json:"src"`
-	Stdout    string `json:"stdout"`
-	Stderr    string `json:"stderr"`
-	RSSBefore int64  `json:"rss_before"`
-	RSSAfter  int64  `json:"rss_after"`
-	OK        bool   `json:"ok"`
-}
-
-type nbTensor struct {
-	Path   string   `json:"path"`
-	Bytes  int64    `json:"bytes"`
-	Device string   `json:"device"`
-	Dtype  string   `json:"dtype"`
-	Shape  []int64  `json:"shape"`
-	Cell   string   `json:"cell"`
-	Also   []string `json:"also"`
-}
-
-type nbWho struct {
-	Groups []struct {
-		Holder  string     `json:"holder"`
-		Bytes   int64      `json:"bytes"`
-		Tensors []nbTensor `json:"tensors"`
-	} `json:"groups"`
-	CUDA []struct {
-		Device    string `json:"device"`
-		Allocated int64  `json:"allocated_bytes"`
-		Named     int64  `json:"named_bytes"`
-		Unnamed   int64  `json:"unnamed_bytes"`
-		Reserved  int64  `json:"reserved_bytes"`
-		Cache     int64  `json:"cache_bytes"`
-	} `json:"cuda"`
-	Seconds float64 `json:"seconds"`
-}
-
-func (w *nbWho) find(path string) (nbTensor, string, bool) {
-	for _, g := range w.Groups {
-		for _, t := range g.Tensors {
-			if t.Path == path {
-				return t, g.Holder, true
-			}
-		}
-	}
-	return nbTensor{}, "", false
-}
-
-func (w *nbWho) group(holder string) bool {
-	for _, g := range w.Groups {
-		if g.Holder == holder {
-			return true
-		}
-	}
-	return false
-}
-
-type nbFree struct {
-	Steps []struct {
-		Step      string `json:"step"`
-		What      string `json:"what"`
-		Allocated int64  `json:"allocated_freed"`
-		Reserved  int64  `json:"reserved_freed"`
-		Host      int64  `json:"host_freed"`
-	} `json:"steps"`
-}
-
-func (f nbFree) step(name string) (a, r, h int64) {
-	for _, s := range f.Steps {
-		if s.Step == name {
-			return s.Allocated, s.Reserved, s.Host
-		}
-	}
-	return -1, -1, -1
-}
-
-type nbFacts struct {
-	PID           int              `json:"pid"`
-	Cells         []nbCell         `json:"cells"`
-	Who           *nbWho           `json:"who"`
-	WhoAfter      *nbWho           `json:"who_after"`
-	WhoText       string           `json:"who_text"`
-	Free          nbFree           `json:"free"`
-	FreeRSSDrop   int64            `json:"free_rss_drop"`
-	Sizes         map[string]int64 `json:"sizes"`
-	XSumAfterFree int64            `json:"x_sum_after_free"`
-	CellsJSON     struct {
-		Cells []struct {
-			N     int    `json:"execution_count"`
-			First string `json:"first_line"`
-			Delta int64  `json:"rss_delta"`
-		} `json:"cells"`
-	} `json:"cells_json"`
-	Quiet, Verbose, Threshold, Status, Help nbCell
-	Errors                                  []nbCell `json:"errors"`
-	TorchImported                           bool     `json:"torch_imported"`
-	TruePeak                                int64    `json:"true_peak"`
-	UserPeak                                int64    `json:"user_peak"`
-	AfterReset                              int64    `json:"after_reset"`
-	AllocatedAtReset                        int64    `json:"allocated_at_reset"`
-	BeforeFree, AfterFree                   struct {
-		Allocated   int64 `json:"allocated"`
-		Reserved    int64 `json:"reserved"`
-		EmptyCaches int   `json:"empty_caches"`
-	}
-	Enable, Train, StatusOff, Restore, Tmpfs, Unwritable, NoLast, WhoCell nbCell
-	InCellSaves                                                           int      `json:"in_cell_saves"`
-	Files                                                                 []string `json:"files"`
-	WeightsOnly                                                           struct {
-		Keys    []string `json:"keys"`
-		Format  int      `json:"format"`
-		Objects []string `json:"objects"`
-		Equal   bool     `json:"equal"`
-	} `json:"weights_only"`
-	Same         map[string]bool `json:"same"`
-	EnvAfterLoad *string         `json:"env_after_load"`
-	Weight       []float64       `json:"weight"`
-}
-
-func (f *nbFacts) UnmarshalJSON(b []byte) error {
-	type plain nbFacts
-	var aux struct {
-		plain
-		Quiet      nbCell `json:"quiet"`
-		Verbose    nbCell `json:"verbose"`
-		Threshold  nbCell `json:"threshold"`
-		Status     nbCell `json:"status"`
-		Help       nbCell `json:"help"`
-		Enable     nbCell `json:"enable"`
-		Train      nbCell `json:"train"`
-		StatusOff  nbCell `json:"status_off"`
-		Restore    nbCell `json:"restore"`
-		Tmpfs      nbCell `json:"tmpfs"`
-		Unwritable nbCell `json:"unwritable"`
-		NoLast     nbCell `json:"no_last"`
-		WhoCell    nbCell `json:"who_cell"`
-		BeforeFree struct {
-			Allocated   int64 `json:"allocated"`
-			Reserved    int64 `json:"reserved"`
-			EmptyCaches int   `json:"empty_caches"`
-		} `json:"before_free"`
-		AfterFree struct {
-			Allocated   int64 `json:"allocated"`
-			Reserved    int64 `json:"reserved"`
-			EmptyCaches int   `json:"empty_caches"`
-		} `json:"after_free"`
-	}
-	if err := json.Unmarshal(b, &aux); err != nil {
-		return err
-	}
-	*f = nbFacts(aux.plain)
-	f.Quiet, f.Verbose, f.Threshold, f.Status, f.Help = aux.Quiet, aux.Verbose, aux.Threshold, aux.Status, aux.Help
-	f.Enable, f.Train, f.StatusOff, f.Restore = aux.Enable, aux.Train, aux.StatusOff, aux.Restore
-	f.Tmpfs, f.Unwritable, f.NoLast, f.WhoCell = aux.Tmpfs, aux.Unwritable, aux.NoLast, aux.WhoCell
-	f.BeforeFree, f.AfterFree = aux.BeforeFree, aux.AfterFree
-	return nil
-}
-
-// cell is the cell whose source is src, else the first that starts with it.
-func (f *nbFacts) cell(prefix string) nbCell {
-	for _, c := range f.Cells {
-		if c.Src == prefix {
-			return c
-		}
-	}
-	for _, c := range f.Cells {
-		if strings.HasPrefix(c.Src, prefix) {
-			return c
-		}
-	}
-	return nbCell{}
-}
-
-const mib = 1 << 20
-
-// near reports whether got is within tol bytes of want.
-func near(got, want, tol int64) bool { return got >= want-tol && got <= want+tol }
-
-var lineRE = regexp.MustCompile(`vramguard: In\[(\d+)\] (?:([+-][0-9.]+ [KMG]?i?B) allocated \(peak ([+-][0-9.]+ [KMG]?i?B)\), reserved ([0-9.]+ [KMG]?i?B); )?host ([+-][0-9.]+ [KMG]?i?B) \(peak ([+-][0-9.]+ [KMG]?i?B)\); [0-9.]+ m?s(; raised (\w+))?`)
-
-func parseSize(t *testing.T, s string) int64 {
-	t.Helper()
-	num, unit, _ := strings.Cut(strings.TrimLeft(s, "+"), " ")
-	v, err := strconv.ParseFloat(num, 64)
-	if err != nil {
-		t.Fatalf("size %q: %v", s, err)
-	}
-	m := map[string]float64{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[unit]
-	return int64(v * m)
-}
-
-// rawLines is a probe socket that keeps every line as sent: the message
-// types of the notebook side are checked field by field.
-type rawLines struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	lines []map[string]any
-	conns sync.WaitGroup
-}
-
-func listenRaw(t *testing.T) *rawLines {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "vgr-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	ln, err := net.Listen("unix", filepath.Join(dir, "probe.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &rawLines{ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			r.conns.Add(1)
-			go func() {
-				defer r.conns.Done()
-				defer c.Close()
-				sc := bufio.NewScanner(c)
-				sc.Buffer(make([]byte, 1<<20), 1<<20)
-				for sc.Scan() {
-					var m map[string]any
-					if json.Unmarshal(sc.Bytes(), &m) == nil {
-						r.mu.Lock()
-						r.lines = append(r.lines, m)
-						r.mu.Unlock()
-					}
-				}
-			}()
-		}
-	}()
-	return r
-}
-
-// all waits (the process has exited) for every connection to end.
-func (r *rawLines) all(t *testing.T) []map[string]any {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { r.conns.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the probe's connection did not close")
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.lines
-}
-
-func rawOfType(lines []map[string]any, typ string) []map[string]any {
-	var out []map[string]any
-	for _, m := range lines {
-		if m["type"] == typ {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func runNotebook(t *testing.T, scenario string, extraEnv ...string) (nbFacts, []map[string]any, int) {
-	t.Helper()
-	l := listenRaw(t)
-	work := t.TempDir()
-	env := Env(baseEnv(append([]string{"IPYTHONDIR=" + filepath.Join(work, "ipython")}, extraEnv...)...), probeDir(t),
-		Options{Socket: l.ln.Addr().String(), Hz: 1})
-	r := runPython(t, env, nil, testdata(t, "scripts/notebook_shell.py"), scenario, work)
-	if r.code != 0 {
-		t.Fatalf("notebook_shell.py %s: exit %d\nstderr:\n%s", scenario, r.code, r.stderr)
-	}
-	var f nbFacts
-	r.lastJSON(t, &f)
-	return f, l.all(t), r.pid
-}
 
 func TestNotebookCPU(t *testing.T) {
 	t.Parallel()
@@ -352,6 +66,8 @@ func TestNotebookCPU(t *testing.T) {
 			{"model[0].weight", "model", 64 * 64 * 4},
 			{"model[0].weight.grad", "model", 64 * 64 * 4},
 			{"opt.state[model[0].weight]['exp_avg']", "opt", 64 * 64 * 4},
+			{"get.<closure buf>", "get", 1 << 20},
+			{"model._forward_hooks[0].<closure kept>", "model", 3 << 19},
 		}
 		for _, c := range cases {
 			got, holder, ok := w.find(c.path)
@@ -419,6 +135,17 @@ func TestNotebookCPU(t *testing.T) {
 		if !strings.Contains(f.Help.Stdout, "%vramguard [SUBCOMMAND]") {
 			t.Errorf("--help: %q", f.Help.Stdout)
 		}
+		for flag, want := range map[string]string{"--out": "out", "--tb": "tb", "--cache": "gc empty_cache"} {
+			if got := strings.Join(f.FreeSteps[flag], " "); got != want {
+				t.Errorf("free %s ran %q, want %q", flag, got, want)
+			}
+		}
+		if !strings.Contains(f.Pinfo.Stdout, "%vramguard [SUBCOMMAND]") {
+			t.Errorf("%%vramguard?: %q", f.Pinfo.Stdout)
+		}
+		if f.AfterUnload.Callbacks != 0 || f.AfterUnload.Magic {
+			t.Errorf("after %%unload_ext: %+v", f.AfterUnload)
+		}
 		for _, e := range f.Errors {
 			out := e.Stdout + e.Stderr
 			if e.OK || strings.Count(strings.TrimSpace(out), "\n") != 0 || !strings.HasPrefix(out, "UsageError: ") || strings.Contains(out, "Traceback") {
@@ -428,10 +155,11 @@ func TestNotebookCPU(t *testing.T) {
 	})
 
 	t.Run("messages", func(t *testing.T) {
-		// The first cell loads the extension: its start came before the tracker.
-		ran := f.Cells[1:]
+		// The first cell loads the extension (its start came before the
+		// tracker); the last unloads it (its end comes after).
+		ran := f.Cells[1 : len(f.Cells)-1]
 		starts, ends := rawOfType(msgs, "cell_start"), rawOfType(msgs, "cell")
-		if len(starts) != len(ran) || len(ends) != len(ran) {
+		if len(starts) != len(ran)+1 || len(ends) != len(ran) {
 			t.Fatalf("%d cells ran after the extension loaded; %d cell_start and %d cell messages", len(ran), len(starts), len(ends))
 		}
 		for i, c := range ran {
@@ -613,31 +341,19 @@ func TestNotebookAutosave(t *testing.T) {
 	}
 }
 
-// VRAMGUARD_LAST_AUTOSAVE (set by run --kernel for the next kernel): read
-// once and removed from the environment, and `%vramguard restore` alone
-// loads it.
+// VRAMGUARD_LAST_AUTOSAVE (set by run --kernel for the next kernel; set
+// here by the driver before the extension loads): read once and removed
+// from the environment, and `%vramguard restore` alone loads it.
 func TestNotebookRestoreLast(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	save := filepath.Join(dir, "autosave-20260101-000000-3.pt")
-	script := `import torch, sys; torch.manual_seed(7); m = torch.nn.Linear(8, 4)
-torch.save({"vramguard_autosave": 1, "saved_at": 1767225600, "objects": {"model": m.state_dict()}}, sys.argv[1])
-print(m.weight.flatten().tolist())`
-	r := runPython(t, baseEnv(), nil, "-c", script, save)
-	if r.code != 0 {
-		t.Fatalf("writing the autosave: %s", r.stderr)
-	}
-	var want []float64
-	r.lastJSON(t, &want)
-	f, _, _ := runNotebook(t, "lastautosave", "VRAMGUARD_LAST_AUTOSAVE="+save)
+	f, _, _ := runNotebook(t, "lastautosave")
 	if f.EnvAfterLoad != nil {
 		t.Errorf("VRAMGUARD_LAST_AUTOSAVE still set after the extension loaded: %q", *f.EnvAfterLoad)
 	}
-	if !strings.Contains(f.Restore.Stdout, "restored "+save) || !strings.Contains(f.Status.Stdout, save) {
+	if f.Last == "" || !strings.Contains(f.Restore.Stdout, "restored "+f.Last) || !strings.Contains(f.Status.Stdout, f.Last) {
 		t.Errorf("restore %q; status %q", f.Restore.Stdout, f.Status.Stdout)
 	}
-	if fmt.Sprint(f.Weight) != fmt.Sprint(want) {
-		t.Errorf("weights after restore %v, saved %v", f.Weight, want)
+	if len(f.Weight) != 32 || fmt.Sprint(f.Weight) != fmt.Sprint(f.SavedWeight) {
+		t.Errorf("weights after restore %v, saved %v", f.Weight, f.SavedWeight)
 	}
-	_ = os.Remove(save)
 }

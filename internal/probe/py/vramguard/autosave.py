@@ -349,10 +349,14 @@ def _describe(sd, torch):
             stack.extend(v.values())
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
+    if n == 0:
+        return "%d entries, no tensors" % len(sd)
     return "%d tensors, %s" % (n, size(nbytes))
 
 
 def _dur(s):
+    if 0 < s < 1:
+        return "%.1fs" % s
     s = max(int(s), 0)
     if s < 60:
         return "%ds" % s

@@ -60,6 +60,11 @@ def cell_of(shell, filename):
     return "In[%d]" % n if isinstance(n, int) else None
 
 
+# How a node's path extends its parent's (paths are built only for the
+# tensors found: a million containers cost no strings).
+_ROOT, _ATTR, _ITEM, _INDEX, _SUFFIX = range(5)
+
+
 class _Scan:
     def __init__(self, shell, torch):
         self.shell = shell
@@ -69,108 +74,166 @@ class _Scan:
         self.seen = set()
         self.storages = {}  # (device, data_ptr) -> record
         self.tensor_path = {}  # id(tensor) -> path, for opt.state[param] keys
+        self.nodes = []  # node -> (parent node or -1, how, key)
         self.objects = 0
 
-    def storage(self, t, path, group):
+    def path(self, node):
+        chain = []
+        nodes = self.nodes
+        while node >= 0:
+            chain.append(node)
+            node = nodes[node][0]
+        s = ""
+        for n in reversed(chain):
+            _, how, k = nodes[n]
+            if how == _ROOT:
+                s = k
+            elif how == _ATTR:
+                s = _attr(s, k)
+            elif how == _ITEM:
+                s += _key(k, self.tensor_path)
+            elif how == _INDEX:
+                s += "[%d]" % k
+            else:
+                s += k
+        return s
+
+    def storage(self, t, node, group):
         try:
             try:
-                s = t.untyped_storage()
+                st = t.untyped_storage()
             except AttributeError:  # torch < 2.0
-                s = t.storage()
-            ptr, nbytes = int(s.data_ptr()), int(s.nbytes())
+                st = t.storage()
+            ptr, nbytes = int(st.data_ptr()), int(st.nbytes())
             dev = str(t.device)
         except Exception:
             return  # sparse, meta, or a tensor subclass without storage
         key = (dev, ptr)
         rec = self.storages.get(key)
         if rec is None:
+            path = self.path(node) if isinstance(node, int) else node
+            self.tensor_path.setdefault(id(t), path)
             self.storages[key] = {
                 "path": path, "group": group, "bytes": nbytes, "device": dev,
                 "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape), "data_ptr": ptr,
             }
-        elif rec["group"] != group:
+        elif rec["group"] != group and not (group == OUTPUT_CACHE and rec["group"].startswith("Out[")):
+            # (_, _N and the shell's copies of Out[n] are Out[n] again)
             also = rec.setdefault("also", [])
-            if path not in also and len(also) < MAX_ALSO:
-                also.append(path)
+            if len(also) < MAX_ALSO:
+                path = self.path(node) if isinstance(node, int) else node
+                if path not in also:
+                    also.append(path)
 
     def walk(self, roots):
         """roots: [(obj, path, group)], walked breadth first."""
-        seen = self.seen
+        seen, nodes = self.seen, self.nodes
         Tensor, Module, Optimizer = self.Tensor, self.Module, self.Optimizer
+        seen_add, node_append = seen.add, nodes.append
         level = []
         for obj, path, group in roots:
-            if type(obj) in _ATOMIC:
+            tp = type(obj)
+            if tp in _ATOMIC:
                 continue
-            if issubclass(type(obj), Tensor):
+            node = len(nodes)
+            node_append((-1, _ROOT, path))
+            if issubclass(tp, Tensor):
                 # recorded now, so a later root of the same walk (_ after
                 # Out[3]) is an "also", not the holder
-                self.storage(obj, path, group)
+                self.storage(obj, node, group)
             if id(obj) in seen:
                 continue
-            seen.add(id(obj))
-            level.append((obj, path, group))
+            seen_add(id(obj))
+            level.append((obj, node, group))
         depth = 0
+        visited = 0
         while level and depth < MAX_DEPTH:
             nxt = []
             add = nxt.append
-            for obj, path, group in level:
-                self.objects += 1
+            visited += len(level)
+            for obj, node, group in level:
                 tp = type(obj)
-                kids = None
+                # The two shapes almost every object of a big namespace has,
+                # walked inline.
                 if tp is dict:
-                    kids = [(v, path + _key(k, self.tensor_path)) for k, v in obj.items()]
-                elif tp is list or tp is tuple:
-                    kids = [(v, "%s[%d]" % (path, i)) for i, v in enumerate(obj) if type(v) not in _ATOMIC]
-                elif issubclass(tp, Tensor):
-                    self.tensor_path.setdefault(id(obj), path)
-                    self.storage(obj, path, group)
+                    for k, v in obj.items():
+                        tv = type(v)
+                        if tv in _ATOMIC:
+                            continue
+                        i = id(v)
+                        if i in seen:
+                            if issubclass(tv, Tensor):
+                                node_append((node, _ITEM, k))
+                                self.storage(v, len(nodes) - 1, group)
+                            continue
+                        seen_add(i)
+                        add((v, len(nodes), group))
+                        node_append((node, _ITEM, k))
+                    continue
+                if tp is list or tp is tuple:
+                    j = -1
+                    for v in obj:
+                        j += 1
+                        tv = type(v)
+                        if tv in _ATOMIC:
+                            continue
+                        i = id(v)
+                        if i in seen:
+                            if issubclass(tv, Tensor):
+                                node_append((node, _INDEX, j))
+                                self.storage(v, len(nodes) - 1, group)
+                            continue
+                        seen_add(i)
+                        add((v, len(nodes), group))
+                        node_append((node, _INDEX, j))
+                    continue
+                kids = None  # [(value, how, key)]
+                if issubclass(tp, Tensor):
+                    self.storage(obj, node, group)
                     g = obj.grad
                     if g is not None:
-                        kids = [(g, path + ".grad")]
+                        kids = [(g, _SUFFIX, ".grad")]
                 elif tp is set or tp is frozenset:
-                    kids = [(v, path + "{...}") for v in obj]
+                    kids = [(v, _SUFFIX, "{...}") for v in obj]
                 elif tp is types.FunctionType:
-                    kids = _closure(obj, path)
+                    kids = _closure(obj)
                 elif tp is types.MethodType:
-                    kids = [(obj.__self__, path + ".__self__"), (obj.__func__, path)]
+                    kids = [(obj.__self__, _SUFFIX, ".__self__"), (obj.__func__, _SUFFIX, ".__func__")]
                 elif tp is types.TracebackType:
-                    kids = self.frames(obj, path)
+                    kids = self.frames(obj)
                 elif issubclass(tp, BaseException):
-                    kids = [(obj.__traceback__, path), (obj.__context__, path + ".__context__"),
-                            (obj.__cause__, path + ".__cause__")]
+                    kids = [(obj.__traceback__, _SUFFIX, ""), (obj.__context__, _SUFFIX, ".__context__"),
+                            (obj.__cause__, _SUFFIX, ".__cause__"), (obj.args, _SUFFIX, ".args")]
                     d = getattr(obj, "__dict__", None)
                     if d:
-                        kids += [(v, "%s.%s" % (path, k)) for k, v in d.items()]
-                    kids.append((obj.args, path + ".args"))
+                        kids += [(v, _ATTR, k) for k, v in d.items()]
                 elif Module is not None and issubclass(tp, Module):
                     kids = []
                     for k, v in obj.__dict__.items():
                         if k in ("_parameters", "_buffers", "_modules"):
-                            kids += [(x, _attr(path, n)) for n, x in v.items()]
+                            kids += [(x, _ATTR, n) for n, x in v.items()]
                         elif k.endswith("hooks") and isinstance(v, dict):
-                            kids += [(x, "%s.%s[%r]" % (path, k, n)) for n, x in v.items()]
+                            kids += [(x, _SUFFIX, ".%s[%r]" % (k, n)) for n, x in v.items()]
                         else:
-                            kids.append((v, "%s.%s" % (path, k)))
+                            kids.append((v, _ATTR, k))
                 elif Optimizer is not None and issubclass(tp, Optimizer):
                     kids = []
                     pos = {}
                     for gi, pg in enumerate(obj.param_groups):
                         for pi, p in enumerate(pg.get("params", ())):
-                            pos[id(p)] = "%s.param_groups[%d]['params'][%d]" % (path, gi, pi)
+                            pos[id(p)] = "param_groups[%d]['params'][%d]" % (gi, pi)
+                    base = self.path(node)
                     for p, st in obj.state.items():
-                        key = "%s.state[%s]" % (path, self.tensor_path.get(id(p)) or pos.get(id(p), "<param>"))
+                        key = ".state[%s]" % (self.tensor_path.get(id(p)) or "%s.%s" % (base, pos.get(id(p), "<param>")))
                         if isinstance(st, dict):
-                            kids += [(v, "%s[%r]" % (key, n)) for n, v in st.items()]
+                            kids += [(v, _SUFFIX, "%s[%r]" % (key, n)) for n, v in st.items()]
                         else:
-                            kids.append((st, key))
-                    kids.append((obj.param_groups, path + ".param_groups"))
-                    kids += [(v, "%s.%s" % (path, k)) for k, v in obj.__dict__.items()
-                             if k not in ("state", "param_groups")]
-                elif tp in (types.FrameType,):
-                    kids = None
+                            kids.append((st, _SUFFIX, key))
+                    kids.append((obj.param_groups, _ATTR, "param_groups"))
+                    kids += [(v, _ATTR, k) for k, v in obj.__dict__.items() if k not in ("state", "param_groups")]
                 elif tp is functools.partial:
-                    kids = [(obj.func, path + ".func"), (obj.args, path + ".args"), (obj.keywords, path + ".keywords")]
-                else:
+                    kids = [(obj.func, _SUFFIX, ".func"), (obj.args, _SUFFIX, ".args"), (obj.keywords, _SUFFIX, ".keywords")]
+                elif tp is not types.FrameType:
                     # Not getattr: a class's own __getattribute__ may warn or
                     # compute (torch.distributed.reduce_op does both).
                     try:
@@ -178,26 +241,29 @@ class _Scan:
                     except Exception:
                         d = None
                     if type(d) is dict:
-                        kids = [(v, "%s.%s" % (path, k)) for k, v in d.items()]
+                        kids = [(v, _ATTR, k) for k, v in d.items()]
                 if not kids:
                     continue
-                for v, p in kids:
-                    if type(v) in _ATOMIC:
+                for v, how, k in kids:
+                    tv = type(v)
+                    if tv in _ATOMIC:
                         continue
-                    i = id(v)
-                    if i in seen:
-                        if issubclass(type(v), Tensor):
-                            self.storage(v, p, group)
+                    if id(v) in seen:
+                        if issubclass(tv, Tensor):
+                            node_append((node, how, k))
+                            self.storage(v, len(nodes) - 1, group)
                         continue
-                    seen.add(i)
-                    add((v, p, group))
+                    seen_add(id(v))
+                    add((v, len(nodes), group))
+                    node_append((node, how, k))
             level = nxt
             depth += 1
+        self.objects += visited
 
-    def frames(self, tb, path):
+    def frames(self, tb):
         """A traceback's frames, each one's locals named after the function
         and the cell it is in; the cell's own frame (the notebook's
-        namespace) is skipped."""
+        namespace) and the shell's frames are skipped."""
         kids = []
         user_ns = self.shell.user_ns
         while tb is not None:
@@ -206,7 +272,7 @@ class _Scan:
             code = f.f_code
             if loc is not user_ns and loc is not f.f_globals and not code.co_filename.startswith(_SHELL_DIRS):
                 where = cell_of(self.shell, code.co_filename) or "%s:%d" % (code.co_filename, tb.tb_lineno)
-                kids += [(v, "%s: %s() in %s, %s" % (path, code.co_name, where, k)) for k, v in loc.items()]
+                kids += [(v, _SUFFIX, ": %s() in %s, %s" % (code.co_name, where, k)) for k, v in loc.items()]
             tb = tb.tb_next
         return kids
 
@@ -243,19 +309,19 @@ def _key(k, tensor_path):
     return "[<%s>]" % tk.__name__
 
 
-def _closure(fn, path):
+def _closure(fn):
     cells = fn.__closure__
     kids = []
     if cells:
         for name, c in zip(fn.__code__.co_freevars, cells):
             try:
-                kids.append((c.cell_contents, "%s.<closure %s>" % (path, name)))
+                kids.append((c.cell_contents, _SUFFIX, ".<closure %s>" % name))
             except ValueError:  # an empty cell
                 pass
     if fn.__defaults__:
-        kids.append((fn.__defaults__, path + ".__defaults__"))
+        kids.append((fn.__defaults__, _SUFFIX, ".__defaults__"))
     if fn.__kwdefaults__:
-        kids.append((fn.__kwdefaults__, path + ".__kwdefaults__"))
+        kids.append((fn.__kwdefaults__, _SUFFIX, ".__kwdefaults__"))
     return kids
 
 
@@ -278,22 +344,27 @@ def exception_roots(shell):
     return out
 
 
+OUTPUT_CACHE = "output cache"
+
+
 def output_roots(shell):
+    """(object, path, group) of the output cache: Out[n], then the other
+    places the shell keeps outputs (grouped as "output cache")."""
     out = []
     oh = shell.user_ns.get("_oh")
     if isinstance(oh, dict):
-        out += [(v, "Out[%d]" % n) for n, v in sorted(oh.items()) if isinstance(n, int)]
+        out += [(v, "Out[%d]" % n, "Out[%d]" % n) for n, v in sorted(oh.items()) if isinstance(n, int)]
     dh = getattr(shell, "displayhook", None)
     for name in ("_", "__", "___"):
         v = shell.user_ns.get(name)
         if v is not None and v is getattr(dh, name, v):
-            out.append((v, name))
+            out.append((v, name, OUTPUT_CACHE))
     hidden = getattr(shell, "user_ns_hidden", None)
     if isinstance(hidden, dict):
-        out += [(v, "shell.user_ns_hidden[%r]" % k) for k, v in list(hidden.items()) if output_name(k)]
+        out += [(v, "shell.user_ns_hidden[%r]" % k, OUTPUT_CACHE) for k, v in list(hidden.items()) if output_name(k)]
     r = getattr(shell, "last_execution_result", None)
     if getattr(r, "result", None) is not None:
-        out.append((r.result, "shell.last_execution_result.result"))
+        out.append((r.result, "shell.last_execution_result.result", OUTPUT_CACHE))
     return out
 
 
@@ -330,7 +401,7 @@ def scan(shell, unreachable=True):
     s.walk(names)
     # The output cache and the last exception are grouped under one root
     # each, so the table says "Out[3]" or "last exception" as a user would.
-    s.walk([(v, p, p) for v, p in output_roots(shell)])
+    s.walk(output_roots(shell))
     s.walk([(v, p, "last exception") for v, p in exception_roots(shell)])
     found = s.storages
     if unreachable:

@@ -57,6 +57,20 @@ def last_json(rec):
     return json.loads(lines[-1]) if lines else None
 
 
+if scenario == "lastautosave":
+    # An earlier kernel's autosave, and the variable run --kernel would set
+    # for the next kernel, before the extension loads.
+    import torch
+
+    torch.manual_seed(7)
+    m = torch.nn.Linear(8, 4)
+    last = os.path.join(workdir, "autosave-20260101-000000-3.pt")
+    torch.save({"vramguard_autosave": 1, "saved_at": 1767225600, "objects": {"model": m.state_dict()}}, last)
+    facts["saved_weight"] = m.weight.flatten().tolist()
+    facts["last"] = last
+    os.environ["VRAMGUARD_LAST_AUTOSAVE"] = last
+    del m
+
 cell("%load_ext vramguard")
 
 if scenario == "cpu":
@@ -68,6 +82,8 @@ if scenario == "cpu":
     cell("def f():\n    t = torch.ones(40 << 20, dtype=torch.uint8)\n    1 / 0\nf()")
     cell("model = torch.nn.Sequential(torch.nn.Linear(64, 64))\nopt = torch.optim.Adam(model.parameters())\n"
          "model(torch.ones(2, 64)).sum().backward()\nopt.step()")
+    cell("def make():\n    buf = torch.ones(1 << 20, dtype=torch.uint8)\n    return lambda: buf\nget = make()")
+    cell("model.register_forward_hook((lambda kept: (lambda m, i, o: kept))(torch.ones(3 << 19, dtype=torch.uint8)))")
     facts["who"] = last_json(cell("%vramguard who --json"))
     facts["who_text"] = cell("%vramguard who")["stdout"]
     fr = cell("%vramguard free --json")
@@ -87,8 +103,14 @@ if scenario == "cpu":
     facts["threshold"] = cell("w = torch.ones(96 << 20, dtype=torch.uint8)")
     facts["status"] = cell("%vramguard")
     facts["help"] = cell("%vramguard --help")
+    facts["pinfo"] = cell("%vramguard?")
+    facts["free_steps"] = {f: [st["step"] for st in last_json(cell("%%vramguard free %s --json" % f))["steps"]]
+                           for f in ("--out", "--tb", "--cache")}
     facts["errors"] = [cell(c) for c in ("%vramguard bogus", "%vramguard threshold lots", "%vramguard who --bogus",
                                          "%vramguard autosave nothing_here", "%vramguard restore /nonexistent")]
+    cell("%unload_ext vramguard")
+    facts["after_unload"] = {"callbacks": sum(len(ip.events.callbacks[e]) for e in ("pre_run_cell", "post_run_cell")),
+                             "magic": "vramguard" in ip.magics_manager.magics["line"]}
 elif scenario in ("notorch", "sampler"):
     if scenario == "sampler":
         from vramguard import cells, notebook
@@ -179,7 +201,7 @@ elif scenario == "autosave":
 elif scenario == "lastautosave":
     # VRAMGUARD_LAST_AUTOSAVE was set by the test, as run --kernel sets it.
     facts["env_after_load"] = os.environ.get("VRAMGUARD_LAST_AUTOSAVE")
-    cell("import torch\nmodel = torch.nn.Linear(8, 4)")
+    cell("import torch\ntorch.manual_seed(123)\nmodel = torch.nn.Linear(8, 4)")
     facts["restore"] = cell("%vramguard restore")
     facts["status"] = cell("%vramguard")
     cell("w = model.weight.detach().clone()")
