@@ -7,7 +7,8 @@
 #    DataLoader(num_workers=2) under `vramguard run` in the background and
 #    samples `top --once --json` while it runs, to show the workers rolled up
 #    under the job,
-# 4. prints a summary of what it saw.
+# 4. runs the probe's CUDA checks and the notebook side's (scripts/gpu-notebook-check.py),
+# 5. prints a summary of what it saw.
 #
 # Finishes in about 5 minutes at most. Outputs go under $OUT when set (else a
 # temporary directory). Needs: go, gcc, an NVIDIA driver, python3 with torch
@@ -109,5 +110,11 @@ jq -c '{reason, probe: (.probe | {samples, optimizer_steps, peak_allocated_bytes
 if [ $SECONDS -lt $((DEADLINE - 60)) ]; then
   log "probe against a real CUDA job (samples vs memory_stats, steps, OOM observer and snapshot sites, checkpoints, forked workers)"
   timeout $((DEADLINE - SECONDS)) go run ./bench/probe/gpucheck -python "$PYTHON" 2>&1 | tee "$OUT/probe-gpucheck.txt" | tail -n 30
+fi
+if [ $SECONDS -lt $((DEADLINE - 20)) ]; then
+  log "notebook side on CUDA (%vramguard: per-cell peaks kept for max_memory_allocated, who's footer, free's empty_cache)"
+  PYDIR=$("$VG" python-path 2>/dev/null)
+  PYTHONPATH="$PYDIR" timeout $((DEADLINE - SECONDS)) "$PYTHON" scripts/gpu-notebook-check.py 2>&1 | tee "$OUT/notebook-cuda.txt" | tail -n 20
+  log "notebook side: $(grep -c '^PASS' "$OUT/notebook-cuda.txt") passed, $(grep -c '^FAIL' "$OUT/notebook-cuda.txt") failed"
 fi
 log "outputs in $OUT"

@@ -45,6 +45,7 @@ const (
 	EventOOMForecast = timeline.KindOOMForecast
 	EventUnsaved     = timeline.KindUnsaved
 	EventNote        = timeline.KindNote
+	EventCell        = timeline.KindCell
 )
 
 // Config configures an Agent.
@@ -525,6 +526,18 @@ func (a *Agent) probeMessage(ctx context.Context, m probe.Message) {
 		if e != nil {
 			a.emit(ctx, []*store.AgentEvent{e})
 		}
+	case probe.TypeCell:
+		// A notebook kernel's cell ended: the dashboard marks its span on
+		// the kernel's plot (data: timeline.CellData, start and end).
+		var e *store.AgentEvent
+		a.withJobOf(pid, func(js *jobState) {
+			d := probe.CellData(m)
+			raw, _ := json.Marshal(d)
+			e = a.jobEventRaw(&js.Job, now, EventCell, js.Job.Name+": "+probe.CellLine(d), raw)
+		})
+		if e != nil {
+			a.emit(ctx, []*store.AgentEvent{e})
+		}
 	case probe.TypeOOM:
 		var e *store.AgentEvent
 		a.withJobOf(pid, func(js *jobState) {
@@ -549,6 +562,12 @@ func (a *Agent) withJobOf(pid int, fn func(*jobState)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, js := range a.jobs {
+		// A supervised run's job pid is its root even where the job's
+		// processes are not listed (no GPU backend lists them).
+		if js.Job.RootPID == pid && pid > 0 {
+			fn(js)
+			return
+		}
 		for _, p := range js.Job.Processes {
 			if p.PID == pid {
 				fn(js)

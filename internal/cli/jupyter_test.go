@@ -12,7 +12,9 @@ import (
 
 	"github.com/vramguard/vramguard/internal/diagnose"
 	"github.com/vramguard/vramguard/internal/jupyter"
+	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/timeline"
 )
 
 func runJupyterCLI(t *testing.T, env map[string]string, args ...string) (string, string, int) {
@@ -183,6 +185,16 @@ func TestDeathNotice(t *testing.T) {
 	add("r-ok", diagnose.HostOOMKilled, diagnose.Success)
 	add("r-int", diagnose.Interrupted)
 	add("r-none")
+	// a kernel killed while a cell grew its memory
+	growth := int64(3 << 30)
+	cell := postmortem.Postmortem{Verdict: diagnose.Verdict{Reason: diagnose.HostOOMKilled},
+		Kernel: &postmortem.Kernel{CellsTotal: 12, Running: &postmortem.Cell{CellData: timeline.CellData{ExecutionCount: 12, FirstLine: "grow()"}, HostGrowth: &growth}}}
+	st.CreateRun(ctx, &store.Run{ID: "r-cell", Command: []string{"python"}, Status: store.StatusRunning, StartedAt: now})
+	st.StartAttempt(ctx, &store.Attempt{RunID: "r-cell", N: 1, StartedAt: now})
+	v, _ := json.Marshal(cell)
+	st.FinishAttempt(ctx, "r-cell", 1, now, 1, diagnose.HostOOMKilled, v)
+	st.SetKernel(ctx, "k-cell", "r-cell", "", now)
+	saved := &postmortem.Autosave{Path: "/w/autosave-20231114-221000-7.pt", T: now.Add(-250 * time.Second), Objects: []string{"model", "opt"}}
 	st.SetKernel(ctx, "k-oom", "r-oom", "/nb/a.ipynb", now)
 	st.SetKernel(ctx, "k-ok", "r-ok", "/nb/b.ipynb", now)
 	st.SetKernel(ctx, "k-int", "r-int", "", now)
@@ -190,20 +202,23 @@ func TestDeathNotice(t *testing.T) {
 
 	tests := []struct {
 		kernel, home, want string
+		autosave           *postmortem.Autosave
 		n                  int
 	}{
-		{"k-oom", "", "the previous kernel of this notebook died: host_oom_killed (summary of host_oom_killed). Details: vramguard explain r-oom", 2},
-		{"k-oom", "/my state", "Details: vramguard --home '/my state' explain r-oom", 2},
-		{"k-ok", "", "", 0},
-		{"k-int", "", "", 0},
-		{"k-none", "", "", 0},
+		{"k-oom", "", "the previous kernel of this notebook died: host_oom_killed (summary of host_oom_killed). Details: vramguard explain r-oom", nil, 2},
+		{"k-oom", "/my state", "Details: vramguard --home '/my state' explain r-oom", nil, 2},
+		{"k-cell", "", "died: host_oom_killed while In[12] was running (+3 GiB since it started). Details: vramguard explain r-cell", nil, 1},
+		{"k-cell", "", "died: host_oom_killed while In[12] was running (+3 GiB since it started). Newest autosave: /w/autosave-20231114-221000-7.pt, 4m10s old (model, opt). Details:", saved, 1},
+		{"k-ok", "", "", nil, 0},
+		{"k-int", "", "", nil, 0},
+		{"k-none", "", "", nil, 0},
 	}
 	for _, tt := range tests {
 		k, err := st.KernelByID(ctx, tt.kernel)
 		if err != nil {
 			t.Fatal(err)
 		}
-		line, n := deathNotice(ctx, st, k, tt.home)
+		line, n := deathNotice(ctx, st, k, tt.home, tt.autosave, now)
 		if n != tt.n || (tt.want == "" && line != "") || !strings.Contains(line, tt.want) {
 			t.Errorf("%s: %q, %d; want %q, %d", tt.kernel, line, n, tt.want, tt.n)
 		}
@@ -211,7 +226,7 @@ func TestDeathNotice(t *testing.T) {
 	// Once announced, not again.
 	st.SetKernelNoticed(ctx, "k-oom", 2)
 	k, _ := st.KernelByID(ctx, "k-oom")
-	if line, _ := deathNotice(ctx, st, k, ""); line != "" {
+	if line, _ := deathNotice(ctx, st, k, "", nil, now); line != "" {
 		t.Errorf("announced twice: %q", line)
 	}
 	// A notebook's next kernel finds its previous one; the notebook is kept

@@ -35,8 +35,8 @@ func NewCmdKernels(f *Factory) *cobra.Command {
 		Short: "Which notebook holds which memory: Jupyter kernels with their GPU memory, RSS and idle time",
 		Long: `List the kernels of every running Jupyter server (found through the runtime
 files jpserver-*.json and nbserver-*.json, asked with each server's token), each with
-its notebook, its process (by the kernel-ID.json connection file on its command line,
-so kernels in containers are found as well), the GPU memory of the kernel and every
+its notebook, its process (by the connection file on its command line: a server's
+kernel-ID.json, or any other client's file, so kernels in containers are found as well), the GPU memory of the kernel and every
 process it started, PyTorch's allocated/reserved figures when the probe reports them,
 host RSS, state and how long it has been idle. A kernel run by vramguard's kernelspec
 shows the run that supervises it: vramguard's own processes, which carry the kernel's

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/cgroup"
 	"github.com/vramguard/vramguard/internal/gpu"
+	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/store"
@@ -49,6 +50,9 @@ type RunOptions struct {
 	AtomicSave     bool
 	UnsavedWarning time.Duration
 	detachedID     string
+	// priorAutosave is a notebook kernel's newest autosave from an earlier
+	// kernel (run --kernel sets it), for the post-mortem's kernel section
+	priorAutosave *postmortem.Autosave
 	// runName is the name the run is recorded under: Name, or Name-2, ...
 	// when an earlier run has Name (run_name.go). Name itself stays what
 	// was asked for, which --adapt-remember keys on.
@@ -304,6 +308,7 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 	}
 	so.UnsavedWarning = o.UnsavedWarning
 	so.Adapt = adaptOptions(f, o)
+	so.PriorAutosave = o.priorAutosave
 	res, err := supervise.Run(ctx, so)
 	if err != nil {
 		st.FinishRun(context.WithoutCancel(ctx), id, store.StatusFinished, "start_failed", 1, f.Now(), nil)

@@ -12,9 +12,11 @@ import (
 
 	"github.com/vramguard/vramguard/internal/diagnose"
 	"github.com/vramguard/vramguard/internal/jupyter"
+	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/supervise"
+	"github.com/vramguard/vramguard/internal/timeline"
 )
 
 // Variables between `run --kernel` and the kernel it starts.
@@ -24,21 +26,39 @@ const (
 	envPreviousDeath = "VRAMGUARD_PREVIOUS_DEATH"
 	// envSessionName is the notebook path jupyter_server gives a kernel.
 	envSessionName = "JPY_SESSION_NAME"
-	// noticeExtension loads the notice into IPython's kernel.
+	// envLastAutosave is the newest autosave file an earlier kernel of the
+	// notebook wrote (%vramguard restore loads it).
+	envLastAutosave = "VRAMGUARD_LAST_AUTOSAVE"
+	// noticeExtension loads the notebook side of the probe (the notice, the
+	// per-cell messages, the %vramguard magics) into IPython's kernel.
 	noticeExtension = "--IPKernelApp.extra_extensions=vramguard.jupyter_notice"
 )
 
 // runKernel supervises a Jupyter kernel (run --kernel). Jupyter starts a new
 // process for every restart of a kernel, with the same connection file: the
-// kernel id in it finds the run of the earlier processes, which is reopened
-// so that restarts become attempts of one run. When the kernel's (or, for a
+// kernel's identity from that file (jupyter.KernelID: a server's kernel id,
+// or for any other client's file its path and key) finds the run of the
+// earlier processes, which is reopened so that restarts become attempts of
+// one run. When the kernel's (or, for a
 // new kernel, its notebook's) previous attempt died, the new kernel says so
 // in the notebook through the probe.
 func runKernel(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, limit uint64, id string) error {
-	kid, ok := jupyter.ConnectionKernelID(o.Command)
+	file, ok := jupyter.ConnectionFile(o.Command)
 	if !ok {
-		return Usagef("--kernel: the command names no connection file (-f .../kernel-ID.json); install the kernelspec with `vramguard jupyter install`")
+		return Usagef("--kernel: the command names no connection file (-f FILE); install the kernelspec with `vramguard jupyter install`")
 	}
+	if abs, err := filepath.Abs(file); err == nil {
+		file = abs
+	}
+	// The client wrote the file before starting the kernel; a kernel
+	// started on a file that does not exist yet writes it itself, and is
+	// then known by the path alone.
+	var conn *jupyter.Connection
+	if c, err := jupyter.ReadConnection(file); err == nil {
+		conn = &c
+	}
+	kid := jupyter.KernelID(file, conn)
+	_, fromServer := jupyter.ServerKernelID(file)
 	notebook := kernelNotebook(os.Getenv(envSessionName))
 	me, _ := procfs.FS{}.Proc(os.Getpid())
 	now := f.Now()
@@ -90,20 +110,35 @@ func runKernel(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, 
 	// The probe's environment is the probe hook's (run_probe.go), as for
 	// any run: the kernel reports to this supervisor. Only what is a
 	// kernel's own is added here: the notice and its extension.
+	os.Unsetenv(envLastAutosave) // one the server inherited is no autosave of this notebook
 	if prev != nil {
-		if line, n := deathNotice(ctx, st, prev, f.HomeFlag); line != "" {
+		if as := newestAutosave(ctx, st, prev.RunID); as != nil {
+			o.priorAutosave = as
+			if !o.NoProbe {
+				os.Setenv(envLastAutosave, as.Path)
+			}
+		}
+		if line, n := deathNotice(ctx, st, prev, f.HomeFlag, o.priorAutosave, now); line != "" {
 			// The server's log gets the line in any case; the notebook
 			// only through the extension, which ships with the probe.
 			fmt.Fprintf(f.IO.ErrOut, "vramguard: kernel %s: %s\n", kid, line)
 			if !o.NoProbe {
-				o.Command = withNotice(o.Command)
 				os.Setenv(envPreviousDeath, line)
 				st.SetKernelNoticed(ctx, prev.KernelID, n)
 			}
 		}
 	}
-	if notebook == "" {
-		go recordNotebook(ctx, f, kid, o.Command, o.Name)
+	if !o.NoProbe {
+		// Every probed IPython kernel loads the notebook side (the per-cell
+		// messages, the magics and the notice), not only one with a death
+		// to announce: the cells of this kernel are what its successor's
+		// notice names.
+		o.Command = withNotice(o.Command)
+	}
+	if notebook == "" && fromServer {
+		// Only a server names its files kernel-ID.json, and only a
+		// server has sessions to ask.
+		go recordNotebook(ctx, f, kid, file, o.Name)
 	}
 	return superviseRun(ctx, f, o, st, run, limit, first)
 }
@@ -133,8 +168,10 @@ func kernelNotebook(session string) string {
 }
 
 // deathNotice is the line a notebook's next kernel shows when the last
-// attempt of k's run died and no kernel has said so yet, with that attempt.
-func deathNotice(ctx context.Context, st *store.Store, k *store.Kernel, home string) (string, int) {
+// attempt of k's run died and no kernel has said so yet, with that attempt:
+// the reason, the cell that was running then and what it had added (from
+// the attempt's post-mortem), and the newest autosave with its age now.
+func deathNotice(ctx context.Context, st *store.Store, k *store.Kernel, home string, autosave *postmortem.Autosave, now time.Time) (string, int) {
 	atts, err := st.Attempts(ctx, k.RunID)
 	if err != nil || len(atts) == 0 {
 		return "", 0
@@ -143,7 +180,7 @@ func deathNotice(ctx context.Context, st *store.Store, k *store.Kernel, home str
 	if a.N <= k.Noticed || !isDeath(a.Reason) {
 		return "", 0
 	}
-	var v diagnose.Verdict
+	var v postmortem.Postmortem
 	json.Unmarshal(a.Verdict, &v)
 	explain := "vramguard explain " + k.RunID
 	if home != "" {
@@ -156,7 +193,44 @@ func deathNotice(ctx context.Context, st *store.Store, k *store.Kernel, home str
 		}
 		what += " (" + s + ")"
 	}
+	if l := v.Kernel.RunningLine(); l != "" {
+		what += " while " + l
+	}
+	if autosave != nil {
+		what += fmt.Sprintf(". Newest autosave: %s, %s old", autosave.Path, postmortem.FormatSeconds(max(now.Sub(autosave.T).Seconds(), 0)))
+		if len(autosave.Objects) > 0 {
+			what += " (" + strings.Join(autosave.Objects, ", ") + ")"
+		}
+	}
 	return fmt.Sprintf("the previous kernel of this notebook died: %s. Details: %s", what, explain), a.N
+}
+
+// newestAutosave is the newest autosave of a run's kernels whose file is
+// still there, from its checkpoint events (the probe's ckpt messages with
+// autosave set); nil when there is none.
+func newestAutosave(ctx context.Context, st *store.Store, runID string) *postmortem.Autosave {
+	evs, err := st.Events(ctx, runID)
+	if err != nil {
+		return nil
+	}
+	var best *postmortem.Autosave
+	for _, e := range evs {
+		if e.Kind != timeline.KindCheckpoint {
+			continue
+		}
+		var d timeline.CheckpointData
+		if json.Unmarshal(e.Data, &d) != nil || !d.Autosave || d.Path == "" || !filepath.IsAbs(d.Path) {
+			continue
+		}
+		if best != nil && e.T.Before(best.T) {
+			continue
+		}
+		if fi, err := os.Stat(d.Path); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		best = &postmortem.Autosave{Path: d.Path, T: e.T, Objects: d.Objects, Bytes: d.Bytes}
+	}
+	return best
 }
 
 // isDeath tells a kernel that died from one that was shut down or
@@ -169,8 +243,8 @@ func isDeath(reason string) bool {
 	return true
 }
 
-// withNotice makes an IPython kernel load the notice extension; other
-// kernels are left alone (they cannot show it).
+// withNotice makes an IPython kernel load the probe's notebook extension;
+// other kernels are left alone (they cannot load it).
 func withNotice(argv []string) []string {
 	ipy := false
 	for _, a := range argv {
@@ -192,20 +266,10 @@ func withNotice(argv []string) []string {
 // up), and keeps the answer so the notebook's next kernel can find this one;
 // a run that still has the kernelspec's name (unnamed) takes the
 // notebook's.
-func recordNotebook(ctx context.Context, f *Factory, kid string, argv []string, unnamed string) {
+func recordNotebook(ctx context.Context, f *Factory, kid, connFile string, unnamed string) {
 	home, _ := os.UserHomeDir()
-	dirs := jupyter.RuntimeDirs(os.Getenv, home, false)
-	for _, a := range argv {
-		if strings.HasSuffix(a, "kernel-"+kid+".json") {
-			// Connection files live in the server's runtime directory.
-			_, file, _ := strings.Cut(a, "=")
-			if file == "" {
-				file = a
-			}
-			dirs = append([]string{filepath.Dir(file)}, dirs...)
-			break
-		}
-	}
+	// A server's connection files live in its runtime directory.
+	dirs := append([]string{filepath.Dir(connFile)}, jupyter.RuntimeDirs(os.Getenv, home, false)...)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for range 30 {

@@ -114,7 +114,12 @@ func (l *lab) startServer() {
 	cmd := exec.Command("jupyter-server", "--no-browser", "--allow-root",
 		"--ServerApp.ip=127.0.0.1", "--ServerApp.port="+strconv.Itoa(port), "--ServerApp.port_retries=0",
 		"--ServerApp.token="+l.token, "--ServerApp.root_dir="+l.root,
-		"--KernelRestarter.time_to_dead=0.5", "--MappingKernelManager.cull_idle_timeout=0")
+		"--KernelRestarter.time_to_dead=0.5", "--MappingKernelManager.cull_idle_timeout=0",
+		// A restart asks the kernel to shut down and sends SIGTERM after
+		// half of shutdown_wait_time (2.5 s by default); an idle ipykernel
+		// takes 1-1.5 s to exit, more on a loaded test machine, and a
+		// SIGTERM makes the attempt "interrupted" instead of "success".
+		"--KernelManager.shutdown_wait_time=20")
 	cmd.Env = l.env()
 	cmd.Dir = l.root
 	l.serverLog = &bytes.Buffer{}

@@ -16,30 +16,6 @@ import (
 	"github.com/vramguard/vramguard/internal/procfs"
 )
 
-func TestConnectionKernelID(t *testing.T) {
-	tests := []struct {
-		argv []string
-		id   string
-		ok   bool
-	}{
-		{[]string{"python3", "-m", "ipykernel_launcher", "-f", "/run/user/1000/jupyter/kernel-3f2a.json"}, "3f2a", true},
-		{[]string{"python", "-m", "ipykernel", "--f=/tmp/kernel-abc-def.json"}, "abc-def", true},
-		{[]string{"python", "-m", "ipykernel", "-f=/tmp/kernel-x.json"}, "x", true},
-		{[]string{"ir", "--connection-file", "/r/kernel-r1.json"}, "r1", true},
-		{[]string{"vramguard", "run", "--kernel", "--", "python", "-m", "ipykernel_launcher", "-f", "/r/kernel-9.json"}, "9", true},
-		{[]string{"python", "-m", "ipykernel", "-f", "/tmp/conn.json"}, "", false},
-		{[]string{"python", "-m", "ipykernel", "-f", "/tmp/kernel-.json"}, "", false},
-		{[]string{"python", "train.py", "-f"}, "", false},
-		{nil, "", false},
-	}
-	for _, tt := range tests {
-		id, ok := ConnectionKernelID(tt.argv)
-		if id != tt.id || ok != tt.ok {
-			t.Errorf("ConnectionKernelID(%q) = %q, %v; want %q, %v", tt.argv, id, ok, tt.id, tt.ok)
-		}
-	}
-}
-
 // fakeProcs is a process table for KernelProcs.
 type fakeProcs struct {
 	procs []procfs.Proc

@@ -21,31 +21,6 @@ type ProcSource interface {
 	Status(pid int) (procfs.Status, error)
 }
 
-// ConnectionKernelID returns the kernel id named by a command line's
-// connection-file argument (`-f .../kernel-<id>.json`, `--f=...`, or
-// `--existing`-style `-f=...`), whatever the kernel's language.
-func ConnectionKernelID(argv []string) (string, bool) {
-	for i, a := range argv {
-		var file string
-		switch {
-		case (a == "-f" || a == "--f" || a == "--connection-file") && i+1 < len(argv):
-			file = argv[i+1]
-		case strings.HasPrefix(a, "--f="), strings.HasPrefix(a, "-f="), strings.HasPrefix(a, "--connection-file="):
-			file = a[strings.IndexByte(a, '=')+1:]
-		default:
-			continue
-		}
-		base := filepath.Base(file)
-		if strings.HasPrefix(base, "kernel-") && strings.HasSuffix(base, ".json") {
-			id := strings.TrimSuffix(strings.TrimPrefix(base, "kernel-"), ".json")
-			if id != "" {
-				return id, true
-			}
-		}
-	}
-	return "", false
-}
-
 // KernelProc is the process running one kernel, with its descendants.
 type KernelProc struct {
 	PID int
@@ -90,7 +65,7 @@ const runIDVar = "VRAMGUARD_RUN_ID"
 func launches(argv []string) bool {
 	for i, a := range argv {
 		if a == "--" {
-			_, ok := ConnectionKernelID(argv[i+1:])
+			_, ok := ConnectionFile(argv[i+1:])
 			return ok
 		}
 	}
@@ -145,12 +120,13 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 		launcher bool
 	}
 	cands := map[int]cand{}
+	ids := connIDs{src: src, seen: map[string]string{}}
 	for _, p := range all {
 		argv, err := src.Cmdline(p.PID)
 		if err != nil || len(argv) == 0 {
 			continue
 		}
-		id, ok := ConnectionKernelID(argv)
+		id, ok := ids.of(p.PID, argv)
 		if !ok {
 			continue
 		}
@@ -257,6 +233,63 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 	}
 	return out, nil
 }
+
+// ConnSource is implemented by a ProcSource that can read the connection
+// files kernels name (LiveProcs can). Without it only kernels with a
+// server's `kernel-<id>.json` are found.
+type ConnSource interface {
+	ReadConnection(file string) (Connection, error)
+}
+
+// connIDs finds the kernel a process's command line names, reading each
+// connection file once per scan.
+type connIDs struct {
+	src  ProcSource
+	seen map[string]string // absolute file -> kernel id ("" for not a kernel)
+}
+
+// of returns the kernel id of a command line's connection file: the
+// server's id for `kernel-<id>.json`, else (for a file of any other name,
+// nbclient's or an editor's) the id KernelID gives when the file reads as a
+// connection file. Another program's `-f config.json` is no kernel.
+func (c *connIDs) of(pid int, argv []string) (string, bool) {
+	file, ok := ConnectionFile(argv)
+	if !ok {
+		return "", false
+	}
+	if id, ok := ServerKernelID(file); ok {
+		return id, true
+	}
+	if !strings.HasSuffix(file, ".json") {
+		return "", false
+	}
+	if !filepath.IsAbs(file) {
+		es, ok := c.src.(EnvSource)
+		if !ok {
+			return "", false
+		}
+		cwd, err := es.Cwd(pid)
+		if err != nil || cwd == "" {
+			return "", false
+		}
+		file = filepath.Join(cwd, file)
+	}
+	if id, ok := c.seen[file]; ok {
+		return id, id != ""
+	}
+	id := ""
+	if cs, ok := c.src.(ConnSource); ok {
+		if conn, err := cs.ReadConnection(file); err == nil {
+			id = KernelID(file, &conn)
+		}
+	}
+	c.seen[file] = id
+	return id, id != ""
+}
+
+// ReadConnection reads a kernel's connection file (one's own kernels', or
+// any as root).
+func (LiveProcs) ReadConnection(file string) (Connection, error) { return ReadConnection(file) }
 
 func envValue(env []string, key string) string {
 	v := ""

@@ -36,6 +36,9 @@ type AttemptSummary struct {
 	LogPath    string  `json:"log_path"`
 	// Settings are what the attempt ran with under --adapt.
 	Settings *adapt.Settings `json:"settings,omitempty"`
+	// Kernel is a notebook kernel's cells in this attempt (the post-mortem's
+	// kernel section); absent for other jobs.
+	Kernel *Kernel `json:"kernel,omitempty"`
 }
 
 // TimelineSummary summarises a run's stored samples (all attempts). RSS is
@@ -110,9 +113,10 @@ func Build(ctx context.Context, st *store.Store, r *store.Run, now time.Time) (*
 		if len(a.Verdict) > 0 {
 			var v struct {
 				Settings *adapt.Settings `json:"settings"`
+				Kernel   *Kernel         `json:"kernel"`
 			}
 			if json.Unmarshal(a.Verdict, &v) == nil {
-				s.Settings = v.Settings
+				s.Settings, s.Kernel = v.Settings, v.Kernel
 			}
 		}
 		doc.AttemptsDetail = append(doc.AttemptsDetail, s)

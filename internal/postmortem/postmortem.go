@@ -55,6 +55,9 @@ type Postmortem struct {
 	// job, stopped first); null when none was found.
 	Ranks     []ranks.Rank     `json:"ranks"`
 	RootCause *ranks.RootCause `json:"root_cause"`
+	// Kernel is a notebook kernel's cells and newest autosave; absent for
+	// any other job.
+	Kernel *Kernel `json:"kernel,omitempty"`
 }
 
 // MemStats summarises the memory of an attempt's process tree
@@ -169,6 +172,10 @@ type Checkpoint struct {
 	Atomic  bool      `json:"atomic,omitempty"`
 	Error   string    `json:"error,omitempty"` // the save raised; Bytes is 0
 	Steps   int64     `json:"optimizer_steps"` // the process's count at the save
+	// Autosave marks a notebook's autosave (%vramguard autosave), with the
+	// names of the objects saved.
+	Autosave bool     `json:"autosave,omitempty"`
+	Objects  []string `json:"objects,omitempty"`
 }
 
 // OOM is a CUDA out-of-memory error the probe saw.

@@ -166,6 +166,11 @@ func Render(w io.Writer, d *Document) {
 		renderMonitor(w, d.Monitor)
 	}
 	renderTimeline(w, &d.Timeline, &d.Memory)
+	for _, a := range d.AttemptsDetail {
+		if a.Kernel != nil && (a.Kernel.CellsTotal > 0 || a.N == d.Attempt) {
+			renderKernel(w, a.Kernel, a.N)
+		}
+	}
 	if d.Probe != nil {
 		renderProbe(w, d.Probe, d.AllocationSites, d.AllocationSitesError)
 	}

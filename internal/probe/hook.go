@@ -34,6 +34,9 @@ type Hook struct {
 	closed   bool
 	// procs is what each process of the attempt reported of itself
 	procs map[int]*procView
+	// events are the timeline events the probe's messages make (a
+	// notebook's cells, its autosaves) that Events has not handed out yet
+	events []timeline.Event
 }
 
 // procView is one process as its probe reported it.
@@ -109,6 +112,22 @@ func (h *Hook) add(m Message) {
 		h.lastCkpt = now
 		h.progress = now
 	}
+	if e, ok := event(m); ok {
+		h.events = append(h.events, e)
+	}
+}
+
+// Events hands out, once each, the timeline events the probe's messages
+// made since the last call: a notebook kernel's cells (cell_start, cell)
+// and its autosaves (checkpoint). Other saves are in the post-mortem's
+// probe section already; the autosave events are what a notebook's next
+// kernel looks its newest autosave up by.
+func (h *Hook) Events() []timeline.Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.events
+	h.events = nil
+	return out
 }
 
 // Env adds the probe to an attempt's environment.
@@ -124,6 +143,7 @@ func (h *Hook) Started(attempt, pid int) {
 	defer h.mu.Unlock()
 	if attempt != h.attempt {
 		h.attempt = attempt
+		h.events = nil
 		h.sum = Summary{}
 		h.seen = false
 		h.steps = map[int]int64{}

@@ -16,6 +16,8 @@ const (
 	TypeDist       = "dist"       // the process's rank, once torch.distributed's process group exists
 	TypeException  = "exception"  // the uncaught exception that ends the process
 	TypeBye        = "bye"        // the interpreter is exiting normally
+	TypeCellStart  = "cell_start" // an IPython kernel starts running a cell (pre_run_cell)
+	TypeCell       = "cell"       // the cell ended (post_run_cell), with what it changed
 	TypeDisconnect = "disconnect" // synthesised by Listener: the connection closed
 	TypeInvalid    = "invalid"    // synthesised by Listener: a line that is not a message
 )
@@ -52,12 +54,23 @@ type Message struct {
 	CUDA           []DeviceStats `json:"cuda,omitempty"` // also on oom
 	Dropped        int64         `json:"dropped,omitempty"`
 
-	// ckpt
+	// ckpt (seconds also on cell)
 	Path    string  `json:"path,omitempty"`
 	Bytes   *int64  `json:"bytes,omitempty"`
 	Seconds float64 `json:"seconds,omitempty"`
 	Atomic  bool    `json:"atomic,omitempty"`
 	OK      *bool   `json:"ok,omitempty"`
+	// ckpt of the notebook's autosave (%vramguard autosave): the names of
+	// the objects saved
+	Autosave bool     `json:"autosave,omitempty"`
+	Objects  []string `json:"objects,omitempty"`
+
+	// cell_start and cell (rss_bytes too; error names the exception a
+	// cell raised; cuda holds the devices' deltas)
+	ExecutionCount int    `json:"execution_count,omitempty"`
+	FirstLine      string `json:"first_line,omitempty"`
+	RSSDelta       int64  `json:"rss_delta,omitempty"`
+	RSSPeakDelta   int64  `json:"rss_peak_delta,omitempty"`
 
 	// oom
 	Source        string `json:"source,omitempty"` // "observer" or "excepthook"
@@ -116,4 +129,11 @@ type DeviceStats struct {
 	NumOOMs                int64  `json:"num_ooms"`
 	FreeBytes              *int64 `json:"free_bytes,omitempty"`
 	TotalBytes             *int64 `json:"total_bytes,omitempty"`
+
+	// On a cell message only: what the cell changed on the device (end
+	// minus start; the peak during the cell minus the value at its start).
+	// ReservedBytes is then the reserved figure at the cell's end.
+	AllocatedDelta     int64 `json:"allocated_delta,omitempty"`
+	AllocatedPeakDelta int64 `json:"allocated_peak_delta,omitempty"`
+	ReservedDelta      int64 `json:"reserved_delta,omitempty"`
 }

@@ -48,7 +48,8 @@ func (s *Summary) Add(m Message) {
 		s.Dropped = max(s.Dropped, m.Dropped)
 		s.addCUDA(m.PID, m.CUDA)
 	case TypeCkpt:
-		c := Checkpoint{Path: m.Path, Seconds: m.Seconds, T: m.Time().UTC(), PID: m.PID, Atomic: m.Atomic, Error: m.Error, Steps: m.OptimizerSteps}
+		c := Checkpoint{Path: m.Path, Seconds: m.Seconds, T: m.Time().UTC(), PID: m.PID, Atomic: m.Atomic, Error: m.Error, Steps: m.OptimizerSteps,
+			Autosave: m.Autosave, Objects: m.Objects}
 		if m.Bytes != nil {
 			c.Bytes = *m.Bytes
 		}

@@ -104,7 +104,7 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	// A request that came while no attempt ran is answered by this one.
 	s.drainRestarts()
 	in := diagnose.Input{}
-	a := &running{s: s, pm: pm, n: n, lw: lw, group: group,
+	a := &running{s: s, pm: pm, n: n, lw: lw, group: group, cells: newCellTrack(s.autosave),
 		mon: monitor.New(monitor.Config{OOMWarning: o.OOMWarning, UnsavedAfter: o.UnsavedWarning, StallAfter: o.StallTimeout}, start.Truncate(time.Millisecond))}
 	if err := a.start(argv, env); err != nil {
 		in.StartErr = err
@@ -126,7 +126,9 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	pm.Memory = a.mem
 	if o.Probe != nil {
 		o.Probe.Finish(pm)
+		a.probeEvents(ctx)
 	}
+	a.kernelSection(pm)
 	if in.StartErr == nil {
 		// a distributed job: each rank's end, and the rank that failed first
 		a.judgeRanks(in, pm)
@@ -281,6 +283,39 @@ type running struct {
 	exits  *exitWatch
 	procs  map[int]*procSeen
 	rankOf map[int]*ranks.Identity
+	// cells follows a notebook kernel's cells and autosaves
+	cells *cellTrack
+}
+
+// probeEvents records the events the probe's messages made (a notebook
+// kernel's cells and autosaves) at the probe's times, and follows them.
+func (a *running) probeEvents(ctx context.Context) {
+	for _, e := range a.s.o.Probe.Events() {
+		a.s.eventAt(ctx, a.n, e)
+		a.cells.event(e)
+	}
+}
+
+// kernelSection adds a notebook kernel's cells to the post-mortem, and to
+// its evidence the cell that was running at the end and the age of the
+// newest autosave.
+func (a *running) kernelSection(pm *Postmortem) {
+	k := a.cells.section(pm.EndedAt)
+	if k == nil {
+		return
+	}
+	pm.Kernel = k
+	if k.Autosave != nil {
+		as := *k.Autosave
+		as.AgeS = 0
+		a.s.autosave = &as
+	}
+	if l := k.RunningLine(); l != "" {
+		pm.Evidence = append(pm.Evidence, fmt.Sprintf("the kernel ended while %s: %s", l, k.Running.FirstLine))
+	}
+	if l := k.AutosaveLine(); l != "" && pm.Reason != diagnose.Success {
+		pm.Evidence = append(pm.Evidence, l+" when the kernel ended")
+	}
 }
 
 // analyse completes a sample with the probe's allocator figures and the
@@ -743,6 +778,10 @@ func (a *running) sample(ctx context.Context) {
 	}
 	a.mu.Unlock()
 	a.record(&x, &info)
+	a.cells.sample(now, x.RSS)
+	if o.Probe != nil {
+		a.probeEvents(ctx)
+	}
 	a.analyse(ctx, now, x.RSS, &x)
 	a.mem.Samples++
 	if keepSample(a.mem.Samples) {

@@ -104,6 +104,11 @@ type Options struct {
 	// Adapt, when set, changes the settings of the next attempt after one
 	// that died of memory (run --adapt; package adapt).
 	Adapt *Adapt
+	// PriorAutosave is a notebook kernel's newest autosave written before
+	// this supervisor started (an earlier kernel's; run --kernel reads it
+	// from the store), so a post-mortem can say how old the newest one was
+	// even when the dying kernel saved none; nil: none.
+	PriorAutosave *postmortem.Autosave
 }
 
 // Adapt configures run --adapt: the settings of the first attempt and the
@@ -123,7 +128,8 @@ type Adapt struct {
 // to the post-mortem once the attempt ended; Processes is what each probed
 // process reported of itself (steps, peaks, its torch.distributed rank, its
 // uncaught exception, when it ended), for the account of a distributed
-// job's ranks.
+// job's ranks; Events hands out, once each, the timeline events the
+// probe's messages made (a notebook kernel's cells and autosaves).
 type Probe interface {
 	Env(env []string, attempt int) []string
 	Started(attempt, pid int)
@@ -133,6 +139,7 @@ type Probe interface {
 	PIDs() []int
 	Finish(pm *postmortem.Postmortem)
 	Processes() []ranks.Probed
+	Events() []timeline.Event
 }
 
 // Result is how a whole run ended.
@@ -182,7 +189,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := os.MkdirAll(o.RunDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
-	s := &supervisor{o: o, restarts: o.Restarts}
+	s := &supervisor{o: o, restarts: o.Restarts, autosave: o.PriorAutosave}
 	if o.Adapt != nil {
 		s.settings = o.Adapt.Initial
 	}
@@ -256,6 +263,9 @@ type supervisor struct {
 	settings adapt.Settings
 	steps    []adapt.Step
 	prev     *adapt.Ended
+	// autosave is a notebook kernel's newest autosave so far (from
+	// PriorAutosave, then each attempt's)
+	autosave *postmortem.Autosave
 }
 
 func (s *supervisor) notifyf(format string, a ...any) {
@@ -267,7 +277,12 @@ func (s *supervisor) event(ctx context.Context, attempt int, kind, msg string, d
 	if data != nil {
 		raw, _ = json.Marshal(data)
 	}
-	if err := s.o.Store.AddEvent(context.WithoutCancel(ctx), &store.Event{RunID: s.o.RunID, Attempt: attempt, T: s.o.Now(), Kind: kind, Message: msg, Data: raw}); err != nil {
+	s.eventAt(ctx, attempt, timeline.Event{T: s.o.Now(), Kind: kind, Message: msg, Data: raw})
+}
+
+// eventAt records an event that has its own time (the probe's).
+func (s *supervisor) eventAt(ctx context.Context, attempt int, e timeline.Event) {
+	if err := s.o.Store.AddEvent(context.WithoutCancel(ctx), &store.Event{RunID: s.o.RunID, Attempt: attempt, T: e.T, Kind: e.Kind, Message: e.Message, Data: e.Data}); err != nil {
 		s.o.Logger.Warn("store event", "err", err)
 	}
 }

@@ -25,7 +25,9 @@ const (
 
 	// what the probe saw
 	KindOOM        Kind = "oom"        // a CUDA out-of-memory error
-	KindCheckpoint Kind = "checkpoint" // torch.save finished
+	KindCheckpoint Kind = "checkpoint" // torch.save finished (a notebook's autosave among them; data: CheckpointData)
+	KindCellStart  Kind = "cell_start" // a notebook kernel started running a cell (data: CellData)
+	KindCell       Kind = "cell"       // the cell ended (data: CellData with its end and changes)
 
 	// what the monitor concluded
 	KindLeak        Kind = "leak"         // the leak detector found a leak
@@ -68,4 +70,44 @@ type VerdictData struct {
 	Verdict string `json:"verdict"`
 	Series  string `json:"series,omitempty"`
 	Samples int    `json:"samples"`
+}
+
+// CellData is a cell_start or cell event's data: one cell of a notebook
+// kernel as the probe saw it at IPython's pre_run_cell and post_run_cell.
+// On cell_start only the start and the host memory then are set. Deltas are
+// end minus start in bytes; peak deltas the peak during the cell minus the
+// value at its start (the probe's own readings of the kernel process:
+// /proc/self figures and the allocator's counters).
+type CellData struct {
+	PID            int        `json:"pid"`
+	ExecutionCount int        `json:"execution_count"`
+	FirstLine      string     `json:"first_line"`
+	Start          time.Time  `json:"start"`
+	End            *time.Time `json:"end,omitempty"`
+	Seconds        float64    `json:"seconds,omitempty"`
+	// Error is the name of the exception the cell raised, "" for none.
+	Error        string       `json:"error,omitempty"`
+	RSSBytes     int64        `json:"rss_bytes"`
+	RSSDelta     int64        `json:"rss_delta,omitempty"`
+	RSSPeakDelta int64        `json:"rss_peak_delta,omitempty"`
+	CUDA         []CellDevice `json:"cuda,omitempty"`
+}
+
+// CellDevice is what a cell changed on one CUDA device.
+type CellDevice struct {
+	Device             int   `json:"device"`
+	AllocatedDelta     int64 `json:"allocated_delta"`
+	AllocatedPeakDelta int64 `json:"allocated_peak_delta"`
+	ReservedBytes      int64 `json:"reserved_bytes"`
+	ReservedDelta      int64 `json:"reserved_delta"`
+}
+
+// CheckpointData is a checkpoint event's data: the file the probe saw
+// saved, and for a notebook's autosave the objects in it.
+type CheckpointData struct {
+	PID      int      `json:"pid"`
+	Path     string   `json:"path"`
+	Bytes    int64    `json:"bytes"`
+	Autosave bool     `json:"autosave,omitempty"`
+	Objects  []string `json:"objects,omitempty"`
 }

@@ -7,8 +7,8 @@ const vg = (window.vg = { plots: {}, timelines: {}, events: [], lastEvent: 0, ra
 
 const GiB = 1024 ** 3;
 const colors = { gpu: "#2f6fdf", reserved: "#e08a1e", alloc: "#2aa876", limit: "#c8354a" };
-const evColors = { oom: "#c8354a", died: "#c8354a", leak: "#c8354a", oom_forecast: "#c8354a", checkpoint: "#2aa876", restart: "#e08a1e", unsaved_work: "#e08a1e", start: "#9aa3b5", exit: "#9aa3b5", note: "#6b46c1" };
-const markedKinds = new Set(["oom", "checkpoint", "restart", "leak", "oom_forecast", "died", "exit", "unsaved_work", "note"]);
+const evColors = { oom: "#c8354a", died: "#c8354a", leak: "#c8354a", oom_forecast: "#c8354a", checkpoint: "#2aa876", restart: "#e08a1e", unsaved_work: "#e08a1e", start: "#9aa3b5", exit: "#9aa3b5", note: "#6b46c1", cell: "#3b7dd8" };
+const markedKinds = new Set(["oom", "checkpoint", "restart", "leak", "oom_forecast", "died", "exit", "unsaved_work", "note", "cell"]);
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -429,8 +429,10 @@ function eventMarkers(key) {
         const ctx = u.ctx;
         const [x0, x1] = [u.scales.x.min, u.scales.x.max];
         ctx.save();
+        u.cellMarks = [];
         for (const e of vg.events) {
           if (e.job_key !== key || !markedKinds.has(e.kind)) continue;
+          if (e.kind === "cell") { cellMark(u, e); continue; }
           const t = new Date(e.t).getTime() / 1000;
           if (t < x0 || t > x1) continue;
           const x = Math.round(u.valToPos(t, "x", true));
@@ -448,6 +450,26 @@ function eventMarkers(key) {
       }],
     },
   };
+}
+
+// cellMark shades a notebook cell's span (its start to its end, from the
+// probe's cell message) on the kernel's plot and labels it In[N]; the marks
+// drawn are kept on the plot (u.cellMarks) for tests and tooltips.
+function cellMark(u, e) {
+  const d = e.data || {};
+  const t1 = new Date(d.end || e.t).getTime() / 1000, t0 = d.start ? new Date(d.start).getTime() / 1000 : t1;
+  if (t1 < u.scales.x.min || t0 > u.scales.x.max) return;
+  const ctx = u.ctx, dpr = devicePixelRatio;
+  const x0 = Math.round(u.valToPos(Math.max(t0, u.scales.x.min), "x", true));
+  const x1 = Math.max(x0 + dpr, Math.round(u.valToPos(Math.min(t1, u.scales.x.max), "x", true)));
+  ctx.fillStyle = "rgba(59, 125, 216, 0.12)";
+  ctx.fillRect(x0, u.bbox.top, x1 - x0, u.bbox.height);
+  ctx.fillStyle = evColors.cell;
+  ctx.fillRect(x0, u.bbox.top, dpr, u.bbox.height);
+  ctx.font = 10 * dpr + "px sans-serif";
+  const label = "In[" + d.execution_count + "]";
+  ctx.fillText(label, x0 + 3 * dpr, u.bbox.top + 22 * dpr);
+  u.cellMarks.push({ label: label, x0: x0, x1: x1, t0: t0, t1: t1 });
 }
 
 // plotData turns a timeline into uPlot's columns. Where two points lie

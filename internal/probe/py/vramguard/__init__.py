@@ -2,8 +2,9 @@
 
 `vramguard run` starts it in every Python process of a job (through the
 sitecustomize next to this package). In a notebook, `%load_ext vramguard`
-starts it by hand; `vramguard python-path` prints the directory to put on
-sys.path for that.
+starts it by hand with the notebook side (%vramguard, a line after each
+cell that moved memory; docs/JUPYTER.md); `vramguard python-path` prints
+the directory to put on sys.path for that.
 
     import vramguard
     vramguard.step()      # count a training step in a loop without an optimizer
@@ -13,10 +14,18 @@ from ._probe import PROTOCOL, VERSION, start, step, stop  # noqa: F401
 
 
 def load_ipython_extension(ipython):
-    """`%load_ext vramguard`: start the probe in this kernel."""
+    """`%load_ext vramguard`: start the probe in this kernel and load the
+    notebook side (the per-cell line, %vramguard; see vramguard.notebook)."""
     start()
+    from . import notebook
+
+    notebook.load(ipython)
 
 
 def unload_ipython_extension(ipython):
-    """`%unload_ext vramguard`: stop sampling and close the connection."""
+    """`%unload_ext vramguard`: remove the notebook side's callbacks and
+    magic, stop sampling and close the connection."""
+    from . import notebook
+
+    notebook.unload(ipython)
     stop()

@@ -81,6 +81,19 @@ def step(n=1):
     _user_steps += n
 
 
+def event(type, **fields):
+    """Send one message of the given type with fields on the probe's
+    connections; a no-op when the probe is not running. For the notebook
+    side (cells, autosaves), which keeps its own logic in its own modules."""
+    try:
+        p = _p
+        if p is not None and p.pid == os.getpid() and p.reporting():
+            fields["type"] = type
+            p.send(fields)
+    except BaseException:
+        pass
+
+
 def start(socket_path=None, hz=None, run_dir=None, oom_snapshot=None, atomic_save=None, run_id=None):
     """Start the probe in this process (idempotent). Arguments default to the
     VRAMGUARD_* environment variables; without a socket there, the machine-wide

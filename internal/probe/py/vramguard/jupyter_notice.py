@@ -1,39 +1,19 @@
-"""Say in the notebook why the notebook's previous kernel died.
-
-`vramguard run --kernel` loads this IPython extension into a kernel whose
-predecessor died (through the kernel's command line, as
-`--IPKernelApp.extra_extensions=vramguard.jupyter_notice`) and puts the
-line to show in VRAMGUARD_PREVIOUS_DEATH. The line is written to stderr
-when the first cell runs: ipykernel sends a cell's output to the notebook,
-while what a kernel prints before any cell reaches only the server's log.
-It is shown once, and the variable is removed so processes the notebook
-starts do not inherit it.
+"""The extension `vramguard run --kernel` loads into a kernel (through the
+kernel's command line, as
+`--IPKernelApp.extra_extensions=vramguard.jupyter_notice`): the whole
+notebook side (vramguard.notebook), of which the first piece is the line
+saying why the notebook's previous kernel died. run --kernel puts that line
+in VRAMGUARD_PREVIOUS_DEATH; it is written to stderr when the first cell
+runs, once, and the variable is removed so processes the notebook starts do
+not inherit it.
 """
 
-import os
-import sys
-
-ENV = "VRAMGUARD_PREVIOUS_DEATH"
+from . import notebook
 
 
 def load_ipython_extension(ipython):
-    message = os.environ.pop(ENV, "")
-    if not message:
-        return
-    shown = []
-
-    def notice(*_args, **_kwargs):
-        if shown:
-            return
-        shown.append(True)
-        try:
-            sys.stderr.write("vramguard: " + message + "\n")
-            sys.stderr.flush()
-        except Exception:
-            pass
-
-    ipython.events.register("pre_run_cell", notice)
+    notebook.load(ipython)
 
 
 def unload_ipython_extension(ipython):
-    pass
+    notebook.unload(ipython)

@@ -1,0 +1,166 @@
+package jupyter
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/vramguard/vramguard/internal/procfs"
+)
+
+func TestConnectionFile(t *testing.T) {
+	tests := []struct {
+		argv []string
+		file string
+		id   string // the server's kernel id; "" for none
+	}{
+		{[]string{"python3", "-m", "ipykernel_launcher", "-f", "/run/user/1000/jupyter/kernel-3f2a.json"}, "/run/user/1000/jupyter/kernel-3f2a.json", "3f2a"},
+		{[]string{"python", "-m", "ipykernel", "--f=/tmp/kernel-abc-def.json"}, "/tmp/kernel-abc-def.json", "abc-def"},
+		{[]string{"python", "-m", "ipykernel", "-f=/tmp/kernel-x.json"}, "/tmp/kernel-x.json", "x"},
+		{[]string{"ir", "--connection-file", "/r/kernel-r1.json"}, "/r/kernel-r1.json", "r1"},
+		{[]string{"vramguard", "run", "--kernel", "--", "python", "-m", "ipykernel_launcher", "-f", "/r/kernel-9.json"}, "/r/kernel-9.json", "9"},
+		// a client's own names: nbclient's and KernelManager's mkstemp, VS Code's
+		{[]string{"python", "-m", "ipykernel_launcher", "-f", "/tmp/tmpa1b2c3d4.json"}, "/tmp/tmpa1b2c3d4.json", ""},
+		{[]string{"python", "-m", "ipykernel_launcher", "--f=/home/a/.local/share/jupyter/runtime/kernel-v2-4242xyz.json"}, "/home/a/.local/share/jupyter/runtime/kernel-v2-4242xyz.json", "v2-4242xyz"},
+		{[]string{"python", "-m", "ipykernel", "-f", "/tmp/kernel-.json"}, "/tmp/kernel-.json", ""},
+		{[]string{"python", "train.py", "-f"}, "", ""},
+		{[]string{"python", "train.py", "--f="}, "", ""},
+		{nil, "", ""},
+	}
+	for _, tt := range tests {
+		file, ok := ConnectionFile(tt.argv)
+		if file != tt.file || ok != (tt.file != "") {
+			t.Errorf("ConnectionFile(%q) = %q, %v; want %q", tt.argv, file, ok, tt.file)
+		}
+		id, ok := ConnectionKernelID(tt.argv)
+		if id != tt.id || ok != (tt.id != "") {
+			t.Errorf("ConnectionKernelID(%q) = %q, %v; want %q", tt.argv, id, ok, tt.id)
+		}
+	}
+}
+
+func TestKernelID(t *testing.T) {
+	k1, k2 := &Connection{Key: "k1"}, &Connection{Key: "k2"}
+	a := KernelID("/tmp/tmpa.json", k1)
+	for _, tt := range []struct {
+		name   string
+		id     string
+		wantEq bool
+	}{
+		{"the same file and key: the same kernel (a restart)", KernelID("/tmp/tmpa.json", &Connection{Key: "k1"}), true},
+		{"the same name with another key: another kernel", KernelID("/tmp/tmpa.json", k2), false},
+		{"another file with the same key: another kernel", KernelID("/tmp/tmpb.json", k1), false},
+		{"the path alone (a file the kernel writes itself)", KernelID("/tmp/tmpa.json", nil), false},
+	} {
+		if (tt.id == a) != tt.wantEq {
+			t.Errorf("%s: %s against %s", tt.name, tt.id, a)
+		}
+	}
+	if !strings.HasPrefix(a, "cf-") || len(a) != 19 {
+		t.Errorf("KernelID = %q, want cf- and 16 hex digits", a)
+	}
+	if id := KernelID("/rt/kernel-3f2a.json", k1); id != "3f2a" {
+		t.Errorf("a server's file: %q, want the server's id 3f2a", id)
+	}
+}
+
+func TestReadConnection(t *testing.T) {
+	d := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(d, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("tmp1.json", `{"shell_port": 5001, "iopub_port": 5002, "ip": "127.0.0.1", "key": "s3cr3t", "transport": "tcp", "signature_scheme": "hmac-sha256"}`)
+	ipc := write("tmp2.json", `{"shell_port": 1, "key": "", "transport": "ipc", "ip": "/tmp/k"}`)
+	for _, tt := range []struct {
+		file, key, err string
+	}{
+		{good, "s3cr3t", ""},
+		{ipc, "", ""},
+		{write("config.json", `{"lr": 0.1}`), "", "not a connection file"},
+		{write("notjson.json", `lr = 0.1`), "", "not a connection file"},
+		{write("big.json", `{"key": "`+strings.Repeat("x", maxConnectionFile)+`"}`), "", "larger than"},
+		{filepath.Join(d, "missing.json"), "", "no such file"},
+	} {
+		c, err := ReadConnection(tt.file)
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("%s: %v", tt.file, err)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("%s: error %v, want %q", tt.file, err, tt.err)
+		case tt.err == "" && c.Key != tt.key:
+			t.Errorf("%s: key %q, want %q", tt.file, c.Key, tt.key)
+		}
+	}
+}
+
+// connProcs is fakeProcs with connection files to read.
+type connProcs struct {
+	fakeProcs
+	files map[string]Connection
+}
+
+func (c connProcs) ReadConnection(file string) (Connection, error) {
+	if k, ok := c.files[file]; ok {
+		return k, nil
+	}
+	return Connection{}, os.ErrNotExist
+}
+
+// TestKernelProcsAnyConnectionFile finds kernels that clients other than
+// a server started (nbclient's temporary file, a relative path), under
+// vramguard's supervisor too, and takes no other program's -f FILE.json
+// for a kernel.
+func TestKernelProcsAnyConnectionFile(t *testing.T) {
+	nb := []string{"/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "/tmp/tmpq1w2.json"}
+	sup := append([]string{"/usr/bin/vramguard", "run", "--kernel", "--"}, nb...)
+	src := connProcs{
+		fakeProcs: fakeProcs{
+			procs: []procfs.Proc{
+				{PID: 10, PPID: 1, Comm: "python3"}, // nbclient
+				{PID: 20, PPID: 10, Comm: "vramguard", StartTicks: 100},
+				{PID: 21, PPID: 20, Comm: "vramguard", StartTicks: 101},
+				{PID: 22, PPID: 21, Comm: "python3", StartTicks: 102, RSSBytes: 100},
+				{PID: 30, PPID: 1, Comm: "python3", StartTicks: 200, RSSBytes: 50},
+				{PID: 40, PPID: 1, Comm: "python3", StartTicks: 300},
+				{PID: 41, PPID: 1, Comm: "python3", StartTicks: 301},
+			},
+			argv: map[int][]string{
+				10: {"python3", "run_notebook.py"}, 20: sup,
+				21: append([]string{"/usr/bin/vramguard", "__shim", "--"}, nb...), 22: nb,
+				30: {"python3", "-m", "ipykernel_launcher", "-f", "conn/editor.json"},
+				40: {"python3", "train.py", "-f", "/data/config.json"},
+				41: {"python3", "train.py", "-f", "/data/settings.yaml"},
+			},
+			cwd: map[int]string{30: "/home/a"},
+			env: map[int][]string{22: {"VRAMGUARD_RUN_ID=20260101-000000-bbbbbb"}},
+		},
+		files: map[string]Connection{
+			"/tmp/tmpq1w2.json":        {Key: "a", Transport: "tcp", ShellPort: 1},
+			"/home/a/conn/editor.json": {Key: "b", Transport: "tcp", ShellPort: 2},
+		},
+	}
+	got, err := KernelProcs(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nbID := KernelID("/tmp/tmpq1w2.json", &Connection{Key: "a"})
+	edID := KernelID("/home/a/conn/editor.json", &Connection{Key: "b"})
+	type view struct {
+		PID   int
+		RunID string
+	}
+	want := map[string]view{nbID: {22, "20260101-000000-bbbbbb"}, edID: {30, ""}}
+	gotV := map[string]view{}
+	for id, k := range got {
+		gotV[id] = view{k.PID, k.RunID}
+	}
+	if !reflect.DeepEqual(gotV, want) {
+		t.Errorf("kernels %+v, want %+v", gotV, want)
+	}
+}
