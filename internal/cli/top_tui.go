@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	tea "github.com/vramguard/vramguard/internal/third_party/bubbletea"
 	"github.com/muesli/termenv"
+	tea "github.com/vramguard/vramguard/internal/third_party/bubbletea"
 
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/procfs"
