@@ -69,9 +69,12 @@ type ScanResult struct {
 	Dangerous int       `json:"dangerous"`
 	Unknown   int       `json:"unknown"`
 	Errors    []string  `json:"errors"`
-	// Safe: every global is on the allowlist and every pickle decoded to
-	// its end. Anything else (an unknown or dangerous global, a pickle the
-	// scanner could not read to its end, no pickle at all) fails the scan.
+	// NotUnderstood names content a loader could unpickle that the
+	// scanner cannot read (a file in no format it knows, a .npy header it
+	// cannot parse): neither safe nor known to be dangerous.
+	NotUnderstood []string `json:"not_understood"`
+	// Safe: every global is on the allowlist, every pickle decoded to its
+	// end and every part of the file understood. Anything else fails.
 	Safe bool `json:"safe"`
 
 	allow map[string]bool
@@ -132,9 +135,23 @@ func ScanFileWith(path string, opts ScanOptions) (*ScanResult, error) {
 		return nil, err
 	}
 	defer f.Close()
-	res := &ScanResult{Path: path, Format: detectFile(f, size), Hits: []ScanHit{}, Errors: []string{}, allow: allowSet(opts.Allow)}
+	res := newScanResult(path, detectFile(f, size), opts)
 	scanReader(f, size, res)
 	return res, nil
+}
+
+func newScanResult(path, format string, opts ScanOptions) *ScanResult {
+	return &ScanResult{Path: path, Format: format, Hits: []ScanHit{}, Errors: []string{}, NotUnderstood: []string{}, allow: allowSet(opts.Allow)}
+}
+
+// notUnderstood records content the scanner cannot read; where says which
+// part of the file ("" for the file itself).
+func (res *ScanResult) notUnderstood(where, format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	if where != "" {
+		msg = where + ": " + msg
+	}
+	res.NotUnderstood = append(res.NotUnderstood, msg)
 }
 
 func allowSet(names []string) map[string]bool {
@@ -152,6 +169,10 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 	switch {
 	case len(head) == 4 && string(head) == "PK\x03\x04":
 		scanZip(r, size, res)
+	case res.Format == "" && isNpy(r):
+		// numpy.load reads its own magic before anything else.
+		res.Format = FormatNpy
+		scanNpy(r, size, "", res)
 	case res.Format == FormatSafetensors, res.Format == FormatTorchTar:
 		if res.Format == FormatTorchTar {
 			scanTar(r, size, res)
@@ -176,7 +197,7 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 			res.Unknown++
 		}
 	}
-	res.Safe = res.Dangerous == 0 && res.Unknown == 0 && len(res.Errors) == 0
+	res.Safe = res.Dangerous == 0 && res.Unknown == 0 && len(res.Errors) == 0 && len(res.NotUnderstood) == 0
 }
 
 // scanPickles decodes consecutive pickles starting at off. When probe is
@@ -450,7 +471,9 @@ func ScanPathWith(path string, opts ScanOptions) ([]*ScanResult, error) {
 		}
 		r, err := ScanFileWith(p, opts)
 		if err != nil {
-			out = append(out, &ScanResult{Path: p, Hits: []ScanHit{}, Errors: []string{err.Error()}})
+			r := newScanResult(p, "", opts)
+			r.Errors = append(r.Errors, err.Error())
+			out = append(out, r)
 			return nil
 		}
 		if r.Pickles > 0 || r.Format != "" {

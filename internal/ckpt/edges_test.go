@@ -1,0 +1,168 @@
+package ckpt
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vramguard/vramguard/internal/testbin"
+)
+
+// loaderRunScript opens each file named on stdin with the real loader
+// (LOAD, a Python expression of p) in a fresh temp dir and prints whether
+// the payload's file (vg-pwned) appeared there.
+const loaderRunScript = `
+import json, os, sys, tempfile, warnings
+warnings.simplefilter("ignore")
+import numpy
+out = {}
+for p in sys.stdin.read().split():
+    d = tempfile.mkdtemp()
+    os.chdir(d)
+    try:
+        LOAD
+    except Exception:
+        pass
+    out[os.path.basename(p)] = os.path.exists(os.path.join(d, "vg-pwned"))
+    os.chdir("/")
+    if os.path.exists(os.path.join(d, "vg-pwned")):
+        os.remove(os.path.join(d, "vg-pwned"))
+    os.rmdir(d)
+print(json.dumps(out))
+`
+
+// numpyLoad reads every array of a .npy or .npz as a user would.
+const numpyLoad = `
+        x = numpy.load(p, allow_pickle=True)
+        if hasattr(x, "files"):
+            [x[k] for k in x.files]`
+
+// runLoader reports, per base name, whether loading files with load ran
+// their payload.
+func runLoader(t *testing.T, load string, files []string) map[string]bool {
+	t.Helper()
+	var abs []string
+	for _, f := range files {
+		p, err := filepath.Abs(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		abs = append(abs, p)
+	}
+	script := strings.Replace(loaderRunScript, "        LOAD", strings.TrimLeft(load, "\n"), 1)
+	cmd := exec.Command(testbin.Python(), "-c", script)
+	cmd.Stdin = strings.NewReader(strings.Join(abs, "\n"))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v (%s)", testbin.Python(), err, out)
+	}
+	var ran map[string]bool
+	if err := json.Unmarshal(out, &ran); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	return ran
+}
+
+// numpyCases: scripts/gen-edge-fixtures.py's numpy files. pickles is how
+// many pickles numpy.load unpickles from the file (one per object array).
+var numpyCases = []struct {
+	file    string
+	format  string
+	safe    bool
+	pickles int
+}{
+	{"benign_int.npy", FormatNpy, true, 0},
+	{"benign_struct.npy", FormatNpy, true, 0},
+	{"benign_datetime.npy", FormatNpy, true, 0},
+	{"benign_object.npy", FormatNpy, true, 1},
+	{"benign_arrays.npz", FormatNpz, true, 0},
+	{"benign_compressed.npz", FormatNpz, true, 1},
+	{"attack_object.npy", FormatNpy, false, 1},
+	{"attack_object_v2.npy", FormatNpy, false, 1},
+	{"attack_struct_object.npy", FormatNpy, false, 1},
+	{"attack_stored.npz", FormatNpz, false, 1},
+	{"attack_deflated.npz", FormatNpz, false, 1},
+	{"attack_noext.npz", FormatNpz, false, 1},
+}
+
+// TestScanNumpy: a .npy is read by its header (a plain array is raw data,
+// not a failed pickle), an object array's pickle is scanned, and every
+// .npz member, stored or deflated, whatever its name.
+func TestScanNumpy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range numpyCases {
+		t.Run(tc.file, func(t *testing.T) {
+			res, err := ScanFile(filepath.Join("testdata/edges", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Format != tc.format || res.Safe != tc.safe || res.Pickles != tc.pickles {
+				t.Errorf("format %q safe=%v pickles=%d, want %q %v %d; hits %+v errors %v not understood %v",
+					res.Format, res.Safe, res.Pickles, tc.format, tc.safe, tc.pickles, res.Hits, res.Errors, res.NotUnderstood)
+			}
+			if !tc.safe && (res.Dangerous != 1 || res.Hits[0].Global != "os.system") {
+				t.Errorf("want os.system dangerous, got %+v", res.Hits)
+			}
+		})
+	}
+}
+
+// TestNumpyFixturesRunUnderNumpy proves the attack fixtures are real:
+// Debian's numpy.load(allow_pickle=True) runs every payload, and none of
+// the benign files runs anything.
+func TestNumpyFixturesRunUnderNumpy(t *testing.T) {
+	t.Parallel()
+	var files []string
+	for _, tc := range numpyCases {
+		files = append(files, filepath.Join("testdata/edges", tc.file))
+	}
+	ran := runLoader(t, numpyLoad, files)
+	for _, tc := range numpyCases {
+		if ran[tc.file] == tc.safe {
+			t.Errorf("%s: numpy.load ran a payload: %v, want %v", tc.file, ran[tc.file], !tc.safe)
+		}
+	}
+}
+
+// TestNpyHeader: headers as numpy's _read_array_header reads them.
+func TestNpyHeader(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		header string
+		object bool
+		err    string
+	}{
+		{`{'descr': '<i8', 'fortran_order': False, 'shape': (3, 4), }`, false, ""},
+		{`{'descr': '|O', 'fortran_order': False, 'shape': (1,), }`, true, ""},
+		{`{"descr": "O", "fortran_order": True, "shape": ()}`, true, ""},
+		{`{'descr': [('a', '<i4'), (('title', 'b'), '|O', (2,))], 'fortran_order': False, 'shape': (3,)}`, true, ""},
+		{`{'descr': [('a', '<i4'), ('b', '<f8', (2,))], 'fortran_order': False, 'shape': (3L,)}`, false, ""},
+		{`{'descr': ('|O', (2,)), 'fortran_order': False, 'shape': (1,)}`, true, ""},
+		{`{'descr': '<M8[ns]', 'fortran_order': False, 'shape': (1,)}`, false, ""},
+		{`{'descr': 'object', 'fortran_order': False, 'shape': (1,)}`, true, ""},
+		{`{'descr': 'mystery', 'fortran_order': False, 'shape': (1,)}`, false, "not a dtype"},
+		{`{'descr': '<i8', 'fortran_order': False, 'shape': (1,), 'x': 1}`, false, "not a dict of"},
+		{`{'descr': '<i8', 'fortran_order': 0, 'shape': (1,)}`, false, "fortran_order"},
+		{`{'descr': '<i8', 'fortran_order': False, 'shape': [1]}`, false, "shape"},
+		{`{'descr': '<i8', 'fortran_order': False, 'shape': (1,)} # c`, false, "unexpected"},
+		{`{'descr': '<i8', 'fortran_order': False, 'shape': (1+1,)}`, false, "expected"},
+	}
+	for _, tc := range tests {
+		b := []byte(npyMagic + "\x01\x00")
+		b = append(b, byte(len(tc.header)), byte(len(tc.header)>>8))
+		b = append(b, tc.header...)
+		h, err := readNpyHeader(bytes.NewReader(b), int64(len(b)))
+		obj := h.hasObject
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("%s: %v", tc.header, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: error %v, want one with %q", tc.header, err, tc.err)
+		case obj != tc.object:
+			t.Errorf("%s: hasobject %v, want %v", tc.header, obj, tc.object)
+		}
+	}
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""Write the scan fixtures of issue #25 into internal/ckpt/testdata/edges.
+
+Run with Debian's numpy and PyTorch:
+
+    /usr/bin/python3 scripts/gen-edge-fixtures.py [OUTDIR]
+
+- attack_*: files whose payload a real loader runs (numpy.load with
+  allow_pickle=True, torch.load, pickle.load of a decompressed stream).
+  Every payload creates PWNED ("vg-pwned") in the current directory; the Go
+  tests load each with the real loader in a temp dir and check that it
+  appears, and check that `ckpt scan` fails on each. They are written byte
+  by byte here and never loaded by this script.
+- benign_*: files written by the real library that scan must pass.
+"""
+import io
+import os
+import sys
+import zipfile
+
+import numpy as np
+
+PWNED = "vg-pwned"
+CMD = "touch " + PWNED
+# os.system(CMD) in protocol 0 opcodes.
+PAYLOAD = b"cos\nsystem\n(S'" + CMD.encode() + b"'\ntR."
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+    os.path.dirname(__file__), "..", "internal", "ckpt", "testdata", "edges")
+OUT = os.path.abspath(OUT)
+
+
+def npy_header(descr, shape=(1,), version=(1, 0)):
+    """The bytes numpy.save writes before the data of an array of descr."""
+    f = io.BytesIO()
+    d = {"descr": descr, "fortran_order": False, "shape": shape}
+    if version == (1, 0):
+        np.lib.format.write_array_header_1_0(f, d)
+    else:
+        np.lib.format.write_array_header_2_0(f, d)
+    return f.getvalue()
+
+
+def write(name, data):
+    with open(os.path.join(OUT, name), "wb") as f:
+        f.write(data)
+
+
+def npz(name, members):
+    """A zip like numpy.savez writes, members (name, bytes, compress)."""
+    with zipfile.ZipFile(os.path.join(OUT, name), "w") as z:
+        for m, data, deflate in members:
+            z.writestr(zipfile.ZipInfo(m), data,
+                       compress_type=zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    # Benign: numpy's own writers.
+    np.save(os.path.join(OUT, "benign_int.npy"), np.arange(12, dtype=np.int64).reshape(3, 4))
+    np.save(os.path.join(OUT, "benign_struct.npy"),
+            np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8", (2,)), ("c", "S3")]))
+    np.save(os.path.join(OUT, "benign_datetime.npy"), np.array(["2026-01-01"], dtype="M8[D]"))
+    obj = np.empty(3, dtype=object)
+    obj[:] = [1, "two", 3.0]
+    np.save(os.path.join(OUT, "benign_object.npy"), obj, allow_pickle=True)
+    np.savez(os.path.join(OUT, "benign_arrays.npz"), a=np.arange(5), b=np.ones((2, 2)))
+    np.savez_compressed(os.path.join(OUT, "benign_compressed.npz"), a=np.arange(5), obj=obj)
+    # Attacks: an object array's pickle is the payload.
+    write("attack_object.npy", npy_header("|O") + PAYLOAD)
+    write("attack_object_v2.npy", npy_header("|O", version=(2, 0)) + PAYLOAD)
+    write("attack_struct_object.npy", npy_header([("a", "<i8"), ("b", "|O")]) + PAYLOAD)
+    evil = npy_header("|O") + PAYLOAD
+    with open(os.path.join(OUT, "benign_int.npy"), "rb") as f:
+        plain = f.read()
+    npz("attack_stored.npz", [("a.npy", plain, False), ("b.npy", evil, False)])
+    npz("attack_deflated.npz", [("b.npy", evil, True)])
+    # numpy reads a member by its full name too: no .npy suffix needed.
+    npz("attack_noext.npz", [("weights", evil, True)])
+
+
+if __name__ == "__main__":
+    main()
