@@ -3,6 +3,7 @@ package ckpt
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -164,5 +165,42 @@ func TestNpyHeader(t *testing.T) {
 		case obj != tc.object:
 			t.Errorf("%s: hasobject %v, want %v", tc.header, obj, tc.object)
 		}
+	}
+}
+
+// TestScanNotUnderstood: content the scanner cannot read is never safe,
+// and has a status of its own; in a directory, a file no loader unpickles
+// is named as skipped.
+func TestScanNotUnderstood(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	blob := filepath.Join(dir, "w.bin")
+	if err := os.WriteFile(blob, []byte("\x00\x01\x02 in no format"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ScanFile(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Safe || res.Status != StatusNotUnderstood || len(res.NotUnderstood) != 1 || len(res.Errors) != 0 {
+		t.Errorf("alone: %+v", res)
+	}
+	rs, err := ScanPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].Safe || rs[0].Status != StatusSkipped || !strings.Contains(rs[0].Skipped, "no pickle opcode") {
+		t.Errorf("in a directory: %+v", rs)
+	}
+	// A .npy whose header the scanner cannot parse.
+	hdr := "{'descr': 'weird', 'fortran_order': False, 'shape': (1,)}"
+	npy := filepath.Join(dir, "a.npy")
+	os.WriteFile(npy, append([]byte(npyMagic+"\x01\x00"+string(rune(len(hdr)))+"\x00"), hdr...), 0o644)
+	res, err = ScanFile(npy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Safe || res.Status != StatusNotUnderstood || res.Format != FormatNpy {
+		t.Errorf(".npy header: %+v", res)
 	}
 }

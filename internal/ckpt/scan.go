@@ -76,8 +76,15 @@ type ScanResult struct {
 	// Safe: every global is on the allowlist, every pickle decoded to its
 	// end and every part of the file understood. Anything else fails.
 	Safe bool `json:"safe"`
+	// Status is the one word for the result, in order of precedence:
+	// dangerous, unknown (globals off the allowlist), failed (a pickle not
+	// read to its end), not-understood, skipped (in a directory scan: no
+	// loader in scope unpickles the file, Skipped says why), ok.
+	Status  string `json:"status"`
+	Skipped string `json:"skipped,omitempty"`
 
-	allow map[string]bool
+	allow  map[string]bool
+	unread bool // in no format, no pickle: skipped in a directory
 }
 
 // ScanOptions adjust a scan.
@@ -188,6 +195,23 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 			scanTar(r, size, res)
 		}
 	}
+	if res.Format == "" && res.Pickles == 0 && len(res.Errors) == 0 && len(res.Hits) == 0 && len(res.NotUnderstood) == 0 {
+		// Not one of the formats above and no pickle at byte 0: torch.load
+		// and pickle.load refuse it at its first byte, but what it is the
+		// scanner cannot say.
+		var b [1]byte
+		r.ReadAt(b[:], 0)
+		res.notUnderstood("", "in no format the scanner reads (first byte 0x%02x is no pickle opcode)", b[0])
+		res.unread = true
+	}
+	res.finish()
+}
+
+// unknownFormatSkip is the reason a directory scan gives for skipping a
+// file in no format that no loader in scope unpickles.
+const unknownFormatSkip = "in no checkpoint, numpy or pickle format, and its first byte is no pickle opcode: torch.load, numpy.load and pickle.load refuse it there"
+
+func (res *ScanResult) finish() {
 	res.Dangerous, res.Unknown = 0, 0
 	for _, h := range res.Hits {
 		switch h.Verdict {
@@ -197,8 +221,32 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 			res.Unknown++
 		}
 	}
-	res.Safe = res.Dangerous == 0 && res.Unknown == 0 && len(res.Errors) == 0 && len(res.NotUnderstood) == 0
+	res.Safe = res.Dangerous == 0 && res.Unknown == 0 && len(res.Errors) == 0 && len(res.NotUnderstood) == 0 && res.Skipped == ""
+	switch {
+	case res.Dangerous > 0:
+		res.Status = StatusDangerous
+	case res.Unknown > 0:
+		res.Status = StatusUnknown
+	case len(res.Errors) > 0:
+		res.Status = StatusFailed
+	case len(res.NotUnderstood) > 0:
+		res.Status = StatusNotUnderstood
+	case res.Skipped != "":
+		res.Status = StatusSkipped
+	default:
+		res.Status = StatusOK
+	}
 }
+
+// Scan statuses (ScanResult.Status).
+const (
+	StatusOK            = "ok"
+	StatusDangerous     = "dangerous"
+	StatusUnknown       = "unknown"
+	StatusFailed        = "failed"
+	StatusNotUnderstood = "not-understood"
+	StatusSkipped       = "skipped"
+)
 
 // scanPickles decodes consecutive pickles starting at off. When probe is
 // true, input that does not start like a pickle is not an error.
@@ -213,9 +261,6 @@ func scanPickles(r io.ReaderAt, off, size int64, record string, res *ScanResult,
 			// Python stops at once on a byte that is no opcode ("invalid
 			// load key"): nothing from there on can run.
 			if !pickle.IsOpcode(b[0]) {
-				if i == 0 && probe {
-					res.Errors = append(res.Errors, "no pickle found")
-				}
 				return
 			}
 		}
@@ -473,12 +518,16 @@ func ScanPathWith(path string, opts ScanOptions) ([]*ScanResult, error) {
 		if err != nil {
 			r := newScanResult(p, "", opts)
 			r.Errors = append(r.Errors, err.Error())
+			r.finish()
 			out = append(out, r)
 			return nil
 		}
-		if r.Pickles > 0 || r.Format != "" {
-			out = append(out, r)
+		if r.unread {
+			r.NotUnderstood = r.NotUnderstood[:0]
+			r.Skipped = unknownFormatSkip
+			r.finish()
 		}
+		out = append(out, r)
 		return nil
 	})
 	if err != nil {

@@ -12,6 +12,10 @@ import (
 
 // Zip findings are reported as dangerous hits with this global and opcode,
 // so that `ckpt scan` fails on them and names them.
+// FormatZip is a zip that is neither a torch checkpoint nor an npz, as
+// ckpt scan names it.
+const FormatZip = "zip"
+
 const (
 	zipFindingGlobal = "zip archive"
 	zipFindingOpcode = "ZIP"
@@ -60,6 +64,14 @@ func scanZipArchive(r io.ReaderAt, size int64, res *ScanResult) {
 		xl := int64(h[28]) | int64(h[29])<<8
 		scanPickles(r, 30+int64(len(name))+xl, size, name, res, false)
 		return
+	}
+	if res.Format == "" {
+		// Understood as a zip; an .npy member below makes it an npz.
+		defer func() {
+			if res.Format == "" {
+				res.Format = FormatZip
+			}
+		}()
 	}
 	for _, an := range a.Anomalies() {
 		zipFinding(res, "zip structure", 0, "torch and other zip readers see this archive differently: %s", an)

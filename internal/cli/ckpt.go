@@ -39,6 +39,11 @@ dangerous pickle), 2 bad usage or unreadable input.`,
 	return cmd
 }
 
+// ExitNotUnderstood is ckpt scan's status when nothing failed but some
+// content a loader could unpickle is in a form the scanner does not read:
+// neither a pass nor a proven danger.
+const ExitNotUnderstood = 4
+
 // unreadable maps an input error to exit 2.
 func ckptInputErr(err error) error {
 	var ue *ckpt.UnreadableError
@@ -361,9 +366,20 @@ classes: torch.load would import and call them; accept them with --allow),
 a reference that cannot be resolved without running the pickle, and a
 pickle the scanner cannot read to its end.
 
+Content it does not understand (a file in no format it reads, a .npy
+header it cannot parse) is neither: "NOT UNDERSTOOD", exit 4 when nothing
+failed. In a directory, files no loader unpickles (their first byte is no
+pickle opcode and they are in no format it reads: JSON, text) are listed as
+skipped, with the reason, and do not change the exit status.
+
 Every file is scanned whatever its name or extension, every pickle in it
-(also a second pickle after the first STOP), and zip records are scanned
-even when their CRC is bad or the central directory is missing.`,
+(also a second pickle after the first STOP), numpy's .npy and every .npz
+member as numpy.load(allow_pickle=True) reads them, and zip records even
+when their CRC is bad or the central directory is missing.
+
+Exit status: 0 every file understood and clean, 1 a finding (dangerous,
+unknown global, pickle not read to its end), 2 bad usage or unreadable
+input, 4 nothing failed but something was not understood.`,
 		Example: `  vramguard ckpt scan downloaded/pytorch_model.bin
   vramguard ckpt scan whole_model.pt --allow __main__.Net --allow mypkg.layers.Block
   vramguard ckpt scan ~/models --json | jq '.[] | select(.safe | not) | .path'`,
@@ -378,9 +394,13 @@ even when their CRC is bad or the central directory is missing.`,
 			if err != nil {
 				return ckptInputErr(err)
 			}
-			failed := 0
+			failed, notUnderstood := 0, 0
 			for _, r := range results {
-				if !r.Safe {
+				switch r.Status {
+				case ckpt.StatusOK, ckpt.StatusSkipped:
+				case ckpt.StatusNotUnderstood:
+					notUnderstood++
+				default:
 					failed++
 				}
 			}
@@ -394,8 +414,11 @@ even when their CRC is bad or the central directory is missing.`,
 			} else {
 				renderScan(f, results)
 			}
-			if failed > 0 {
+			switch {
+			case failed > 0:
 				return Silent(ExitFailed)
+			case notUnderstood > 0:
+				return Silent(ExitNotUnderstood)
 			}
 			return nil
 		},

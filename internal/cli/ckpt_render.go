@@ -193,15 +193,18 @@ func renderScan(f *Factory, rs []*ckpt.ScanResult) {
 	}
 	for _, r := range rs {
 		verdict := "ok"
-		switch {
-		case r.Dangerous > 0:
+		switch r.Status {
+		case ckpt.StatusDangerous:
 			verdict = fmt.Sprintf("DANGEROUS (%d)", r.Dangerous)
-		case r.Unknown > 0:
+		case ckpt.StatusUnknown:
 			verdict = fmt.Sprintf("UNKNOWN GLOBALS (%d)", r.Unknown)
-		case !r.Safe && r.Pickles == 0:
-			verdict = "FAILED (no pickle read)"
-		case !r.Safe:
+		case ckpt.StatusFailed:
 			verdict = "FAILED (pickle not read to its end)"
+		case ckpt.StatusNotUnderstood:
+			verdict = "NOT UNDERSTOOD"
+		case ckpt.StatusSkipped:
+			fmt.Fprintf(w, "skipped  %s: %s\n", r.Path, r.Skipped)
+			continue
 		}
 		format := r.Format
 		if format == "" {
@@ -216,6 +219,9 @@ func renderScan(f *Factory, rs []*ckpt.ScanResult) {
 		}
 		for _, e := range r.Errors {
 			fmt.Fprintf(w, "  error: %s\n", e)
+		}
+		for _, e := range r.NotUnderstood {
+			fmt.Fprintf(w, "  not understood: %s\n", e)
 		}
 	}
 }
