@@ -204,3 +204,18 @@ func TestScanNotUnderstood(t *testing.T) {
 		t.Errorf(".npy header: %+v", res)
 	}
 }
+
+// runPython runs a Python program with args and returns its stdout.
+func runPython(t *testing.T, script string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(testbin.Python(), append([]string{"-c", script}, args...)...)
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("%s: %v\n%s%s", testbin.Python(), err, out, stderr)
+	}
+	return string(out)
+}

@@ -360,7 +360,8 @@ func SortNewestFirst(es []Entry) {
 }
 
 // Latest scans dir (recursively, MaxScanDepth levels; a symlinked dir is
-// followed) and returns the newest sound checkpoint (KindCheckpoint) — by
+// followed) and returns the newest sound checkpoint (KindCheckpoint, and
+// passing the full CRC check of its records: see confirmNewest) — by
 // step or epoch when the checkpoints all carry it, else by modification
 // time — and the invalid candidates that are newer than it (a torn save, a
 // truncated copy), which a resume must not pick. best is nil when there is
@@ -440,6 +441,7 @@ func FindLatest(dir string) (*LatestResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	confirmNewest(es, func(*Entry) string { return "" })
 	res := pickLatest(es)
 	res.Dir = dir
 	if r, err := filepath.EvalSymlinks(dir); err == nil {

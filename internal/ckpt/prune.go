@@ -210,6 +210,9 @@ func Prune(dir string, pol PrunePolicy, apply bool) (*PrunePlan, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The checkpoint each series keeps as its newest valid one must pass
+	// the full check, or prune would keep a damaged file alone.
+	confirmNewest(t.entries, func(e *Entry) string { return e.Series })
 	plan, err := PlanPrune(t.entries, pol)
 	if err != nil {
 		return nil, err
