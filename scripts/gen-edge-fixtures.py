@@ -19,6 +19,7 @@ import sys
 import zipfile
 
 import numpy as np
+import torch
 
 PWNED = "vg-pwned"
 CMD = "touch " + PWNED
@@ -77,6 +78,34 @@ def main():
     npz("attack_deflated.npz", [("b.npy", evil, True)])
     # numpy reads a member by its full name too: no .npy suffix needed.
     npz("attack_noext.npz", [("weights", evil, True)])
+    lightning_run()
+
+
+def lightning_ckpt(epoch, step, best):
+    """A Lightning-style checkpoint: ModelCheckpoint records best_model_path."""
+    torch.manual_seed(step)
+    model = torch.nn.Linear(4, 2)
+    cb = "ModelCheckpoint{'monitor': 'val_loss', 'mode': 'min'}"
+    return {"epoch": epoch, "global_step": step, "pytorch-lightning_version": "2.1.0",
+            "state_dict": model.state_dict(), "optimizer_states": [], "lr_schedulers": [],
+            "callbacks": {cb: {"monitor": "val_loss", "best_model_score": torch.tensor(0.25),
+                               "best_model_path": best, "last_model_path": ""}},
+            "loops": {}, "hyper_parameters": {}}
+
+
+def lightning_run():
+    """lightning/: a run whose best checkpoint (epoch 0) is its oldest, as
+    ModelCheckpoint(save_top_k=-1, monitor="val_loss") leaves it when the
+    loss rose after the first epoch; best_model_path is absolute, as
+    Lightning writes it, on the machine that trained."""
+    d = os.path.join(OUT, "lightning")
+    os.makedirs(d, exist_ok=True)
+    best = "/home/user/proj/lightning_logs/version_0/checkpoints/epoch=0-step=100.ckpt"
+    for epoch in range(3):
+        step = 100 * (epoch + 1)
+        torch.save(lightning_ckpt(epoch, step, best), os.path.join(d, f"epoch={epoch}-step={step}.ckpt"))
+        t = 1_750_000_000 + step
+        os.utime(os.path.join(d, f"epoch={epoch}-step={step}.ckpt"), (t, t))
 
 
 if __name__ == "__main__":

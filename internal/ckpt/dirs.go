@@ -341,6 +341,9 @@ func inspectHF(dir string, rep *Report, opt Options) {
 	if hs.BestMetric != nil {
 		rep.Scalars["best_metric"] = *hs.BestMetric
 	}
+	if hs.BestModelCheckpoint != nil && *hs.BestModelCheckpoint != "" {
+		rep.Scalars["best_model_checkpoint"] = *hs.BestModelCheckpoint
+	}
 	if n := len(hs.LogHistory); n > 0 {
 		for k, v := range hs.LogHistory[n-1] {
 			switch x := v.(type) {

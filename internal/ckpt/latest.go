@@ -36,6 +36,10 @@ type Entry struct {
 	// its name with every run of digits replaced by "#" (ckpt-100.pt and
 	// ckpt-200.pt are both <dir>/ckpt-#.pt). Prune acts within a series.
 	Series string `json:"series"`
+	// BestRefs are the paths a trainer recorded in this checkpoint as its
+	// best one (HF best_model_checkpoint, Lightning best_model_path):
+	// prune never deletes them.
+	BestRefs []string `json:"best_refs,omitempty"`
 }
 
 // Entry kinds.
@@ -177,6 +181,7 @@ func scanTree(dir string) (*tree, error) {
 			add(rep)
 		}
 	}
+	refineSeries(t.entries)
 	sortEntries(t.entries)
 	return t, nil
 }
@@ -225,7 +230,7 @@ func SeriesOf(path string) string {
 func entryOf(r *Report) Entry {
 	e := Entry{Path: r.Path, Format: r.Format, Layout: r.Layout, Valid: r.Valid, Reason: r.Reason,
 		ModTime: r.ModTime, Size: r.Size, Step: r.Step, Epoch: r.Epoch, Tensors: len(r.Tensors),
-		Series: SeriesOf(r.Path)}
+		Series: SeriesOf(r.Path), BestRefs: bestRefsOf(r.Scalars)}
 	e.Kind, e.Note = classify(r)
 	for k, v := range r.Scalars {
 		if strings.Contains(k, ".") && !strings.HasPrefix(k, "__metadata__") {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramguard/vramguard/internal/ckpt"
+	"github.com/vramguard/vramguard/internal/termsafe"
 )
 
 // NewCmdCkpt builds `vramguard ckpt` and its subcommands.
@@ -221,13 +222,13 @@ func runCkptVerify(f *Factory, path string, deep, asJSON bool) error {
 	} else {
 		for _, r := range results {
 			if r.Valid {
-				fmt.Fprintf(f.IO.Out, "ok       %s (%s)\n", r.Path, r.Format)
+				fmt.Fprintf(f.IO.Out, "ok       %s (%s)\n", ckpt.DisplayPath(r.Path), r.Format)
 			} else {
 				format := r.Format
 				if format == "" {
 					format = "unknown format"
 				}
-				fmt.Fprintf(f.IO.Out, "INVALID  %s (%s): %s\n", r.Path, format, r.Reason)
+				fmt.Fprintf(f.IO.Out, "INVALID  %s (%s): %s\n", ckpt.DisplayPath(r.Path), format, termsafe.String(r.Reason))
 			}
 		}
 	}
@@ -326,7 +327,11 @@ the rule that keeps each checkpoint and the space the deletions free.`,
 				if plan == nil {
 					return ckptInputErr(err)
 				}
-				return Failf("%v", err)
+				if asJSON && plan.Applied {
+					// Scripts learn what is gone from the plan's deleted list.
+					f.WriteJSON(plan)
+				}
+				return Failf("%s", termsafe.String(err.Error()))
 			}
 			if asJSON {
 				return f.WriteJSON(plan)

@@ -80,3 +80,41 @@ func TestCkptScanStatuses(t *testing.T) {
 		}
 	}
 }
+
+// TestCkptEscapesNames: a file name with a newline or an escape sequence
+// is printed quoted by every ckpt command, never raw; --json keeps it.
+func TestCkptEscapesNames(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	src, err := os.ReadFile(ckptTestdata + "/torch/training.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"ckpt-1.pt\nckpt-9.pt", "ckpt-2\x1b]0;owned\x07.pt"}
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(dir, n), src, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"ls", dir}, {"latest", dir}, {"prune", dir, "--keep-last", "1"}, {"scan", dir}, {"verify", dir},
+		{"inspect", filepath.Join(dir, names[1])}} {
+		_, out, errOut := runCkpt(t, args...)
+		all := out + errOut
+		if strings.ContainsAny(all, "\x1b\x07") || strings.Contains(all, "\nckpt-9.pt") {
+			t.Errorf("%v prints a raw name:\n%q", args, all)
+		}
+		if args[0] != "latest" && args[0] != "inspect" && !strings.Contains(all, `ckpt-1.pt\nckpt-9.pt`) {
+			t.Errorf("%v does not name the file with the newline:\n%s", args, all)
+		}
+	}
+	_, out, _ := runCkpt(t, "ls", "--json", dir)
+	var es []struct{ Path string }
+	if err := json.Unmarshal([]byte(out), &es); err != nil || len(es) != 2 {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, e := range es {
+		if e.Path != filepath.Join(dir, names[0]) && e.Path != filepath.Join(dir, names[1]) {
+			t.Errorf("--json path %q is not the file's name", e.Path)
+		}
+	}
+}

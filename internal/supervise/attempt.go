@@ -47,10 +47,10 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 		}
 		env = setEnv(env, "VRAMGUARD_RESUME", pm.Resume.From)
 		if pm.Resume.From != "" {
-			s.notifyf("attempt %d resumes from %s", n, pm.Resume.From)
+			s.notifyf("attempt %d resumes from %s", n, ckpt.DisplayPath(pm.Resume.From))
 		}
 		for _, sk := range pm.Resume.Skipped {
-			s.notifyf("skipped checkpoint %s: %s", sk.Path, sk.Reason)
+			s.notifyf("skipped checkpoint %s: %s", ckpt.DisplayPath(sk.Path), sk.Reason)
 			s.event(ctx, n, timeline.KindResumeSkipped, sk.Path+": "+sk.Reason, sk)
 		}
 		if p := pm.Resume.Problem; p != "" {
