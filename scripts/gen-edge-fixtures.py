@@ -79,6 +79,7 @@ def main():
     # numpy reads a member by its full name too: no .npy suffix needed.
     npz("attack_noext.npz", [("weights", evil, True)])
     lightning_run()
+    overflow_storage()
 
 
 def lightning_ckpt(epoch, step, best):
@@ -106,6 +107,48 @@ def lightning_run():
         torch.save(lightning_ckpt(epoch, step, best), os.path.join(d, f"epoch={epoch}-step={step}.ckpt"))
         t = 1_750_000_000 + step
         os.utime(os.path.join(d, f"epoch={epoch}-step={step}.ckpt"), (t, t))
+
+
+class _Storage:
+    """Pickled as the persistent id of a storage record, as torch.save does."""
+
+
+class _Tensor:
+    def __init__(self, shape):
+        self.shape = shape
+
+    def __reduce__(self):
+        import collections
+        return (torch._utils._rebuild_tensor_v2,
+                (_Storage(), 0, self.shape, (1,) * len(self.shape), False, collections.OrderedDict()))
+
+
+def torch_zip_with_numel(path, numel, record_bytes, shape):
+    """A torch zip whose one FloatStorage claims numel elements while its
+    record holds record_bytes bytes, the rest written as torch.save does."""
+    import pickle
+
+    class P(pickle.Pickler):
+        def persistent_id(self, obj):
+            if isinstance(obj, _Storage):
+                return ("storage", torch.FloatStorage, "0", "cpu", numel)
+            return None
+
+    buf = io.BytesIO()
+    P(buf, protocol=2).dump({"weight": _Tensor(shape)})
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", buf.getvalue())
+        z.writestr("archive/data/0", b"\0" * record_bytes)
+        z.writestr("archive/version", "3\n")
+
+
+def overflow_storage():
+    """attack_numel_overflow.pt: 2**62 + 4 float32 elements are 2**64 + 16
+    bytes, 16 once wrapped to 64 bits: a reader that multiplies without a
+    check finds the 16-byte record the right size. benign_numel.pt is the
+    same file with the honest count 4."""
+    torch_zip_with_numel(os.path.join(OUT, "attack_numel_overflow.pt"), 2**62 + 4, 16, (4,))
+    torch_zip_with_numel(os.path.join(OUT, "benign_numel.pt"), 4, 16, (4,))
 
 
 if __name__ == "__main__":

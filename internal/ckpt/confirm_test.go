@@ -124,3 +124,57 @@ print("loaded", "differ" if any(not torch.equal(x, y) for x, y in zip(fa, fb)) e
 		t.Errorf("torch.load of the damaged file: %q, want it loaded with other weights", out)
 	}
 }
+
+// TestSizeOverflow: a storage of 2**62+4 float32 elements wraps to 16
+// bytes in 64-bit arithmetic, the size of its record; verify --deep
+// refuses it (torch.load fails on it), the honest file passes.
+func TestSizeOverflow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		file  string
+		valid bool
+		why   string
+	}{
+		{"benign_numel.pt", true, ""},
+		{"attack_numel_overflow.pt", false, "more bytes than a 64-bit size holds"},
+	} {
+		rep, err := Inspect(filepath.Join("testdata/edges", tc.file), Options{Deep: true, Structure: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Valid != tc.valid || !strings.Contains(rep.Reason, tc.why) {
+			t.Errorf("%s: valid=%v %q, want %v with %q", tc.file, rep.Valid, rep.Reason, tc.valid, tc.why)
+		}
+	}
+	out := runPython(t, `
+import sys, torch
+for p in sys.argv[1:]:
+    try:
+        torch.load(p); print("loads")
+    except Exception:
+        print("fails")
+`, "testdata/edges/benign_numel.pt", "testdata/edges/attack_numel_overflow.pt")
+	if strings.Fields(out)[0] != "loads" || strings.Fields(out)[1] != "fails" {
+		t.Errorf("torch.load: %q, want the honest file to load and the wrapped one to fail", out)
+	}
+}
+
+func TestCheckedSizes(t *testing.T) {
+	t.Parallel()
+	const big = int64(1) << 62
+	if _, ok := mulSize(big+4, 4); ok {
+		t.Error("(2**62+4)*4 did not overflow")
+	}
+	if n, ok := mulSize(big, 1); !ok || n != big {
+		t.Error("2**62*1")
+	}
+	if _, ok := addSize(1<<63-1, 1); ok {
+		t.Error("MaxInt64+1 did not overflow")
+	}
+	if _, ok := shapeNumel([]int64{1 << 32, 1 << 32}); ok {
+		t.Error("2**64 elements did not overflow")
+	}
+	if _, ok := shapeNumel([]int64{3, -1}); ok {
+		t.Error("a negative dimension passed")
+	}
+}

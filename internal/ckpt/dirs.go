@@ -99,11 +99,13 @@ func inspectDCP(dir string, rep *Report, opt Options) {
 					continue // BytesStorageMetadata: an arbitrary object
 				}
 				shape, _ := intTuple(sz)
-				n := int64(1)
-				for _, x := range shape {
-					n *= x
+				n, ok := shapeNumel(shape)
+				b, ok2 := mulSize(n, elemSize[dt])
+				if !ok || !ok2 {
+					rep.invalid("%s: shape %v is more bytes than a 64-bit size holds", fqn, shape)
+					continue
 				}
-				rep.Tensors = append(rep.Tensors, Tensor{Path: fqn, DType: dt, Shape: shape, Bytes: n * elemSize[dt], Role: roleOf(fqn)})
+				rep.Tensors = append(rep.Tensors, Tensor{Path: fqn, DType: dt, Shape: shape, Bytes: b, Role: roleOf(fqn)})
 			}
 		}
 	}
