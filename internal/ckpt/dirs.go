@@ -2,6 +2,7 @@ package ckpt
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -311,9 +312,9 @@ type hfState struct {
 func inspectHF(dir string, rep *Report, opt Options) {
 	rep.ModTime = newestMTime(dir, rep.ModTime)
 	rep.Size = dirSize(dir)
-	b, err := os.ReadFile(filepath.Join(dir, "trainer_state.json"))
+	b, err := readBounded(filepath.Join(dir, "trainer_state.json"), maxSmallJSON)
 	if err != nil {
-		rep.invalid("read trainer_state.json: %v", err)
+		rep.invalid("trainer_state.json: %v", err)
 		return
 	}
 	rep.BytesRead += int64(len(b))
@@ -417,9 +418,9 @@ func inspectHF(dir string, rep *Report, opt Options) {
 
 // checkShardIndex checks that every shard a *.index.json names exists.
 func checkShardIndex(dir, p string, rep *Report) {
-	b, err := os.ReadFile(p)
+	b, err := readBounded(p, maxSmallJSON)
 	if err != nil {
-		rep.invalid("read %s: %v", filepath.Base(p), err)
+		rep.invalid("%s: %v", filepath.Base(p), err)
 		return
 	}
 	var idx struct {
@@ -439,4 +440,29 @@ func checkShardIndex(dir, p string, rep *Report) {
 			rep.invalid("%s names shard %s, which is missing", filepath.Base(p), f)
 		}
 	}
+}
+
+// maxSmallJSON bounds the JSON files a checkpoint directory holds beside
+// its weights (trainer_state.json, *.index.json), as maxDCPMetadata bounds
+// .metadata: real ones are kilobytes to a few MiB (a long log_history, a
+// weight map of a hundred thousand names).
+const maxSmallJSON = 64 << 20
+
+// readBounded reads a whole file of at most max bytes; a larger one (a
+// sparse 1 GiB file costs nothing on disk) is refused by its size before
+// anything is read.
+func readBounded(p string, max int64) ([]byte, error) {
+	f, size, err := openFile(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if size > max {
+		return nil, fmt.Errorf("%d bytes, over the %d-byte bound for this file", size, max)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, fmt.Errorf("read: %v", err)
+	}
+	return b, nil
 }

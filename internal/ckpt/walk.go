@@ -41,8 +41,11 @@ type walker struct {
 	order    []string
 	nodes    int
 	seen     map[any]bool
+	walked   map[any]bool // containers walked once already (again)
 	capped   bool
-	bad      []string // structural problems found while walking
+	// sharedNoted: the finding about shared containers is made.
+	sharedNoted bool
+	bad         []string // structural problems found while walking
 }
 
 func newWalker(rep *Report) *walker {
@@ -94,8 +97,8 @@ func (w *walker) walk(v any, path string, depth int, role string) {
 			w.walk(e, join(path, fmt.Sprint(i)), depth+1, role)
 		}
 	case *pickle.List:
-		if w.seen[x] {
-			return // a cycle
+		if w.seen[x] || w.again(x, path) {
+			return // a cycle, or walked already
 		}
 		w.seen[x] = true
 		defer delete(w.seen, x)
@@ -103,7 +106,7 @@ func (w *walker) walk(v any, path string, depth int, role string) {
 			w.walk(e, join(path, fmt.Sprint(i)), depth+1, role)
 		}
 	case *pickle.Dict:
-		if w.seen[x] {
+		if w.seen[x] || w.again(x, path) {
 			return
 		}
 		w.seen[x] = true
@@ -117,10 +120,35 @@ func (w *walker) walk(v any, path string, depth int, role string) {
 		if w.seen[x] {
 			return
 		}
+		if g, ok := x.Global(); ok && g.Module == "collections" && g.Name == "OrderedDict" && w.again(x, path) {
+			return
+		}
 		w.seen[x] = true
 		defer delete(w.seen, x)
 		w.walkCall(x, path, depth, role)
 	}
+}
+
+// again reports whether the container c was walked already under another
+// path. A pickle shares a memoized container by reference, and a chain of
+// containers that each hold the one before twice doubles the paths at
+// every level: a 1 KB pickle names 2^40 paths. Each container is walked
+// once, under its first path, so the walk is linear in the pickle; a
+// tensor shared by two paths (tied weights) is a Call, not a container,
+// and is still listed under both.
+func (w *walker) again(c any, path string) bool {
+	if w.walked == nil {
+		w.walked = map[any]bool{}
+	}
+	if !w.walked[c] {
+		w.walked[c] = true
+		return false
+	}
+	if !w.sharedNoted {
+		w.sharedNoted = true
+		w.rep.finding("containers shared by several paths (first at %s) are listed once, under their first path", path)
+	}
+	return true
 }
 
 func (w *walker) walkDict(x *pickle.Dict, path string, depth int, role string) {
