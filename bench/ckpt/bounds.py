@@ -117,13 +117,18 @@ def measure(argv, runs=3):
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--gen":
+        gen(sys.argv[2])
+        return
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     bins = [("vramguard", sys.argv[1])]
     if len(sys.argv) > 2:
         bins.append(("before", sys.argv[2]))
     with tempfile.TemporaryDirectory() as d:
-        gen(d)
+        # In a child: a child's ru_maxrss counts from the fork, so the
+        # measuring process stays small.
+        subprocess.run([PY, os.path.abspath(__file__), "--gen", d], check=True)
         st_load = "import sys,struct,json; f=open(sys.argv[1],'rb'); n=struct.unpack('<Q',f.read(8))[0]; json.loads(f.read(n))"
         cases = [
             ("st_many.safetensors", [["inspect"], ["verify", "--deep"], ["scan"]], st_load),

@@ -219,3 +219,73 @@ func runPython(t *testing.T, script string, args ...string) string {
 	}
 	return string(out)
 }
+
+// TestScanBuildSideEffects: BUILD on an allowlisted function, and on what
+// an allowlisted non-container returns, and persistent ids other than
+// torch's storage and module records are findings; real saves pass (the
+// nn.Module saves of TestScanPassesRealTorchFiles fill modules, numpy
+// arrays and OrderedDicts by BUILD).
+func TestScanBuildSideEffects(t *testing.T) {
+	t.Parallel()
+	bu := func(s string) string { return "X" + string([]byte{byte(len(s)), 0, 0, 0}) + s }
+	tests := []struct {
+		name, pickle, want string
+	}{
+		{"build on a function", "\x80\x02ctorch.nn.functional\nrelu\nN}" + bu("dump_patches") + "\x88s\x86b.", "BUILD on the class or function itself"},
+		{"build on torch.Size", "\x80\x02ctorch\nSize\n)Rq\x00}" + bu("a") + "K\x01sb.", "BUILD on what torch.Size returns"},
+		{"odd persistent id", "\x80\x02(" + bu("weird") + "K\x01tQ.", "persistent id"},
+		{"pid as a string", "\x80\x02" + bu("weird") + "Q.", "persistent id"},
+	}
+	dir := t.TempDir()
+	for _, tc := range tests {
+		p := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".pkl")
+		os.WriteFile(p, []byte(tc.pickle), 0o644)
+		res, err := ScanFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, h := range res.Hits {
+			found = found || (h.Verdict == VerdictDangerous && strings.Contains(h.Reason, tc.want))
+		}
+		if res.Safe || !found || len(res.Errors) != 0 {
+			t.Errorf("%s: safe=%v hits %+v errors %v", tc.name, res.Safe, res.Hits, res.Errors)
+		}
+	}
+	// An OrderedDict with attributes, as every state_dict is saved, passes.
+	ok := "\x80\x02ccollections\nOrderedDict\n)Rq\x00}" + bu("_metadata") + "}sb."
+	p := filepath.Join(dir, "od.pkl")
+	os.WriteFile(p, []byte(ok), 0o644)
+	if res, err := ScanFile(p); err != nil || !res.Safe {
+		t.Errorf("OrderedDict with _metadata: %+v %v", res, err)
+	}
+}
+
+// TestBuildPatchRunsUnderTorch: scripts/gen-edge-fixtures.py's legacy file
+// names only allowlisted globals, and Debian's torch.load writes
+// relu.patch into its working directory; scan fails it.
+func TestBuildPatchRunsUnderTorch(t *testing.T) {
+	t.Parallel()
+	p, _ := filepath.Abs("testdata/edges/attack_build_patch.pt")
+	res, err := ScanFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Safe || res.Dangerous != 1 || res.Hits[len(res.Hits)-1].Opcode != "BUILD" {
+		t.Errorf("scan: %+v", res)
+	}
+	dir := t.TempDir()
+	runPython(t, `
+import os, sys, warnings
+warnings.simplefilter("ignore")
+import torch
+os.chdir(sys.argv[2])
+try:
+    torch.load(sys.argv[1])
+except Exception:
+    pass
+`, p, dir)
+	if _, err := os.Stat(filepath.Join(dir, "relu.patch")); err != nil {
+		t.Errorf("torch.load did not write relu.patch: %v", err)
+	}
+}

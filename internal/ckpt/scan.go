@@ -289,6 +289,7 @@ func scanOne(r io.ReaderAt, off, size int64, name string, res *ScanResult) (*pic
 			}
 			res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: v, Reason: why, Record: name, Offset: g.Offset, Opcode: g.Opcode})
 		}
+		checkSideEffects(pr, name, res)
 	}
 	if err != nil {
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", name, err))

@@ -54,6 +54,13 @@ type Result struct {
 	End      int64 // offset just past STOP
 	Exts     []int32
 	PersIDs  int
+	// Builds are the BUILD opcodes met, each with what it acts on: what
+	// the scan checks, since BUILD calls the target's __setstate__ or sets
+	// its attributes.
+	Builds []Build
+	// PersIDList are the persistent ids met, each with its value: the
+	// loader's persistent_load decides what they do.
+	PersIDList []PersIDRef
 	Buffers  int
 	ErrAt    int64 // offset of the opcode that failed; -1 when none did
 }
@@ -811,6 +818,7 @@ func (d *decoder) step(op byte) error {
 			return err
 		}
 		d.res.PersIDs++
+		d.res.PersIDList = append(d.res.PersIDList, PersIDRef{Offset: d.opPos, ID: l})
 		return d.push(PersID{ID: l})
 	case 'Q': // BINPERSID
 		v, err := d.pop()
@@ -818,6 +826,7 @@ func (d *decoder) step(op byte) error {
 			return err
 		}
 		d.res.PersIDs++
+		d.res.PersIDList = append(d.res.PersIDList, PersIDRef{Offset: d.opPos, ID: v})
 		return d.nest(PersID{ID: v})
 	case 'R': // REDUCE
 		fn, t, err := d.popCall("REDUCE")
@@ -894,6 +903,7 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
+		d.res.Builds = append(d.res.Builds, Build{Offset: d.opPos, Target: t})
 		if _, isStr := t.(string); isStr {
 			// A str has no __setstate__ and no __dict__: Python leaves it
 			// as it is (state None) or fails. It stays a str, so a
