@@ -61,8 +61,8 @@ type Result struct {
 	// PersIDList are the persistent ids met, each with its value: the
 	// loader's persistent_load decides what they do.
 	PersIDList []PersIDRef
-	Buffers  int
-	ErrAt    int64 // offset of the opcode that failed; -1 when none did
+	Buffers    int
+	ErrAt      int64 // offset of the opcode that failed; -1 when none did
 }
 
 // ErrLimit is wrapped by errors that come from a bound in Limits.
