@@ -18,7 +18,9 @@ import (
 const loaderRunScript = `
 import json, os, sys, tempfile, warnings
 warnings.simplefilter("ignore")
-import numpy
+import numpy, pickle
+if "torch.load" in sys.argv[1]:
+    import torch
 out = {}
 for p in sys.stdin.read().split():
     d = tempfile.mkdtemp()
@@ -54,7 +56,7 @@ func runLoader(t *testing.T, load string, files []string) map[string]bool {
 		abs = append(abs, p)
 	}
 	script := strings.Replace(loaderRunScript, "        LOAD", strings.TrimLeft(load, "\n"), 1)
-	cmd := exec.Command(testbin.Python(), "-c", script)
+	cmd := exec.Command(testbin.Python(), "-c", script, load)
 	cmd.Stdin = strings.NewReader(strings.Join(abs, "\n"))
 	out, err := cmd.Output()
 	if err != nil {

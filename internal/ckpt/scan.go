@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/vramguard/vramguard/internal/ckpt/pickle"
@@ -106,10 +105,15 @@ var scanLimits = func() pickle.Limits {
 	return l
 }()
 
-// maxPicklesPerFile is how many consecutive pickles torch.load can read
-// from one non-zip file: the legacy format's magic number, protocol
-// version, sys_info, object and storage keys.
-const maxPicklesPerFile = 5
+// legacyPickles is how many consecutive pickles torch.load reads from a
+// legacy file: the magic number, protocol version, sys_info, the object
+// and the storage keys; raw storage data follows. Any other file is read
+// pickle after pickle (pickle.load in a loop reads them all), up to
+// maxPicklesPerFile: past it, what is left is a finding.
+const (
+	legacyPickles     = 5
+	maxPicklesPerFile = 100_000
+)
 
 func isTorchConstant(name string) bool {
 	if _, ok := torchDType(name); ok {
@@ -248,31 +252,59 @@ const (
 	StatusSkipped       = "skipped"
 )
 
-// scanPickles decodes consecutive pickles starting at off. When probe is
-// true, input that does not start like a pickle is not an error.
+// scanPickles decodes consecutive pickles starting at off, every one up
+// to the end of the input or the first byte that is no opcode (where
+// Python stops: "invalid load key"); a torch legacy file is read as
+// torch reads it, five pickles and then raw storage data. Where a pickle
+// ends inside a FRAME of 8 KiB or more, CPython's unpickler has read the
+// frame whole, and from a file that cannot give bytes back (a raw or
+// unbuffered stream, a tar member opened as torch opens it) the next
+// load() starts at the frame's end instead: both chains are scanned.
+// When probe is true, input that does not start like a pickle is not an
+// error.
 func scanPickles(r io.ReaderAt, off, size int64, record string, res *ScanResult, probe bool) {
-	for i := 0; off < size && i < maxPicklesPerFile; i++ {
-		var b [1]byte
-		if _, err := r.ReadAt(b[:], off); err != nil {
-			res.Errors = append(res.Errors, fmt.Sprintf("read at byte %d: %v", off, err))
-			return
-		}
-		if i > 0 || probe {
-			// Python stops at once on a byte that is no opcode ("invalid
-			// load key"): nothing from there on can run.
-			if !pickle.IsOpcode(b[0]) {
-				return
+	limit := maxPicklesPerFile
+	if res.Format == FormatTorchLegacy && record == "" {
+		limit = legacyPickles
+	}
+	type start struct {
+		off int64
+		n   int
+	}
+	todo := []start{{off, 0}}
+	done := map[int64]bool{}
+	for len(todo) > 0 {
+		st := todo[0]
+		todo = todo[1:]
+		for off, i := st.off, st.n; off < size && !done[off]; i++ {
+			done[off] = true
+			if i == limit {
+				if limit != legacyPickles {
+					res.Errors = append(res.Errors, fmt.Sprintf("more than %d pickles: bytes from %d on are not scanned", limit, off))
+				}
+				break
 			}
+			var b [1]byte
+			if _, err := r.ReadAt(b[:], off); err != nil {
+				res.Errors = append(res.Errors, fmt.Sprintf("read at byte %d: %v", off, err))
+				break
+			}
+			if (i > 0 || probe) && !pickle.IsOpcode(b[0]) {
+				break
+			}
+			name := record
+			if name == "" {
+				name = fmt.Sprintf("pickle %d", i+1)
+			}
+			pr, ok := scanOne(r, off, size, name, res)
+			if !ok || record != "" {
+				break // a zip record is read by one load()
+			}
+			if pr.FrameEnd > pr.End && pr.FrameLen >= 8<<10 {
+				todo = append(todo, start{pr.FrameEnd, i + 1})
+			}
+			off = pr.End
 		}
-		name := record
-		if name == "" {
-			name = fmt.Sprintf("pickle %d", i+1)
-		}
-		pr, ok := scanOne(r, off, size, name, res)
-		if !ok || record != "" {
-			return
-		}
-		off = pr.End
 	}
 }
 
@@ -421,12 +453,8 @@ func pythonTarHeader(r io.ReaderAt) bool {
 	if n, _ := r.ReadAt(blk[:], 0); n < 512 || allNul(blk[:]) {
 		return false
 	}
-	f := blk[148:156]
-	if f[0] == 0o200 || f[0] == 0o377 {
-		return true // base-256 checksum: take it as valid
-	}
-	want, err := strconv.ParseInt(strings.TrimSpace(string(trimNul(f))), 8, 64)
-	if err != nil && strings.TrimSpace(string(trimNul(f))) != "" {
+	want, err := pyTarNumber(blk[148:156])
+	if err != nil {
 		return false
 	}
 	var us, ss int64 = 256, 256
@@ -459,16 +487,17 @@ func scanTar(r io.ReaderAt, size int64, res *ScanResult) {
 		// Extended headers rename the next member and links make
 		// extraction read another member's data: torch would read
 		// records scan cannot name.
-		switch tf := blk[156]; tf {
+		tf := blk[156]
+		switch tf {
 		case 0, '0', '3', '4', '5', '6', '7':
 		default:
 			res.Errors = append(res.Errors, fmt.Sprintf("tar member at byte %d has type %q (a link or an extended header): torch's loader may read records under other names than scan sees", off, tf))
 			return
 		}
 		name := string(trimNul(blk[:100]))
-		n, err := parseOctal(blk[124:136])
-		if err != nil {
-			res.Errors = append(res.Errors, err.Error())
+		n, err := pyTarNumber(blk[124:136])
+		if err != nil || n < 0 {
+			res.Errors = append(res.Errors, fmt.Sprintf("tar member at byte %d: size field %q is not one tarfile reads", off, blk[124:136]))
 			return
 		}
 		data := off + 512
@@ -476,11 +505,14 @@ func scanTar(r io.ReaderAt, size int64, res *ScanResult) {
 		if end > size {
 			end = size
 		}
+		isFile := tarDataBlocks(tf, name, 1) > 0
 		switch strings.TrimPrefix(name, "./") {
 		case "pickle", "sys_info", "tensors", "storages":
-			scanTarRecord(r, data, end, strings.TrimPrefix(name, "./"), res)
+			if isFile {
+				scanTarRecord(r, data, end, strings.TrimPrefix(name, "./"), res)
+			}
 		}
-		off = data + (n+511)/512*512
+		off = data + tarDataBlocks(tf, name, n)
 	}
 }
 

@@ -61,6 +61,11 @@ type Result struct {
 	// PersIDList are the persistent ids met, each with its value: the
 	// loader's persistent_load decides what they do.
 	PersIDList []PersIDRef
+	// FrameEnd is, when STOP came inside a FRAME, where that frame ends
+	// (FrameLen its length): CPython's unpickler has read the whole frame,
+	// and a reader that cannot give back what it read ahead starts the
+	// next pickle there. 0 otherwise.
+	FrameEnd, FrameLen int64
 	Buffers    int
 	ErrAt      int64 // offset of the opcode that failed; -1 when none did
 }
@@ -206,6 +211,8 @@ type decoder struct {
 	res    Result
 	opPos  int64
 	nbuf   int
+	// frameEnd and frameLen: the last FRAME read, where it ends.
+	frameEnd, frameLen int64
 }
 
 type memoEnt struct {
@@ -469,12 +476,16 @@ func (d *decoder) step(op byte) error {
 		if int64(n) < 0 || d.src.pos+int64(n) > d.src.size {
 			return fmt.Errorf("frame of %d bytes runs past the input: %w", n, errTruncated)
 		}
+		d.frameEnd, d.frameLen = d.src.pos+int64(n), int64(n)
 		return nil
 	case '.': // STOP
 		if len(d.stack) == 0 {
 			return errors.New("STOP on an empty stack")
 		}
 		d.res.Value = d.stack[len(d.stack)-1]
+		if d.src.pos < d.frameEnd {
+			d.res.FrameEnd, d.res.FrameLen = d.frameEnd, d.frameLen
+		}
 		return errStop
 	case '(': // MARK
 		if len(d.marks) >= d.lim.MaxMarks {
