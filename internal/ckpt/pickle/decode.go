@@ -66,8 +66,8 @@ type Result struct {
 	// and a reader that cannot give back what it read ahead starts the
 	// next pickle there. 0 otherwise.
 	FrameEnd, FrameLen int64
-	Buffers    int
-	ErrAt      int64 // offset of the opcode that failed; -1 when none did
+	Buffers            int
+	ErrAt              int64 // offset of the opcode that failed; -1 when none did
 }
 
 // ErrLimit is wrapped by errors that come from a bound in Limits.
