@@ -83,7 +83,9 @@ type ScanResult struct {
 	Skipped string `json:"skipped,omitempty"`
 
 	allow  map[string]bool
-	unread bool // in no format, no pickle: skipped in a directory
+	// skipWhy: no loader in scope unpickles the file; a directory scan
+	// skips it for this reason.
+	skipWhy string
 }
 
 // ScanOptions adjust a scan.
@@ -184,6 +186,8 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 		// numpy.load reads its own magic before anything else.
 		res.Format = FormatNpy
 		scanNpy(r, size, "", res)
+	case res.Format == "" && compressedFormat(head6(r)) != "":
+		scanCompressed(r, size, compressedFormat(head6(r)), res)
 	case res.Format == FormatSafetensors, res.Format == FormatTorchTar:
 		if res.Format == FormatTorchTar {
 			scanTar(r, size, res)
@@ -206,7 +210,7 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 		var b [1]byte
 		r.ReadAt(b[:], 0)
 		res.notUnderstood("", "in no format the scanner reads (first byte 0x%02x is no pickle opcode)", b[0])
-		res.unread = true
+		res.skipWhy = unknownFormatSkip
 	}
 	res.finish()
 }
@@ -539,9 +543,15 @@ func ScanPathWith(path string, opts ScanOptions) ([]*ScanResult, error) {
 	var out []*ScanResult
 	err = walkFollow(path, func(p string, d fs.DirEntry, err error) error { // fswalk.go: follows symlinks
 		if err != nil {
-			if p == path {
+			if p == path && !errors.Is(err, ErrDepthLimit) {
 				return err
 			}
+			// A subdirectory it cannot read, or one too deep: what is
+			// in it is not scanned, which is a finding, never silence.
+			r := newScanResult(p, "", opts)
+			r.Errors = append(r.Errors, fmt.Sprintf("directory not scanned: %v", unwrapPathErr(err)))
+			r.finish()
+			out = append(out, r)
 			return nil
 		}
 		if !d.Type().IsRegular() {
@@ -555,9 +565,9 @@ func ScanPathWith(path string, opts ScanOptions) ([]*ScanResult, error) {
 			out = append(out, r)
 			return nil
 		}
-		if r.unread {
+		if r.skipWhy != "" {
 			r.NotUnderstood = r.NotUnderstood[:0]
-			r.Skipped = unknownFormatSkip
+			r.Skipped = r.skipWhy
 			r.finish()
 		}
 		out = append(out, r)
@@ -568,4 +578,20 @@ func ScanPathWith(path string, opts ScanOptions) ([]*ScanResult, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
+}
+
+// unwrapPathErr drops the system call's name from an os error ("open
+// DIR: permission denied" reads "permission denied").
+func unwrapPathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func head6(r io.ReaderAt) []byte {
+	b := make([]byte, 6)
+	n, _ := r.ReadAt(b, 0)
+	return b[:n]
 }
