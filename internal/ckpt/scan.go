@@ -82,7 +82,7 @@ type ScanResult struct {
 	Status  string `json:"status"`
 	Skipped string `json:"skipped,omitempty"`
 
-	allow  map[string]bool
+	allow map[string]bool
 	// skipWhy: no loader in scope unpickles the file; a directory scan
 	// skips it for this reason.
 	skipWhy string
