@@ -149,6 +149,10 @@ func ScanFileWith(path string, opts ScanOptions) (*ScanResult, error) {
 	}
 	defer f.Close()
 	res := newScanResult(path, detectFile(f, size), opts)
+	if isDCPShard(path) {
+		scanDCPShard(path, res, opts)
+		return res, nil
+	}
 	scanReader(f, size, res)
 	return res, nil
 }

@@ -21,7 +21,7 @@ var plainStateTargets = map[string]bool{
 
 func plainStateTarget(full string, allow map[string]bool) bool {
 	if plainStateTargets[full] || allow[full] || strings.HasPrefix(full, "torch.nn.modules.") ||
-		strings.HasPrefix(full, "torch.distributed.checkpoint.metadata.") || strings.HasPrefix(full, "torch.distributed.checkpoint.planner.") {
+		strings.HasPrefix(full, "torch.distributed.checkpoint.") {
 		return true
 	}
 	return false
