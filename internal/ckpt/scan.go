@@ -342,17 +342,21 @@ func scanOne(r io.ReaderAt, off, size int64, name string, res *ScanResult) (*pic
 // torch.load, given one under any name, unpickles it from byte 0. A header
 // whose bytes also spell pickle opcodes reaching a global would run, so the
 // scan decodes that view too and classifies every global it meets. A stop
-// of the decoder is a finding only when a bound of the decoder caused it:
-// the file parsed completely as safetensors, and every other stop is one
-// of the grammar errors Python raises at the same byte (the operand rules
-// are Python's, TestOperandsAsPython), so nothing after it runs.
+// of the decoder is a finding when CPython would not stop there: a bound
+// of the decoder, or an item opcode (APPENDS, SETITEMS, ADDITEMS) on an
+// object the decoder knows only symbolically, whose own methods CPython
+// calls (pickle.ErrOpaque). Every other stop is one of the grammar or
+// type errors Python raises at the same byte (the operand rules are
+// Python's, TestOperandsAsPython), so nothing after it runs. BUILDs and
+// persistent ids in that view are checked as in any pickle.
 func scanSafetensorsAsPickle(r io.ReaderAt, size int64, res *ScanResult) {
 	var b [1]byte
 	if _, err := r.ReadAt(b[:], 0); err != nil || !pickle.IsOpcode(b[0]) {
 		return
 	}
 	pr, err := pickle.Decode(r, 0, size, scanLimits)
-	if len(pr.Globals) == 0 && (err == nil || !errors.Is(err, pickle.ErrLimit)) {
+	cpythonGoesOn := err != nil && (errors.Is(err, pickle.ErrLimit) || errors.Is(err, pickle.ErrOpaque))
+	if len(pr.Globals) == 0 && len(pr.Builds) == 0 && len(pr.PersIDList) == 0 && !cpythonGoesOn {
 		return
 	}
 	name := "the file read as a pickle (what torch.load does with it)"
@@ -364,7 +368,8 @@ func scanSafetensorsAsPickle(r io.ReaderAt, size int64, res *ScanResult) {
 		}
 		res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: v, Reason: why, Record: name, Offset: g.Offset, Opcode: g.Opcode})
 	}
-	if err != nil && errors.Is(err, pickle.ErrLimit) {
+	checkSideEffects(pr, name, res)
+	if cpythonGoesOn {
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", name, err))
 	}
 }

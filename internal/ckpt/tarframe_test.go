@@ -1,6 +1,7 @@
 package ckpt
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -112,5 +113,27 @@ func TestPyTarNumber(t *testing.T) {
 		if _, err := pyTarNumber([]byte(in)); err == nil {
 			t.Errorf("%q accepted (Python's int(s, 8) refuses it)", in)
 		}
+	}
+}
+
+// TestSafetensorsViewStops: in the pickle view of a safetensors file, a
+// stop CPython would not make is a finding. ADDITEMS on what builtins.set
+// returns stops the decoder (it knows the object only symbolically), while
+// CPython adds the items and goes on to the payload, which pickle.loads
+// runs.
+func TestSafetensorsViewStops(t *testing.T) {
+	t.Parallel()
+	view := []byte("\x80\x04cbuiltins\nset\n)R(K\x01\x900" + osSystemPayload)
+	res := newScanResult("view", FormatSafetensors, ScanOptions{})
+	scanSafetensorsAsPickle(bytes.NewReader(view), int64(len(view)), res)
+	res.finish()
+	if res.Safe || len(res.Errors) != 1 || !strings.Contains(res.Errors[0], "CPython may go on") {
+		t.Errorf("safe=%v errors %v hits %+v", res.Safe, res.Errors, res.Hits)
+	}
+	p := filepath.Join(t.TempDir(), "view.pkl")
+	os.WriteFile(p, view, 0o644)
+	if ran := runLoader(t, `
+        pickle.loads(open(p, "rb").read())`, []string{p}); !ran["view.pkl"] {
+		t.Error("pickle.loads did not go on to the payload")
 	}
 }

@@ -73,6 +73,22 @@ type Result struct {
 // ErrLimit is wrapped by errors that come from a bound in Limits.
 var ErrLimit = errors.New("pickle limit exceeded")
 
+// ErrOpaque is wrapped by a stop CPython need not make: APPENDS, SETITEMS
+// or ADDITEMS on an object the decoder only knows symbolically (what a
+// call returned, a class, a persistent id's object), where CPython calls
+// the object's own append, __setitem__ or add and may go on.
+var ErrOpaque = errors.New("CPython may go on here")
+
+// opaqueErr is the error for an item opcode on t: wrapping ErrOpaque when
+// t is an object whose methods the decoder cannot know.
+func opaqueErr(t any, format string, a ...any) error {
+	switch t.(type) {
+	case *Call, Global, PersID, Ext, Buffer:
+		return fmt.Errorf("%s: %w", fmt.Sprintf(format, a...), ErrOpaque)
+	}
+	return fmt.Errorf(format, a...)
+}
+
 // Decode reads one pickle from r starting at off; size is the length of r.
 // On error the Result still carries the globals met so far.
 func Decode(r io.ReaderAt, off, size int64, lim Limits) (*Result, error) {
@@ -741,7 +757,7 @@ func (d *decoder) step(op byte) error {
 		}
 		s, ok := t.(*Set)
 		if !ok {
-			return fmt.Errorf("ADDITEMS on %T", t)
+			return opaqueErr(t, "ADDITEMS on %T", t)
 		}
 		s.Items = append(s.Items, items...)
 		return d.deepen(d.popped)
@@ -946,7 +962,7 @@ func (d *decoder) appendTo(items []any) error {
 	case *Call:
 		c.ListItems = append(c.ListItems, items...)
 	default:
-		return fmt.Errorf("APPEND to %T", t)
+		return opaqueErr(t, "APPEND to %T", t)
 	}
 	return nil
 }
@@ -969,7 +985,7 @@ func (d *decoder) setItems(items []any) error {
 			c.DictItems.set(items[i], items[i+1])
 		}
 	default:
-		return fmt.Errorf("SETITEM on %T", t)
+		return opaqueErr(t, "SETITEM on %T", t)
 	}
 	return nil
 }
