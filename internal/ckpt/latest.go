@@ -399,6 +399,9 @@ type LatestResult struct {
 	// NotCheckpoints are the files in a checkpoint format that were left
 	// aside, each with its Note (a config, optimizer state alone...).
 	NotCheckpoints []Entry `json:"not_checkpoints"`
+	// Disagreement says why Best is not the newest by step: two runs'
+	// checkpoints in one folder (Lightning's -vN after a restart).
+	Disagreement string `json:"disagreement,omitempty"`
 }
 
 // NoValidCheckpointError is LatestResult.Problem's answer when a directory
@@ -476,6 +479,7 @@ func pickLatest(es []Entry) *LatestResult {
 	SortNewestFirst(valid)
 	b := valid[0]
 	res.Best = &b
+	preferNewestLightningRun(valid, res)
 	for _, e := range res.Invalid {
 		if Newer(&e, &b) {
 			res.SkippedNewer = append(res.SkippedNewer, e)

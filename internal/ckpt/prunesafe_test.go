@@ -200,3 +200,40 @@ func TestDisplayPath(t *testing.T) {
 		}
 	}
 }
+
+// TestLatestLightningRestart: Lightning restarted from scratch in the same
+// folder writes -v1 files whose steps start again; latest takes the newest
+// run's checkpoint and says the two runs disagree. A restart that resumed
+// (steps go on) needs no word.
+func TestLatestLightningRestart(t *testing.T) {
+	t.Parallel()
+	src := "testdata/edges/lightning/"
+	t0 := time.Date(2025, 7, 1, 0, 0, 0, 0, time.UTC)
+	// layout copies the files in the order the runs wrote them, an hour
+	// apart, into one folder.
+	layout := func(files [][2]string) string {
+		dir := t.TempDir()
+		for i, f := range files {
+			copyTo(t, src+f[1], filepath.Join(dir, f[0]), t0.Add(time.Duration(i)*time.Hour))
+		}
+		return dir
+	}
+	flat := layout([][2]string{{"epoch=0-step=100.ckpt", "epoch=0-step=100.ckpt"}, {"epoch=1-step=200.ckpt", "epoch=1-step=200.ckpt"},
+		{"last.ckpt", "epoch=1-step=200.ckpt"}, {"epoch=0-step=100-v1.ckpt", "epoch=0-step=100.ckpt"}, {"last-v1.ckpt", "epoch=0-step=100.ckpt"}})
+	res, err := FindLatest(flat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Best == nil || !strings.Contains(filepath.Base(res.Best.Path), "-v1") || !strings.Contains(res.Disagreement, "Lightning restarted") {
+		t.Errorf("restart from scratch: latest %v, disagreement %q", res.Best, res.Disagreement)
+	}
+	resumed := layout([][2]string{{"epoch=0-step=100.ckpt", "epoch=0-step=100.ckpt"}, {"last.ckpt", "epoch=0-step=100.ckpt"},
+		{"epoch=2-step=300-v1.ckpt", "epoch=2-step=300.ckpt"}, {"last-v1.ckpt", "epoch=2-step=300.ckpt"}})
+	res, err = FindLatest(resumed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Best == nil || *res.Best.Step != 300 || res.Disagreement != "" {
+		t.Errorf("resumed restart: latest %+v, disagreement %q", res.Best, res.Disagreement)
+	}
+}

@@ -132,6 +132,9 @@ func renderLatest(f *Factory, res *ckpt.LatestResult) {
 	for _, s := range res.SkippedNewer {
 		fmt.Fprintf(f.IO.ErrOut, "vramguard: skipped %s: %s\n", ckpt.DisplayPath(s.Path), termsafe.String(s.Reason))
 	}
+	if res.Disagreement != "" {
+		fmt.Fprintf(f.IO.ErrOut, "vramguard: %s\n", termsafe.String(res.Disagreement))
+	}
 	if res.Best != nil {
 		fmt.Fprintln(f.IO.Out, ckpt.DisplayPath(res.Best.Path))
 	}
