@@ -59,7 +59,6 @@ func TestHFCacheSnapshotIsScanned(t *testing.T) {
 		filepath.Base(res[1].Path) != "pytorch_model.bin" || res[1].Dangerous == 0 {
 		t.Fatalf("scan of the snapshot: %+v", res)
 	}
-	res = res[1:]
 	_, snap = hfCache(t, "testdata/torch/state_dict.pt")
 	res, err = ScanPath(snap)
 	if err != nil {

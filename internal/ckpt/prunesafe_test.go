@@ -173,15 +173,6 @@ func TestPrunePartWay(t *testing.T) {
 	}
 }
 
-func mustScan(t *testing.T, dir string) []Entry {
-	t.Helper()
-	es, err := Scan(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return es
-}
-
 func TestDisplayPath(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{

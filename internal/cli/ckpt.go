@@ -250,7 +250,11 @@ Trainer checkpoint directory), never by its name: configs, vocabularies,
 training arguments and optimizer state alone are never picked (--json lists
 them under not_checkpoints). Step and epoch come from top-level keys only.
 Newer checkpoints that are invalid (a torn torch.save, a truncated copy)
-are skipped and named on stderr. A symlinked DIR is followed. Exit 1 when
+are skipped and named on stderr; the one picked passes the full CRC check
+of its records first (a damaged one is skipped with the reason). After a
+Lightning restart in the same folder (-vN files) the newest run's
+checkpoint is taken, and a disagreement with an earlier run's higher step
+is said on stderr. A symlinked DIR is followed. Exit 1 when
 there is no valid checkpoint, so a resume line can fall back to starting
 fresh; when checkpoints were saved but none is valid, every one is named
 with its reason.`,
@@ -307,7 +311,15 @@ In each series it never deletes the newest valid checkpoint, the best one
 by --metric, or anything newer than the newest valid one; a series with no
 valid checkpoint is kept whole. Invalid checkpoints of a series older than
 its newest valid one are deleted unless a rule keeps them. The report names
-the rule that keeps each checkpoint and the space the deletions free.`,
+the rule that keeps each checkpoint and the space the deletions free.
+
+It also keeps the target of any link it keeps (best.pt, last.ckpt), the
+checkpoint a trainer recorded as its best (HF best_model_checkpoint,
+Lightning best_model_path), and model sizes apart (resnet18.pt and
+resnet50.pt are no series unless step or epoch prove it). The checkpoint
+kept as a series' newest valid one passes the full CRC check first.
+--apply checks every deletion before the first; one that fails later is
+reported with what was already deleted.`,
 		Example: `  vramguard ckpt prune runs/exp1 --keep-last 3
   vramguard ckpt prune runs/exp1 --keep-last 2 --keep-best 1 --metric val_loss --mode min --apply
   vramguard ckpt prune runs/exp1 --keep-last 1 --keep-every 1000 --json`,
