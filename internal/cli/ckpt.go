@@ -399,7 +399,7 @@ unknown global, pickle not read to its end), 2 bad usage or unreadable
 input, 4 nothing failed but something was not understood.`,
 		Example: `  vramguard ckpt scan downloaded/pytorch_model.bin
   vramguard ckpt scan whole_model.pt --allow __main__.Net --allow mypkg.layers.Block
-  vramguard ckpt scan ~/models --json | jq '.[] | select(.safe | not) | .path'`,
+  vramguard ckpt scan ~/models --json | jq '.[] | select(.status != "ok" and .status != "skipped") | .path'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			for _, a := range allow {
