@@ -16,6 +16,10 @@ type PrunePolicy struct {
 	Metric    string // a scalar name (loss, val_acc, eval_loss, ...)
 	Mode      string // "min" or "max"
 	KeepEvery int    // checkpoints whose step (else epoch) is a multiple of N
+	// DeleteRecordedBest lets the policy delete the checkpoints trainers
+	// recorded as their best (HF best_model_checkpoint, Lightning
+	// best_model_path), which prune otherwise always keeps.
+	DeleteRecordedBest bool
 }
 
 // Validate checks the policy for usage errors.
@@ -217,8 +221,10 @@ func Prune(dir string, pol PrunePolicy, apply bool) (*PrunePlan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !pol.DeleteRecordedBest {
+		keepBestRefs(plan)
+	}
 	keepLinkTargets(plan)
-	keepBestRefs(plan)
 	plan.LeftAlone = append(plan.LeftAlone, t.dirs...)
 	sort.SliceStable(plan.LeftAlone, func(i, j int) bool { return plan.LeftAlone[i].Path < plan.LeftAlone[j].Path })
 	plan.OtherFiles = t.otherFiles

@@ -59,6 +59,11 @@ func TestPruneKeepsRecordedBest(t *testing.T) {
 	if len(plan.Deleted) != 1 || filepath.Base(plan.Deleted[0]) != "epoch=1-step=200.ckpt" || !exists(filepath.Join(dir, "epoch=0-step=100.ckpt")) {
 		t.Errorf("lightning: deleted %v", plan.Deleted)
 	}
+	// Asked to, the policy alone decides.
+	plan, err = Prune(dir, PrunePolicy{KeepLast: 1, DeleteRecordedBest: true}, false)
+	if err != nil || plan.FreedBytes == 0 {
+		t.Errorf("--delete-recorded-best: %v %+v", err, plan)
+	}
 	// HF: three checkpoint-N folders; the newest records checkpoint-500 as best.
 	out := t.TempDir()
 	for _, n := range []int{500, 1000, 1500} {

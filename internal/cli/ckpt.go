@@ -315,7 +315,8 @@ the rule that keeps each checkpoint and the space the deletions free.
 
 It also keeps the target of any link it keeps (best.pt, last.ckpt), the
 checkpoint a trainer recorded as its best (HF best_model_checkpoint,
-Lightning best_model_path), and model sizes apart (resnet18.pt and
+Lightning best_model_path; --delete-recorded-best lifts that), and model
+sizes apart (resnet18.pt and
 resnet50.pt are no series unless step or epoch prove it). The checkpoint
 kept as a series' newest valid one passes the full CRC check first.
 --apply checks every deletion before the first; one that fails later is
@@ -358,6 +359,7 @@ reported with what was already deleted.`,
 	fl.StringVar(&pol.Metric, "metric", "", "scalar that ranks checkpoints (loss, val_acc, eval_loss, ...)")
 	fl.StringVar(&pol.Mode, "mode", "", "min or max: which way --metric is better")
 	fl.IntVar(&pol.KeepEvery, "keep-every", 0, "keep checkpoints whose step (else epoch) is a multiple of N")
+	fl.BoolVar(&pol.DeleteRecordedBest, "delete-recorded-best", false, "let the policy delete the checkpoint a trainer recorded as its best (HF best_model_checkpoint, Lightning best_model_path)")
 	fl.BoolVar(&apply, "apply", false, "delete; without it prune only reports")
 	fl.BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	return cmd
