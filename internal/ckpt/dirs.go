@@ -2,6 +2,7 @@ package ckpt
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -99,11 +100,13 @@ func inspectDCP(dir string, rep *Report, opt Options) {
 					continue // BytesStorageMetadata: an arbitrary object
 				}
 				shape, _ := intTuple(sz)
-				n := int64(1)
-				for _, x := range shape {
-					n *= x
+				n, ok := shapeNumel(shape)
+				b, ok2 := mulSize(n, elemSize[dt])
+				if !ok || !ok2 {
+					rep.invalid("%s: shape %v is more bytes than a 64-bit size holds", fqn, shape)
+					continue
 				}
-				rep.Tensors = append(rep.Tensors, Tensor{Path: fqn, DType: dt, Shape: shape, Bytes: n * elemSize[dt], Role: roleOf(fqn)})
+				rep.Tensors = append(rep.Tensors, Tensor{Path: fqn, DType: dt, Shape: shape, Bytes: b, Role: roleOf(fqn)})
 			}
 		}
 	}
@@ -309,9 +312,9 @@ type hfState struct {
 func inspectHF(dir string, rep *Report, opt Options) {
 	rep.ModTime = newestMTime(dir, rep.ModTime)
 	rep.Size = dirSize(dir)
-	b, err := os.ReadFile(filepath.Join(dir, "trainer_state.json"))
+	b, err := readBounded(filepath.Join(dir, "trainer_state.json"), maxSmallJSON)
 	if err != nil {
-		rep.invalid("read trainer_state.json: %v", err)
+		rep.invalid("trainer_state.json: %v", err)
 		return
 	}
 	rep.BytesRead += int64(len(b))
@@ -340,6 +343,9 @@ func inspectHF(dir string, rep *Report, opt Options) {
 	}
 	if hs.BestMetric != nil {
 		rep.Scalars["best_metric"] = *hs.BestMetric
+	}
+	if hs.BestModelCheckpoint != nil && *hs.BestModelCheckpoint != "" {
+		rep.Scalars["best_model_checkpoint"] = *hs.BestModelCheckpoint
 	}
 	if n := len(hs.LogHistory); n > 0 {
 		for k, v := range hs.LogHistory[n-1] {
@@ -412,9 +418,9 @@ func inspectHF(dir string, rep *Report, opt Options) {
 
 // checkShardIndex checks that every shard a *.index.json names exists.
 func checkShardIndex(dir, p string, rep *Report) {
-	b, err := os.ReadFile(p)
+	b, err := readBounded(p, maxSmallJSON)
 	if err != nil {
-		rep.invalid("read %s: %v", filepath.Base(p), err)
+		rep.invalid("%s: %v", filepath.Base(p), err)
 		return
 	}
 	var idx struct {
@@ -434,4 +440,29 @@ func checkShardIndex(dir, p string, rep *Report) {
 			rep.invalid("%s names shard %s, which is missing", filepath.Base(p), f)
 		}
 	}
+}
+
+// maxSmallJSON bounds the JSON files a checkpoint directory holds beside
+// its weights (trainer_state.json, *.index.json), as maxDCPMetadata bounds
+// .metadata: real ones are kilobytes to a few MiB (a long log_history, a
+// weight map of a hundred thousand names).
+const maxSmallJSON = 64 << 20
+
+// readBounded reads a whole file of at most max bytes; a larger one (a
+// sparse 1 GiB file costs nothing on disk) is refused by its size before
+// anything is read.
+func readBounded(p string, max int64) ([]byte, error) {
+	f, size, err := openFile(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if size > max {
+		return nil, fmt.Errorf("%d bytes, over the %d-byte bound for this file", size, max)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, fmt.Errorf("read: %v", err)
+	}
+	return b, nil
 }

@@ -2,6 +2,7 @@ package ckpt
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +13,10 @@ import (
 // MaxFollowDepth bounds how many directory levels walkFollow descends below
 // its root, whatever the links: a safety net on top of loop detection.
 const MaxFollowDepth = 64
+
+// ErrDepthLimit is what the walk hands its function for a directory at
+// MaxFollowDepth, which it does not descend into.
+var ErrDepthLimit = fmt.Errorf("directory nesting deeper than %d levels: not descended into", MaxFollowDepth)
 
 // walkFollow is filepath.WalkDir that follows symbolic links to files and
 // to directories, so that a Hugging Face cache snapshot (snapshots/<rev>/
@@ -70,6 +75,10 @@ func (w *follower) walk(path string, d fs.DirEntry, depth int) error {
 		w.seen[id] = true
 	}
 	if depth >= MaxFollowDepth {
+		// Reported, so that a scan names what it did not descend into.
+		if err := w.fn(path, d, ErrDepthLimit); err != nil && err != filepath.SkipDir {
+			return err
+		}
 		return nil
 	}
 	ents, err := os.ReadDir(path)

@@ -54,7 +54,9 @@ func TestHFCacheSnapshotIsScanned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 1 || filepath.Base(res[0].Path) != "pytorch_model.bin" || res[0].Dangerous == 0 {
+	// config.json is named as skipped (no loader unpickles it).
+	if len(res) != 2 || filepath.Base(res[0].Path) != "config.json" || res[0].Status != StatusSkipped ||
+		filepath.Base(res[1].Path) != "pytorch_model.bin" || res[1].Dangerous == 0 {
 		t.Fatalf("scan of the snapshot: %+v", res)
 	}
 	_, snap = hfCache(t, "testdata/torch/state_dict.pt")
@@ -62,7 +64,7 @@ func TestHFCacheSnapshotIsScanned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 1 || res[0].Dangerous != 0 || res[0].Pickles != 1 {
+	if len(res) != 2 || res[1].Dangerous != 0 || res[1].Pickles != 1 {
 		t.Fatalf("scan of a benign snapshot: %+v", res)
 	}
 }

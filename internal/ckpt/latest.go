@@ -36,6 +36,10 @@ type Entry struct {
 	// its name with every run of digits replaced by "#" (ckpt-100.pt and
 	// ckpt-200.pt are both <dir>/ckpt-#.pt). Prune acts within a series.
 	Series string `json:"series"`
+	// BestRefs are the paths a trainer recorded in this checkpoint as its
+	// best one (HF best_model_checkpoint, Lightning best_model_path):
+	// prune never deletes them.
+	BestRefs []string `json:"best_refs,omitempty"`
 }
 
 // Entry kinds.
@@ -177,6 +181,7 @@ func scanTree(dir string) (*tree, error) {
 			add(rep)
 		}
 	}
+	refineSeries(t.entries)
 	sortEntries(t.entries)
 	return t, nil
 }
@@ -225,7 +230,7 @@ func SeriesOf(path string) string {
 func entryOf(r *Report) Entry {
 	e := Entry{Path: r.Path, Format: r.Format, Layout: r.Layout, Valid: r.Valid, Reason: r.Reason,
 		ModTime: r.ModTime, Size: r.Size, Step: r.Step, Epoch: r.Epoch, Tensors: len(r.Tensors),
-		Series: SeriesOf(r.Path)}
+		Series: SeriesOf(r.Path), BestRefs: bestRefsOf(r.Scalars)}
 	e.Kind, e.Note = classify(r)
 	for k, v := range r.Scalars {
 		if strings.Contains(k, ".") && !strings.HasPrefix(k, "__metadata__") {
@@ -360,7 +365,8 @@ func SortNewestFirst(es []Entry) {
 }
 
 // Latest scans dir (recursively, MaxScanDepth levels; a symlinked dir is
-// followed) and returns the newest sound checkpoint (KindCheckpoint) — by
+// followed) and returns the newest sound checkpoint (KindCheckpoint, and
+// passing the full CRC check of its records: see confirmNewest) — by
 // step or epoch when the checkpoints all carry it, else by modification
 // time — and the invalid candidates that are newer than it (a torn save, a
 // truncated copy), which a resume must not pick. best is nil when there is
@@ -393,6 +399,9 @@ type LatestResult struct {
 	// NotCheckpoints are the files in a checkpoint format that were left
 	// aside, each with its Note (a config, optimizer state alone...).
 	NotCheckpoints []Entry `json:"not_checkpoints"`
+	// Disagreement says why Best is not the newest by step: two runs'
+	// checkpoints in one folder (Lightning's -vN after a restart).
+	Disagreement string `json:"disagreement,omitempty"`
 }
 
 // NoValidCheckpointError is LatestResult.Problem's answer when a directory
@@ -440,6 +449,7 @@ func FindLatest(dir string) (*LatestResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	confirmNewest(es, func(*Entry) string { return "" })
 	res := pickLatest(es)
 	res.Dir = dir
 	if r, err := filepath.EvalSymlinks(dir); err == nil {
@@ -469,6 +479,7 @@ func pickLatest(es []Entry) *LatestResult {
 	SortNewestFirst(valid)
 	b := valid[0]
 	res.Best = &b
+	preferNewestLightningRun(valid, res)
 	for _, e := range res.Invalid {
 		if Newer(&e, &b) {
 			res.SkippedNewer = append(res.SkippedNewer, e)

@@ -16,6 +16,10 @@ type PrunePolicy struct {
 	Metric    string // a scalar name (loss, val_acc, eval_loss, ...)
 	Mode      string // "min" or "max"
 	KeepEvery int    // checkpoints whose step (else epoch) is a multiple of N
+	// DeleteRecordedBest lets the policy delete the checkpoints trainers
+	// recorded as their best (HF best_model_checkpoint, Lightning
+	// best_model_path), which prune otherwise always keeps.
+	DeleteRecordedBest bool
 }
 
 // Validate checks the policy for usage errors.
@@ -210,10 +214,17 @@ func Prune(dir string, pol PrunePolicy, apply bool) (*PrunePlan, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The checkpoint each series keeps as its newest valid one must pass
+	// the full check, or prune would keep a damaged file alone.
+	confirmNewest(t.entries, func(e *Entry) string { return e.Series })
 	plan, err := PlanPrune(t.entries, pol)
 	if err != nil {
 		return nil, err
 	}
+	if !pol.DeleteRecordedBest {
+		keepBestRefs(plan)
+	}
+	keepLinkTargets(plan)
 	plan.LeftAlone = append(plan.LeftAlone, t.dirs...)
 	sort.SliceStable(plan.LeftAlone, func(i, j int) bool { return plan.LeftAlone[i].Path < plan.LeftAlone[j].Path })
 	plan.OtherFiles = t.otherFiles
@@ -225,33 +236,70 @@ func Prune(dir string, pol PrunePolicy, apply bool) (*PrunePlan, error) {
 	if err != nil {
 		return plan, err
 	}
+	// Every deletion is checked before the first one, so a refusal or a
+	// missing permission leaves the directory as it was.
+	var doomed []string
 	for _, it := range plan.Items {
 		if it.Keep {
 			continue
 		}
 		if it.Kind != KindCheckpoint && it.Kind != KindInvalid {
-			return plan, fmt.Errorf("refusing to delete %s: not recognised as a checkpoint", it.Path)
+			return plan, fmt.Errorf("refusing to delete %s: not recognised as a checkpoint; nothing deleted", it.Path)
 		}
 		p, err := filepath.Abs(it.Path)
 		if err != nil || p == root || !strings.HasPrefix(p, root+string(filepath.Separator)) {
-			return plan, fmt.Errorf("refusing to delete %s: outside %s", it.Path, dir)
+			return plan, fmt.Errorf("refusing to delete %s: outside %s; nothing deleted", it.Path, dir)
 		}
 		if err := underRoot(dir, p); err != nil {
-			return plan, fmt.Errorf("refusing to delete %s: %v (%s)", it.Path, err, dir)
+			return plan, fmt.Errorf("refusing to delete %s: %v (%s); nothing deleted", it.Path, err, dir)
 		}
+		if err := checkDeletable(p); err != nil {
+			return plan, fmt.Errorf("cannot delete %s: %v; nothing deleted", it.Path, err)
+		}
+		doomed = append(doomed, p)
+	}
+	for _, it := range plan.Items {
+		if it.Keep {
+			continue
+		}
+		p := doomed[0]
+		doomed = doomed[1:]
 		st, err := os.Lstat(p)
-		if err != nil {
-			return plan, fmt.Errorf("delete %s: %w", it.Path, err)
+		if err == nil {
+			err = removeFault(p)
 		}
-		if st.IsDir() {
-			err = os.RemoveAll(p)
-		} else {
-			err = os.Remove(p)
+		if err == nil {
+			if st.IsDir() {
+				err = os.RemoveAll(p)
+			} else {
+				err = os.Remove(p)
+			}
 		}
 		if err != nil {
-			return plan, fmt.Errorf("delete %s: %w", it.Path, err)
+			return plan, &PartialPruneError{Path: it.Path, Err: err, Deleted: plan.Deleted}
 		}
 		plan.Deleted = append(plan.Deleted, it.Path)
 	}
 	return plan, nil
 }
+
+// PartialPruneError is a deletion that failed after the checks passed (a
+// file changed under prune): Deleted lists what was already deleted.
+type PartialPruneError struct {
+	Path    string
+	Err     error
+	Deleted []string
+}
+
+func (e *PartialPruneError) Error() string {
+	if len(e.Deleted) == 0 {
+		return fmt.Sprintf("delete %s: %v; nothing deleted", DisplayPath(e.Path), e.Err)
+	}
+	names := make([]string, len(e.Deleted))
+	for i, d := range e.Deleted {
+		names[i] = DisplayPath(d)
+	}
+	return fmt.Sprintf("delete %s: %v; already deleted: %s", DisplayPath(e.Path), e.Err, strings.Join(names, ", "))
+}
+
+func (e *PartialPruneError) Unwrap() error { return e.Err }

@@ -1,17 +1,60 @@
 package ckpt
 
 import (
-	"bytes"
+	"bufio"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"math"
 	"sort"
 )
 
 // maxSafetensorsHeader is the limit the reference implementation uses.
 const maxSafetensorsHeader = 100 << 20
+
+// maxSafetensorsTensors bounds the tensors one header may list, and
+// maxSafetensorsValue the bytes of one value in it (a tensor's entry, the
+// __metadata__ map): a 100 MiB header of zero-size tensors or of one
+// metadata string is refused at the bound, in bounded time and memory.
+const (
+	maxSafetensorsTensors = 1 << 16
+	maxSafetensorsValue   = 1 << 20
+)
+
+// valueBudget is the header's reader: it fails once one value (the bytes
+// read since reset) passes max, so json.Decoder never buffers more.
+type valueBudget struct {
+	r    *bufio.Reader
+	n    int64
+	max  int64
+	over bool
+}
+
+var errValueBudget = errors.New("value over budget")
+
+func (v *valueBudget) Read(p []byte) (int, error) {
+	if v.n >= v.max {
+		v.over = true
+		return 0, errValueBudget
+	}
+	if int64(len(p)) > v.max-v.n {
+		p = p[:v.max-v.n]
+	}
+	k, err := v.r.Read(p)
+	v.n += int64(k)
+	return k, err
+}
+
+func (v *valueBudget) reset() { v.n = 0 }
+
+// why names a decode error, the budget's in words.
+func (v *valueBudget) why(err error) error {
+	if v.over || errors.Is(err, errValueBudget) {
+		return fmt.Errorf("one value is over the reader's %d-byte bound", v.max)
+	}
+	return err
+}
 
 type stEntry struct {
 	DType       string  `json:"dtype"`
@@ -47,34 +90,42 @@ func ParseSafetensors(r io.ReaderAt, size int64) (*SafetensorsHeader, error) {
 	if int64(n) > size-8 {
 		return nil, fmt.Errorf("header length %d runs past the end of the %d-byte file: truncated", n, size)
 	}
-	buf := make([]byte, n)
-	if _, err := r.ReadAt(buf, 8); err != nil {
-		return nil, fmt.Errorf("read header: %w", err)
-	}
-	buf = bytes.TrimRight(buf, " ") // the format pads with spaces
-	var raw map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(buf))
-	if err := dec.Decode(&raw); err != nil {
-		return nil, fmt.Errorf("header is not a JSON object: %v", err)
+	// The header is streamed, never held whole: a 100 MiB header costs a
+	// 64 KiB buffer, each value is bounded (valueBudget) and so is the
+	// number of tensors, so the cost is bounded by the input's structure
+	// and not its length.
+	body := io.NewSectionReader(r, 8, int64(n))
+	budget := &valueBudget{r: bufio.NewReaderSize(body, 64<<10), max: maxSafetensorsValue}
+	dec := json.NewDecoder(budget)
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("header is not a JSON object: %v", budget.why(err))
 	}
 	h := &SafetensorsHeader{HeaderLen: int64(n)}
 	dataLen := size - 8 - int64(n)
-	names := make([]string, 0, len(raw))
-	for k := range raw {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		msg := raw[name]
+	seen := map[string]bool{}
+	for dec.More() {
+		budget.reset()
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("header is not a JSON object: %v", budget.why(err))
+		}
+		name, _ := tok.(string)
+		if seen[name] {
+			return nil, fmt.Errorf("tensor %q is named twice", name)
+		}
+		seen[name] = true
 		if name == "__metadata__" {
-			if err := json.Unmarshal(msg, &h.Metadata); err != nil {
-				return nil, fmt.Errorf("__metadata__ is not a string map: %v", err)
+			if err := dec.Decode(&h.Metadata); err != nil {
+				return nil, fmt.Errorf("__metadata__ is not a string map: %v", budget.why(err))
 			}
 			continue
 		}
+		if len(h.Tensors) >= maxSafetensorsTensors {
+			return nil, fmt.Errorf("header lists more than %d tensors, over the reader's bound (real checkpoints hold a few thousand)", maxSafetensorsTensors)
+		}
 		var e stEntry
-		if err := json.Unmarshal(msg, &e); err != nil {
-			return nil, fmt.Errorf("tensor %q: %v", name, err)
+		if err := dec.Decode(&e); err != nil {
+			return nil, fmt.Errorf("header is not a JSON object of tensor entries: tensor %q: %v", name, budget.why(err))
 		}
 		dt, ok := safetensorsDType[e.DType]
 		if !ok {
@@ -87,14 +138,11 @@ func ParseSafetensors(r io.ReaderAt, size int64) (*SafetensorsHeader, error) {
 		if b < 0 || en < b {
 			return nil, fmt.Errorf("tensor %q: data_offsets [%d, %d] are not ordered", name, b, en)
 		}
-		numel := int64(1)
-		for _, s := range e.Shape {
-			if s < 0 || (s > 0 && numel > math.MaxInt64/16/s) {
-				return nil, fmt.Errorf("tensor %q: bad shape %v", name, e.Shape)
-			}
-			numel *= s
+		numel, ok := shapeNumel(e.Shape)
+		want, ok2 := mulSize(numel, elemSize[dt])
+		if !ok || !ok2 {
+			return nil, fmt.Errorf("tensor %q: bad shape %v", name, e.Shape)
 		}
-		want := numel * elemSize[dt]
 		if en-b != want {
 			return nil, fmt.Errorf("tensor %q: %d bytes in data_offsets, shape %v of %s needs %d", name, en-b, e.Shape, dt, want)
 		}
@@ -108,6 +156,29 @@ func ParseSafetensors(r io.ReaderAt, size int64) (*SafetensorsHeader, error) {
 		h.Tensors = append(h.Tensors, Tensor{Path: name, DType: dt, Shape: shape, Bytes: want, Offset: b, Role: "model"})
 		h.ranges = append(h.ranges, [2]int64{b, en})
 	}
+	budget.reset()
+	if _, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("header is not a JSON object: %v", budget.why(err))
+	}
+	// What follows the object must be the format's space padding (JSON
+	// whitespace, as the reference parser accepts), read in chunks.
+	rest := io.MultiReader(dec.Buffered(), budget.r)
+	chunk := make([]byte, 64<<10)
+	for {
+		k, err := rest.Read(chunk)
+		for _, c := range chunk[:k] {
+			if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+				return nil, fmt.Errorf("header has %q after its JSON object", c)
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read header: %w", err)
+		}
+	}
+	sort.Slice(h.Tensors, func(i, j int) bool { return h.Tensors[i].Path < h.Tensors[j].Path })
 	sort.Slice(h.ranges, func(i, j int) bool { return h.ranges[i][0] < h.ranges[j][0] })
 	var end int64
 	for _, rg := range h.ranges {

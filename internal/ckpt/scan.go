@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/vramguard/vramguard/internal/ckpt/pickle"
@@ -69,12 +68,24 @@ type ScanResult struct {
 	Dangerous int       `json:"dangerous"`
 	Unknown   int       `json:"unknown"`
 	Errors    []string  `json:"errors"`
-	// Safe: every global is on the allowlist and every pickle decoded to
-	// its end. Anything else (an unknown or dangerous global, a pickle the
-	// scanner could not read to its end, no pickle at all) fails the scan.
+	// NotUnderstood names content a loader could unpickle that the
+	// scanner cannot read (a file in no format it knows, a .npy header it
+	// cannot parse): neither safe nor known to be dangerous.
+	NotUnderstood []string `json:"not_understood"`
+	// Safe: every global is on the allowlist, every pickle decoded to its
+	// end and every part of the file understood. Anything else fails.
 	Safe bool `json:"safe"`
+	// Status is the one word for the result, in order of precedence:
+	// dangerous, unknown (globals off the allowlist), failed (a pickle not
+	// read to its end), not-understood, skipped (in a directory scan: no
+	// loader in scope unpickles the file, Skipped says why), ok.
+	Status  string `json:"status"`
+	Skipped string `json:"skipped,omitempty"`
 
 	allow map[string]bool
+	// skipWhy: no loader in scope unpickles the file; a directory scan
+	// skips it for this reason.
+	skipWhy string
 }
 
 // ScanOptions adjust a scan.
@@ -96,10 +107,15 @@ var scanLimits = func() pickle.Limits {
 	return l
 }()
 
-// maxPicklesPerFile is how many consecutive pickles torch.load can read
-// from one non-zip file: the legacy format's magic number, protocol
-// version, sys_info, object and storage keys.
-const maxPicklesPerFile = 5
+// legacyPickles is how many consecutive pickles torch.load reads from a
+// legacy file: the magic number, protocol version, sys_info, the object
+// and the storage keys; raw storage data follows. Any other file is read
+// pickle after pickle (pickle.load in a loop reads them all), up to
+// maxPicklesPerFile: past it, what is left is a finding.
+const (
+	legacyPickles     = 5
+	maxPicklesPerFile = 100_000
+)
 
 func isTorchConstant(name string) bool {
 	if _, ok := torchDType(name); ok {
@@ -132,9 +148,27 @@ func ScanFileWith(path string, opts ScanOptions) (*ScanResult, error) {
 		return nil, err
 	}
 	defer f.Close()
-	res := &ScanResult{Path: path, Format: detectFile(f, size), Hits: []ScanHit{}, Errors: []string{}, allow: allowSet(opts.Allow)}
+	res := newScanResult(path, detectFile(f, size), opts)
+	if isDCPShard(path) {
+		scanDCPShard(path, res, opts)
+		return res, nil
+	}
 	scanReader(f, size, res)
 	return res, nil
+}
+
+func newScanResult(path, format string, opts ScanOptions) *ScanResult {
+	return &ScanResult{Path: path, Format: format, Hits: []ScanHit{}, Errors: []string{}, NotUnderstood: []string{}, allow: allowSet(opts.Allow)}
+}
+
+// notUnderstood records content the scanner cannot read; where says which
+// part of the file ("" for the file itself).
+func (res *ScanResult) notUnderstood(where, format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	if where != "" {
+		msg = where + ": " + msg
+	}
+	res.NotUnderstood = append(res.NotUnderstood, msg)
 }
 
 func allowSet(names []string) map[string]bool {
@@ -152,6 +186,12 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 	switch {
 	case len(head) == 4 && string(head) == "PK\x03\x04":
 		scanZip(r, size, res)
+	case res.Format == "" && isNpy(r):
+		// numpy.load reads its own magic before anything else.
+		res.Format = FormatNpy
+		scanNpy(r, size, "", res)
+	case res.Format == "" && compressedFormat(head6(r)) != "":
+		scanCompressed(r, size, compressedFormat(head6(r)), res)
 	case res.Format == FormatSafetensors, res.Format == FormatTorchTar:
 		if res.Format == FormatTorchTar {
 			scanTar(r, size, res)
@@ -167,6 +207,23 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 			scanTar(r, size, res)
 		}
 	}
+	if res.Format == "" && res.Pickles == 0 && len(res.Errors) == 0 && len(res.Hits) == 0 && len(res.NotUnderstood) == 0 {
+		// Not one of the formats above and no pickle at byte 0: torch.load
+		// and pickle.load refuse it at its first byte, but what it is the
+		// scanner cannot say.
+		var b [1]byte
+		r.ReadAt(b[:], 0)
+		res.notUnderstood("", "in no format the scanner reads (first byte 0x%02x is no pickle opcode)", b[0])
+		res.skipWhy = unknownFormatSkip
+	}
+	res.finish()
+}
+
+// unknownFormatSkip is the reason a directory scan gives for skipping a
+// file in no format that no loader in scope unpickles.
+const unknownFormatSkip = "in no checkpoint, numpy or pickle format, and its first byte is no pickle opcode: torch.load, numpy.load and pickle.load refuse it there"
+
+func (res *ScanResult) finish() {
 	res.Dangerous, res.Unknown = 0, 0
 	for _, h := range res.Hits {
 		switch h.Verdict {
@@ -176,37 +233,86 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 			res.Unknown++
 		}
 	}
-	res.Safe = res.Dangerous == 0 && res.Unknown == 0 && len(res.Errors) == 0
+	res.Safe = res.Dangerous == 0 && res.Unknown == 0 && len(res.Errors) == 0 && len(res.NotUnderstood) == 0 && res.Skipped == ""
+	switch {
+	case res.Dangerous > 0:
+		res.Status = StatusDangerous
+	case res.Unknown > 0:
+		res.Status = StatusUnknown
+	case len(res.Errors) > 0:
+		res.Status = StatusFailed
+	case len(res.NotUnderstood) > 0:
+		res.Status = StatusNotUnderstood
+	case res.Skipped != "":
+		res.Status = StatusSkipped
+	default:
+		res.Status = StatusOK
+	}
 }
 
-// scanPickles decodes consecutive pickles starting at off. When probe is
-// true, input that does not start like a pickle is not an error.
+// Scan statuses (ScanResult.Status).
+const (
+	StatusOK            = "ok"
+	StatusDangerous     = "dangerous"
+	StatusUnknown       = "unknown"
+	StatusFailed        = "failed"
+	StatusNotUnderstood = "not-understood"
+	StatusSkipped       = "skipped"
+)
+
+// scanPickles decodes consecutive pickles starting at off, every one up
+// to the end of the input or the first byte that is no opcode (where
+// Python stops: "invalid load key"); a torch legacy file is read as
+// torch reads it, five pickles and then raw storage data. Where a pickle
+// ends inside a FRAME of 8 KiB or more, CPython's unpickler has read the
+// frame whole, and from a file that cannot give bytes back (a raw or
+// unbuffered stream, a tar member opened as torch opens it) the next
+// load() starts at the frame's end instead: both chains are scanned.
+// When probe is true, input that does not start like a pickle is not an
+// error.
 func scanPickles(r io.ReaderAt, off, size int64, record string, res *ScanResult, probe bool) {
-	for i := 0; off < size && i < maxPicklesPerFile; i++ {
-		var b [1]byte
-		if _, err := r.ReadAt(b[:], off); err != nil {
-			res.Errors = append(res.Errors, fmt.Sprintf("read at byte %d: %v", off, err))
-			return
-		}
-		if i > 0 || probe {
-			// Python stops at once on a byte that is no opcode ("invalid
-			// load key"): nothing from there on can run.
-			if !pickle.IsOpcode(b[0]) {
-				if i == 0 && probe {
-					res.Errors = append(res.Errors, "no pickle found")
+	limit := maxPicklesPerFile
+	if res.Format == FormatTorchLegacy && record == "" {
+		limit = legacyPickles
+	}
+	type start struct {
+		off int64
+		n   int
+	}
+	todo := []start{{off, 0}}
+	done := map[int64]bool{}
+	for len(todo) > 0 {
+		st := todo[0]
+		todo = todo[1:]
+		for off, i := st.off, st.n; off < size && !done[off]; i++ {
+			done[off] = true
+			if i == limit {
+				if limit != legacyPickles {
+					res.Errors = append(res.Errors, fmt.Sprintf("more than %d pickles: bytes from %d on are not scanned", limit, off))
 				}
-				return
+				break
 			}
+			var b [1]byte
+			if _, err := r.ReadAt(b[:], off); err != nil {
+				res.Errors = append(res.Errors, fmt.Sprintf("read at byte %d: %v", off, err))
+				break
+			}
+			if (i > 0 || probe) && !pickle.IsOpcode(b[0]) {
+				break
+			}
+			name := record
+			if name == "" {
+				name = fmt.Sprintf("pickle %d", i+1)
+			}
+			pr, ok := scanOne(r, off, size, name, res)
+			if !ok || record != "" {
+				break // a zip record is read by one load()
+			}
+			if pr.FrameEnd > pr.End && pr.FrameLen >= 8<<10 {
+				todo = append(todo, start{pr.FrameEnd, i + 1})
+			}
+			off = pr.End
 		}
-		name := record
-		if name == "" {
-			name = fmt.Sprintf("pickle %d", i+1)
-		}
-		pr, ok := scanOne(r, off, size, name, res)
-		if !ok || record != "" {
-			return
-		}
-		off = pr.End
 	}
 }
 
@@ -223,6 +329,7 @@ func scanOne(r io.ReaderAt, off, size int64, name string, res *ScanResult) (*pic
 			}
 			res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: v, Reason: why, Record: name, Offset: g.Offset, Opcode: g.Opcode})
 		}
+		checkSideEffects(pr, name, res)
 	}
 	if err != nil {
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", name, err))
@@ -235,17 +342,21 @@ func scanOne(r io.ReaderAt, off, size int64, name string, res *ScanResult) (*pic
 // torch.load, given one under any name, unpickles it from byte 0. A header
 // whose bytes also spell pickle opcodes reaching a global would run, so the
 // scan decodes that view too and classifies every global it meets. A stop
-// of the decoder is a finding only when a bound of the decoder caused it:
-// the file parsed completely as safetensors, and every other stop is one
-// of the grammar errors Python raises at the same byte (the operand rules
-// are Python's, TestOperandsAsPython), so nothing after it runs.
+// of the decoder is a finding when CPython would not stop there: a bound
+// of the decoder, or an item opcode (APPENDS, SETITEMS, ADDITEMS) on an
+// object the decoder knows only symbolically, whose own methods CPython
+// calls (pickle.ErrOpaque). Every other stop is one of the grammar or
+// type errors Python raises at the same byte (the operand rules are
+// Python's, TestOperandsAsPython), so nothing after it runs. BUILDs and
+// persistent ids in that view are checked as in any pickle.
 func scanSafetensorsAsPickle(r io.ReaderAt, size int64, res *ScanResult) {
 	var b [1]byte
 	if _, err := r.ReadAt(b[:], 0); err != nil || !pickle.IsOpcode(b[0]) {
 		return
 	}
 	pr, err := pickle.Decode(r, 0, size, scanLimits)
-	if len(pr.Globals) == 0 && (err == nil || !errors.Is(err, pickle.ErrLimit)) {
+	cpythonGoesOn := err != nil && (errors.Is(err, pickle.ErrLimit) || errors.Is(err, pickle.ErrOpaque))
+	if len(pr.Globals) == 0 && len(pr.Builds) == 0 && len(pr.PersIDList) == 0 && !cpythonGoesOn {
 		return
 	}
 	name := "the file read as a pickle (what torch.load does with it)"
@@ -257,7 +368,8 @@ func scanSafetensorsAsPickle(r io.ReaderAt, size int64, res *ScanResult) {
 		}
 		res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: v, Reason: why, Record: name, Offset: g.Offset, Opcode: g.Opcode})
 	}
-	if err != nil && errors.Is(err, pickle.ErrLimit) {
+	checkSideEffects(pr, name, res)
+	if cpythonGoesOn {
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", name, err))
 	}
 }
@@ -354,12 +466,8 @@ func pythonTarHeader(r io.ReaderAt) bool {
 	if n, _ := r.ReadAt(blk[:], 0); n < 512 || allNul(blk[:]) {
 		return false
 	}
-	f := blk[148:156]
-	if f[0] == 0o200 || f[0] == 0o377 {
-		return true // base-256 checksum: take it as valid
-	}
-	want, err := strconv.ParseInt(strings.TrimSpace(string(trimNul(f))), 8, 64)
-	if err != nil && strings.TrimSpace(string(trimNul(f))) != "" {
+	want, err := pyTarNumber(blk[148:156])
+	if err != nil {
 		return false
 	}
 	var us, ss int64 = 256, 256
@@ -392,16 +500,17 @@ func scanTar(r io.ReaderAt, size int64, res *ScanResult) {
 		// Extended headers rename the next member and links make
 		// extraction read another member's data: torch would read
 		// records scan cannot name.
-		switch tf := blk[156]; tf {
+		tf := blk[156]
+		switch tf {
 		case 0, '0', '3', '4', '5', '6', '7':
 		default:
 			res.Errors = append(res.Errors, fmt.Sprintf("tar member at byte %d has type %q (a link or an extended header): torch's loader may read records under other names than scan sees", off, tf))
 			return
 		}
 		name := string(trimNul(blk[:100]))
-		n, err := parseOctal(blk[124:136])
-		if err != nil {
-			res.Errors = append(res.Errors, err.Error())
+		n, err := pyTarNumber(blk[124:136])
+		if err != nil || n < 0 {
+			res.Errors = append(res.Errors, fmt.Sprintf("tar member at byte %d: size field %q is not one tarfile reads", off, blk[124:136]))
 			return
 		}
 		data := off + 512
@@ -409,11 +518,14 @@ func scanTar(r io.ReaderAt, size int64, res *ScanResult) {
 		if end > size {
 			end = size
 		}
+		isFile := tarDataBlocks(tf, name, 1) > 0
 		switch strings.TrimPrefix(name, "./") {
 		case "pickle", "sys_info", "tensors", "storages":
-			scanTarRecord(r, data, end, strings.TrimPrefix(name, "./"), res)
+			if isFile {
+				scanTarRecord(r, data, end, strings.TrimPrefix(name, "./"), res)
+			}
 		}
-		off = data + (n+511)/512*512
+		off = data + tarDataBlocks(tf, name, n)
 	}
 }
 
@@ -440,9 +552,15 @@ func ScanPathWith(path string, opts ScanOptions) ([]*ScanResult, error) {
 	var out []*ScanResult
 	err = walkFollow(path, func(p string, d fs.DirEntry, err error) error { // fswalk.go: follows symlinks
 		if err != nil {
-			if p == path {
+			if p == path && !errors.Is(err, ErrDepthLimit) {
 				return err
 			}
+			// A subdirectory it cannot read, or one too deep: what is
+			// in it is not scanned, which is a finding, never silence.
+			r := newScanResult(p, "", opts)
+			r.Errors = append(r.Errors, fmt.Sprintf("directory not scanned: %v", unwrapPathErr(err)))
+			r.finish()
+			out = append(out, r)
 			return nil
 		}
 		if !d.Type().IsRegular() {
@@ -450,12 +568,18 @@ func ScanPathWith(path string, opts ScanOptions) ([]*ScanResult, error) {
 		}
 		r, err := ScanFileWith(p, opts)
 		if err != nil {
-			out = append(out, &ScanResult{Path: p, Hits: []ScanHit{}, Errors: []string{err.Error()}})
+			r := newScanResult(p, "", opts)
+			r.Errors = append(r.Errors, err.Error())
+			r.finish()
+			out = append(out, r)
 			return nil
 		}
-		if r.Pickles > 0 || r.Format != "" {
-			out = append(out, r)
+		if r.skipWhy != "" {
+			r.NotUnderstood = r.NotUnderstood[:0]
+			r.Skipped = r.skipWhy
+			r.finish()
 		}
+		out = append(out, r)
 		return nil
 	})
 	if err != nil {
@@ -463,4 +587,20 @@ func ScanPathWith(path string, opts ScanOptions) ([]*ScanResult, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
+}
+
+// unwrapPathErr drops the system call's name from an os error ("open
+// DIR: permission denied" reads "permission denied").
+func unwrapPathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func head6(r io.ReaderAt) []byte {
+	b := make([]byte, 6)
+	n, _ := r.ReadAt(b, 0)
+	return b[:n]
 }

@@ -41,8 +41,11 @@ type walker struct {
 	order    []string
 	nodes    int
 	seen     map[any]bool
+	walked   map[any]bool // containers walked once already (again)
 	capped   bool
-	bad      []string // structural problems found while walking
+	// sharedNoted: the finding about shared containers is made.
+	sharedNoted bool
+	bad         []string // structural problems found while walking
 }
 
 func newWalker(rep *Report) *walker {
@@ -94,8 +97,8 @@ func (w *walker) walk(v any, path string, depth int, role string) {
 			w.walk(e, join(path, fmt.Sprint(i)), depth+1, role)
 		}
 	case *pickle.List:
-		if w.seen[x] {
-			return // a cycle
+		if w.seen[x] || w.again(x, path) {
+			return // a cycle, or walked already
 		}
 		w.seen[x] = true
 		defer delete(w.seen, x)
@@ -103,7 +106,7 @@ func (w *walker) walk(v any, path string, depth int, role string) {
 			w.walk(e, join(path, fmt.Sprint(i)), depth+1, role)
 		}
 	case *pickle.Dict:
-		if w.seen[x] {
+		if w.seen[x] || w.again(x, path) {
 			return
 		}
 		w.seen[x] = true
@@ -117,10 +120,35 @@ func (w *walker) walk(v any, path string, depth int, role string) {
 		if w.seen[x] {
 			return
 		}
+		if g, ok := x.Global(); ok && g.Module == "collections" && g.Name == "OrderedDict" && w.again(x, path) {
+			return
+		}
 		w.seen[x] = true
 		defer delete(w.seen, x)
 		w.walkCall(x, path, depth, role)
 	}
+}
+
+// again reports whether the container c was walked already under another
+// path. A pickle shares a memoized container by reference, and a chain of
+// containers that each hold the one before twice doubles the paths at
+// every level: a 1 KB pickle names 2^40 paths. Each container is walked
+// once, under its first path, so the walk is linear in the pickle; a
+// tensor shared by two paths (tied weights) is a Call, not a container,
+// and is still listed under both.
+func (w *walker) again(c any, path string) bool {
+	if w.walked == nil {
+		w.walked = map[any]bool{}
+	}
+	if !w.walked[c] {
+		w.walked[c] = true
+		return false
+	}
+	if !w.sharedNoted {
+		w.sharedNoted = true
+		w.rep.finding("containers shared by several paths (first at %s) are listed once, under their first path", path)
+	}
+	return true
 }
 
 func (w *walker) walkDict(x *pickle.Dict, path string, depth int, role string) {
@@ -363,6 +391,9 @@ func (w *walker) storage(v any) (*storageRef, error) {
 	if !ok || numel < 0 {
 		return nil, fmt.Errorf("storage %s has size %v", key, t[4])
 	}
+	if _, ok := mulSize(numel, max(elemSize[dt], 1)); !ok {
+		return nil, fmt.Errorf("storage %s of %d %s elements is more bytes than a 64-bit size holds", key, numel, dt)
+	}
 	ref := &storageRef{key: key, dtype: dt, location: loc, numel: numel}
 	if len(t) >= 6 {
 		if vm, ok := t[5].(pickle.Tuple); ok && len(vm) == 3 {
@@ -374,7 +405,7 @@ func (w *walker) storage(v any) (*storageRef, error) {
 			view := &storageRef{key: pickle.KeyString(vm[0]), dtype: dt, location: loc, viewOf: key}
 			view.viewOffset, _ = vm[1].(int64)
 			view.numel, _ = vm[2].(int64)
-			if view.viewOffset < 0 || view.numel < 0 || view.viewOffset+view.numel > numel {
+			if end, ok := addSize(view.viewOffset, view.numel); !ok || end > numel {
 				w.bad = append(w.bad, fmt.Sprintf("storage view %s [%d, +%d] runs past storage %s of %d elements", view.key, view.viewOffset, view.numel, key, numel))
 			}
 			ref = view
@@ -432,7 +463,14 @@ func (w *walker) tensor(c *pickle.Call, path, fn, role string, param bool) {
 			return
 		}
 		numel *= n
-		extent += (n - 1) * stride[i]
+		step, ok := mulSize(n-1, stride[i])
+		if ok {
+			extent, ok = addSize(extent, step)
+		}
+		if !ok {
+			w.bad = append(w.bad, fmt.Sprintf("%s: shape %v with strides %v reaches past any 64-bit offset", path, shape, stride))
+			return
+		}
 	}
 	if off < 0 {
 		w.bad = append(w.bad, fmt.Sprintf("%s: negative storage offset", path))
@@ -447,11 +485,11 @@ func (w *walker) tensor(c *pickle.Call, path, fn, role string, param bool) {
 	// Sub-byte quantized types pack several elements per storage byte.
 	switch dt {
 	case "quint4x2":
-		storElems *= 2
+		storElems, _ = mulSize(storElems, 2)
 	case "quint2x4":
-		storElems *= 4
+		storElems, _ = mulSize(storElems, 4)
 	}
-	if numel > 0 && off+extent > storElems {
+	if end, ok := addSize(off, extent); numel > 0 && (!ok || end > storElems) {
 		w.bad = append(w.bad, fmt.Sprintf("%s: view [offset %d, extent %d] runs past its storage %s of %d elements", path, off, extent, st.key, storElems))
 	}
 	if role == "" {
@@ -476,14 +514,16 @@ func (w *walker) numpyArray(c *pickle.Call, path, role string) {
 			dt, _ = numpyDType(code)
 		}
 	}
-	n := int64(1)
-	for _, s := range shape {
-		n *= s
+	n, ok := shapeNumel(shape)
+	bytes, ok2 := mulSize(n, elemSize[dt])
+	if !ok || !ok2 {
+		w.bad = append(w.bad, fmt.Sprintf("%s: numpy array of shape %v is more bytes than a 64-bit size holds", path, shape))
+		return
 	}
 	if role == "" {
 		role = "model"
 	}
-	w.rep.Tensors = append(w.rep.Tensors, Tensor{Path: path, DType: dt, Shape: shape, Bytes: n * elemSize[dt], Storage: "numpy", Role: role})
+	w.rep.Tensors = append(w.rep.Tensors, Tensor{Path: path, DType: dt, Shape: shape, Bytes: bytes, Storage: "numpy", Role: role})
 }
 
 // numpyScalar decodes numpy.core.multiarray.scalar(dtype, bytes) for the

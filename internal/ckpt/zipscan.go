@@ -12,6 +12,10 @@ import (
 
 // Zip findings are reported as dangerous hits with this global and opcode,
 // so that `ckpt scan` fails on them and names them.
+// FormatZip is a zip that is neither a torch checkpoint nor an npz, as
+// ckpt scan names it.
+const FormatZip = "zip"
+
 const (
 	zipFindingGlobal = "zip archive"
 	zipFindingOpcode = "ZIP"
@@ -61,6 +65,14 @@ func scanZipArchive(r io.ReaderAt, size int64, res *ScanResult) {
 		scanPickles(r, 30+int64(len(name))+xl, size, name, res, false)
 		return
 	}
+	if res.Format == "" {
+		// Understood as a zip; an .npy member below makes it an npz.
+		defer func() {
+			if res.Format == "" {
+				res.Format = FormatZip
+			}
+		}()
+	}
 	for _, an := range a.Anomalies() {
 		zipFinding(res, "zip structure", 0, "torch and other zip readers see this archive differently: %s", an)
 	}
@@ -95,6 +107,21 @@ func scanZipArchive(r io.ReaderAt, size int64, res *ScanResult) {
 			continue
 		}
 		if !strings.HasSuffix(strings.ToLower(e.Name), ".pkl") {
+			// numpy.load of a zip reads every member that starts with
+			// its magic as a .npy (NpzFile.__getitem__), whatever the
+			// name.
+			var m [6]byte
+			if n, _ := rec.ReadAt(m[:], 0); n == 6 && string(m[:]) == npyMagic {
+				if res.Format == "" {
+					res.Format = FormatNpz
+				}
+				scanNpy(rec, int64(e.Size), e.Name, res)
+				if err := rec.Err(); err != nil {
+					zipFinding(res, e.Name, int64(e.HeaderOffset), "record %q could not be read to its end, so it is not fully scanned: %v", e.Name, err)
+				}
+				rec.Close()
+				continue
+			}
 			// Other records are pickles when they start with PROTO 2-5.
 			var b [2]byte
 			if n, _ := rec.ReadAt(b[:], 0); n < 2 || b[0] != 0x80 || b[1] < 2 || b[1] > 5 {

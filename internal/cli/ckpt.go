@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramguard/vramguard/internal/ckpt"
+	"github.com/vramguard/vramguard/internal/termsafe"
 )
 
 // NewCmdCkpt builds `vramguard ckpt` and its subcommands.
@@ -38,6 +39,11 @@ dangerous pickle), 2 bad usage or unreadable input.`,
 		newCmdCkptPrune(f), newCmdCkptScan(f))
 	return cmd
 }
+
+// ExitNotUnderstood is ckpt scan's status when nothing failed but some
+// content a loader could unpickle is in a form the scanner does not read:
+// neither a pass nor a proven danger.
+const ExitNotUnderstood = 4
 
 // unreadable maps an input error to exit 2.
 func ckptInputErr(err error) error {
@@ -216,13 +222,13 @@ func runCkptVerify(f *Factory, path string, deep, asJSON bool) error {
 	} else {
 		for _, r := range results {
 			if r.Valid {
-				fmt.Fprintf(f.IO.Out, "ok       %s (%s)\n", r.Path, r.Format)
+				fmt.Fprintf(f.IO.Out, "ok       %s (%s)\n", ckpt.DisplayPath(r.Path), r.Format)
 			} else {
 				format := r.Format
 				if format == "" {
 					format = "unknown format"
 				}
-				fmt.Fprintf(f.IO.Out, "INVALID  %s (%s): %s\n", r.Path, format, r.Reason)
+				fmt.Fprintf(f.IO.Out, "INVALID  %s (%s): %s\n", ckpt.DisplayPath(r.Path), format, termsafe.String(r.Reason))
 			}
 		}
 	}
@@ -244,7 +250,11 @@ Trainer checkpoint directory), never by its name: configs, vocabularies,
 training arguments and optimizer state alone are never picked (--json lists
 them under not_checkpoints). Step and epoch come from top-level keys only.
 Newer checkpoints that are invalid (a torn torch.save, a truncated copy)
-are skipped and named on stderr. A symlinked DIR is followed. Exit 1 when
+are skipped and named on stderr; the one picked passes the full CRC check
+of its records first (a damaged one is skipped with the reason). After a
+Lightning restart in the same folder (-vN files) the newest run's
+checkpoint is taken, and a disagreement with an earlier run's higher step
+is said on stderr. A symlinked DIR is followed. Exit 1 when
 there is no valid checkpoint, so a resume line can fall back to starting
 fresh; when checkpoints were saved but none is valid, every one is named
 with its reason.`,
@@ -301,7 +311,16 @@ In each series it never deletes the newest valid checkpoint, the best one
 by --metric, or anything newer than the newest valid one; a series with no
 valid checkpoint is kept whole. Invalid checkpoints of a series older than
 its newest valid one are deleted unless a rule keeps them. The report names
-the rule that keeps each checkpoint and the space the deletions free.`,
+the rule that keeps each checkpoint and the space the deletions free.
+
+It also keeps the target of any link it keeps (best.pt, last.ckpt), the
+checkpoint a trainer recorded as its best (HF best_model_checkpoint,
+Lightning best_model_path; --delete-recorded-best lifts that), and model
+sizes apart (resnet18.pt and
+resnet50.pt are no series unless step or epoch prove it). The checkpoint
+kept as a series' newest valid one passes the full CRC check first.
+--apply checks every deletion before the first; one that fails later is
+reported with what was already deleted.`,
 		Example: `  vramguard ckpt prune runs/exp1 --keep-last 3
   vramguard ckpt prune runs/exp1 --keep-last 2 --keep-best 1 --metric val_loss --mode min --apply
   vramguard ckpt prune runs/exp1 --keep-last 1 --keep-every 1000 --json`,
@@ -321,7 +340,11 @@ the rule that keeps each checkpoint and the space the deletions free.`,
 				if plan == nil {
 					return ckptInputErr(err)
 				}
-				return Failf("%v", err)
+				if asJSON && plan.Applied {
+					// Scripts learn what is gone from the plan's deleted list.
+					f.WriteJSON(plan)
+				}
+				return Failf("%s", termsafe.String(err.Error()))
 			}
 			if asJSON {
 				return f.WriteJSON(plan)
@@ -336,6 +359,7 @@ the rule that keeps each checkpoint and the space the deletions free.`,
 	fl.StringVar(&pol.Metric, "metric", "", "scalar that ranks checkpoints (loss, val_acc, eval_loss, ...)")
 	fl.StringVar(&pol.Mode, "mode", "", "min or max: which way --metric is better")
 	fl.IntVar(&pol.KeepEvery, "keep-every", 0, "keep checkpoints whose step (else epoch) is a multiple of N")
+	fl.BoolVar(&pol.DeleteRecordedBest, "delete-recorded-best", false, "let the policy delete the checkpoint a trainer recorded as its best (HF best_model_checkpoint, Lightning best_model_path)")
 	fl.BoolVar(&apply, "apply", false, "delete; without it prune only reports")
 	fl.BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	return cmd
@@ -361,12 +385,23 @@ classes: torch.load would import and call them; accept them with --allow),
 a reference that cannot be resolved without running the pickle, and a
 pickle the scanner cannot read to its end.
 
+Content it does not understand (a file in no format it reads, a .npy
+header it cannot parse) is neither: "NOT UNDERSTOOD", exit 4 when nothing
+failed. In a directory, files no loader unpickles (their first byte is no
+pickle opcode and they are in no format it reads: JSON, text) are listed as
+skipped, with the reason, and do not change the exit status.
+
 Every file is scanned whatever its name or extension, every pickle in it
-(also a second pickle after the first STOP), and zip records are scanned
-even when their CRC is bad or the central directory is missing.`,
+(also a second pickle after the first STOP), numpy's .npy and every .npz
+member as numpy.load(allow_pickle=True) reads them, and zip records even
+when their CRC is bad or the central directory is missing.
+
+Exit status: 0 every file understood and clean, 1 a finding (dangerous,
+unknown global, pickle not read to its end), 2 bad usage or unreadable
+input, 4 nothing failed but something was not understood.`,
 		Example: `  vramguard ckpt scan downloaded/pytorch_model.bin
   vramguard ckpt scan whole_model.pt --allow __main__.Net --allow mypkg.layers.Block
-  vramguard ckpt scan ~/models --json | jq '.[] | select(.safe | not) | .path'`,
+  vramguard ckpt scan ~/models --json | jq '.[] | select(.status != "ok" and .status != "skipped") | .path'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			for _, a := range allow {
@@ -378,9 +413,13 @@ even when their CRC is bad or the central directory is missing.`,
 			if err != nil {
 				return ckptInputErr(err)
 			}
-			failed := 0
+			failed, notUnderstood := 0, 0
 			for _, r := range results {
-				if !r.Safe {
+				switch r.Status {
+				case ckpt.StatusOK, ckpt.StatusSkipped:
+				case ckpt.StatusNotUnderstood:
+					notUnderstood++
+				default:
 					failed++
 				}
 			}
@@ -394,8 +433,11 @@ even when their CRC is bad or the central directory is missing.`,
 			} else {
 				renderScan(f, results)
 			}
-			if failed > 0 {
+			switch {
+			case failed > 0:
 				return Silent(ExitFailed)
+			case notUnderstood > 0:
+				return Silent(ExitNotUnderstood)
 			}
 			return nil
 		},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/ckpt"
+	"github.com/vramguard/vramguard/internal/termsafe"
 	"github.com/vramguard/vramguard/internal/units"
 )
 
@@ -34,12 +35,12 @@ func renderEntries(f *Factory, es []ckpt.Entry) {
 		switch {
 		case e.Kind == ckpt.KindOther:
 			// A vocabulary's "step" entry is a word's index, not a step.
-			status = "not a checkpoint: " + e.Note
+			status = "not a checkpoint: " + termsafe.String(e.Note)
 			step, epoch, metrics = "-", "-", "-"
 		case !e.Valid:
-			status = "INVALID: " + e.Reason
+			status = "INVALID: " + termsafe.String(e.Reason)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Path, e.Format, units.FormatBytes(e.Size),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ckpt.DisplayPath(e.Path), e.Format, units.FormatBytes(e.Size),
 			e.ModTime.Local().Format("2006-01-02 15:04"), step, epoch, metrics, status)
 	}
 	tw.Flush()
@@ -73,18 +74,18 @@ func renderReport(f *Factory, r *ckpt.Report, limit int) {
 		if r.Size > 0 {
 			size = " (" + units.FormatBytes(r.Size) + ")"
 		}
-		fmt.Fprintf(w, "%s: %s%s\n", r.Path, r.Reason, size)
+		fmt.Fprintf(w, "%s: %s%s\n", ckpt.DisplayPath(r.Path), termsafe.String(r.Reason), size)
 		return
 	}
 	status := "valid"
 	if !r.Valid {
-		status = "INVALID: " + r.Reason
+		status = "INVALID: " + termsafe.String(r.Reason)
 	}
 	layout := ""
 	if r.Layout != "" {
 		layout = " (" + r.Layout + ")"
 	}
-	fmt.Fprintf(w, "%s\n  format:    %s%s\n  status:    %s\n  size:      %s\n", r.Path, r.Format, layout, status, units.FormatBytes(r.Size))
+	fmt.Fprintf(w, "%s\n  format:    %s%s\n  status:    %s\n  size:      %s\n", ckpt.DisplayPath(r.Path), r.Format, layout, status, units.FormatBytes(r.Size))
 	if r.Step != nil || r.Epoch != nil {
 		fmt.Fprintf(w, "  step:      %s   epoch: %s\n", optInt(r.Step), optInt(r.Epoch))
 	}
@@ -129,10 +130,13 @@ func renderReport(f *Factory, r *ckpt.Report, limit int) {
 // them when there is none) on stderr and the choice on stdout.
 func renderLatest(f *Factory, res *ckpt.LatestResult) {
 	for _, s := range res.SkippedNewer {
-		fmt.Fprintf(f.IO.ErrOut, "vramguard: skipped %s: %s\n", s.Path, s.Reason)
+		fmt.Fprintf(f.IO.ErrOut, "vramguard: skipped %s: %s\n", ckpt.DisplayPath(s.Path), termsafe.String(s.Reason))
+	}
+	if res.Disagreement != "" {
+		fmt.Fprintf(f.IO.ErrOut, "vramguard: %s\n", termsafe.String(res.Disagreement))
 	}
 	if res.Best != nil {
-		fmt.Fprintln(f.IO.Out, res.Best.Path)
+		fmt.Fprintln(f.IO.Out, ckpt.DisplayPath(res.Best.Path))
 	}
 }
 
@@ -153,7 +157,7 @@ func renderPlan(f *Factory, p *ckpt.PrunePlan) {
 				action = "deleted"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", action, it.Path, units.FormatBytes(it.Size), optInt(it.Step), optInt(it.Epoch), strings.Join(it.Why, "; "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", action, ckpt.DisplayPath(it.Path), units.FormatBytes(it.Size), optInt(it.Step), optInt(it.Epoch), termsafe.String(strings.Join(it.Why, "; ")))
 	}
 	tw.Flush()
 	renderLeftAlone(f, p)
@@ -173,7 +177,7 @@ func renderLeftAlone(f *Factory, p *ckpt.PrunePlan) {
 	fmt.Fprintln(w, "\nLEFT ALONE (prune never deletes these)")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, la := range p.LeftAlone {
-		fmt.Fprintf(tw, "  %s\t%s\n", la.Path, la.Why)
+		fmt.Fprintf(tw, "  %s\t%s\n", ckpt.DisplayPath(la.Path), termsafe.String(la.Why))
 	}
 	tw.Flush()
 	if p.OtherFiles > 0 {
@@ -193,29 +197,35 @@ func renderScan(f *Factory, rs []*ckpt.ScanResult) {
 	}
 	for _, r := range rs {
 		verdict := "ok"
-		switch {
-		case r.Dangerous > 0:
+		switch r.Status {
+		case ckpt.StatusDangerous:
 			verdict = fmt.Sprintf("DANGEROUS (%d)", r.Dangerous)
-		case r.Unknown > 0:
+		case ckpt.StatusUnknown:
 			verdict = fmt.Sprintf("UNKNOWN GLOBALS (%d)", r.Unknown)
-		case !r.Safe && r.Pickles == 0:
-			verdict = "FAILED (no pickle read)"
-		case !r.Safe:
+		case ckpt.StatusFailed:
 			verdict = "FAILED (pickle not read to its end)"
+		case ckpt.StatusNotUnderstood:
+			verdict = "NOT UNDERSTOOD"
+		case ckpt.StatusSkipped:
+			fmt.Fprintf(w, "skipped  %s: %s\n", ckpt.DisplayPath(r.Path), r.Skipped)
+			continue
 		}
 		format := r.Format
 		if format == "" {
 			format = "unknown format"
 		}
-		fmt.Fprintf(w, "%s  %s  [%s, %s]\n", verdict, r.Path, format, units.Plural(r.Pickles, "pickle"))
+		fmt.Fprintf(w, "%s  %s  [%s, %s]\n", verdict, ckpt.DisplayPath(r.Path), format, units.Plural(r.Pickles, "pickle"))
 		for _, h := range r.Hits {
 			if h.Verdict == ckpt.VerdictSafe {
 				continue
 			}
-			fmt.Fprintf(w, "  %-9s %s  (%s at byte %d of %s) %s\n", h.Verdict, h.Global, h.Opcode, h.Offset, h.Record, h.Reason)
+			fmt.Fprintf(w, "  %-9s %s  (%s at byte %d of %s) %s\n", h.Verdict, termsafe.String(h.Global), h.Opcode, h.Offset, termsafe.String(h.Record), termsafe.String(h.Reason))
 		}
 		for _, e := range r.Errors {
-			fmt.Fprintf(w, "  error: %s\n", e)
+			fmt.Fprintf(w, "  error: %s\n", termsafe.String(e))
+		}
+		for _, e := range r.NotUnderstood {
+			fmt.Fprintf(w, "  not understood: %s\n", termsafe.String(e))
 		}
 	}
 }

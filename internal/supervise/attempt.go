@@ -55,13 +55,13 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 		}
 		env = setEnv(env, "VRAMGUARD_RESUME", pm.Resume.From)
 		if pm.Resume.From != "" {
-			s.notifyf("attempt %d resumes from %s", n, pm.Resume.From)
+			s.notifyf("attempt %d resumes from %s", n, ckpt.DisplayPath(pm.Resume.From))
 		} else if pm.Resume.Missing {
 			// the first run of an auto-resume setup: the job makes the directory
-			s.notifyf("attempt %d starts fresh: %s does not exist yet (nothing to resume); the next attempt looks there again", n, s.o.ResumeFrom)
+			s.notifyf("attempt %d starts fresh: %s does not exist yet (nothing to resume); the next attempt looks there again", n, ckpt.DisplayPath(s.o.ResumeFrom))
 		}
 		for _, sk := range pm.Resume.Skipped {
-			s.notifyf("skipped checkpoint %s: %s", sk.Path, sk.Reason)
+			s.notifyf("skipped checkpoint %s: %s", ckpt.DisplayPath(sk.Path), sk.Reason)
 			s.event(ctx, n, timeline.KindResumeSkipped, sk.Path+": "+sk.Reason, sk)
 		}
 		if p := pm.Resume.Problem; p != "" {

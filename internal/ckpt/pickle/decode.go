@@ -54,12 +54,40 @@ type Result struct {
 	End      int64 // offset just past STOP
 	Exts     []int32
 	PersIDs  int
-	Buffers  int
-	ErrAt    int64 // offset of the opcode that failed; -1 when none did
+	// Builds are the BUILD opcodes met, each with what it acts on: what
+	// the scan checks, since BUILD calls the target's __setstate__ or sets
+	// its attributes.
+	Builds []Build
+	// PersIDList are the persistent ids met, each with its value: the
+	// loader's persistent_load decides what they do.
+	PersIDList []PersIDRef
+	// FrameEnd is, when STOP came inside a FRAME, where that frame ends
+	// (FrameLen its length): CPython's unpickler has read the whole frame,
+	// and a reader that cannot give back what it read ahead starts the
+	// next pickle there. 0 otherwise.
+	FrameEnd, FrameLen int64
+	Buffers            int
+	ErrAt              int64 // offset of the opcode that failed; -1 when none did
 }
 
 // ErrLimit is wrapped by errors that come from a bound in Limits.
 var ErrLimit = errors.New("pickle limit exceeded")
+
+// ErrOpaque is wrapped by a stop CPython need not make: APPENDS, SETITEMS
+// or ADDITEMS on an object the decoder only knows symbolically (what a
+// call returned, a class, a persistent id's object), where CPython calls
+// the object's own append, __setitem__ or add and may go on.
+var ErrOpaque = errors.New("CPython may go on here")
+
+// opaqueErr is the error for an item opcode on t: wrapping ErrOpaque when
+// t is an object whose methods the decoder cannot know.
+func opaqueErr(t any, format string, a ...any) error {
+	switch t.(type) {
+	case *Call, Global, PersID, Ext, Buffer:
+		return fmt.Errorf("%s: %w", fmt.Sprintf(format, a...), ErrOpaque)
+	}
+	return fmt.Errorf(format, a...)
+}
 
 // Decode reads one pickle from r starting at off; size is the length of r.
 // On error the Result still carries the globals met so far.
@@ -199,6 +227,8 @@ type decoder struct {
 	res    Result
 	opPos  int64
 	nbuf   int
+	// frameEnd and frameLen: the last FRAME read, where it ends.
+	frameEnd, frameLen int64
 }
 
 type memoEnt struct {
@@ -462,12 +492,16 @@ func (d *decoder) step(op byte) error {
 		if int64(n) < 0 || d.src.pos+int64(n) > d.src.size {
 			return fmt.Errorf("frame of %d bytes runs past the input: %w", n, errTruncated)
 		}
+		d.frameEnd, d.frameLen = d.src.pos+int64(n), int64(n)
 		return nil
 	case '.': // STOP
 		if len(d.stack) == 0 {
 			return errors.New("STOP on an empty stack")
 		}
 		d.res.Value = d.stack[len(d.stack)-1]
+		if d.src.pos < d.frameEnd {
+			d.res.FrameEnd, d.res.FrameLen = d.frameEnd, d.frameLen
+		}
 		return errStop
 	case '(': // MARK
 		if len(d.marks) >= d.lim.MaxMarks {
@@ -723,7 +757,7 @@ func (d *decoder) step(op byte) error {
 		}
 		s, ok := t.(*Set)
 		if !ok {
-			return fmt.Errorf("ADDITEMS on %T", t)
+			return opaqueErr(t, "ADDITEMS on %T", t)
 		}
 		s.Items = append(s.Items, items...)
 		return d.deepen(d.popped)
@@ -811,6 +845,7 @@ func (d *decoder) step(op byte) error {
 			return err
 		}
 		d.res.PersIDs++
+		d.res.PersIDList = append(d.res.PersIDList, PersIDRef{Offset: d.opPos, ID: l})
 		return d.push(PersID{ID: l})
 	case 'Q': // BINPERSID
 		v, err := d.pop()
@@ -818,6 +853,7 @@ func (d *decoder) step(op byte) error {
 			return err
 		}
 		d.res.PersIDs++
+		d.res.PersIDList = append(d.res.PersIDList, PersIDRef{Offset: d.opPos, ID: v})
 		return d.nest(PersID{ID: v})
 	case 'R': // REDUCE
 		fn, t, err := d.popCall("REDUCE")
@@ -894,6 +930,7 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
+		d.res.Builds = append(d.res.Builds, Build{Offset: d.opPos, Target: t})
 		if _, isStr := t.(string); isStr {
 			// A str has no __setstate__ and no __dict__: Python leaves it
 			// as it is (state None) or fails. It stays a str, so a
@@ -925,7 +962,7 @@ func (d *decoder) appendTo(items []any) error {
 	case *Call:
 		c.ListItems = append(c.ListItems, items...)
 	default:
-		return fmt.Errorf("APPEND to %T", t)
+		return opaqueErr(t, "APPEND to %T", t)
 	}
 	return nil
 }
@@ -948,7 +985,7 @@ func (d *decoder) setItems(items []any) error {
 			c.DictItems.set(items[i], items[i+1])
 		}
 	default:
-		return fmt.Errorf("SETITEM on %T", t)
+		return opaqueErr(t, "SETITEM on %T", t)
 	}
 	return nil
 }

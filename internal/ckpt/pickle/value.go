@@ -68,6 +68,20 @@ type Call struct {
 	DictItems *Dict
 }
 
+// Build is one BUILD opcode: Target is what it acts on (a *Call, a
+// Global, a container), as the stack held it.
+type Build struct {
+	Offset int64
+	Target any
+}
+
+// PersIDRef is one PERSID or BINPERSID opcode and the id it passes to the
+// loader's persistent_load.
+type PersIDRef struct {
+	Offset int64
+	ID     any
+}
+
 // Ext is an extension-registry code (EXT1/2/4); it cannot be resolved here.
 type Ext struct{ Code int32 }
 

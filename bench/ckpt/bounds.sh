@@ -1,0 +1,10 @@
+#!/bin/sh
+# Build vramguard and time `ckpt` on inputs built to cost much (see
+# bounds.py), next to the loaders users run on them.
+#   bench/ckpt/bounds.sh [OLD_VRAMGUARD]
+set -eu
+cd "$(dirname "$0")/../.."
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+go build -o "$out/vramguard" ./cmd/vramguard
+/usr/bin/python3 bench/ckpt/bounds.py "$out/vramguard" "$@"
