@@ -144,6 +144,12 @@ func (e *CorruptError) Error() string {
 
 func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
 
+// busy reports whether err is SQLite's "database is locked" (SQLITE_BUSY).
+func busy(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "SQLITE_BUSY") || strings.Contains(s, "database is locked")
+}
+
 // corrupt reports whether err is SQLite's answer to a damaged file or one
 // that is not a database at all (SQLITE_CORRUPT, SQLITE_NOTADB).
 func corrupt(err error) bool {
@@ -160,7 +166,16 @@ func open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	s := &Store{db: db, path: path}
-	if err := s.migrate(); err != nil {
+	// A connection's first statement sets journal_mode(WAL), which SQLite
+	// answers with SQLITE_BUSY at once, past busy_timeout, while another
+	// process creates or migrates the same new database: try again for as
+	// long as busy_timeout would wait.
+	err = s.migrate()
+	for deadline := time.Now().Add(10 * time.Second); err != nil && busy(err) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		err = s.migrate()
+	}
+	if err != nil {
 		db.Close()
 		if corrupt(err) {
 			return nil, &CorruptError{Path: path, Err: err}
@@ -203,31 +218,48 @@ func (s *Store) Path() string { return s.path }
 func (s *Store) Close() error { return s.db.Close() }
 
 func (s *Store) migrate() error {
+	ctx := context.Background()
 	var v int
-	if err := s.db.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return fmt.Errorf("read the schema version: %w", err)
+	}
+	if v >= len(migrations) {
+		return nil
+	}
+	// BEGIN IMMEDIATE takes the write lock first, waiting (busy_timeout) for
+	// another process that migrates the same new database: a deferred
+	// transaction that read the version and then wrote would fail at once
+	// (SQLITE_BUSY) when the other one committed in between. The version is
+	// read again under the lock.
+	c, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		return fmt.Errorf("take the write lock: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			c.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+		}
+	}()
+	if err := c.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
 		return err
 	}
 	for i := v; i < len(migrations); i++ {
-		tx, err := s.db.Begin()
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(migrations[i]); err != nil {
-			tx.Rollback()
-			// Another process may have migrated concurrently.
-			if strings.Contains(err.Error(), "already exists") || strings.Contains(err.Error(), "duplicate column name") {
-				continue
-			}
+		if _, err := c.ExecContext(ctx, migrations[i]); err != nil {
 			return fmt.Errorf("migration %d: %w", i+1, err)
 		}
-		if _, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, i+1)); err != nil {
-			tx.Rollback()
-			return err
-		}
-		if err := tx.Commit(); err != nil {
-			return err
-		}
 	}
+	if _, err := c.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, len(migrations))); err != nil {
+		return err
+	}
+	if _, err := c.ExecContext(ctx, `COMMIT`); err != nil {
+		return err
+	}
+	done = true
 	return nil
 }
 
