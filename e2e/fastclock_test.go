@@ -13,11 +13,13 @@ import (
 	"github.com/vramguard/vramguard/internal/testbin"
 )
 
-// clockRate is how much faster than the wall clock a fastRun's clock runs:
-// at 20, the fastest sampling `run` allows (50 ms) and the probe's fastest
-// rate (20 Hz) are one reading a second of the run's clock, as a run at
-// the defaults takes them, so the detector sees the series it sees in a
-// real run of twenty times the length.
+// clockRate is how much faster than the wall clock a fastRun's clock runs,
+// at most: at 20, the fastest sampling `run` allows (50 ms) and the
+// probe's fastest rate (20 Hz) are one reading a second of the run's
+// clock, as a run at the defaults takes them, so the detector sees the
+// series it sees in a real run of twenty times the length. A run at rate r
+// samples every 1/r s (--sample-interval, --probe-hz): fewer readings of
+// /proc a second cost less CPU where the test can wait longer.
 const clockRate = 20
 
 // fastRun is `vramguard run` supervised inside this test process with the
@@ -44,13 +46,14 @@ func fastClock(rate float64) func() time.Time {
 }
 
 // runFast starts `vramguard run args...` in-process with e's state
-// directory. The run's shim is this test binary (TestMain runs it).
-func (e *env) runFast(args ...string) *fastRun {
+// directory, on a clock rate times the wall clock's, sampling once a second
+// of that clock. The run's shim is this test binary (TestMain runs it).
+func (e *env) runFast(rate float64, args ...string) *fastRun {
 	e.t.Helper()
 	r := &fastRun{t: e.t, errb: &testbin.Buffer{}, done: make(chan int, 1)}
 	f := &cli.Factory{
 		IO:  cli.IOStreams{In: strings.NewReader(""), Out: r.errb, ErrOut: r.errb},
-		Now: fastClock(clockRate),
+		Now: fastClock(rate),
 		Getenv: func(k string) string {
 			if k == "VRAMGUARD_HOME" {
 				return e.home
@@ -58,7 +61,9 @@ func (e *env) runFast(args ...string) *fastRun {
 			return os.Getenv(k)
 		},
 	}
-	go func() { r.done <- cli.Execute(context.Background(), f, append([]string{"run"}, args...)) }()
+	hz := fmt.Sprint(rate)
+	args = append([]string{"run", "--sample-interval", fmt.Sprintf("%gms", 1000/rate), "--probe-hz", hz}, args...)
+	go func() { r.done <- cli.Execute(context.Background(), f, args) }()
 	return r
 }
 

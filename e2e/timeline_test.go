@@ -154,17 +154,18 @@ print("done", len(history))
 // post-mortem says host_oom_killed with when the leak was first seen and
 // the forecast then, and `analyze last` agrees. The same job without the
 // leak, for as long, raises nothing. Both runs are supervised in this
-// process on a clock 20 times the wall clock's (fastRun): the job meets
-// its limit after about 80 s of the test's time, some 27 minutes of the
+// process on a clock 10 times the wall clock's (fastRun): the job meets
+// its limit after about 70 s of the test's time, some twelve minutes of the
 // run's, and the steady job is watched as long.
 func TestHostLeakUnderMemoryLimit(t *testing.T) {
 	t.Parallel()
 	leaky, steady := newEnv(t), newEnv(t)
 	stop := t.TempDir() + "/stop"
 	t.Cleanup(func() { os.WriteFile(stop, nil, 0o644) })
-	fast := []string{"--gpu-backend", "none", "--sample-interval", "50ms", "--probe-hz", "20", "--memory-limit", "900m", "--"}
-	lrun := leaky.runFast(append(append([]string{"--name", "hostleak"}, fast...), python, "-c", trainScript(true, stop))...)
-	srun := steady.runFast(append(append([]string{"--name", "steady"}, fast...), python, "-c", trainScript(false, stop))...)
+	const rate = 10
+	fast := []string{"--gpu-backend", "none", "--memory-limit", "720m", "--"}
+	lrun := leaky.runFast(rate, append(append([]string{"--name", "hostleak"}, fast...), python, "-c", trainScript(true, stop))...)
+	srun := steady.runFast(rate, append(append([]string{"--name", "steady"}, fast...), python, "-c", trainScript(false, stop))...)
 	lerr, serr := lrun.errb, srun.errb
 
 	if code := lrun.wait(5 * time.Minute); code != 137 {
@@ -286,9 +287,9 @@ func TestAllocatorLeakEverywhere(t *testing.T) {
 	e := newEnv(t)
 	s := startServe(t, e.home, "--gpu-backend", "none", "--probe-socket", "none")
 	stop := t.TempDir() + "/stop"
-	fast := []string{"--gpu-backend", "none", "--sample-interval", "50ms", "--probe-hz", "20", "--"}
-	lrun := e.runFast(append(append([]string{"--name", "alloc-leak"}, fast...), python, "-c", allocatorScript(true, clockRate, stop))...)
-	prun := e.runFast(append(append([]string{"--name", "alloc-plateau"}, fast...), python, "-c", allocatorScript(false, clockRate, stop))...)
+	fast := []string{"--gpu-backend", "none", "--"}
+	lrun := e.runFast(clockRate, append(append([]string{"--name", "alloc-leak"}, fast...), python, "-c", allocatorScript(true, clockRate, stop))...)
+	prun := e.runFast(clockRate, append(append([]string{"--name", "alloc-plateau"}, fast...), python, "-c", allocatorScript(false, clockRate, stop))...)
 	lerr, perr := lrun.errb, prun.errb
 	t.Cleanup(func() { os.WriteFile(stop, nil, 0o644); lrun.wait(time.Minute); prun.wait(time.Minute) })
 
