@@ -429,7 +429,7 @@ func (p *Program) eventLoop(model Model, cmds chan Cmd) (Model, error) {
 				// mouse mode (1006) is a no-op if the terminal doesn't support it.
 				p.renderer.enableMouseSGRMode()
 
-				// XXX: This is used to enable mouse mode on Windows. We need
+				// Note: This is used to enable mouse mode on Windows. We need
 				// to reinitialize the cancel reader to get the mouse events to
 				// work.
 				if runtime.GOOS == "windows" && !p.mouseMode {
@@ -440,7 +440,7 @@ func (p *Program) eventLoop(model Model, cmds chan Cmd) (Model, error) {
 			case disableMouseMsg:
 				p.disableMouse()
 
-				// XXX: On Windows, mouse mode is enabled on the input reader
+				// Note: On Windows, mouse mode is enabled on the input reader
 				// level. We need to instruct the input reader to stop reading
 				// mouse events.
 				if runtime.GOOS == "windows" && p.mouseMode {
@@ -669,7 +669,7 @@ func (p *Program) Run() (returnModel Model, returnErr error) {
 		p.renderer.enableMouseSGRMode()
 	}
 
-	// XXX: Should we enable mouse mode on Windows?
+	// Note: Should we enable mouse mode on Windows?
 	// This needs to happen before initializing the cancel and input reader.
 	p.mouseMode = p.startupOptions&withMouseCellMotion != 0 || p.startupOptions&withMouseAllMotion != 0
 
