@@ -39,7 +39,7 @@ if [ "$SMOKE" = 1 ]; then
 	CKPT_RUNS=("--mib 8 --count 2")
 	DOCTOR_N=1
 	SERVE_WINDOW=3 DASH_RUNS=1 INGEST_N=10x
-	DIAG_N=1
+	DIAG_N=1 NOTEBOOK_CELLS=50
 else
 	OUT_MB=300 OUT_REPS=5
 	DET_TIME=2s DET_COUNT=3
@@ -49,7 +49,7 @@ else
 	CKPT_RUNS=("--mib 1024 --count 3" "--mib 128 --count 8")
 	DOCTOR_N=5
 	SERVE_WINDOW=30 DASH_RUNS=2 INGEST_N=300x
-	DIAG_N=10
+	DIAG_N=10 NOTEBOOK_CELLS=1000
 fi
 
 # The leak detector the page compares with ("previous"): the last one
@@ -181,8 +181,9 @@ area_probe() {
 	# shellcheck disable=SC2086
 	step probe run bench/probe/run.sh $PROBE_ARGS || return
 	grep -E '^\|' "$LOGDIR/probe-run.log" | grep -vE '^\| ?---' | sed 's/^/[probe] /'
-	# The notebook's per-cell cost and the who-scan (bench/probe, new) go
-	# here once they are in; the page holds placeholder rows for them.
+	header "probe: the notebook's cost per cell and %vramguard who over 1 M objects (bench/probe/notebook)"
+	step probe notebook go run ./bench/probe/notebook -cells "$NOTEBOOK_CELLS" -objects 1000000 -rounds 3 || return
+	grep -E '^\| notebook' "$LOGDIR/probe-notebook.log" | sed 's/^/[notebook] /'
 }
 
 area_ckpt() {
@@ -203,8 +204,9 @@ area_ckpt() {
 	header "ckpt: zip bombs, vramguard ckpt against torch.load (bench/ckpt/zipbomb.sh)"
 	step ckpt zipbomb bench/ckpt/zipbomb.sh || return
 	grep -E '^\|' "$LOGDIR/ckpt-zipbomb.log" | grep -vE '^\|(---| file)' | sed 's/^/[zipbomb] /'
-	# The cost bounds of ckpt latest and scan (bench/ckpt, new) go here once
-	# they are in; the page holds placeholder rows for them.
+	header "ckpt: cost bounds on hostile inputs, vramguard ckpt against the loaders (bench/ckpt/bounds.sh)"
+	step ckpt bounds bench/ckpt/bounds.sh || return
+	grep -E '^\|' "$LOGDIR/ckpt-bounds.log" | grep -vE '^\|(---| input)' | sed 's/^/[ckpt-bounds] /'
 }
 
 area_doctor() {

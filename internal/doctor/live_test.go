@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,17 +43,27 @@ func TestProbeDebianTorch(t *testing.T) {
 
 func (n NoNVML) err() error { _, err := n.Snapshot(context.Background()); return err }
 
-// TestProbeWithoutTorch uses an interpreter that has no torch: a venv made
-// from the python3 on PATH, or that python3 itself.
+// TestProbeWithoutTorch uses an interpreter that has no torch: a copy of
+// Debian's python3 run with -S (no site packages), whichever python3 comes
+// first on PATH (a machine may have none but Debian's). A copy, not a link
+// or a venv: doctor knows an interpreter by the file it runs, and the copy
+// is not /usr/bin/python3's.
 func TestProbeWithoutTorch(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatal("no python3 on PATH")
-	}
-	py = ResolvePyenvShim(py, "/", os.Getenv)
-	// -S and an empty PYTHONPATH make sure this interpreter cannot see a
-	// torch, whichever python3 the machine has.
 	dir := t.TempDir()
+	real, err := filepath.EvalSymlinks("/usr/bin/python3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	py := filepath.Join(dir, "python3-copy")
+	if err := os.WriteFile(py, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// -S and an empty PYTHONPATH make sure this interpreter cannot see a
+	// torch.
 	wrapper := filepath.Join(dir, "python")
 	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec "+py+" -S \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
