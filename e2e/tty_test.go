@@ -60,19 +60,7 @@ func (e *env) onTerminal(args ...string) (*exec.Cmd, *syncBuf) {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	out := &syncBuf{}
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := ptmx.Read(buf)
-			out.mu.Lock()
-			out.b.Write(buf[:n])
-			out.mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
+	out := readPty(ptmx)
 	return cmd, out
 }
 
@@ -124,19 +112,7 @@ func TestCtrlZStopsTheJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
-	out := &syncBuf{}
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := ptmx.Read(buf)
-			out.mu.Lock()
-			out.b.Write(buf[:n])
-			out.mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
+	out := readPty(ptmx)
 	ptmx.WriteString(bin + " run --name tick -- sh -c 'i=0; while :; do i=$((i+1)); echo tick$i; sleep 0.1; done'\n")
 	var job, sup int
 	waitFor(t, 20*time.Second, "the job's ticks and its PIDs", func() bool {
@@ -170,4 +146,23 @@ func TestCtrlZStopsTheJob(t *testing.T) {
 	waitFor(t, 20*time.Second, "the run's end", func() bool {
 		return strings.Contains(out.String(), "post-mortem") || strings.Contains(out.String(), "interrupted")
 	})
+}
+
+// readPty copies everything the terminal's master side reads into a
+// buffer, until it closes.
+func readPty(ptmx *os.File) *syncBuf {
+	out := &syncBuf{}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(buf)
+			out.mu.Lock()
+			out.b.Write(buf[:n])
+			out.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return out
 }
