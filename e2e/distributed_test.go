@@ -9,18 +9,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestDistributedFirstFailure: 4 real ranks on the CPU (torch.distributed,
+// TestDistributedFirstFailure: 3 real ranks on the CPU (torch.distributed,
 // gloo), under mp.spawn and under a plain launcher that gives each the
-// environment torchrun sets. Rank 2 dies (a CUDA OOM message raised, a real
+// environment torchrun sets. Rank 1, between the others, dies (a CUDA OOM message raised, a real
 // OOM kill under --memory-limit, a real SIGSEGV) while the others wait for
 // it in an all_reduce and then fail (their connections to it close; mp.spawn
-// stops them). explain --json names rank 2 as the root cause with its own
+// stops them). explain --json names rank 1 as the root cause with its own
 // reason, which is the job's, and marks every other rank collateral.
 func TestDistributedFirstFailure(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		mode, reason string
-		exit         func(r map[string]any) string // "" when rank 2's exit is as wanted
+		exit         func(r map[string]any) string // "" when rank 1's exit is as wanted
 		limit        bool
 	}{
 		{mode: "exc", reason: "cuda_oom", exit: rankExits(1)},
@@ -35,14 +35,14 @@ func TestDistributedFirstFailure(t *testing.T) {
 					requireRoot(t)
 				}
 				if launcher == "launch" && tt.mode != "exc" {
-					// rank 2's signal: its launcher reaps it at once, so only a
+					// rank 1's signal: its launcher reaps it at once, so only a
 					// pidfd keeps its status for vramguard
 					requireKernel(t, 6, 15, "PIDFD_INFO_EXIT, the exit status of a process another parent reaped")
 				}
 				e := newEnv(t)
 				args := []string{"run", "--name", "dist", "--sample-interval", "250ms", "--probe-hz", "5"}
 				if tt.limit {
-					// four ranks with torch imported hold about 1 GiB
+					// three ranks with torch imported hold about 0.8 GiB
 					args = append(args, "--memory-limit", "2g")
 				}
 				args = append(args, "--", python, job("distributed.py"), launcher, tt.mode, fmt.Sprint(freePort(t)))
@@ -55,12 +55,12 @@ func TestDistributedFirstFailure(t *testing.T) {
 					t.Errorf("job reason %v, want %s (the root cause's)", doc["reason"], tt.reason)
 				}
 				root, _ := doc["root_cause"].(map[string]any)
-				if root == nil || root["rank"] != 2.0 || root["reason"] != tt.reason || root["node"] == "" {
-					t.Fatalf("root_cause %v, want rank 2 %s\n%s", doc["root_cause"], tt.reason, tail(r.stderr, 3000))
+				if root == nil || root["rank"] != 1.0 || root["reason"] != tt.reason || root["node"] == "" {
+					t.Fatalf("root_cause %v, want rank 1 %s\n%s", doc["root_cause"], tt.reason, tail(r.stderr, 3000))
 				}
 				ranks := rankList(t, doc)
 				for n, rk := range ranks {
-					if rk["pid"].(float64) <= 0 || rk["world_size"] != 4.0 || rk["node"] == "" {
+					if rk["pid"].(float64) <= 0 || rk["world_size"] != 3.0 || rk["node"] == "" {
 						t.Errorf("rank %d: pid %v world_size %v node %v", n, rk["pid"], rk["world_size"], rk["node"])
 					}
 					if peak, _ := rk["peak_host_bytes"].(float64); peak < 50<<20 {
@@ -69,42 +69,42 @@ func TestDistributedFirstFailure(t *testing.T) {
 					if _, ok := rk["optimizer_steps"].(float64); !ok {
 						t.Errorf("rank %d: no optimizer_steps from its probe: %v", n, rk["optimizer_steps"])
 					}
-					if n == 2 {
+					if n == 1 {
 						if rk["reason"] != tt.reason || rk["collateral"] != false {
-							t.Errorf("rank 2: reason %v collateral %v", rk["reason"], rk["collateral"])
+							t.Errorf("rank 1: reason %v collateral %v", rk["reason"], rk["collateral"])
 						}
 						if why := tt.exit(rk); why != "" {
-							t.Errorf("rank 2: %s", why)
+							t.Errorf("rank 1: %s", why)
 						}
 						continue
 					}
 					ev := strings.Join(strs(rk["evidence"]), "\n")
-					if rk["reason"] != "peer_failed" || rk["collateral"] != true || !strings.Contains(ev, "rank 2") {
-						t.Errorf("rank %d: reason %v collateral %v, want peer_failed naming rank 2:\n%s", n, rk["reason"], rk["collateral"], ev)
+					if rk["reason"] != "peer_failed" || rk["collateral"] != true || !strings.Contains(ev, "rank 1") {
+						t.Errorf("rank %d: reason %v collateral %v, want peer_failed naming rank 1:\n%s", n, rk["reason"], rk["collateral"], ev)
 					}
 				}
 				if launcher == "launch" && tt.mode == "exc" {
-					if l, _ := ranks[2]["last_line"].(string); !strings.Contains(l, "CUDA out of memory") {
-						t.Errorf("rank 2's last line %q", l)
+					if l, _ := ranks[1]["last_line"].(string); !strings.Contains(l, "CUDA out of memory") {
+						t.Errorf("rank 1's last line %q", l)
 					}
 					if l, _ := ranks[0]["last_line"].(string); !strings.Contains(l, "Connection closed by peer") && !strings.Contains(l, "Connection reset by peer") {
 						t.Errorf("rank 0's last line %q, want its gloo error", l)
 					}
 				}
 				out := e.run("explain", "last").stdout
-				if !strings.Contains(out, "ranks (4 ranks; rank 2 first to fail)") || !strings.Contains(out, "peer_failed") {
+				if !strings.Contains(out, "ranks (3 ranks; rank 1 first to fail)") || !strings.Contains(out, "peer_failed") {
 					t.Errorf("explain's text has no ranks table:\n%s", out)
 				}
-				if !strings.Contains(r.stderr, "rank 2 (pid ") || !strings.Contains(r.stderr, "failed first") {
-					t.Errorf("the post-mortem on the terminal does not name rank 2:\n%s", tail(r.stderr, 3000))
+				if !strings.Contains(r.stderr, "rank 1 (pid ") || !strings.Contains(r.stderr, "failed first") {
+					t.Errorf("the post-mortem on the terminal does not name rank 1:\n%s", tail(r.stderr, 3000))
 				}
 			})
 		}
 	}
 }
 
-// TestDistributedStall: rank 2 stops stepping while the others wait for it
-// in an all_reduce. The job is stalled, rank 2 is named, and every rank's
+// TestDistributedStall: rank 1 stops stepping while the others wait for it
+// in an all_reduce. The job is stalled, rank 1 is named, and every rank's
 // Python stacks are kept in the run directory.
 func TestDistributedStall(t *testing.T) {
 	t.Parallel()
@@ -116,11 +116,11 @@ func TestDistributedStall(t *testing.T) {
 		t.Fatalf("reason %v exit %d, want stalled 137\n%s", doc["reason"], r.code, tail(r.stderr, 3000))
 	}
 	root, _ := doc["root_cause"].(map[string]any)
-	if root == nil || root["rank"] != 2.0 || root["reason"] != "stalled" {
-		t.Fatalf("root_cause %v, want rank 2 stalled", doc["root_cause"])
+	if root == nil || root["rank"] != 1.0 || root["reason"] != "stalled" {
+		t.Fatalf("root_cause %v, want rank 1 stalled", doc["root_cause"])
 	}
-	if ev := strings.Join(strs(doc["evidence"]), "\n"); !strings.Contains(ev, "rank 2 (pid ") || !strings.Contains(ev, "stopped making progress") {
-		t.Errorf("the evidence does not name rank 2:\n%s", ev)
+	if ev := strings.Join(strs(doc["evidence"]), "\n"); !strings.Contains(ev, "rank 1 (pid ") || !strings.Contains(ev, "stopped making progress") {
+		t.Errorf("the evidence does not name rank 1:\n%s", ev)
 	}
 	for n, rk := range rankList(t, doc) {
 		path, _ := rk["stacks_path"].(string)
@@ -130,9 +130,9 @@ func TestDistributedStall(t *testing.T) {
 			continue
 		}
 		steps, _ := rk["optimizer_steps"].(float64)
-		if n == 2 {
+		if n == 1 {
 			if !strings.Contains(string(b), "wait_for_the_next_batch") || rk["reason"] != "stalled" || steps != 5 {
-				t.Errorf("rank 2: reason %v, %v steps, stacks:\n%s", rk["reason"], rk["optimizer_steps"], b)
+				t.Errorf("rank 1: reason %v, %v steps, stacks:\n%s", rk["reason"], rk["optimizer_steps"], b)
 			}
 			continue
 		}
@@ -156,7 +156,7 @@ func requireKernel(t *testing.T, major, minor int, what string) {
 	}
 }
 
-// rankList returns explain --json's ranks by rank, checking there are 4.
+// rankList returns explain --json's ranks by rank, checking there are 3.
 func rankList(t *testing.T, doc map[string]any) map[int]map[string]any {
 	t.Helper()
 	list, _ := doc["ranks"].([]any)
@@ -165,8 +165,8 @@ func rankList(t *testing.T, doc map[string]any) map[int]map[string]any {
 		rk := x.(map[string]any)
 		out[int(rk["rank"].(float64))] = rk
 	}
-	if len(out) != 4 {
-		t.Fatalf("ranks: %v, want 0 to 3", doc["ranks"])
+	if len(out) != 3 {
+		t.Fatalf("ranks: %v, want 0 to 2", doc["ranks"])
 	}
 	return out
 }

@@ -1,15 +1,16 @@
-# A 4-rank data-parallel job on the CPU (torch.distributed, gloo) whose rank 2
-# fails the way MODE says while the others wait for it in an all_reduce:
+# A 3-rank data-parallel job on the CPU (torch.distributed, gloo) whose middle
+# rank (1) fails the way MODE says while the others wait for it in an
+# all_reduce:
 #
-#   distributed.py spawn MODE PORT    4 ranks under torch.multiprocessing.spawn
-#   distributed.py launch MODE PORT   a plain launcher: 4 processes with the
+#   distributed.py spawn MODE PORT    3 ranks under torch.multiprocessing.spawn
+#   distributed.py launch MODE PORT   a plain launcher: 3 processes with the
 #                                     environment torchrun gives its workers
 #   distributed.py rank MODE          one rank of it (RANK, WORLD_SIZE, ... set)
 #
-# MODE: exc   rank 2 raises a CUDA out-of-memory error (PyTorch's message)
-#       oom   rank 2 allocates host memory until the OOM killer kills it
-#       segv  rank 2 dies of SIGSEGV
-#       stall rank 2 stops stepping at step 5 (waits for data that never comes)
+# MODE: exc   rank 1 raises a CUDA out-of-memory error (PyTorch's message)
+#       oom   rank 1 allocates host memory until the OOM killer kills it
+#       segv  rank 1 dies of SIGSEGV
+#       stall rank 1 stops stepping at step 5 (waits for data that never comes)
 import datetime
 import os
 import signal
@@ -17,7 +18,8 @@ import subprocess
 import sys
 import time
 
-WORLD = 4
+WORLD = 3
+FAILS = 1  # the rank that fails: neither the first nor the last
 OOM_MESSAGE = (
     "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total capacity; "
     "13.20 GiB already allocated; 1.50 GiB free; 13.50 GiB reserved in total by PyTorch)"
@@ -32,15 +34,16 @@ def train(rank, mode):
     import torch
     import torch.distributed as dist
 
-    # long enough for four ranks importing torch at once on a busy machine;
-    # the ranks that wait for rank 2 learn of its death from their sockets
+    # long enough for the ranks importing torch at once on a busy machine;
+    # the ranks that wait for the failing one learn of its death from their
+    # sockets
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=120))
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     steps = 1000 if mode == "stall" else 3
     for step in range(steps):
-        if mode == "stall" and rank == 2 and step == 5:
-            print("rank 2 waits for its next batch", flush=True)
+        if mode == "stall" and rank == FAILS and step == 5:
+            print("rank %d waits for its next batch" % rank, flush=True)
             wait_for_the_next_batch()
         model(torch.randn(4, 8)).sum().backward()
         opt.step()
@@ -48,7 +51,7 @@ def train(rank, mode):
         dist.all_reduce(t)
         time.sleep(0.4)  # the probe samples the step count in between
     print("rank %d trained %d steps" % (rank, steps), flush=True)
-    if rank == 2:
+    if rank == FAILS:
         if mode == "exc":
             raise RuntimeError(OOM_MESSAGE)
         if mode == "segv":
@@ -58,7 +61,7 @@ def train(rank, mode):
             while True:
                 hold.append(bytearray(16 << 20))
     t = torch.ones(1)
-    dist.all_reduce(t)  # rank 2 never comes
+    dist.all_reduce(t)  # the failing rank never comes
     print("rank %d done" % rank, flush=True)
 
 
