@@ -27,4 +27,9 @@ fi
 if [ "${1:-}" = --setup ]; then exit 0; fi
 pkgs_or_flags=("$@")
 [ ${#pkgs_or_flags[@]} -gt 0 ] || pkgs_or_flags=(./...)
-exec go test -timeout 30m "${pkgs_or_flags[@]}"
+# Test binaries at once: go's default is one per core, but the slowest
+# packages (e2e, e2e/install, internal/probe) spend much of their time
+# waiting on jobs they supervise, so on a small machine more run alongside.
+jobs=$(nproc)
+[ "$jobs" -ge 4 ] || jobs=4
+exec go test -timeout 30m -p "$jobs" "${pkgs_or_flags[@]}"
