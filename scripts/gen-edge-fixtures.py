@@ -6,21 +6,28 @@ Run with Debian's numpy and PyTorch:
     /usr/bin/python3 scripts/gen-edge-fixtures.py [OUTDIR]
 
 - attack_*: files whose payload a real loader runs (numpy.load with
-  allow_pickle=True, torch.load, pickle.load of a decompressed stream).
+  allow_pickle=True, torch.load, pickle.load of a decompressed stream:
+  gzip, bz2, zlib, lzma and Debian's python3-zstandard, as pandas reads
+  zstd).
   Every payload creates PWNED ("vg-pwned") in the current directory; the Go
   tests load each with the real loader in a temp dir and check that it
   appears, and check that `ckpt scan` fails on each. They are written byte
   by byte here and never loaded by this script.
 - benign_*: files written by the real library that scan must pass.
 """
+import bz2
+import gzip
 import io
+import lzma
 import os
 import struct
 import sys
 import zipfile
+import zlib
 
 import numpy as np
 import torch
+import zstandard
 
 PWNED = "vg-pwned"
 CMD = "touch " + PWNED
@@ -82,6 +89,8 @@ def main():
     lightning_run()
     overflow_storage()
     build_side_effect()
+    build_pid_side_effect()
+    compressed_pickles()
 
 
 def lightning_ckpt(epoch, step, best):
@@ -164,17 +173,62 @@ def build_side_effect():
     relu.dump_patches = True, then a ("module", relu, file, source)
     persistent id makes torch's legacy loader compare sources and, as they
     differ, write relu.patch into the working directory."""
-    import pickle
     relu = b"ctorch.nn.functional\nrelu\n"
     main = (b"\x80\x02" + relu + b"N}" + binunicode("dump_patches") + b"\x88s\x86b0"
             + b"(" + binunicode("module") + relu + binunicode("evil.py") + binunicode("not relu's source")
             + b"tQ.")
+    legacy_file("attack_build_patch.pt", main)
+
+
+def legacy_file(name, main):
+    """A legacy (non-zip) torch file around the pickle main: magic,
+    protocol, sys_info as torch.save writes them, no storages."""
+    import pickle
     sys_info = dict(protocol_version=1001, little_endian=True, type_sizes=dict(short=2, int=4, long=4))
-    with open(os.path.join(OUT, "attack_build_patch.pt"), "wb") as f:
+    with open(os.path.join(OUT, name), "wb") as f:
         for part in (0x1950a86a20f9469cfc6c, 1001, sys_info):
             f.write(pickle.dumps(part, protocol=2))
         f.write(main)
         f.write(pickle.dumps([], protocol=2))
+
+
+def build_pid_side_effect():
+    """attack_pid_patch.pt: the same patch file without a BUILD on a global.
+    A first ("module", relu, "", "") record (no source: torch checks
+    nothing) makes persistent_load return relu itself; BUILD on that sets
+    relu.dump_patches = True; a second record whose source differs makes
+    torch's legacy loader write relu.patch. Every global is allowlisted."""
+    relu = b"ctorch.nn.functional\nrelu\n"
+    record = lambda src: (b"(" + binunicode("module") + relu + binunicode("evil.py" if src else "")
+                          + binunicode(src) + b"tQ")
+    main = (b"\x80\x02" + record("") + b"N}" + binunicode("dump_patches") + b"\x88s\x86b0"
+            + record("not relu's source") + b".")
+    legacy_file("attack_pid_patch.pt", main)
+
+
+def compressed_pickles():
+    """Pickles compressed as pickle.load(gzip.open(...)), joblib and pandas
+    read them, each by Python's own compressor: attack_pickle.* hold the
+    payload (gzip, bz2, zlib, xz, the legacy .lzma format, zstd);
+    attack_split.xz splits it across two xz streams, which lzma.open reads
+    as one; benign_pickle.xz/.zst hold a plain dict; bomb.xz/.zst/.gz hold
+    a valid pickle of 65 MiB of zero bytes (past the scanner's 64 MiB
+    bound) in a few KB."""
+    import pickle
+    zst = zstandard.ZstdCompressor()
+    gz = lambda b: gzip.compress(b, mtime=0)  # the same bytes on every run
+    for ext, comp in (("gz", gz), ("bz2", bz2.compress), ("zlib", zlib.compress),
+                      ("xz", lzma.compress), ("lzma", lambda b: lzma.compress(b, format=lzma.FORMAT_ALONE)),
+                      ("zst", zst.compress)):
+        write("attack_pickle." + ext, comp(PAYLOAD))
+    half = len(PAYLOAD) // 2
+    write("attack_split.xz", lzma.compress(PAYLOAD[:half]) + lzma.compress(PAYLOAD[half:]))
+    plain = pickle.dumps({"lr": 0.1, "steps": [1, 2, 3], "name": "run"}, protocol=4)
+    write("benign_pickle.xz", lzma.compress(plain))
+    write("benign_pickle.zst", zst.compress(plain))
+    big = pickle.dumps(bytes(65 << 20), protocol=4)
+    for ext, comp in (("xz", lzma.compress), ("zst", zst.compress), ("gz", gz)):
+        write("bomb." + ext, comp(big))
 
 
 if __name__ == "__main__":
