@@ -211,7 +211,7 @@ def compressed_pickles():
     read them, each by Python's own compressor: attack_pickle.* hold the
     payload (gzip, bz2, zlib, xz, the legacy .lzma format, zstd);
     attack_split.xz splits it across two xz streams, which lzma.open reads
-    as one; benign_pickle.xz/.zst hold a plain dict; bomb.xz/.zst/.gz hold
+    as one; attack_skippable.zst puts a skippable frame before it; benign_pickle.xz/.zst hold a plain dict; bomb.xz/.zst/.gz hold
     a valid pickle of 65 MiB of zero bytes (past the scanner's 64 MiB
     bound) in a few KB."""
     import pickle
@@ -221,6 +221,9 @@ def compressed_pickles():
                       ("xz", lzma.compress), ("lzma", lambda b: lzma.compress(b, format=lzma.FORMAT_ALONE)),
                       ("zst", zst.compress)):
         write("attack_pickle." + ext, comp(PAYLOAD))
+    # A zstd skippable frame first (magic 0x184D2A5F: its first byte is no
+    # pickle opcode), which zstandard.open skips to the payload's frame.
+    write("attack_skippable.zst", struct.pack("<II", 0x184D2A5F, 4) + b"skip" + zst.compress(PAYLOAD))
     half = len(PAYLOAD) // 2
     write("attack_split.xz", lzma.compress(PAYLOAD[:half]) + lzma.compress(PAYLOAD[half:]))
     plain = pickle.dumps({"lr": 0.1, "steps": [1, 2, 3], "name": "run"}, protocol=4)

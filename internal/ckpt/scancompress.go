@@ -31,7 +31,10 @@ func compressedFormat(head []byte) string {
 		return "bz2"
 	case bytes.HasPrefix(head, []byte{0xfd, '7', 'z', 'X', 'Z', 0}):
 		return "xz"
-	case bytes.HasPrefix(head, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+	case bytes.HasPrefix(head, []byte{0x28, 0xb5, 0x2f, 0xfd}),
+		// A skippable frame (magic 0x184D2A50-5F): zstd's readers skip
+		// it and decompress the frames after it.
+		len(head) >= 4 && head[0]&0xf0 == 0x50 && bytes.Equal(head[1:4], []byte{0x2a, 0x4d, 0x18}):
 		return "zstd"
 	case len(head) >= 2 && head[0]&0x0f == 8 && (uint16(head[0])<<8|uint16(head[1]))%31 == 0 && head[0] == 0x78:
 		return "zlib"

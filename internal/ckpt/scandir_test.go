@@ -54,6 +54,7 @@ var compressedCases = []struct {
 	{"attack_pickle.xz", "xz", StatusDangerous, ""},
 	{"attack_split.xz", "xz", StatusDangerous, ""},
 	{"attack_pickle.zst", "zstd", StatusDangerous, ""},
+	{"attack_skippable.zst", "zstd", StatusDangerous, ""},
 	{"attack_pickle.lzma", "", StatusFailed, "unknown opcode"},
 	{"benign_pickle.xz", "xz", StatusOK, ""},
 	{"benign_pickle.zst", "zstd", StatusOK, ""},
@@ -87,6 +88,13 @@ func TestScanCompressedPickles(t *testing.T) {
 		if !ok {
 			t.Errorf("%s: format %q status %q, want %q %q (error %q): %+v", tc.file, res.Format, res.Status, tc.format, tc.status, tc.err, res)
 		}
+	}
+	// In a directory too: a file whose first byte is no pickle opcode is
+	// skipped there, which the skippable frame's 0x5f was before.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "model.zst"), readFixture(t, "attack_skippable.zst"), 0o644)
+	if rs, err := ScanPath(dir); err != nil || len(rs) != 1 || rs[0].Status != StatusDangerous {
+		t.Errorf("attack_skippable.zst in a directory: %+v %v", rs, err)
 	}
 	attacks = append(attacks, "testdata/edges/attack_pickle.lzma")
 	ran := runLoader(t, `
