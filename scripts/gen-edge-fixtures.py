@@ -211,7 +211,9 @@ def compressed_pickles():
     read them, each by Python's own compressor: attack_pickle.* hold the
     payload (gzip, bz2, zlib, xz, the legacy .lzma format, zstd);
     attack_split.xz splits it across two xz streams, which lzma.open reads
-    as one; attack_skippable.zst puts a skippable frame before it; benign_pickle.xz/.zst hold a plain dict; bomb.xz/.zst/.gz hold
+    as one; attack_skippable.zst puts a zstd skippable frame before it;
+    attack_alone.xz is lzma's legacy format starting with byte 0x00;
+    benign_pickle.xz/.zst/.lzma hold a plain dict; bomb.xz/.zst/.gz hold
     a valid pickle of 65 MiB of zero bytes (past the scanner's 64 MiB
     bound) in a few KB."""
     import pickle
@@ -224,11 +226,18 @@ def compressed_pickles():
     # A zstd skippable frame first (magic 0x184D2A5F: its first byte is no
     # pickle opcode), which zstandard.open skips to the payload's frame.
     write("attack_skippable.zst", struct.pack("<II", 0x184D2A5F, 4) + b"skip" + zst.compress(PAYLOAD))
+    # lzma's legacy format has no magic: lzma.open takes any file without
+    # xz's as one when liblzma's header checks pass. With lc=lp=pb=0 its
+    # first byte is 0x00, no pickle opcode; pandas opens a .xz name with
+    # lzma.open.
+    write("attack_alone.xz", lzma.compress(PAYLOAD, format=lzma.FORMAT_ALONE,
+                                           filters=[{"id": lzma.FILTER_LZMA1, "lc": 0, "lp": 0, "pb": 0}]))
     half = len(PAYLOAD) // 2
     write("attack_split.xz", lzma.compress(PAYLOAD[:half]) + lzma.compress(PAYLOAD[half:]))
     plain = pickle.dumps({"lr": 0.1, "steps": [1, 2, 3], "name": "run"}, protocol=4)
     write("benign_pickle.xz", lzma.compress(plain))
     write("benign_pickle.zst", zst.compress(plain))
+    write("benign_pickle.lzma", lzma.compress(plain, format=lzma.FORMAT_ALONE))
     big = pickle.dumps(bytes(65 << 20), protocol=4)
     for ext, comp in (("xz", lzma.compress), ("zst", zst.compress), ("gz", gz)):
         write("bomb." + ext, comp(big))

@@ -1,20 +1,28 @@
 package ckpt
 
 import (
+	"bufio"
 	"bytes"
 	"compress/bzip2"
 	"compress/gzip"
 	"compress/zlib"
+	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
+	"github.com/ulikunitz/xz/lzma"
 )
 
 // maxDecompressed bounds what a compressed pickle is inflated to for the
 // scan (held in memory: the decoder reads at offsets).
 const maxDecompressed = 64 << 20
+
+// dictBound is the largest LZMA dictionary the scanner allocates: what
+// decoding maxDecompressed bytes can refer back to.
+const dictBound = maxDecompressed + 1<<20
 
 // maxZstdWindow is the largest zstd window the scanner decodes with: what
 // the Python bindings accept by default (zstd's ZSTD_WINDOWLOG_LIMIT_DEFAULT,
@@ -40,6 +48,60 @@ func compressedFormat(head []byte) string {
 		return "zlib"
 	}
 	return ""
+}
+
+// lzmaAloneHeader says whether head starts like lzma's legacy format
+// ("lzma-alone", .lzma) by liblzma's own checks, the ones lzma.open
+// applies to any file that does not start with xz's magic (its auto
+// decoder is picky): a properties byte with lc+lp <= 4, a dictionary size
+// of 2^n or 2^n+2^(n-1) (or all ones), and an uncompressed size unknown
+// or under 2^38. The format has no magic, so this is all there is to go
+// by; a file that passes is unpickled by pickle.load(lzma.open(...)).
+func lzmaAloneHeader(head []byte) bool {
+	if len(head) < 13 || head[0] > (4*5+4)*9+8 {
+		return false
+	}
+	p := int(head[0])
+	pb := p / 45
+	lp := (p - pb*45) / 9
+	lc := p - pb*45 - lp*9
+	if lc+lp > 4 {
+		return false
+	}
+	if d := binary.LittleEndian.Uint32(head[1:5]); d != math.MaxUint32 {
+		x := d - 1
+		x |= x >> 2
+		x |= x >> 3
+		x |= x >> 4
+		x |= x >> 8
+		x |= x >> 16
+		if x+1 != d {
+			return false
+		}
+	}
+	u := binary.LittleEndian.Uint64(head[5:13])
+	return u == math.MaxUint64 || u < 1<<38
+}
+
+// countingReader counts the bytes a decoder took (it reads through
+// ReadByte, so nothing is read ahead of what it used).
+type countingReader struct {
+	r *bufio.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingReader) ReadByte() (byte, error) {
+	b, err := c.r.ReadByte()
+	if err == nil {
+		c.n++
+	}
+	return b, err
 }
 
 // decompressor opens kind's decoder on src, reading every member, stream
@@ -74,6 +136,24 @@ func decompressor(kind string, src io.Reader) (r io.Reader, close func(), err er
 			return nil, close, err
 		}
 		return d, d.Close, nil
+	case "lzma":
+		// The legacy format: one stream. Its dictionary is the header's
+		// up to dictBound: the scan reads at most maxDecompressed+1 bytes
+		// out, so no match reaches further back, and a header's 4 GiB is
+		// never allocated.
+		hdr := make([]byte, 13)
+		if _, err := io.ReadFull(src, hdr); err != nil {
+			return nil, close, err
+		}
+		dict := binary.LittleEndian.Uint32(hdr[1:5])
+		if dict > dictBound {
+			dict = dictBound
+		}
+		binary.LittleEndian.PutUint32(hdr[1:5], dict)
+		// No io.ByteReader: the decoder takes one byte at a time, so a
+		// countingReader below counts exactly what it used.
+		l, err := lzma.ReaderConfig{DictCap: max(int(dict), lzma.MinDictCap)}.NewReader(io.MultiReader(bytes.NewReader(hdr), src))
+		return l, close, err
 	}
 	return nil, close, fmt.Errorf("no decoder for %s", kind)
 }
@@ -81,7 +161,8 @@ func decompressor(kind string, src io.Reader) (r io.Reader, close func(), err er
 // scanCompressed decompresses (bounded) and scans every pickle inside.
 func scanCompressed(r io.ReaderAt, size int64, kind string, res *ScanResult) {
 	res.Format = kind
-	zr, closeZ, err := decompressor(kind, io.NewSectionReader(r, 0, size))
+	src := &countingReader{r: bufio.NewReader(io.NewSectionReader(r, 0, size))}
+	zr, closeZ, err := decompressor(kind, src)
 	defer closeZ()
 	if err != nil {
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", kind, err))
@@ -101,6 +182,9 @@ func scanCompressed(r io.ReaderAt, size int64, kind string, res *ScanResult) {
 		return
 	case err != nil:
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v after %d bytes", kind, err, n))
+	case kind == "lzma" && src.n < size:
+		// lzma.open goes on with what follows as another stream.
+		res.Errors = append(res.Errors, fmt.Sprintf("lzma: %d bytes after the stream's end at byte %d are not scanned (lzma.open reads them as another stream)", size-src.n, src.n))
 	}
 	before := res.Pickles
 	scanPickles(bytes.NewReader(buf), 0, int64(len(buf)), "", res, true)

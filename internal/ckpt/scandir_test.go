@@ -41,9 +41,8 @@ func TestCkptDepsAreListed(t *testing.T) {
 }
 
 // compressedCases: scripts/gen-edge-fixtures.py's compressed pickles, each
-// written by Python's own compressor. The .lzma file (lzma's legacy
-// format, no magic) is not decompressed: it is read as a pickle, fails at
-// its second byte, and so is never a pass.
+// written by Python's own compressor. lzma's legacy format has no magic:
+// it is known by liblzma's header checks, what lzma.open applies.
 var compressedCases = []struct {
 	file, format, status string
 	err                  string // in Errors
@@ -55,7 +54,9 @@ var compressedCases = []struct {
 	{"attack_split.xz", "xz", StatusDangerous, ""},
 	{"attack_pickle.zst", "zstd", StatusDangerous, ""},
 	{"attack_skippable.zst", "zstd", StatusDangerous, ""},
-	{"attack_pickle.lzma", "", StatusFailed, "unknown opcode"},
+	{"attack_pickle.lzma", "lzma", StatusDangerous, ""},
+	{"attack_alone.xz", "lzma", StatusDangerous, ""},
+	{"benign_pickle.lzma", "lzma", StatusOK, ""},
 	{"benign_pickle.xz", "xz", StatusOK, ""},
 	{"benign_pickle.zst", "zstd", StatusOK, ""},
 	{"bomb.gz", "gzip", StatusFailed, "decompresses to more than the scanner's 67108864-byte bound"},
@@ -90,13 +91,15 @@ func TestScanCompressedPickles(t *testing.T) {
 		}
 	}
 	// In a directory too: a file whose first byte is no pickle opcode is
-	// skipped there, which the skippable frame's 0x5f was before.
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "model.zst"), readFixture(t, "attack_skippable.zst"), 0o644)
-	if rs, err := ScanPath(dir); err != nil || len(rs) != 1 || rs[0].Status != StatusDangerous {
-		t.Errorf("attack_skippable.zst in a directory: %+v %v", rs, err)
+	// skipped there, which the skippable frame's 0x5f and the lzma
+	// header's 0x00 were before.
+	for _, f := range []string{"attack_skippable.zst", "attack_alone.xz"} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, f), readFixture(t, f), 0o644)
+		if rs, err := ScanPath(dir); err != nil || len(rs) != 1 || rs[0].Status != StatusDangerous {
+			t.Errorf("%s in a directory: %+v %v", f, rs, err)
+		}
 	}
-	attacks = append(attacks, "testdata/edges/attack_pickle.lzma")
 	ran := runLoader(t, `
         import gzip, bz2, lzma, zlib, zstandard
         ext = p.rsplit(".", 1)[1]
@@ -113,9 +116,10 @@ func TestScanCompressedPickles(t *testing.T) {
 	}
 }
 
-// TestScanCompressedDamaged: a compressed pickle cut short, or a zstd
-// frame asking for a window over the decoder's 128 MiB (what Python's
-// binding refuses too), is a finding, never a pass, even where what was
+// TestScanCompressedDamaged: a compressed pickle cut short, an lzma stream
+// followed by another (which lzma.open would read too), or a zstd frame
+// asking for a window over the decoder's 128 MiB (what Python's binding
+// refuses too), is a finding, never a pass, even where what was
 // decompressed before the damage is a whole harmless pickle.
 func TestScanCompressedDamaged(t *testing.T) {
 	t.Parallel()
@@ -126,6 +130,11 @@ func TestScanCompressedDamaged(t *testing.T) {
 	}{
 		{"cut.xz", func() []byte { b := readFixture(t, "benign_pickle.xz"); return b[:len(b)-12] }},
 		{"cut.zst", func() []byte { b := readFixture(t, "benign_pickle.zst"); return b[:len(b)-4] }},
+		{"cut.lzma", func() []byte { b := readFixture(t, "benign_pickle.lzma"); return b[:len(b)-8] }},
+		{"two streams.lzma", func() []byte {
+			b := readFixture(t, "benign_pickle.lzma")
+			return append(b, b...)
+		}},
 		{"cut.gz", func() []byte {
 			var b bytes.Buffer
 			g := gzip.NewWriter(&b)
