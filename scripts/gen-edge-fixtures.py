@@ -213,7 +213,8 @@ def compressed_pickles():
     attack_split.xz splits it across two xz streams, which lzma.open reads
     as one; attack_skippable.zst puts a zstd skippable frame before it;
     attack_alone.xz is lzma's legacy format starting with byte 0x00;
-    benign_pickle.xz/.zst/.lzma hold a plain dict; bomb.xz/.zst/.gz hold
+    benign_pickle.xz/.zst/.lzma and benign_sha256.xz hold a plain dict,
+    and bigdict.xz too, in a block declaring a 4 GiB dictionary; bomb.* hold
     a valid pickle of 65 MiB of zero bytes (past the scanner's 64 MiB
     bound) in a few KB."""
     import pickle
@@ -238,6 +239,18 @@ def compressed_pickles():
     write("benign_pickle.xz", lzma.compress(plain))
     write("benign_pickle.zst", zst.compress(plain))
     write("benign_pickle.lzma", lzma.compress(plain, format=lzma.FORMAT_ALONE))
+    write("benign_sha256.xz", lzma.compress(plain, check=lzma.CHECK_SHA256))
+    # bigdict.xz: the harmless dict in an xz block whose header declares a
+    # 4 GiB dictionary (code 40, its CRC recomputed), which lzma.open
+    # reads and the scanner refuses to allocate.
+    x = bytearray(lzma.compress(plain, filters=[{"id": lzma.FILTER_LZMA2, "dict_size": 4096}]))
+    hsize = (x[12] + 1) * 4
+    hdr = x[12:12 + hsize]
+    assert hdr[1] == 0 and hdr[2] == 0x21 and hdr[3] == 1  # no sizes; LZMA2, one property byte
+    hdr[4] = 40
+    hdr[-4:] = struct.pack("<I", zlib.crc32(bytes(hdr[:-4])))
+    x[12:12 + hsize] = hdr
+    write("bigdict.xz", bytes(x))
     big = pickle.dumps(bytes(65 << 20), protocol=4)
     for ext, comp in (("xz", lzma.compress), ("zst", zst.compress), ("gz", gz)):
         write("bomb." + ext, comp(big))

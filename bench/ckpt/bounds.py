@@ -26,7 +26,8 @@ Inputs, written to a temp directory:
   past the scanner's 64 MiB bound for a compressed pickle, in a few KB
   (baseline: pickle.load of gzip.open / lzma.open, pickle.loads of
   python3-zstandard's reader); bigdict.xz: a harmless pickle in an xz
-  block whose header declares a 4 GiB dictionary (baseline: lzma.open).
+  block whose header declares a 4 GiB dictionary, which scan refuses to
+  allocate (baseline: lzma.open, which allocates it).
 
 Each command runs 3 times (once when it takes over 5 s); the table gives
 the median wall and CPU time (user + system: on a shared machine the wall

@@ -161,6 +161,18 @@ func decompressor(kind string, src io.Reader) (r io.Reader, close func(), err er
 // scanCompressed decompresses (bounded) and scans every pickle inside.
 func scanCompressed(r io.ReaderAt, size int64, kind string, res *ScanResult) {
 	res.Format = kind
+	if kind == "xz" {
+		// The decoder allocates each block's declared dictionary: read
+		// every block header first.
+		switch d, err := xzMaxDict(r, size); {
+		case err != nil:
+			res.Errors = append(res.Errors, fmt.Sprintf("xz: %v: not decompressed (lzma.open may read what the scanner does not)", err))
+			return
+		case d > dictBound:
+			res.Errors = append(res.Errors, fmt.Sprintf("xz: a block declares a %d-byte dictionary, over the scanner's %d-byte bound: not decompressed", d, dictBound))
+			return
+		}
+	}
 	src := &countingReader{r: bufio.NewReader(io.NewSectionReader(r, 0, size))}
 	zr, closeZ, err := decompressor(kind, src)
 	defer closeZ()

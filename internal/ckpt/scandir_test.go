@@ -59,6 +59,8 @@ var compressedCases = []struct {
 	{"benign_pickle.lzma", "lzma", StatusOK, ""},
 	{"benign_pickle.xz", "xz", StatusOK, ""},
 	{"benign_pickle.zst", "zstd", StatusOK, ""},
+	{"benign_sha256.xz", "xz", StatusOK, ""},
+	{"bigdict.xz", "xz", StatusFailed, "a block declares a 4294967295-byte dictionary, over the scanner's 68157440-byte bound"},
 	{"bomb.gz", "gzip", StatusFailed, "decompresses to more than the scanner's 67108864-byte bound"},
 	{"bomb.xz", "xz", StatusFailed, "decompresses to more than the scanner's 67108864-byte bound"},
 	{"bomb.zst", "zstd", StatusFailed, "decompresses to more than the scanner's 67108864-byte bound"},
@@ -90,6 +92,10 @@ func TestScanCompressedPickles(t *testing.T) {
 			t.Errorf("%s: format %q status %q, want %q %q (error %q): %+v", tc.file, res.Format, res.Status, tc.format, tc.status, tc.err, res)
 		}
 	}
+	// bigdict.xz is sound: lzma.open reads it (allocating what it declares).
+	if out := runPython(t, "import lzma, pickle, sys; print(pickle.load(lzma.open(sys.argv[1]))['name'])", "testdata/edges/bigdict.xz"); out != "run\n" {
+		t.Errorf("bigdict.xz under lzma.open: %q", out)
+	}
 	// In a directory too: a file whose first byte is no pickle opcode is
 	// skipped there, which the skippable frame's 0x5f and the lzma
 	// header's 0x00 were before.
@@ -117,7 +123,8 @@ func TestScanCompressedPickles(t *testing.T) {
 }
 
 // TestScanCompressedDamaged: a compressed pickle cut short, an lzma stream
-// followed by another (which lzma.open would read too), or a zstd frame
+// followed by another (which lzma.open would read too), an xz file whose
+// streams cannot be walked from its end, or a zstd frame
 // asking for a window over the decoder's 128 MiB (what Python's binding
 // refuses too), is a finding, never a pass, even where what was
 // decompressed before the damage is a whole harmless pickle.
@@ -130,6 +137,7 @@ func TestScanCompressedDamaged(t *testing.T) {
 	}{
 		{"cut.xz", func() []byte { b := readFixture(t, "benign_pickle.xz"); return b[:len(b)-12] }},
 		{"cut.zst", func() []byte { b := readFixture(t, "benign_pickle.zst"); return b[:len(b)-4] }},
+		{"junk after.xz", func() []byte { return append(readFixture(t, "benign_pickle.xz"), "junk"...) }},
 		{"cut.lzma", func() []byte { b := readFixture(t, "benign_pickle.lzma"); return b[:len(b)-8] }},
 		{"two streams.lzma", func() []byte {
 			b := readFixture(t, "benign_pickle.lzma")
