@@ -180,15 +180,12 @@ func scanCompressed(r io.ReaderAt, size int64, kind string, res *ScanResult) {
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", kind, err))
 		return
 	}
-	// One allocation of the bound: the pages the output does not reach
-	// are never touched, so memory follows what the file holds.
-	buf := make([]byte, maxDecompressed+1)
-	n, err := readFull(zr, buf)
-	buf = buf[:n]
+	buf, err := readChunks(zr, maxDecompressed+1)
+	n := buf.size
 	switch {
 	case n > maxDecompressed:
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: decompresses to more than the scanner's %d-byte bound: what lies past it is not scanned", kind, maxDecompressed))
-		buf = buf[:min(n, maxDecompressed)]
+		buf.size = maxDecompressed
 	case err != nil && n == 0:
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", kind, err))
 		return
@@ -199,33 +196,83 @@ func scanCompressed(r io.ReaderAt, size int64, kind string, res *ScanResult) {
 		res.Errors = append(res.Errors, fmt.Sprintf("lzma: %d bytes after the stream's end at byte %d are not scanned (lzma.open reads them as another stream)", size-src.n, src.n))
 	}
 	before := res.Pickles
-	scanPickles(bytes.NewReader(buf), 0, int64(len(buf)), "", res, true)
+	scanPickles(buf, 0, buf.size, "", res, true)
 	if res.Pickles == before && len(res.Errors) == 0 && len(res.Hits) == 0 {
-		res.notUnderstood("", "%s-compressed data that holds no pickle (first byte 0x%02x)", kind, firstByte(buf))
-		res.skipWhy = fmt.Sprintf("%s-compressed, and what it holds starts with byte 0x%02x, no pickle opcode: pickle.load refuses it there", kind, firstByte(buf))
+		res.notUnderstood("", "%s-compressed data that holds no pickle (first byte 0x%02x)", kind, buf.first())
+		res.skipWhy = fmt.Sprintf("%s-compressed, and what it holds starts with byte 0x%02x, no pickle opcode: pickle.load refuses it there", kind, buf.first())
 	}
 }
 
-// readFull reads r into buf until buf is full or r ends; err is nil at a
-// clean end (io.EOF) and the decoder's error otherwise.
-func readFull(r io.Reader, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := r.Read(buf[n:])
-		n += m
+// chunks holds decompressed bytes in pieces of chunkSize, so memory
+// follows the output without a copy or a doubling; it is an io.ReaderAt
+// for the pickle decoder.
+type chunks struct {
+	parts [][]byte
+	size  int64
+}
+
+const chunkSize = 1 << 20
+
+// readChunks reads r until it ends, fails or has given limit bytes; err is
+// nil at a clean end (io.EOF) and the decoder's error otherwise.
+func readChunks(r io.Reader, limit int64) (*chunks, error) {
+	c := &chunks{}
+	for c.size < limit {
+		n := min(int64(chunkSize), limit-c.size)
+		if len(c.parts) == 0 {
+			n = min(n, 64<<10) // most compressed pickles are small
+		}
+		p := make([]byte, n)
+		k := 0
+		var err error
+		for k < len(p) && err == nil {
+			var m int
+			m, err = r.Read(p[k:])
+			k += m
+		}
+		if k > 0 {
+			c.parts = append(c.parts, p[:k])
+			c.size += int64(k)
+		}
 		if err == io.EOF {
-			return n, nil
+			return c, nil
 		}
 		if err != nil {
-			return n, err
+			return c, err
 		}
+	}
+	return c, nil
+}
+
+// ReadAt implements io.ReaderAt over the first size bytes.
+func (c *chunks) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read at byte %d", off)
+	}
+	n := 0
+	var base int64 // offset of part
+	for _, part := range c.parts {
+		if n == len(p) {
+			break
+		}
+		plen := min(int64(len(part)), c.size-base)
+		if plen <= 0 {
+			break
+		}
+		if pos := off + int64(n); pos >= base && pos < base+plen {
+			n += copy(p[n:], part[pos-base:plen])
+		}
+		base += int64(len(part))
+	}
+	if n < len(p) {
+		return n, io.EOF
 	}
 	return n, nil
 }
 
-func firstByte(b []byte) byte {
-	if len(b) == 0 {
+func (c *chunks) first() byte {
+	if c.size == 0 {
 		return 0
 	}
-	return b[0]
+	return c.parts[0][0]
 }

@@ -55,7 +55,7 @@ func xzMaxDict(r io.ReaderAt, size int64) (uint32, error) {
 		}
 		checkSize := xzCheckSize(foot[9] & 0x0f)
 		idxLen := (int64(binary.LittleEndian.Uint32(foot[4:8])) + 1) * 4
-		if idxLen > maxXZIndex {
+		if idxLen < 8 || idxLen > maxXZIndex {
 			return 0, fmt.Errorf("an xz index of %d bytes, over the reader's %d", idxLen, maxXZIndex)
 		}
 		idxStart := pos - 12 - idxLen
