@@ -244,16 +244,6 @@ func readFixture(t *testing.T, name string) []byte {
 	return b
 }
 
-func mustOpen(t *testing.T, p string) *os.File {
-	t.Helper()
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f
-}
-
 // TestScanDirNeverSilent: a directory too deep to descend into is a
 // finding; a gzipped log is named as skipped.
 func TestScanDirNeverSilent(t *testing.T) {
