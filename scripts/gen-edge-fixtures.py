@@ -212,7 +212,8 @@ def compressed_pickles():
     payload (gzip, bz2, zlib, xz, the legacy .lzma format, zstd);
     attack_split.xz splits it across two xz streams, which lzma.open reads
     as one; attack_skippable.zst puts a zstd skippable frame before it;
-    attack_alone.xz is lzma's legacy format starting with byte 0x00;
+    attack_alone.xz is lzma's legacy format starting with byte 0x00, and
+    attack_empty_first.lzma puts an empty stream of zero bytes before it;
     benign_pickle.xz/.zst/.lzma and benign_sha256.xz hold a plain dict,
     and bigdict.xz too, in a block declaring a 4 GiB dictionary; bomb.* hold
     a valid pickle of 65 MiB of zero bytes (past the scanner's 64 MiB
@@ -233,6 +234,9 @@ def compressed_pickles():
     # lzma.open.
     write("attack_alone.xz", lzma.compress(PAYLOAD, format=lzma.FORMAT_ALONE,
                                            filters=[{"id": lzma.FILTER_LZMA1, "lc": 0, "lp": 0, "pb": 0}]))
+    # An empty lzma-alone stream (18 zero bytes: header, size 0, the range
+    # coder's 5 bytes) before the payload's stream: lzma.open reads both.
+    write("attack_empty_first.lzma", bytes(18) + lzma.compress(PAYLOAD, format=lzma.FORMAT_ALONE))
     half = len(PAYLOAD) // 2
     write("attack_split.xz", lzma.compress(PAYLOAD[:half]) + lzma.compress(PAYLOAD[half:]))
     plain = pickle.dumps({"lr": 0.1, "steps": [1, 2, 3], "name": "run"}, protocol=4)

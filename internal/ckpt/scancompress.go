@@ -106,8 +106,9 @@ func (c *countingReader) ReadByte() (byte, error) {
 
 // decompressor opens kind's decoder on src, reading every member, stream
 // or frame one after another as Python's gzip.open, bz2.open, lzma.open
-// and zstd readers do; close releases what it holds.
-func decompressor(kind string, src io.Reader) (r io.Reader, close func(), err error) {
+// and zstd readers do (file and size: the whole input, for lzma-alone's
+// end); close releases what it holds.
+func decompressor(kind string, src *countingReader, file io.ReaderAt, size int64) (r io.Reader, close func(), err error) {
 	close = func() {}
 	switch kind {
 	case "gzip":
@@ -137,23 +138,7 @@ func decompressor(kind string, src io.Reader) (r io.Reader, close func(), err er
 		}
 		return d, d.Close, nil
 	case "lzma":
-		// The legacy format: one stream. Its dictionary is the header's
-		// up to dictBound: the scan reads at most maxDecompressed+1 bytes
-		// out, so no match reaches further back, and a header's 4 GiB is
-		// never allocated.
-		hdr := make([]byte, 13)
-		if _, err := io.ReadFull(src, hdr); err != nil {
-			return nil, close, err
-		}
-		dict := binary.LittleEndian.Uint32(hdr[1:5])
-		if dict > dictBound {
-			dict = dictBound
-		}
-		binary.LittleEndian.PutUint32(hdr[1:5], dict)
-		// No io.ByteReader: the decoder takes one byte at a time, so a
-		// countingReader below counts exactly what it used.
-		l, err := lzma.ReaderConfig{DictCap: max(int(dict), lzma.MinDictCap)}.NewReader(io.MultiReader(bytes.NewReader(hdr), src))
-		return l, close, err
+		return &lzmaStreams{src: src, file: file, size: size}, close, nil
 	}
 	return nil, close, fmt.Errorf("no decoder for %s", kind)
 }
@@ -174,7 +159,7 @@ func scanCompressed(r io.ReaderAt, size int64, kind string, res *ScanResult) {
 		}
 	}
 	src := &countingReader{r: bufio.NewReader(io.NewSectionReader(r, 0, size))}
-	zr, closeZ, err := decompressor(kind, src)
+	zr, closeZ, err := decompressor(kind, src, r, size)
 	defer closeZ()
 	if err != nil {
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", kind, err))
@@ -191,16 +176,101 @@ func scanCompressed(r io.ReaderAt, size int64, kind string, res *ScanResult) {
 		return
 	case err != nil:
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v after %d bytes", kind, err, n))
-	case kind == "lzma" && src.n < size:
-		// lzma.open goes on with what follows as another stream.
-		res.Errors = append(res.Errors, fmt.Sprintf("lzma: %d bytes after the stream's end at byte %d are not scanned (lzma.open reads them as another stream)", size-src.n, src.n))
 	}
 	before := res.Pickles
 	scanPickles(buf, 0, buf.size, "", res, true)
-	if res.Pickles == before && len(res.Errors) == 0 && len(res.Hits) == 0 {
+	if res.Pickles == before && len(res.Errors) == 0 && len(res.Hits) == 0 && buf.size == 0 {
+		res.notUnderstood("", "%s-compressed data that decompresses to nothing", kind)
+		res.skipWhy = fmt.Sprintf("%s-compressed, and it decompresses to nothing: pickle.load finds no pickle there", kind)
+	} else if res.Pickles == before && len(res.Errors) == 0 && len(res.Hits) == 0 {
 		res.notUnderstood("", "%s-compressed data that holds no pickle (first byte 0x%02x)", kind, buf.first())
 		res.skipWhy = fmt.Sprintf("%s-compressed, and what it holds starts with byte 0x%02x, no pickle opcode: pickle.load refuses it there", kind, buf.first())
 	}
+}
+
+// maxLzmaStreams bounds how many consecutive lzma-alone streams are read
+// (18 zero bytes are one, empty).
+const maxLzmaStreams = 10_000
+
+// lzmaStreams reads lzma-alone streams one after another as lzma.open
+// does: after a stream's end, what follows is read as another stream. What
+// follows that is no stream is an error (lzma.open ignores it where
+// liblzma's checks fail, and reads an xz stream there: the scanner does
+// neither), except zero bytes to the end of at most 1 MiB, from which
+// nothing decompresses. A stream whose size field is 0 decompresses to
+// nothing: its header and the range coder's 5 bytes. Each stream's
+// dictionary is its header's up to dictBound: the scan reads at most
+// maxDecompressed+1 bytes out, so no match reaches further back, and a
+// header's 4 GiB is never allocated.
+type lzmaStreams struct {
+	src  *countingReader // the decoder gets no io.ByteReader: it reads one byte at a time, so src counts what it used
+	file io.ReaderAt
+	size int64
+	cur  io.Reader
+	n    int
+}
+
+func (l *lzmaStreams) Read(p []byte) (int, error) {
+	for {
+		if l.cur == nil {
+			at := l.src.n
+			if at >= l.size || zerosToEnd(l.file, at, l.size) {
+				return 0, io.EOF
+			}
+			hdr, _ := l.src.r.Peek(13)
+			if !lzmaAloneHeader(hdr) {
+				return 0, fmt.Errorf("%d bytes after the stream that ends at byte %d are no lzma stream: not scanned", l.size-at, at)
+			}
+			if l.n == maxLzmaStreams {
+				return 0, fmt.Errorf("more than %d streams: bytes from %d on are not scanned", maxLzmaStreams, at)
+			}
+			l.n++
+			hdr = bytes.Clone(hdr)
+			if binary.LittleEndian.Uint64(hdr[5:13]) == 0 {
+				if k, _ := l.src.r.Discard(18); k < 18 {
+					return 0, io.ErrUnexpectedEOF
+				}
+				l.src.n += 18
+				continue
+			}
+			l.src.r.Discard(13)
+			l.src.n += 13
+			dict := min(binary.LittleEndian.Uint32(hdr[1:5]), dictBound)
+			binary.LittleEndian.PutUint32(hdr[1:5], dict)
+			r, err := lzma.ReaderConfig{DictCap: max(int(dict), lzma.MinDictCap)}.NewReader(io.MultiReader(bytes.NewReader(hdr), l.src))
+			if err != nil {
+				return 0, err
+			}
+			l.cur = r
+		}
+		n, err := l.cur.Read(p)
+		if err == io.EOF {
+			l.cur = nil
+			if n == 0 {
+				continue
+			}
+			err = nil
+		}
+		return n, err
+	}
+}
+
+// zerosToEnd says whether r holds only zero bytes from off to size, and
+// at most 1 MiB of them.
+func zerosToEnd(r io.ReaderAt, off, size int64) bool {
+	if size-off > 1<<20 {
+		return false
+	}
+	b := make([]byte, size-off)
+	if _, err := r.ReadAt(b, off); err != nil {
+		return false
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // chunks holds decompressed bytes in pieces of chunkSize, so memory

@@ -58,6 +58,7 @@ var compressedCases = []struct {
 	{"attack_skippable.zst", "zstd", StatusDangerous, ""},
 	{"attack_pickle.lzma", "lzma", StatusDangerous, ""},
 	{"attack_alone.xz", "lzma", StatusDangerous, ""},
+	{"attack_empty_first.lzma", "lzma", StatusDangerous, ""},
 	{"benign_pickle.lzma", "lzma", StatusOK, ""},
 	{"benign_pickle.xz", "xz", StatusOK, ""},
 	{"benign_pickle.zst", "zstd", StatusOK, ""},
@@ -101,7 +102,7 @@ func TestScanCompressedPickles(t *testing.T) {
 	// In a directory too: a file whose first byte is no pickle opcode is
 	// skipped there, which the skippable frame's 0x5f and the lzma
 	// header's 0x00 were before.
-	for _, f := range []string{"attack_skippable.zst", "attack_alone.xz"} {
+	for _, f := range []string{"attack_skippable.zst", "attack_alone.xz", "attack_empty_first.lzma"} {
 		dir := t.TempDir()
 		os.WriteFile(filepath.Join(dir, f), readFixture(t, f), 0o644)
 		if rs, err := ScanPath(dir); err != nil || len(rs) != 1 || rs[0].Status != StatusDangerous {
@@ -125,7 +126,7 @@ func TestScanCompressedPickles(t *testing.T) {
 }
 
 // TestScanCompressedDamaged: a compressed pickle cut short, an lzma stream
-// followed by another (which lzma.open would read too), an xz file whose
+// followed by bytes that are no stream, an xz file whose
 // streams cannot be walked from its end, or a zstd frame
 // asking for a window over the decoder's 128 MiB (what Python's binding
 // refuses too), is a finding, never a pass, even where what was
@@ -141,10 +142,7 @@ func TestScanCompressedDamaged(t *testing.T) {
 		{"cut.zst", func() []byte { b := readFixture(t, "benign_pickle.zst"); return b[:len(b)-4] }},
 		{"junk after.xz", func() []byte { return append(readFixture(t, "benign_pickle.xz"), "junk"...) }},
 		{"cut.lzma", func() []byte { b := readFixture(t, "benign_pickle.lzma"); return b[:len(b)-8] }},
-		{"two streams.lzma", func() []byte {
-			b := readFixture(t, "benign_pickle.lzma")
-			return append(b, b...)
-		}},
+		{"junk after.lzma", func() []byte { return append(readFixture(t, "benign_pickle.lzma"), "junk after"...) }},
 		{"cut.gz", func() []byte {
 			var b bytes.Buffer
 			g := gzip.NewWriter(&b)
@@ -164,6 +162,17 @@ func TestScanCompressedDamaged(t *testing.T) {
 		}
 		if res.Safe || res.Status != StatusFailed || len(res.Errors) == 0 {
 			t.Errorf("%s: %+v", tc.name, res)
+		}
+	}
+	// Two lzma streams are read as lzma.open reads them, one after the
+	// other; zero bytes after the last (up to 1 MiB) decompress to nothing.
+	b := readFixture(t, "benign_pickle.lzma")
+	for name, data := range map[string][]byte{"two.lzma": append(bytes.Clone(b), b...), "zeros after.lzma": append(bytes.Clone(b), make([]byte, 100)...)} {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, data, 0o644)
+		want := map[string]int{"two.lzma": 2, "zeros after.lzma": 1}[name]
+		if res, err := ScanFile(p); err != nil || !res.Safe || res.Pickles != want {
+			t.Errorf("%s: %+v %v", name, res, err)
 		}
 	}
 	// The same frame with a 1 MiB window passes: the frame is sound.
@@ -215,7 +224,7 @@ func decompressAll(b []byte) []byte {
 		return b
 	}
 	src := &countingReader{r: bufio.NewReader(bytes.NewReader(b))}
-	zr, closeZ, err := decompressor(kind, src)
+	zr, closeZ, err := decompressor(kind, src, bytes.NewReader(b), int64(len(b)))
 	defer closeZ()
 	if err != nil {
 		return nil
