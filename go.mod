@@ -4,7 +4,9 @@ go 1.26.8
 
 require (
 	github.com/coder/websocket v1.8.14
+	github.com/klauspost/compress v1.20.4
 	github.com/spf13/cobra v1.10.2
+	github.com/ulikunitz/xz v0.5.17
 	golang.org/x/sys v0.50.0
 )
 

@@ -6,21 +6,28 @@ Run with Debian's numpy and PyTorch:
     /usr/bin/python3 scripts/gen-edge-fixtures.py [OUTDIR]
 
 - attack_*: files whose payload a real loader runs (numpy.load with
-  allow_pickle=True, torch.load, pickle.load of a decompressed stream).
+  allow_pickle=True, torch.load, pickle.load of a decompressed stream:
+  gzip, bz2, zlib, lzma and Debian's python3-zstandard, as pandas reads
+  zstd).
   Every payload creates PWNED ("vg-pwned") in the current directory; the Go
   tests load each with the real loader in a temp dir and check that it
   appears, and check that `ckpt scan` fails on each. They are written byte
   by byte here and never loaded by this script.
 - benign_*: files written by the real library that scan must pass.
 """
+import bz2
+import gzip
 import io
+import lzma
 import os
 import struct
 import sys
 import zipfile
+import zlib
 
 import numpy as np
 import torch
+import zstandard
 
 PWNED = "vg-pwned"
 CMD = "touch " + PWNED
@@ -82,6 +89,8 @@ def main():
     lightning_run()
     overflow_storage()
     build_side_effect()
+    build_pid_side_effect()
+    compressed_pickles()
 
 
 def lightning_ckpt(epoch, step, best):
@@ -164,17 +173,91 @@ def build_side_effect():
     relu.dump_patches = True, then a ("module", relu, file, source)
     persistent id makes torch's legacy loader compare sources and, as they
     differ, write relu.patch into the working directory."""
-    import pickle
     relu = b"ctorch.nn.functional\nrelu\n"
     main = (b"\x80\x02" + relu + b"N}" + binunicode("dump_patches") + b"\x88s\x86b0"
             + b"(" + binunicode("module") + relu + binunicode("evil.py") + binunicode("not relu's source")
             + b"tQ.")
+    legacy_file("attack_build_patch.pt", main)
+
+
+def legacy_file(name, main):
+    """A legacy (non-zip) torch file around the pickle main: magic,
+    protocol, sys_info as torch.save writes them, no storages."""
+    import pickle
     sys_info = dict(protocol_version=1001, little_endian=True, type_sizes=dict(short=2, int=4, long=4))
-    with open(os.path.join(OUT, "attack_build_patch.pt"), "wb") as f:
+    with open(os.path.join(OUT, name), "wb") as f:
         for part in (0x1950a86a20f9469cfc6c, 1001, sys_info):
             f.write(pickle.dumps(part, protocol=2))
         f.write(main)
         f.write(pickle.dumps([], protocol=2))
+
+
+def build_pid_side_effect():
+    """attack_pid_patch.pt: the same patch file without a BUILD on a global.
+    A first ("module", relu, "", "") record (no source: torch checks
+    nothing) makes persistent_load return relu itself; BUILD on that sets
+    relu.dump_patches = True; a second record whose source differs makes
+    torch's legacy loader write relu.patch. Every global is allowlisted."""
+    relu = b"ctorch.nn.functional\nrelu\n"
+    record = lambda src: (b"(" + binunicode("module") + relu + binunicode("evil.py" if src else "")
+                          + binunicode(src) + b"tQ")
+    main = (b"\x80\x02" + record("") + b"N}" + binunicode("dump_patches") + b"\x88s\x86b0"
+            + record("not relu's source") + b".")
+    legacy_file("attack_pid_patch.pt", main)
+
+
+def compressed_pickles():
+    """Pickles compressed as pickle.load(gzip.open(...)), joblib and pandas
+    read them, each by Python's own compressor: attack_pickle.* hold the
+    payload (gzip, bz2, zlib, xz, the legacy .lzma format, zstd);
+    attack_split.xz splits it across two xz streams, which lzma.open reads
+    as one; attack_skippable.zst puts a zstd skippable frame before it;
+    attack_alone.xz is lzma's legacy format starting with byte 0x00, and
+    attack_empty_first.lzma puts an empty stream of zero bytes before it;
+    benign_pickle.xz/.zst/.lzma and benign_sha256.xz hold a plain dict,
+    and bigdict.xz too, in a block declaring a 4 GiB dictionary; bomb.* hold
+    a valid pickle of 65 MiB of zero bytes (past the scanner's 64 MiB
+    bound) in a few KB."""
+    import pickle
+    zst = zstandard.ZstdCompressor()
+    gz = lambda b: gzip.compress(b, mtime=0)  # the same bytes on every run
+    for ext, comp in (("gz", gz), ("bz2", bz2.compress), ("zlib", zlib.compress),
+                      ("xz", lzma.compress), ("lzma", lambda b: lzma.compress(b, format=lzma.FORMAT_ALONE)),
+                      ("zst", zst.compress)):
+        write("attack_pickle." + ext, comp(PAYLOAD))
+    # A zstd skippable frame first (magic 0x184D2A5F: its first byte is no
+    # pickle opcode), which zstandard.open skips to the payload's frame.
+    write("attack_skippable.zst", struct.pack("<II", 0x184D2A5F, 4) + b"skip" + zst.compress(PAYLOAD))
+    # lzma's legacy format has no magic: lzma.open takes any file without
+    # xz's as one when liblzma's header checks pass. With lc=lp=pb=0 its
+    # first byte is 0x00, no pickle opcode; pandas opens a .xz name with
+    # lzma.open.
+    write("attack_alone.xz", lzma.compress(PAYLOAD, format=lzma.FORMAT_ALONE,
+                                           filters=[{"id": lzma.FILTER_LZMA1, "lc": 0, "lp": 0, "pb": 0}]))
+    # An empty lzma-alone stream (18 zero bytes: header, size 0, the range
+    # coder's 5 bytes) before the payload's stream: lzma.open reads both.
+    write("attack_empty_first.lzma", bytes(18) + lzma.compress(PAYLOAD, format=lzma.FORMAT_ALONE))
+    half = len(PAYLOAD) // 2
+    write("attack_split.xz", lzma.compress(PAYLOAD[:half]) + lzma.compress(PAYLOAD[half:]))
+    plain = pickle.dumps({"lr": 0.1, "steps": [1, 2, 3], "name": "run"}, protocol=4)
+    write("benign_pickle.xz", lzma.compress(plain))
+    write("benign_pickle.zst", zst.compress(plain))
+    write("benign_pickle.lzma", lzma.compress(plain, format=lzma.FORMAT_ALONE))
+    write("benign_sha256.xz", lzma.compress(plain, check=lzma.CHECK_SHA256))
+    # bigdict.xz: the harmless dict in an xz block whose header declares a
+    # 4 GiB dictionary (code 40, its CRC recomputed), which lzma.open
+    # reads and the scanner refuses to allocate.
+    x = bytearray(lzma.compress(plain, filters=[{"id": lzma.FILTER_LZMA2, "dict_size": 4096}]))
+    hsize = (x[12] + 1) * 4
+    hdr = x[12:12 + hsize]
+    assert hdr[1] == 0 and hdr[2] == 0x21 and hdr[3] == 1  # no sizes; LZMA2, one property byte
+    hdr[4] = 40
+    hdr[-4:] = struct.pack("<I", zlib.crc32(bytes(hdr[:-4])))
+    x[12:12 + hsize] = hdr
+    write("bigdict.xz", bytes(x))
+    big = pickle.dumps(bytes(65 << 20), protocol=4)
+    for ext, comp in (("xz", lzma.compress), ("zst", zst.compress), ("gz", gz)):
+        write("bomb." + ext, comp(big))
 
 
 if __name__ == "__main__":

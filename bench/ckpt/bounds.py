@@ -21,7 +21,13 @@ Inputs, written to a temp directory:
 - records.pt: a torch zip with 1 M records (baseline: zipfile.ZipFile,
   which reads the central directory as torch's reader does);
 - hf/checkpoint-1: trainer_state.json a sparse 1 GiB file (baseline:
-  json.load of it).
+  json.load of it);
+- bomb.gz, bomb.xz, bomb.zst: a valid pickle of 65 MiB of zero bytes,
+  past the scanner's 64 MiB bound for a compressed pickle, in a few KB
+  (baseline: pickle.load of gzip.open / lzma.open, pickle.loads of
+  python3-zstandard's reader); bigdict.xz: a harmless pickle in an xz
+  block whose header declares a 4 GiB dictionary, which scan refuses to
+  allocate (baseline: lzma.open, which allocates it).
 
 Each command runs 3 times (once when it takes over 5 s); the table gives
 the median wall and CPU time (user + system: on a shared machine the wall
@@ -36,9 +42,12 @@ import statistics
 import struct
 import subprocess
 import sys
+import gzip
+import lzma
 import tempfile
 import time
 import zipfile
+import zlib
 
 PY = "/usr/bin/python3"
 MiB = 1 << 20
@@ -97,6 +106,27 @@ def gen(d):
         f.truncate(1 << 30)
     with open(os.path.join(c, "config.json"), "w") as f:
         f.write("{}")
+    # Compressed pickles past the bound.
+    import zstandard
+    big = pickle.dumps(bytes(65 * MiB), protocol=4)
+    for ext, comp in (("gz", lambda b: gzip.compress(b, mtime=0)), ("xz", lzma.compress),
+                      ("zst", zstandard.ZstdCompressor().compress)):
+        with open(os.path.join(d, "bomb." + ext), "wb") as f:
+            f.write(comp(big))
+    # An xz block whose LZMA2 filter declares a 4 GiB dictionary (props
+    # byte 40), its header CRC recomputed: what a decoder allocates if it
+    # trusts the header.
+    x = bytearray(lzma.compress(pickle.dumps({"a": 1}, protocol=4),
+                                filters=[{"id": lzma.FILTER_LZMA2, "dict_size": 4096}]))
+    hsize = (x[12] + 1) * 4
+    hdr = x[12:12 + hsize]
+    i = 2  # block flags at 1; no size fields (flags 0x00): filter flags follow
+    assert hdr[1] & 0xc0 == 0 and hdr[i] == 0x21 and hdr[i + 1] == 1
+    hdr[i + 2] = 40
+    hdr[-4:] = struct.pack("<I", zlib.crc32(bytes(hdr[:-4])))
+    x[12:12 + hsize] = hdr
+    with open(os.path.join(d, "bigdict.xz"), "wb") as f:
+        f.write(x)
 
 
 def measure(argv, runs=3):
@@ -138,6 +168,10 @@ def main():
             ("memo.pkl", [["inspect"], ["scan"]], "import sys,pickle; pickle.load(open(sys.argv[1],'rb'))"),
             ("records.pt", [["inspect"], ["scan"]], "import sys,zipfile; zipfile.ZipFile(sys.argv[1])"),
             ("hf/checkpoint-1", [["inspect"], ["latest"]], "import sys,json; json.load(open(sys.argv[1]+'/trainer_state.json'))"),
+            ("bomb.gz", [["scan"]], "import sys,pickle,gzip; pickle.load(gzip.open(sys.argv[1]))"),
+            ("bomb.xz", [["scan"]], "import sys,pickle,lzma; pickle.load(lzma.open(sys.argv[1]))"),
+            ("bomb.zst", [["scan"]], "import sys,pickle,zstandard; pickle.loads(zstandard.open(sys.argv[1]).read())"),
+            ("bigdict.xz", [["scan"]], "import sys,pickle,lzma; pickle.load(lzma.open(sys.argv[1]))"),
         ]
         print("| input (size) | command | exit | median wall s | median CPU s | peak RSS MB |")
         print("|---|---|---:|---:|---:|---:|")

@@ -222,21 +222,25 @@ func runPython(t *testing.T, script string, args ...string) string {
 	return string(out)
 }
 
-// TestScanBuildSideEffects: BUILD on an allowlisted function, and on what
-// an allowlisted non-container returns, and persistent ids other than
-// torch's storage and module records are findings; real saves pass (the
-// nn.Module saves of TestScanPassesRealTorchFiles fill modules, numpy
-// arrays and OrderedDicts by BUILD).
+// TestScanBuildSideEffects: BUILD on an allowlisted function, on what an
+// allowlisted non-container returns and on what a persistent id returns,
+// and persistent ids other than torch's storage records are findings
+// (a legacy module record is unknown, the others dangerous); real saves
+// pass (the nn.Module saves of TestScanPassesRealTorchFiles fill modules,
+// numpy arrays and OrderedDicts by BUILD).
 func TestScanBuildSideEffects(t *testing.T) {
 	t.Parallel()
 	bu := func(s string) string { return "X" + string([]byte{byte(len(s)), 0, 0, 0}) + s }
 	tests := []struct {
-		name, pickle, want string
+		name, pickle, want, verdict string
 	}{
-		{"build on a function", "\x80\x02ctorch.nn.functional\nrelu\nN}" + bu("dump_patches") + "\x88s\x86b.", "BUILD on the class or function itself"},
-		{"build on torch.Size", "\x80\x02ctorch\nSize\n)Rq\x00}" + bu("a") + "K\x01sb.", "BUILD on what torch.Size returns"},
-		{"odd persistent id", "\x80\x02(" + bu("weird") + "K\x01tQ.", "persistent id"},
-		{"pid as a string", "\x80\x02" + bu("weird") + "Q.", "persistent id"},
+		{"build on a function", "\x80\x02ctorch.nn.functional\nrelu\nN}" + bu("dump_patches") + "\x88s\x86b.", "BUILD on the class or function itself", VerdictDangerous},
+		{"build on torch.Size", "\x80\x02ctorch\nSize\n)Rq\x00}" + bu("a") + "K\x01sb.", "BUILD on what torch.Size returns", VerdictDangerous},
+		{"odd persistent id", "\x80\x02(" + bu("weird") + "K\x01tQ.", "persistent id", VerdictDangerous},
+		{"pid as a string", "\x80\x02" + bu("weird") + "Q.", "persistent id", VerdictDangerous},
+		{"build on a storage record", "\x80\x02(" + bu("storage") + "ctorch\nFloatStorage\n" + bu("0") + bu("cpu") + "K\x01tQN}" + bu("a") + "K\x01s\x86b.", "BUILD on what persistent_load returns for a (\"storage\", torch.FloatStorage, ...) record", VerdictDangerous},
+		{"module record", "\x80\x02(" + bu("module") + "ctorch.nn.modules.linear\nLinear\n" + bu("f.py") + bu("src") + "tQ.", "legacy module record of torch.nn.modules.linear.Linear", VerdictUnknown},
+		{"module record of no class", "\x80\x02(" + bu("module") + "K\x01tQ.", "persistent id a (\"module\", ...) record is not one of torch's storage records", VerdictDangerous},
 	}
 	dir := t.TempDir()
 	for _, tc := range tests {
@@ -248,7 +252,7 @@ func TestScanBuildSideEffects(t *testing.T) {
 		}
 		found := false
 		for _, h := range res.Hits {
-			found = found || (h.Verdict == VerdictDangerous && strings.Contains(h.Reason, tc.want))
+			found = found || (h.Verdict == tc.verdict && strings.Contains(h.Reason, tc.want))
 		}
 		if res.Safe || !found || len(res.Errors) != 0 {
 			t.Errorf("%s: safe=%v hits %+v errors %v", tc.name, res.Safe, res.Hits, res.Errors)
@@ -263,21 +267,43 @@ func TestScanBuildSideEffects(t *testing.T) {
 	}
 }
 
-// TestBuildPatchRunsUnderTorch: scripts/gen-edge-fixtures.py's legacy file
-// names only allowlisted globals, and Debian's torch.load writes
-// relu.patch into its working directory; scan fails it.
+// TestBuildPatchRunsUnderTorch: scripts/gen-edge-fixtures.py's legacy
+// files name only allowlisted globals, and Debian's torch.load writes
+// relu.patch into its working directory from each: attack_build_patch.pt
+// by a BUILD on relu itself, attack_pid_patch.pt by a BUILD on what a
+// ("module", relu, "", "") record returns (relu), which the scan passed
+// before persistent ids other than storage records were findings. scan
+// fails both on that BUILD and names every module record.
 func TestBuildPatchRunsUnderTorch(t *testing.T) {
 	t.Parallel()
-	p, _ := filepath.Abs("testdata/edges/attack_build_patch.pt")
-	res, err := ScanFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Safe || res.Dangerous != 1 || res.Hits[len(res.Hits)-1].Opcode != "BUILD" {
-		t.Errorf("scan: %+v", res)
-	}
-	dir := t.TempDir()
-	runPython(t, `
+	for _, tc := range []struct {
+		file, buildOn string
+		records       int
+	}{
+		{"attack_build_patch.pt", "torch.nn.functional.relu", 1},
+		{"attack_pid_patch.pt", "persistent id", 2},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			t.Parallel()
+			p, _ := filepath.Abs(filepath.Join("testdata/edges", tc.file))
+			res, err := ScanFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			builds, records := 0, 0
+			for _, h := range res.Hits {
+				switch {
+				case h.Opcode == "BUILD" && h.Verdict == VerdictDangerous && h.Global == tc.buildOn:
+					builds++
+				case h.Opcode == "PERSID" && h.Verdict == VerdictUnknown && strings.Contains(h.Reason, "legacy module record of torch.nn.functional.relu"):
+					records++
+				}
+			}
+			if res.Safe || res.Status != StatusDangerous || builds != 1 || records != tc.records {
+				t.Errorf("scan: %d BUILD and %d module-record findings, want 1 and %d: %+v", builds, records, tc.records, res)
+			}
+			dir := t.TempDir()
+			runPython(t, `
 import os, sys, warnings
 warnings.simplefilter("ignore")
 import torch
@@ -287,7 +313,9 @@ try:
 except Exception:
     pass
 `, p, dir)
-	if _, err := os.Stat(filepath.Join(dir, "relu.patch")); err != nil {
-		t.Errorf("torch.load did not write relu.patch: %v", err)
+			if _, err := os.Stat(filepath.Join(dir, "relu.patch")); err != nil {
+				t.Errorf("torch.load did not write relu.patch: %v", err)
+			}
+		})
 	}
 }

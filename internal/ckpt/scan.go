@@ -192,11 +192,22 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 		scanNpy(r, size, "", res)
 	case res.Format == "" && compressedFormat(head6(r)) != "":
 		scanCompressed(r, size, compressedFormat(head6(r)), res)
+	case res.Format == "" && lzmaAloneHeader(headN(r, 13)):
+		// lzma.open reads a file without xz's magic as lzma's legacy
+		// format when its header passes liblzma's checks. torch.load and
+		// pickle.load(open(...)) read the same bytes as a pickle (such a
+		// header ends one within its first five bytes) or, with a valid
+		// tar header, as a tar: every view is scanned.
+		scanCompressed(r, size, "lzma", res)
+		scanPickleView(r, size, res)
+		if pythonTarHeader(r) {
+			scanTar(r, size, res)
+		}
 	case res.Format == FormatSafetensors, res.Format == FormatTorchTar:
 		if res.Format == FormatTorchTar {
 			scanTar(r, size, res)
 		} else {
-			scanSafetensorsAsPickle(r, size, res)
+			scanPickleView(r, size, res)
 		}
 	default:
 		scanPickles(r, 0, size, "", res, true)
@@ -338,8 +349,11 @@ func scanOne(r io.ReaderAt, off, size int64, name string, res *ScanResult) (*pic
 	return pr, true
 }
 
-// scanSafetensorsAsPickle: a safetensors file holds no pickle, but
-// torch.load, given one under any name, unpickles it from byte 0. A header
+// scanPickleView reads a file of another format the way torch.load and
+// pickle.load(open(...)) read it, as a pickle from byte 0. A safetensors
+// file holds no pickle, but torch.load, given one under any name,
+// unpickles it from byte 0 (and an lzma-alone file is read the same way
+// by everything but lzma.open). A header
 // whose bytes also spell pickle opcodes reaching a global would run, so the
 // scan decodes that view too and classifies every global it meets. A stop
 // of the decoder is a finding when CPython would not stop there: a bound
@@ -349,7 +363,7 @@ func scanOne(r io.ReaderAt, off, size int64, name string, res *ScanResult) (*pic
 // type errors Python raises at the same byte (the operand rules are
 // Python's, TestOperandsAsPython), so nothing after it runs. BUILDs and
 // persistent ids in that view are checked as in any pickle.
-func scanSafetensorsAsPickle(r io.ReaderAt, size int64, res *ScanResult) {
+func scanPickleView(r io.ReaderAt, size int64, res *ScanResult) {
 	var b [1]byte
 	if _, err := r.ReadAt(b[:], 0); err != nil || !pickle.IsOpcode(b[0]) {
 		return
@@ -599,8 +613,11 @@ func unwrapPathErr(err error) error {
 	return err
 }
 
-func head6(r io.ReaderAt) []byte {
-	b := make([]byte, 6)
-	n, _ := r.ReadAt(b, 0)
-	return b[:n]
+func head6(r io.ReaderAt) []byte { return headN(r, 6) }
+
+// headN is the file's first n bytes, fewer when it is shorter.
+func headN(r io.ReaderAt, n int) []byte {
+	b := make([]byte, n)
+	k, _ := r.ReadAt(b, 0)
+	return b[:k]
 }

@@ -220,7 +220,7 @@ var benignTorch = []string{
 	"torch/hf/checkpoint-500/optimizer.pt", "torch/hf/checkpoint-500/rng_state.pth", "torch/hf/checkpoint-500/scheduler.pt",
 	"torch/model.safetensors", "torch/hf/checkpoint-500/model.safetensors",
 	"malicious/benign.pt", "malicious/benign_module_nn.pt", "malicious/benign_module_nn_more.pt",
-	"malicious/benign_module_nn_legacy.pt", "malicious/benign_quantized.pt", "malicious/benign_sparse.pt",
+	"malicious/benign_quantized.pt", "malicious/benign_sparse.pt",
 	"malicious/benign_sparse_legacy.pt", "malicious/benign_training_full.pt", "malicious/benign_training_full_legacy.pt",
 	"malicious/benign_proto4.pt",
 }
@@ -239,6 +239,59 @@ func TestScanPassesRealTorchFiles(t *testing.T) {
 			}
 			t.Errorf("%s: safe=%v, %d pickles, errors %v", p, res.Safe, res.Pickles, res.Errors)
 		}
+	}
+}
+
+// legacyModuleClasses is what torch's legacy loader checks the source of:
+// it records the class of every ("module", cls, file, source) record
+// whose source torch.load reads to compare (_check_container_source).
+const legacyModuleClasses = `
+import json, sys, warnings
+warnings.simplefilter("ignore")
+import torch, torch.serialization as s
+seen, source = [], s.get_source_lines_and_file
+def spy(cls, *a):
+    seen.append(cls.__module__ + "." + cls.__qualname__)
+    return source(cls, *a)
+s.get_source_lines_and_file = spy
+torch.load(sys.argv[1])
+print(json.dumps(seen))
+`
+
+// TestScanLegacyWholeModel: a whole nn.Module saved in the legacy format
+// (scripts/gen-malicious-fixtures.py, real torch.save) holds a module
+// record for every layer, each one a finding (unknown), naming exactly the
+// classes torch.load checks the source of; --allow of those classes
+// passes it. The same model saved as a zip has no such records and passes
+// (TestScanPassesRealTorchFiles).
+func TestScanLegacyWholeModel(t *testing.T) {
+	t.Parallel()
+	p := "testdata/malicious/benign_module_nn_legacy.pt"
+	var want []string
+	if err := json.Unmarshal([]byte(runPython(t, legacyModuleClasses, p)), &want); err != nil || len(want) < 2 {
+		t.Fatalf("torch's module records: %v %v", want, err)
+	}
+	res, err := ScanFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, h := range res.Hits {
+		if h.Opcode == "PERSID" {
+			cls, _, _ := strings.Cut(strings.TrimPrefix(h.Reason, "torch's legacy module record of "), " ")
+			got = append(got, cls)
+		}
+	}
+	if res.Safe || res.Status != StatusUnknown || res.Unknown != len(want) || strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("status %s, %d unknown: module records %v, torch checks %v", res.Status, res.Unknown, got, want)
+	}
+	res, err = ScanFileWith(p, ScanOptions{Allow: want})
+	if err != nil || !res.Safe {
+		t.Errorf("with --allow %v: %+v %v", want, res, err)
+	}
+	res, err = ScanFileWith(p, ScanOptions{Allow: want[1:]})
+	if err != nil || res.Safe || res.Unknown != 1 {
+		t.Errorf("with --allow of all but %s: %+v %v", want[0], res, err)
 	}
 }
 

@@ -125,7 +125,7 @@ func TestSafetensorsViewStops(t *testing.T) {
 	t.Parallel()
 	view := []byte("\x80\x04cbuiltins\nset\n)R(K\x01\x900" + osSystemPayload)
 	res := newScanResult("view", FormatSafetensors, ScanOptions{})
-	scanSafetensorsAsPickle(bytes.NewReader(view), int64(len(view)), res)
+	scanPickleView(bytes.NewReader(view), int64(len(view)), res)
 	res.finish()
 	if res.Safe || len(res.Errors) != 1 || !strings.Contains(res.Errors[0], "CPython may go on") {
 		t.Errorf("safe=%v errors %v hits %+v", res.Safe, res.Errors, res.Hits)

@@ -382,19 +382,26 @@ It fails (exit 1) on anything else: a dangerous global (os, subprocess,
 builtins eval/exec/getattr/__import__/open, runpy, importlib, a resolver
 such as torch._utils._import_dotted_name, ...), an unknown one (your own
 classes: torch.load would import and call them; accept them with --allow),
-a reference that cannot be resolved without running the pickle, and a
+a reference that cannot be resolved without running the pickle, a BUILD
+on anything but a plain data container or torch.nn module, a persistent id
+other than torch's storage records (a legacy-format whole-model save's
+module records are unknown until --allow names their classes), and a
 pickle the scanner cannot read to its end.
 
 Content it does not understand (a file in no format it reads, a .npy
 header it cannot parse) is neither: "NOT UNDERSTOOD", exit 4 when nothing
 failed. In a directory, files no loader unpickles (their first byte is no
 pickle opcode and they are in no format it reads: JSON, text) are listed as
-skipped, with the reason, and do not change the exit status.
+skipped, with the reason, and do not change the exit status; a
+subdirectory or file it cannot read, or one past the 64-level walk limit,
+is a finding.
 
 Every file is scanned whatever its name or extension, every pickle in it
 (also a second pickle after the first STOP), numpy's .npy and every .npz
-member as numpy.load(allow_pickle=True) reads them, and zip records even
-when their CRC is bad or the central directory is missing.
+member as numpy.load(allow_pickle=True) reads them, pickles compressed
+with gzip, bzip2, zlib, xz or zstd (every member, stream or frame; at most
+64 MiB decompressed, more is a finding), and zip records even when their
+CRC is bad or the central directory is missing.
 
 Exit status: 0 every file understood and clean, 1 a finding (dangerous,
 unknown global, pickle not read to its end), 2 bad usage or unreadable

@@ -51,6 +51,11 @@ func TestCkptScanStatuses(t *testing.T) {
 		{"npz header", []string{"scan", zp2}, ExitNotUnderstood, []string{"NOT UNDERSTOOD", "a.npy: .npy header"}},
 		{"npy plain", []string{"scan", edges + "/benign_int.npy"}, 0, []string{"ok", "[npy, 0 pickles]"}},
 		{"npy payload", []string{"scan", edges + "/attack_object.npy"}, 1, []string{"DANGEROUS", "os.system"}},
+		{"xz payload", []string{"scan", edges + "/attack_split.xz"}, 1, []string{"DANGEROUS", "os.system", "[xz, 1 pickle]"}},
+		{"zstd payload", []string{"scan", edges + "/attack_pickle.zst"}, 1, []string{"DANGEROUS", "os.system", "[zstd, 1 pickle]"}},
+		{"zstd plain", []string{"scan", edges + "/benign_pickle.zst"}, 0, []string{"ok", "[zstd, 1 pickle]"}},
+		{"xz bomb", []string{"scan", edges + "/bomb.xz"}, 1, []string{"FAILED", "more than the scanner's 67108864-byte bound"}},
+		{"legacy module record", []string{"scan", edges + "/attack_pid_patch.pt"}, 1, []string{"DANGEROUS", "BUILD on what persistent_load returns", "legacy module record of torch.nn.functional.relu"}},
 		{"dir", []string{"scan", dir}, ExitNotUnderstood, []string{"skipped  " + blob, "no pickle opcode", "NOT UNDERSTOOD  " + zp2}},
 	}
 	for _, tc := range tests {
