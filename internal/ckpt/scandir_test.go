@@ -14,34 +14,6 @@ import (
 	"github.com/vramguard/vramguard/internal/testbin"
 )
 
-// zstandardPython is Debian's zstd binding, what pandas reads .zst
-// pickles with (scripts/test-packages.txt lists it).
-var zstandardPython = testbin.Dep{Package: "python3-zstandard", Import: "import zstandard"}
-
-// setprivDep runs a scan as an unprivileged user.
-var setprivDep = testbin.Dep{Package: "util-linux", Programs: []string{"setpriv"}}
-
-// TestCkptDepsAreListed: the Debian packages this package's tests name
-// are ones scripts/test.sh installs.
-func TestCkptDepsAreListed(t *testing.T) {
-	b, err := os.ReadFile("../../scripts/test-packages.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listed := map[string]bool{}
-	for _, line := range strings.Split(string(b), "\n") {
-		line, _, _ = strings.Cut(line, "#")
-		if f := strings.Fields(line); len(f) > 0 {
-			listed[f[0]] = true
-		}
-	}
-	for _, d := range []testbin.Dep{zstandardPython, setprivDep} {
-		if !listed[d.Package] {
-			t.Errorf("%s is a test dependency but not in scripts/test-packages.txt", d.Package)
-		}
-	}
-}
-
 // compressedCases: scripts/gen-edge-fixtures.py's compressed pickles, each
 // written by Python's own compressor. lzma's legacy format has no magic:
 // it is known by liblzma's header checks, what lzma.open applies.
@@ -75,7 +47,7 @@ var compressedCases = []struct {
 // it is a finding. The real loaders run every attack's payload.
 func TestScanCompressedPickles(t *testing.T) {
 	t.Parallel()
-	testbin.Need(t, zstandardPython)
+	testbin.Need(t, testbin.Zstandard)
 	var attacks []string
 	for _, tc := range compressedCases {
 		p := filepath.Join("testdata/edges", tc.file)
@@ -324,7 +296,7 @@ func TestScanDirUnreadable(t *testing.T) {
 	}
 	var rep scanChildReport
 	if os.Geteuid() == 0 {
-		testbin.Need(t, setprivDep)
+		testbin.Need(t, testbin.Setpriv)
 		// The test binary's own directory is private to root: a copy in
 		// base is one nobody can run.
 		self, err := os.Executable()

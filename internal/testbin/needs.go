@@ -36,11 +36,15 @@ var (
 	Chromium      = Dep{Package: "chromium", Programs: []string{"chromium"}}
 	ChromeDriver  = Dep{Package: "chromium-driver", Programs: []string{"chromedriver"}}
 	Prometheus    = Dep{Package: "prometheus", Programs: []string{"prometheus", "promtool"}}
+	// Zstandard is Debian's zstd binding, what pandas reads .zst pickles with.
+	Zstandard = Dep{Package: "python3-zstandard", Import: "import zstandard"}
+	// Setpriv runs a process as another user (a scan as an unprivileged one).
+	Setpriv = Dep{Package: "util-linux", Programs: []string{"setpriv"}}
 )
 
 // AllDeps lists every Dep above.
 var AllDeps = []Dep{Torch, NumPy, IPython, IPyKernel, JupyterServer, JupyterClient, NBClient, Psutil,
-	Tmux, Chromium, ChromeDriver, Prometheus}
+	Tmux, Chromium, ChromeDriver, Prometheus, Zstandard, Setpriv}
 
 var depChecks sync.Map // Package -> error (nil: present)
 
