@@ -465,11 +465,15 @@ func TestSegmentRows(t *testing.T) {
 // and state (and, where blocks record history, the same requested bytes).
 func TestAgreesWithMemoryViz(t *testing.T) {
 	testbin.Need(t, testbin.Torch)
-	var paths []string
+	var paths, exports []string
+	dir := t.TempDir()
 	for _, fx := range fixtures {
-		paths = append(paths, filepath.Join("testdata", fx.file))
+		p := filepath.Join("testdata", fx.file)
+		paths = append(paths, p)
+		exports = append(exports, exportJSON(t, p, dir))
 	}
-	cmd := exec.Command(testbin.Python(), append([]string{"-I", filepath.Join("testdata", "memviz.py")}, paths...)...)
+	args := append([]string{"-I", filepath.Join("testdata", "memviz.py")}, paths...)
+	cmd := exec.Command(testbin.Python(), append(args, exports...)...)
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError
@@ -485,13 +489,17 @@ func TestAgreesWithMemoryViz(t *testing.T) {
 	if err := json.Unmarshal(out, &viz); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range paths {
+	for i, p := range paths {
 		t.Run(filepath.Base(p), func(t *testing.T) {
 			s, err := ReadFile(p, DefaultLimits, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			v := viz[p]
+			// --export-json: memory_viz reads the JSON as it read the original
+			if e := viz[exports[i]]; !reflect.DeepEqual(e, v) {
+				t.Errorf("_memory_viz of the exported JSON %+v\nof the original %+v", e, v)
+			}
 			var reserved, allocated, pending, free, requested int64
 			for _, d := range s.Summary(-1) {
 				reserved += d.Reserved
@@ -536,6 +544,54 @@ func TestAgreesWithMemoryViz(t *testing.T) {
 				if histReal != requested || requested == 0 {
 					t.Errorf("requested %d, _memory_viz's allocated history %d", requested, histReal)
 				}
+			}
+		})
+	}
+}
+
+func exportJSON(t *testing.T, path, dir string) string {
+	t.Helper()
+	s, err := ReadFile(path, DefaultLimits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, filepath.Base(path)+".export.json")
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteJSON(f, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestExportRoundTrips: the exported JSON decodes to the same model.
+func TestExportRoundTrips(t *testing.T) {
+	dir := t.TempDir()
+	for _, fx := range fixtures {
+		t.Run(fx.file, func(t *testing.T) {
+			orig := load(t, fx.file)
+			back, err := ReadFile(exportJSON(t, filepath.Join("testdata", fx.file), dir), DefaultLimits, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back.Schema != orig.Schema {
+				t.Errorf("schema %s, want %s", back.Schema, orig.Schema)
+			}
+			if !reflect.DeepEqual(back.Summary(-1), orig.Summary(-1)) || !reflect.DeepEqual(back.Sites(-1), orig.Sites(-1)) ||
+				!reflect.DeepEqual(back.SegmentRows(-1), orig.SegmentRows(-1)) {
+				t.Errorf("the export reads back differently")
+			}
+			a, b := back.Trace(TraceQuery{Device: -1}), orig.Trace(TraceQuery{Device: -1})
+			for i := range a {
+				a[i].Stack, b[i].Stack = nil, nil
+			}
+			if !reflect.DeepEqual(a, b) {
+				t.Errorf("trace reads back differently")
 			}
 		})
 	}
