@@ -97,7 +97,7 @@ def innermost_user(frames):
 
 
 def simulate(rng, devices, segs_per_dev, blocks_per_seg, site_weights, leak_blocks=0, oom=True,
-             expandable=True, pools=True, depth_extra=0, trace_events=0, huge=False):
+             expandable=True, pools=True, depth_extra=0, trace_events=0, huge=False, fragmented=False):
     """A plain model of the allocator's state: devices of segments of blocks,
     each block with its state, requested size and stack, and each device's
     trace. Everything the snapshot holds and the totals say comes from it."""
@@ -179,7 +179,15 @@ def simulate(rng, devices, segs_per_dev, blocks_per_seg, site_weights, leak_bloc
         if oom and d == 0:
             t += 100
             free = 300 * MiB if not huge else 1 << 65  # a huge value: beyond uint64
-            dev["trace"].append({"action": "oom", "device_free": free, "size": 6 * GiB, "stream": 0,
+            size = 6 * GiB
+            if fragmented:
+                # more than the largest free block, less than the cache's free total
+                holes = [b["size"] for sg in dev["segments"] if sg["large"] for b in sg["blocks"]
+                         if b["state"] == "inactive"]
+                size = max(holes) + 2 * MiB
+                assert sum(holes) >= size, holes
+                free = 1 * MiB
+            dev["trace"].append({"action": "oom", "device_free": free, "size": size, "stream": 0,
                                  "time_us": t, "stack": stack_for(SITES[0])})
     return model
 
@@ -428,13 +436,14 @@ def fixtures(out):
         ("empty_device_p4", "2.6", 4, {"segs": [3, 0]}),
         ("huge_p5", "2.6", 5, {"huge": True}),
         ("no_oom_p4", "2.2", 4, {"oom": False, "expandable": False, "pools": False}),
+        ("fragmented_p4", "2.6", 4, {"fragmented": True, "segs": [8, 1]}),
     ]
     for name, version, proto, opt in cases:
         rng = random.Random(opt.get("seed", name))
         segs = opt.get("segs", [5, 2])
         model = simulate(rng, len(segs), segs, 6, weights, oom=opt.get("oom", True),
                          expandable=opt.get("expandable", True), pools=opt.get("pools", True),
-                         huge=opt.get("huge", False))
+                         huge=opt.get("huge", False), fragmented=opt.get("fragmented", False))
         model = model_version_filter(model, version)
         b = Builder()
         snap = snapshot(model, version, b)

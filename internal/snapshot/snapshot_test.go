@@ -88,6 +88,7 @@ var fixtures = []struct {
 	{"empty_device_p4.pickle", Schema23},
 	{"huge_p5.pickle", Schema23},
 	{"no_oom_p4.pickle", Schema22},
+	{"fragmented_p4.pickle", Schema23},
 	{"leak_step100.pickle", Schema23},
 	{"leak_step1000.pickle", Schema23},
 }

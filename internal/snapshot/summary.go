@@ -131,6 +131,7 @@ type DeviceSummary struct {
 	LargestFree      int64 `json:"largest_free_block"`
 	LargestFreeLarge int64 `json:"largest_free_large_block"`
 	FreeBlocks       int   `json:"free_blocks"`
+	LiveBlocks       int   `json:"live_blocks"` // active_allocated
 	Blocks           int   `json:"blocks"`
 	Segments         int   `json:"segments"`
 	Large            int   `json:"large_segments"`
@@ -196,6 +197,7 @@ func (s *Snapshot) summarize(dev int) DeviceSummary {
 			d.Reserved += b.Size
 			switch b.State {
 			case ActiveAllocated:
+				d.LiveBlocks++
 				d.Allocated += b.Size
 				d.Active += b.Size
 				d.Requested += b.Requested()
