@@ -201,14 +201,14 @@ func exportSnapshot(s *snapshot.Snapshot, path string) error {
 
 // snapshotJSON is the summary as --json prints it.
 type snapshotJSON struct {
-	File      string                   `json:"file"`
-	Schema    string                   `json:"schema"`
-	Saturated int                      `json:"saturated_integers"`
-	Frames    int                      `json:"frames"`
-	Stacks    int                      `json:"stacks"`
-	Devices   []snapshotDeviceJSON     `json:"devices"`
-	Settings  []snapshot.Setting       `json:"allocator_settings,omitempty"`
-	Metadata  string                   `json:"user_metadata,omitempty"`
+	File      string               `json:"file"`
+	Schema    string               `json:"schema"`
+	Saturated int                  `json:"saturated_integers"`
+	Frames    int                  `json:"frames"`
+	Stacks    int                  `json:"stacks"`
+	Devices   []snapshotDeviceJSON `json:"devices"`
+	Settings  []snapshot.Setting   `json:"allocator_settings,omitempty"`
+	Metadata  string               `json:"user_metadata,omitempty"`
 }
 
 type snapshotDeviceJSON struct {

@@ -54,11 +54,11 @@ type ViewSite struct {
 
 // ViewTimeline is the downsampled active memory timeline.
 type ViewTimeline struct {
-	Events   []int     `json:"events"`
-	TimesUS  []int64   `json:"times_us,omitempty"`
-	Live     [][]int64 `json:"live"`
-	Total    []int64   `json:"total"`
-	NEvents  int       `json:"n_events"`
+	Events  []int     `json:"events"`
+	TimesUS []int64   `json:"times_us,omitempty"`
+	Live    [][]int64 `json:"live"`
+	Total   []int64   `json:"total"`
+	NEvents int       `json:"n_events"`
 }
 
 // ViewSegment is one segment of the map.
