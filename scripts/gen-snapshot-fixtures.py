@@ -469,7 +469,7 @@ def fixtures(out):
 def large(path, mb):
     """A snapshot of about mb megabytes: a long trace with deep stacks."""
     rng = random.Random("large")
-    events = int(mb * 5200)
+    events = int(mb * 6600)
     model = simulate(rng, 1, [400], 24, [5, 3, 8, 2, 1], depth_extra=40, trace_events=events)
     snap = snapshot(model, "2.6", Builder())
     data = pickle.dumps(snap, protocol=4)
