@@ -597,3 +597,85 @@ func TestExportRoundTrips(t *testing.T) {
 		})
 	}
 }
+
+// TestViewTimeline: the downsampled timeline keeps the trace's peak and
+// ends at what the trace left live, per site, whatever the point count.
+func TestViewTimeline(t *testing.T) {
+	s := load(t, "fragmented_p4.pickle")
+	tr := s.Traces[0]
+	live := map[uint64]int64{}
+	var cur, peak int64
+	for _, e := range tr {
+		switch e.Action {
+		case ActionAlloc:
+			live[e.Addr] = e.Size
+			cur += e.Size
+		case ActionFreeCompleted:
+			cur -= live[e.Addr]
+			delete(live, e.Addr)
+		}
+		peak = max(peak, cur)
+	}
+	for _, points := range []int{2, 7, 600} {
+		v := s.View(ViewOptions{Device: 0, Points: points})
+		tl := v.Timeline
+		if len(tl.Total) > points || len(tl.Total) < 2 {
+			t.Errorf("%d points: %d drawn", points, len(tl.Total))
+		}
+		var top int64
+		for _, x := range tl.Total {
+			top = max(top, x)
+		}
+		if top != peak {
+			t.Errorf("%d points: peak %d, the trace's %d", points, top, peak)
+		}
+		for i := range tl.Total {
+			var sum int64
+			for _, series := range tl.Live {
+				sum += series[i]
+			}
+			if sum != tl.Total[i] {
+				t.Errorf("%d points: point %d's sites add to %d, total %d", points, i, sum, tl.Total[i])
+			}
+		}
+		if tl.NEvents != len(tr) || tl.Events[len(tl.Events)-1] >= len(tr) {
+			t.Errorf("events %d of %d", tl.NEvents, len(tr))
+		}
+	}
+	v := s.View(ViewOptions{Device: 0, Points: 600})
+	if len(v.Timeline.Total) != len(tr) {
+		t.Errorf("%d points for %d events: a short trace is drawn whole", len(v.Timeline.Total), len(tr))
+	}
+	if got := v.Timeline.Total[len(tr)-1]; got != cur {
+		t.Errorf("ends at %d live, the trace leaves %d", got, cur)
+	}
+	// the segment map: every block, at its offset, summing to the segment
+	for _, seg := range v.Segments {
+		var off int64
+		for _, b := range seg.Blocks {
+			if b.Offset != off {
+				t.Errorf("segment %#x: block at %d, want %d", seg.Address, b.Offset, off)
+			}
+			off += b.Size
+		}
+		if off != seg.Total {
+			t.Errorf("segment %#x: blocks add to %d of %d", seg.Address, off, seg.Total)
+		}
+	}
+	// merged: fewer blocks than segments' blocks, the same bytes
+	m := s.View(ViewOptions{Device: 0, Blocks: 3})
+	if !m.Merged {
+		t.Error("not merged at 3 blocks")
+	}
+	for i, seg := range m.Segments {
+		var n int
+		var sum int64
+		for _, b := range seg.Blocks {
+			n += b.Count
+			sum += b.Size
+		}
+		if sum != v.Segments[i].Total || n != len(v.Segments[i].Blocks) {
+			t.Errorf("merged segment %d: %d blocks, %d bytes; want %d, %d", i, n, sum, len(v.Segments[i].Blocks), v.Segments[i].Total)
+		}
+	}
+}
