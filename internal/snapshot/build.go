@@ -91,9 +91,9 @@ func (d *decoder) apply(t any, kv []val) {
 			case "frames":
 				x.Stack = d.stackOf(v)
 			case "compile_context":
-				x.CompileContext = v.str()
+				x.Context = d.context(v.str(), x.Context.userMetadata())
 			case "user_metadata":
-				x.UserMetadata = v.str()
+				x.Context = d.context(x.Context.compileContext(), v.str())
 			}
 		}
 	case *Segment:
@@ -185,6 +185,23 @@ func (d *decoder) apply(t any, kv []val) {
 
 func typed[T any](v val) (T, bool) {
 	var zero T
+	if v.k == kTyped {
+		var t any
+		switch v.i {
+		case tagFrame:
+			t = (*Frame)(v.p)
+		case tagEntry:
+			t = (*TraceEntry)(v.p)
+		case tagBlock:
+			t = (*Block)(v.p)
+		case tagSegment:
+			t = (*Segment)(v.p)
+		case tagHistory:
+			t = (*History)(v.p)
+		}
+		x, ok := t.(T)
+		return x, ok
+	}
 	db := v.dict()
 	if db == nil {
 		return zero, false
@@ -370,4 +387,19 @@ func render(v val) string {
 		return out + ")"
 	}
 	return "?"
+}
+
+// context interns a trace entry's compile_context and user_metadata: they
+// repeat across entries, so entries share one TraceContext per pair.
+func (d *decoder) context(cc, um string) *TraceContext {
+	if cc == "" && um == "" {
+		return nil
+	}
+	k := TraceContext{cc, um}
+	if c, ok := d.contexts[k]; ok {
+		return c
+	}
+	c := &k
+	d.contexts[k] = c
+	return c
 }

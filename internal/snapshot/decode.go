@@ -42,7 +42,7 @@ const (
 	kDict       // p is *dictB
 	kList       // p is *listB
 	kMark
-	kFrame // p is a *Frame: what the memo holds for a frame dict once it is typed
+	kTyped // p is a model value (i: which, tag*): what the memo and lists hold for a typed dict
 )
 
 // val is one pickle value, 24 bytes: the memo of a large snapshot holds
@@ -113,23 +113,24 @@ type listB struct {
 }
 
 type decoder struct {
-	src     io.Reader
-	buf     []byte // read-ahead: buf[pos:end]
-	pos     int
-	end     int
-	eof     bool
-	off     int64 // bytes consumed
-	lim     Limits
-	stack   []val
-	marks   []int
-	memo    [][]val // pages of memoPage values
-	memoN   uint64
-	proto   int
-	strs    map[string]string // short strings, interned
-	snap    *Snapshot
-	frames  int
-	stacks  int
-	counter func(int64)
+	src      io.Reader
+	buf      []byte // read-ahead: buf[pos:end]
+	pos      int
+	end      int
+	eof      bool
+	off      int64 // bytes consumed
+	lim      Limits
+	stack    []val
+	marks    []int
+	memo     [][]val // pages of memoPage values
+	memoN    uint64
+	proto    int
+	strs     map[string]string // short strings, interned
+	contexts map[TraceContext]*TraceContext
+	snap     *Snapshot
+	frames   int
+	stacks   int
+	counter  func(int64)
 	// blockAddrs: a block carried its address (torch >= 2.1)
 	blockAddrs bool
 }
@@ -141,7 +142,7 @@ const memoPage = 1 << 16
 // schema as JSON. progress, when not nil, is called with the bytes read so
 // far every few MiB.
 func Decode(r io.Reader, lim Limits, progress func(int64)) (*Snapshot, error) {
-	d := &decoder{src: r, buf: make([]byte, 1<<20), lim: lim, strs: map[string]string{}, snap: &Snapshot{},
+	d := &decoder{src: r, buf: make([]byte, 1<<20), lim: lim, strs: map[string]string{}, contexts: map[TraceContext]*TraceContext{}, snap: &Snapshot{},
 		counter: progress}
 	var root val
 	var err error
@@ -713,7 +714,7 @@ func (v val) kindName() string {
 		return "dict"
 	case kList:
 		return "list"
-	case kFrame:
+	case kTyped:
 		return "dict"
 	}
 	return "mark"
@@ -736,6 +737,11 @@ func (d *decoder) appendTo(items []val) error {
 func (d *decoder) appendItems(l *listB, items []val) {
 	for i := range items {
 		d.seal(&items[i])
+		if db := items[i].dict(); db != nil {
+			if v, ok := direct(db); ok {
+				items[i] = v
+			}
+		}
 	}
 	if l.n == 0 || l.frames {
 		all := true
@@ -759,7 +765,7 @@ func (d *decoder) appendItems(l *listB, items []val) {
 		}
 		if l.frames { // frames, then something else: back to plain items
 			for _, f := range l.st.Frames {
-				l.items = append(l.items, dictVal(&dictB{typed: f, sealed: true}))
+				l.items = append(l.items, val{p: unsafe.Pointer(f), i: tagFrame, k: kTyped})
 			}
 			l.st.Frames, l.frames = nil, false
 		}
@@ -806,17 +812,46 @@ func (d *decoder) setItems(db *dictB, items []val) error {
 	return nil
 }
 
-// retype points a typed frame's memo entry at the Frame itself, so each of
-// the many references to it reads one value rather than the dict first.
+// Tags of kTyped values.
+const (
+	tagFrame = iota + 1
+	tagEntry
+	tagBlock
+	tagSegment
+	tagHistory
+)
+
+// direct is the kTyped value of a typed dict: held in its place, it lets the
+// dict itself go, and each of the many references to a frame reads one value.
+func direct(db *dictB) (val, bool) {
+	switch x := db.typed.(type) {
+	case *Frame:
+		return val{p: unsafe.Pointer(x), i: tagFrame, k: kTyped}, true
+	case *TraceEntry:
+		return val{p: unsafe.Pointer(x), i: tagEntry, k: kTyped}, true
+	case *Block:
+		return val{p: unsafe.Pointer(x), i: tagBlock, k: kTyped}, true
+	case *Segment:
+		return val{p: unsafe.Pointer(x), i: tagSegment, k: kTyped}, true
+	case *History:
+		return val{p: unsafe.Pointer(x), i: tagHistory, k: kTyped}, true
+	}
+	return val{}, false
+}
+
+// retype points a typed dict's memo entry at its model value.
 func (d *decoder) retype(db *dictB) {
-	if f, ok := db.typed.(*Frame); ok && db.memo > 0 {
+	if db.memo == 0 {
+		return
+	}
+	if v, ok := direct(db); ok {
 		i := db.memo - 1
-		d.memo[i/memoPage][i%memoPage] = val{p: unsafe.Pointer(f), k: kFrame}
+		d.memo[i/memoPage][i%memoPage] = v
 	}
 }
 
 func frameOf(v val) (*Frame, bool) {
-	if v.k == kFrame {
+	if v.k == kTyped && v.i == tagFrame {
 		return (*Frame)(v.p), true
 	}
 	return typed[*Frame](v)

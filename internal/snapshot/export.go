@@ -50,11 +50,11 @@ func WriteJSON(w io.Writer, s *Snapshot) error {
 				e.raw(`, "time_us": `)
 				e.int(t.TimeUS)
 			}
-			if t.CompileContext != "" || t.UserMetadata != "" {
+			if t.Context != nil {
 				e.raw(`, "compile_context": `)
-				e.str(t.CompileContext)
+				e.str(t.Context.CompileContext)
 				e.raw(`, "user_metadata": `)
-				e.str(t.UserMetadata)
+				e.str(t.Context.UserMetadata)
 			}
 			if t.Stack != nil {
 				e.raw(`, "frames": `)

@@ -160,15 +160,37 @@ func ParseAction(s string) Action {
 
 // TraceEntry is one event of a device's trace.
 type TraceEntry struct {
-	Action         Action
-	Addr           uint64
-	Size           int64
-	Stream         int64
-	TimeUS         int64 // 0 before torch 2.2
-	DeviceFree     int64 // oom entries: what the device had free
-	Stack          *Stack
+	Action     Action
+	Addr       uint64
+	Size       int64
+	Stream     int64
+	TimeUS     int64 // 0 before torch 2.2
+	DeviceFree int64 // oom entries: what the device had free
+	Stack      *Stack
+	// Context is compile_context and user_metadata (torch >= 2.6); nil
+	// when both are empty.
+	Context *TraceContext
+}
+
+// TraceContext is what torch >= 2.6 records with a trace entry beyond the
+// allocation: the torch.compile context and the user's metadata.
+type TraceContext struct {
 	CompileContext string
 	UserMetadata   string
+}
+
+func (c *TraceContext) compileContext() string {
+	if c == nil {
+		return ""
+	}
+	return c.CompileContext
+}
+
+func (c *TraceContext) userMetadata() string {
+	if c == nil {
+		return ""
+	}
+	return c.UserMetadata
 }
 
 // Snapshot is one decoded snapshot.
