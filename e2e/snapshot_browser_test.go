@@ -161,8 +161,8 @@ func TestSnapshotServeInChromium(t *testing.T) {
 	if click.Title != wantTitle {
 		t.Errorf("block title %q, want %q", click.Title, wantTitle)
 	}
-	if len(click.Stack) != len(blk.Stack.Frames) || click.Site != fmt.Sprintf("%s:%d %s", site.File, site.Line, site.Function) {
+	if len(click.Stack) != blk.Stack.Len() || click.Site != fmt.Sprintf("%s:%d %s", site.File, site.Line, site.Function) {
 		t.Errorf("stack shown %q (site %q), want the block's %d frames with %s marked", click.Stack, click.Site,
-			len(blk.Stack.Frames), snapshot.SiteName(site))
+			blk.Stack.Len(), snapshot.SiteName(site))
 	}
 }

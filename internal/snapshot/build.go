@@ -17,7 +17,7 @@ func (d *decoder) seal(v *val) {
 	}
 	db.sealed = true
 	if db.typed == nil && len(db.kv) > 0 {
-		if t := classify(db.kv); t != nil {
+		if t := d.classify(db.kv); t != nil {
 			db.typed = t
 			d.retype(db)
 			d.apply(t, db.kv)
@@ -28,7 +28,7 @@ func (d *decoder) seal(v *val) {
 
 // classify names the model type a dict's keys (kv: key, value, ...) make it;
 // nil for a plain dict (allocator_settings, annotations, the root).
-func classify(kv []val) any {
+func (d *decoder) classify(kv []val) any {
 	has := func(k string) bool {
 		for i := 0; i < len(kv); i += 2 {
 			if kv[i].k == kStr && kv[i].str() == k {
@@ -39,7 +39,12 @@ func classify(kv []val) any {
 	}
 	switch {
 	case has("filename"):
-		return &Frame{}
+		if len(d.tab.frames) >= math.MaxInt32 {
+			return nil
+		}
+		f := &Frame{id: int32(len(d.tab.frames))}
+		d.tab.frames = append(d.tab.frames, f)
+		return f
 	case has("action"):
 		return &TraceEntry{}
 	case has("total_size"):
@@ -249,7 +254,7 @@ func (d *decoder) stackOf(v val) *Stack {
 	if !l.frames {
 		l.frames = true // the empty list
 	}
-	if len(l.st.Frames) > 0 && !l.counted {
+	if l.st.Len() > 0 && !l.counted {
 		l.counted = true
 		d.stacks++
 	}
@@ -395,11 +400,16 @@ func (d *decoder) context(cc, um string) *TraceContext {
 	if cc == "" && um == "" {
 		return nil
 	}
+	if c := d.lastContext; c != nil && c.CompileContext == cc && c.UserMetadata == um {
+		return c
+	}
 	k := TraceContext{cc, um}
 	if c, ok := d.contexts[k]; ok {
+		d.lastContext = c
 		return c
 	}
 	c := &k
 	d.contexts[k] = c
+	d.lastContext = c
 	return c
 }

@@ -127,10 +127,13 @@ type decoder struct {
 	proto    int
 	strs     map[string]string // short strings, interned
 	contexts map[TraceContext]*TraceContext
-	snap     *Snapshot
-	frames   int
-	stacks   int
-	counter  func(int64)
+	tab      *frameTable
+	// lastContext is the trace context met last: entries in a row share it
+	lastContext *TraceContext
+	snap        *Snapshot
+	frames      int
+	stacks      int
+	counter     func(int64)
 	// blockAddrs: a block carried its address (torch >= 2.1)
 	blockAddrs bool
 }
@@ -142,7 +145,7 @@ const memoPage = 1 << 16
 // schema as JSON. progress, when not nil, is called with the bytes read so
 // far every few MiB.
 func Decode(r io.Reader, lim Limits, progress func(int64)) (*Snapshot, error) {
-	d := &decoder{src: r, buf: make([]byte, 1<<20), lim: lim, strs: map[string]string{}, contexts: map[TraceContext]*TraceContext{}, snap: &Snapshot{},
+	d := &decoder{src: r, buf: make([]byte, 1<<20), lim: lim, strs: map[string]string{}, contexts: map[TraceContext]*TraceContext{}, tab: &frameTable{}, snap: &Snapshot{},
 		counter: progress}
 	var root val
 	var err error
@@ -752,22 +755,23 @@ func (d *decoder) appendItems(l *listB, items []val) {
 			}
 		}
 		if all {
-			if l.st.Frames == nil {
-				l.st.Frames = make([]*Frame, 0, len(items))
+			if l.st.ids == nil {
+				l.st.ids = make([]int32, 0, len(items))
+				l.st.tab = d.tab
 			}
 			for _, it := range items {
 				f, _ := frameOf(it)
-				l.st.Frames = append(l.st.Frames, f)
+				l.st.ids = append(l.st.ids, f.id)
 			}
 			l.frames = true
 			l.n += len(items)
 			return
 		}
 		if l.frames { // frames, then something else: back to plain items
-			for _, f := range l.st.Frames {
-				l.items = append(l.items, val{p: unsafe.Pointer(f), i: tagFrame, k: kTyped})
+			for _, id := range l.st.ids {
+				l.items = append(l.items, val{p: unsafe.Pointer(d.tab.frames[id]), i: tagFrame, k: kTyped})
 			}
-			l.st.Frames, l.frames = nil, false
+			l.st.ids, l.frames = nil, false
 		}
 	}
 	if l.items == nil {
@@ -798,7 +802,7 @@ func (d *decoder) setItems(db *dictB, items []val) error {
 		d.seal(&items[i])
 	}
 	if db.typed == nil && len(db.kv) == 0 {
-		db.typed = classify(items)
+		db.typed = d.classify(items)
 		d.retype(db)
 	}
 	if db.typed != nil {

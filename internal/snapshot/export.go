@@ -138,7 +138,7 @@ func (e *exporter) stack(st *Stack) {
 	b, ok := e.stacks[st]
 	if !ok {
 		b = append(b, '[')
-		for i, f := range st.Frames {
+		for i, f := range st.Frames() {
 			if i > 0 {
 				b = append(b, ", "...)
 			}

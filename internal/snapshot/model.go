@@ -39,12 +39,36 @@ type Frame struct {
 	File     string
 	Line     int64
 	Function string
+	id       int32 // in the snapshot's frame table
 }
 
 // Stack is a recorded call stack, innermost frame first, shared by every
-// block and trace entry recorded with it.
+// block and trace entry recorded with it. It holds its frames as indices
+// into the snapshot's frame table: no pointers for the collector to scan in
+// the millions of references a long trace holds.
 type Stack struct {
-	Frames []*Frame
+	ids []int32
+	tab *frameTable
+}
+
+// frameTable is every frame of a snapshot, by index.
+type frameTable struct {
+	frames []*Frame
+}
+
+// Len is the number of frames.
+func (s *Stack) Len() int { return len(s.ids) }
+
+// Frame returns frame i, 0 being the innermost.
+func (s *Stack) Frame(i int) *Frame { return s.tab.frames[s.ids[i]] }
+
+// Frames returns the frames, innermost first.
+func (s *Stack) Frames() []*Frame {
+	out := make([]*Frame, len(s.ids))
+	for i, id := range s.ids {
+		out[i] = s.tab.frames[id]
+	}
+	return out
 }
 
 // State is a block's state, as the allocator names it.
@@ -101,7 +125,7 @@ func (b *Block) Requested() int64 {
 // AllocStack is the stack of the block's live allocation: its frames, or
 // the last history entry's.
 func (b *Block) AllocStack() *Stack {
-	if b.Stack != nil && len(b.Stack.Frames) > 0 {
+	if b.Stack != nil && b.Stack.Len() > 0 {
 		return b.Stack
 	}
 	if n := len(b.History); n > 0 {

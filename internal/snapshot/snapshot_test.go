@@ -207,9 +207,9 @@ func TestFramesShared(t *testing.T) {
 		frames := map[*Frame]bool{}
 		for _, tr := range s.Traces {
 			for _, e := range tr {
-				if e.Stack != nil && len(e.Stack.Frames) > 0 {
+				if e.Stack != nil && e.Stack.Len() > 0 {
 					stacks[e.Stack]++
-					for _, fr := range e.Stack.Frames {
+					for _, fr := range e.Stack.Frames() {
 						frames[fr] = true
 					}
 				}

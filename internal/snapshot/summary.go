@@ -31,7 +31,8 @@ func SiteOf(st *Stack) *Frame {
 		return nil
 	}
 	var first *Frame
-	for _, f := range st.Frames {
+	for i := range st.Len() {
+		f := st.Frame(i)
 		if !strings.HasSuffix(f.File, ".py") {
 			continue // C++ frames of stacks="all"
 		}
@@ -308,10 +309,10 @@ func (s *Snapshot) SegmentRows(device int) []SegmentRow {
 				r.LargestFree = max(r.LargestFree, b.Size)
 			}
 		}
-		if seg.Stack == nil || len(seg.Stack.Frames) == 0 {
+		if seg.Stack == nil || seg.Stack.Len() == 0 {
 			r.Site = "?"
 			for i := range seg.Blocks {
-				if st := seg.Blocks[i].AllocStack(); st != nil && len(st.Frames) > 0 {
+				if st := seg.Blocks[i].AllocStack(); st != nil && st.Len() > 0 {
 					r.Site = SiteName(SiteOf(st))
 					break
 				}

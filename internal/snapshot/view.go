@@ -103,7 +103,7 @@ func (s *Snapshot) View(o ViewOptions) View {
 	}
 	stackIDs := map[*Stack]int{}
 	stackID := func(st *Stack) int {
-		if st == nil || len(st.Frames) == 0 {
+		if st == nil || st.Len() == 0 {
 			return -1
 		}
 		if id, ok := stackIDs[st]; ok {
@@ -111,8 +111,8 @@ func (s *Snapshot) View(o ViewOptions) View {
 		}
 		id := len(v.Stacks)
 		stackIDs[st] = id
-		fr := make([]ViewFrame, len(st.Frames))
-		for i, f := range st.Frames {
+		fr := make([]ViewFrame, st.Len())
+		for i, f := range st.Frames() {
 			fr[i] = ViewFrame{f.File, f.Line, f.Function}
 		}
 		v.Stacks = append(v.Stacks, fr)
