@@ -261,6 +261,10 @@ func (d *decoder) stackOf(v val) *Stack {
 	return &l.st
 }
 
+// maxDevices bounds the device numbers a file may name: every device up to
+// the highest is a row of the summary.
+const maxDevices = 1024
+
 // build fills the snapshot from the pickle's root value.
 func (d *decoder) build(root val) error {
 	s := d.snap
@@ -274,6 +278,9 @@ func (d *decoder) build(root val) error {
 			seg, ok := typed[*Segment](it)
 			if !ok {
 				return d.errf("an item of \"segments\" is not a segment (a %s)", it.kindName())
+			}
+			if seg.Device < 0 || seg.Device >= maxDevices {
+				return d.errf("a segment on device %d (devices are 0 to %d)", seg.Device, maxDevices-1)
 			}
 			s.Segments = append(s.Segments, seg)
 		}
@@ -320,6 +327,9 @@ func (d *decoder) build(root val) error {
 				}
 				dl.items = nil
 				s.Traces = append(s.Traces, tr)
+				if len(s.Traces) > maxDevices {
+					return d.errf("traces for more than %d devices", maxDevices)
+				}
 			}
 		case "allocator_settings":
 			s.Schema = Schema23

@@ -138,14 +138,14 @@ type decoder struct {
 	blockAddrs bool
 }
 
-const memoPage = 1 << 16
+const memoPage = 1 << 12
 
 // Decode reads a snapshot from r: a pickle (protocol 2 to 5, as
 // torch.cuda.memory._dump_snapshot or the C++ writer wrote it) or the same
 // schema as JSON. progress, when not nil, is called with the bytes read so
 // far every few MiB.
 func Decode(r io.Reader, lim Limits, progress func(int64)) (*Snapshot, error) {
-	d := &decoder{src: r, buf: make([]byte, 1<<20), lim: lim, strs: map[string]string{}, contexts: map[TraceContext]*TraceContext{}, tab: &frameTable{}, snap: &Snapshot{},
+	d := &decoder{src: r, buf: make([]byte, 256<<10), lim: lim, strs: map[string]string{}, contexts: map[TraceContext]*TraceContext{}, tab: &frameTable{}, snap: &Snapshot{},
 		counter: progress}
 	var root val
 	var err error
@@ -220,7 +220,11 @@ func (d *decoder) read(n int64) ([]byte, error) {
 		if _, err := io.ReadFull(d.src, b[k:]); err != nil {
 			return nil, d.errf("the file ends inside a value (truncated?)")
 		}
+		before := d.off
 		d.off += n - int64(k)
+		if d.counter != nil && before>>22 != d.off>>22 {
+			d.counter(d.off)
+		}
 		return b, nil
 	}
 	if err := d.fill(int(n)); err != nil {

@@ -302,6 +302,7 @@ func TestRefuses(t *testing.T) {
 		{"memo before put", "\x80\x02h\x05.", "memo 5 read before"},
 		{"not a dict", "\x80\x02K\x05.", "holds a int"},
 		{"no segments", "\x80\x02}q\x00.", "no \"segments\""},
+		{"device out of range", "\x80\x02]}(X\x06\x00\x00\x00deviceJ\x00\x00\x00\x40X\x0a\x00\x00\x00total_sizeK\x00ua.", "device 1073741824"},
 		{"empty", "", "empty"},
 		{"text", "hello", "neither a pickle"},
 		{"bad json", "{\"segments\": [", "truncated"},
@@ -678,4 +679,68 @@ func TestViewTimeline(t *testing.T) {
 			t.Errorf("merged segment %d: %d blocks, %d bytes; want %d, %d", i, n, sum, len(v.Segments[i].Blocks), v.Segments[i].Total)
 		}
 	}
+}
+
+// TestProgress: the progress callback hears the bytes read, rising, up to
+// the file's size.
+func TestProgress(t *testing.T) {
+	// a valid snapshot of about 10 MiB: ten 1 MiB strings in
+	// external_annotations
+	chunk := strings.Repeat("x", 1<<20)
+	var b strings.Builder
+	b.WriteString("\x80\x02}(X\x08\x00\x00\x00segments]X\x14\x00\x00\x00external_annotations](")
+	for range 10 {
+		b.WriteString("X\x00\x00\x10\x00")
+		b.WriteString(chunk)
+	}
+	b.WriteString("eu.")
+	var seen []int64
+	s, err := Decode(strings.NewReader(b.String()), DefaultLimits, func(n int64) { seen = append(seen, n) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ExternalAnnotations != 10 {
+		t.Errorf("%d annotations, want 10", s.ExternalAnnotations)
+	}
+	if len(seen) < 2 {
+		t.Fatalf("progress heard %v", seen)
+	}
+	for i := 1; i < len(seen); i++ {
+		if seen[i] <= seen[i-1] || seen[i] > int64(b.Len()) {
+			t.Errorf("progress %v does not rise within the file's %d bytes", seen, b.Len())
+		}
+	}
+}
+
+// FuzzDecode: no input makes the decoder panic or run past its limits;
+// whatever it accepts, the summary and the export handle.
+func FuzzDecode(f *testing.F) {
+	for _, fx := range fixtures {
+		b, err := os.ReadFile(filepath.Join("testdata", fx.file))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	lim := Limits{MaxString: 1 << 16, MaxMemo: 1 << 16, MaxStack: 1 << 16, MaxDepth: 64}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := Decode(strings.NewReader(string(b)), lim, nil)
+		if err != nil {
+			if !errors.Is(err, ErrNotSnapshot) {
+				t.Fatalf("error %v does not wrap ErrNotSnapshot", err)
+			}
+			return
+		}
+		s.Summary(-1)
+		s.Sites(-1)
+		s.SegmentRows(-1)
+		s.Trace(TraceQuery{Device: -1})
+		for _, d := range s.Devices() {
+			s.View(ViewOptions{Device: d})
+		}
+		var sb strings.Builder
+		if err := WriteJSON(&sb, s); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
