@@ -87,7 +87,7 @@ Exit status: 0 ok, 2 unreadable or not a snapshot.`,
 	fl.StringVar(&o.Site, "site", "", "--trace: only events whose site contains this text (file, file:line, function)")
 	fl.StringVar(&o.MinSize, "min-size", "", "--trace: only events of at least this size (e.g. 1MiB, 2GB)")
 	fl.StringVar(&o.Action, "action", "", "--trace: only events of this action (alloc, free_requested, free_completed, segment_alloc, segment_free, segment_map, segment_unmap, snapshot, oom)")
-	fl.IntVar(&o.Limit, "limit", 30, "rows of a table or sites in the summary (0: all); --json lists all")
+	fl.IntVar(&o.Limit, "limit", 30, "rows of a table (0: all), or sites in the summary (at most 10); --json lists all")
 	fl.BoolVar(&o.JSON, "json", false, "print as JSON")
 	fl.StringVar(&o.ExportJSON, "export-json", "", "write the snapshot as JSON in its own schema to OUT")
 	fl.BoolVar(&o.Serve, "serve", false, "draw the snapshot in the browser, from a loopback address (printed)")
@@ -238,10 +238,6 @@ func printSummary(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
 	fmt.Fprintf(w, "%s: torch %s schema, %s, %s, %s; %s in %s\n", termsafe.String(filepath.Base(o.Path)),
 		schemaName(s.Schema), units.Plural(len(s.Devices()), "device"), units.Plural(len(s.Segments), "segment"),
 		units.Plural(events, "trace event"), units.Plural(s.Frames, "frame"), units.Plural(s.Stacks, "stack"))
-	limit := o.Limit
-	if limit == 0 {
-		limit = -1
-	}
 	for _, d := range sums {
 		fmt.Fprintf(w, "\ndevice %d\n", d.Device)
 		if d.Segments == 0 && len(d.Trace) == 0 {
@@ -280,10 +276,11 @@ func printSummary(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
 		if len(sites) == 0 {
 			continue
 		}
-		top := limitSites(sites, min(10, max(limit, 0)))
-		if limit < 0 {
-			top = limitSites(sites, 10)
+		n := 10
+		if o.Limit > 0 && o.Limit < n {
+			n = o.Limit
 		}
+		top := limitSites(sites, n)
 		fmt.Fprintf(w, "  top allocation sites by live bytes (%d of %d; --sites lists all)\n", len(top), len(sites))
 		rows := siteRows(top)
 		for _, r := range rows {
