@@ -742,6 +742,27 @@ func (d *decoder) appendTo(items []val) error {
 
 // appendItems adds items to l: while every item is a frame, as frames.
 func (d *decoder) appendItems(l *listB, items []val) {
+	// the common case, a stack's frames read from the memo: one pass
+	if (l.n == 0 || l.frames) && len(items) > 0 && items[0].k == kTyped && items[0].i == tagFrame {
+		start := len(l.st.ids)
+		if l.st.ids == nil {
+			l.st.ids = make([]int32, 0, len(items))
+		}
+		all := true
+		for _, it := range items {
+			if it.k != kTyped || it.i != tagFrame {
+				all = false
+				break
+			}
+			l.st.ids = append(l.st.ids, (*Frame)(it.p).id)
+		}
+		if all {
+			l.st.tab, l.frames = d.tab, true
+			l.n += len(items)
+			return
+		}
+		l.st.ids = l.st.ids[:start]
+	}
 	for i := range items {
 		d.seal(&items[i])
 		if db := items[i].dict(); db != nil {
@@ -761,8 +782,8 @@ func (d *decoder) appendItems(l *listB, items []val) {
 		if all {
 			if l.st.ids == nil {
 				l.st.ids = make([]int32, 0, len(items))
-				l.st.tab = d.tab
 			}
+			l.st.tab = d.tab
 			for _, it := range items {
 				f, _ := frameOf(it)
 				l.st.ids = append(l.st.ids, f.id)
