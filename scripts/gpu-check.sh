@@ -8,7 +8,9 @@
 #    samples `top --once --json` while it runs, to show the workers rolled up
 #    under the job,
 # 4. runs the probe's CUDA checks and the notebook side's (scripts/gpu-notebook-check.py),
-# 5. prints a summary of what it saw.
+# 5. records real memory snapshots (a training loop, an OOM) and checks
+#    `vramguard snapshot` against torch's own totals (scripts/gpu-snapshot-check.py),
+# 6. prints a summary of what it saw.
 #
 # Finishes in about 5 minutes at most. Outputs go under $OUT when set (else a
 # temporary directory). Needs: go, gcc, an NVIDIA driver, python3 with torch
@@ -116,5 +118,10 @@ if [ $SECONDS -lt $((DEADLINE - 20)) ]; then
   PYDIR=$("$VG" python-path 2>/dev/null)
   PYTHONPATH="$PYDIR" timeout $((DEADLINE - SECONDS)) "$PYTHON" scripts/gpu-notebook-check.py 2>&1 | tee "$OUT/notebook-cuda.txt" | tail -n 20
   log "notebook side: $(grep -c '^PASS' "$OUT/notebook-cuda.txt") passed, $(grep -c '^FAIL' "$OUT/notebook-cuda.txt") failed"
+fi
+if [ $SECONDS -lt $((DEADLINE - 15)) ]; then
+  log "memory snapshots: vramguard snapshot against torch.cuda.memory._snapshot()'s own totals"
+  timeout $((DEADLINE - SECONDS)) "$PYTHON" scripts/gpu-snapshot-check.py "$VG" "$OUT" 2>&1 | tee "$OUT/snapshot-check.txt" | tail -n 20
+  log "snapshots: $(grep -c '^PASS' "$OUT/snapshot-check.txt") passed, $(grep -c '^FAIL' "$OUT/snapshot-check.txt") failed"
 fi
 log "outputs in $OUT"

@@ -148,6 +148,8 @@ type Agent struct {
 	evCh      chan struct{}
 	// ranks are the ranks of distributed jobs in the newest sample
 	ranks []RankView
+	// snapshots holds the OOM snapshot a run's page last opened
+	snapshots runSnapshots
 }
 
 // New returns an Agent; it does nothing until Run.

@@ -79,6 +79,7 @@ func (a *Agent) endpoints() []Endpoint {
 		{"GET", "/api/v1/alerts", "", "recent alerts and webhook counters", false, a.apiAlerts},
 		{"GET", "/api/v1/runs", "", "the newest 100 supervised runs", false, a.apiRuns},
 		{"GET", "/api/v1/runs/{id}", "", "a run's post-mortem document (as explain --json prints it) and its record", false, a.apiRun},
+		{"GET", "/api/v1/runs/{id}/snapshot", "device=N, points=N", "the view of the memory snapshot a run dumped at its OOM (run --oom-snapshot), as snapshot --serve draws it", false, a.apiRunSnapshot},
 		{"POST", "/api/v1/events", "", `a note on a job's timeline: {"job_key": KEY, "message": TEXT}`, true, a.apiPostEvent},
 		{"POST", "/api/v1/jobs/{key}/kill", "signal=TERM|KILL", "signal a live job's root process", true, a.apiKill},
 		{"POST", "/api/v1/runs/{id}/stop", "", "stop a supervised run, as vramguard stop does", true, a.apiStop},

@@ -46,6 +46,8 @@ func TestImportsRunOneWay(t *testing.T) {
 		{"postmortem", []string{"supervise", "agent", "cli", "probe"}},
 		{"supervise", []string{"agent", "cli"}},
 		{"runctl", []string{"supervise", "agent", "cli"}},
+		// snapshots are read and computed on, never served or printed there
+		{"snapshot", []string{"cli", "agent", "supervise", "probe", "store", "sampler"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pkg, func(t *testing.T) {

@@ -109,6 +109,7 @@ func NewCmdRoot(f *Factory) *cobra.Command {
   vramguard runs / logs / explain      what happened to earlier runs
   vramguard analyze TRACE.csv          tell a leak from the allocator's cache
   vramguard ckpt ls|inspect|verify     checkpoints without Python
+  vramguard snapshot FILE | diff A B   CUDA memory snapshots without Python: sites, fragmentation, leaks
   vramguard top                        every GPU process, grouped by job, container, pod, notebook
   vramguard serve                      dashboard, JSON API, Prometheus /metrics and alerts
   vramguard jupyter install / kernels  kernels that explain their deaths; which notebook holds what
@@ -146,6 +147,7 @@ var commands = []func(*Factory) *cobra.Command{
 	NewCmdRestart,
 	NewCmdAnalyze,
 	NewCmdCkpt,
+	NewCmdSnapshot,
 	NewCmdTop,
 	NewCmdDoctor,
 	NewCmdPythonPath,

@@ -284,9 +284,9 @@ func TestTopAllocationSitesRejects(t *testing.T) {
 	}{
 		// pickle.dumps of a dict holding os.system: a global, never resolved.
 		{"global", "\x80\x04\x95\x22\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x08segments\x94\x8c\x05posix\x94\x8c\x06system\x94\x93\x94s.", "global posix.system"},
-		{"not a dict", "\x80\x04K\x01.", "want a dict"},
+		{"not a dict", "\x80\x04K\x01.", "not a snapshot's dict"},
 		{"no segments", "\x80\x04}\x94.", `no "segments"`},
-		{"truncated", "\x80\x04}\x94\x8c\x08segm", "pickle"},
+		{"truncated", "\x80\x04}\x94\x8c\x08segm", "truncated"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

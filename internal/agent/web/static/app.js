@@ -297,7 +297,7 @@ function postmortem(d) {
   if (d.monitor) out.push(monitorSection(d.monitor));
   const mem = memorySection(d.timeline);
   if (mem) out.push(mem);
-  if (d.probe) out.push(probeSection(d.probe, d.oom_allocation_sites, d.oom_allocation_sites_error));
+  if (d.probe) out.push(probeSection(d.probe, d.oom_allocation_sites, d.oom_allocation_sites_error, d.run_id));
   out.push(el("p", { class: "more muted" }, "more: ", el("code", {}, "vramguard explain " + d.run_id), " · ", el("code", {}, "vramguard logs " + d.run_id)));
   return out;
 }
@@ -364,7 +364,7 @@ function memorySection(tl) {
   return el("section", { class: "memory" }, el("h4", {}, "memory timeline"), dl);
 }
 
-function probeSection(p, sites, sitesErr) {
+function probeSection(p, sites, sitesErr, runID) {
   const dl = el("dl", {});
   const row = (k, ...v) => dl.append(el("dt", {}, k), el("dd", {}, ...v));
   row("steps", p.optimizer_steps + " optimizer steps" + (p.user_steps > 0 ? ", " + p.user_steps + " counted by the job" : "") +
@@ -390,7 +390,7 @@ function probeSection(p, sites, sitesErr) {
     let s = clock(o.t) + " in pid " + o.pid + " (" + o.source + ")";
     if (o.alloc_bytes != null) s += ", tried to allocate " + fmtBytes(o.alloc_bytes);
     if (o.count > 1) s += ", " + o.count + " in all";
-    row("CUDA OOM", el("span", { class: "bad" }, s), o.snapshot_path ? el("div", {}, "snapshot ", el("code", {}, o.snapshot_path)) : "");
+    row("CUDA OOM", el("span", { class: "bad" }, s), o.snapshot_path ? el("div", {}, "snapshot ", el("code", {}, o.snapshot_path), " ", el("a", { class: "snapshot-link", href: "snapshot.html?run=" + encodeURIComponent(runID) }, "draw it")) : "");
   }
   if (sites && sites.length) {
     row("largest allocation sites at the OOM", el("ul", {}, ...sites.map((x) => el("li", {}, fmtBytes(x.bytes) + "  " + x.file + ":" + x.line + " " + x.function + " (" + x.blocks + " blocks)"))));
