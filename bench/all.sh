@@ -11,7 +11,7 @@
 #   bench/all.sh gpu serve    # only these areas
 #   SMOKE=1 bench/all.sh      # tiny sizes: checks that every step runs, measures nothing
 #
-# Areas: output leak gpu probe ckpt doctor serve diagnose. The test suite's
+# Areas: output leak gpu probe ckpt snapshot doctor serve diagnose. The test suite's
 # wall time is bench/suite/time.sh, run on its own (several minutes per run).
 # Needs: go, /usr/bin/python3 with torch and psutil (python3-torch,
 # python3-psutil), chromium and chromium-driver for the dashboard, git
@@ -26,7 +26,7 @@ LOGDIR=${LOGDIR:-$(mktemp -d /tmp/vramguard-bench.XXXXXX)}
 mkdir -p "$LOGDIR"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-areas=${*:-output leak gpu probe ckpt doctor serve diagnose}
+areas=${*:-output leak gpu probe ckpt snapshot doctor serve diagnose}
 failed=()
 
 # quick configurations, and the tiny ones of a smoke run
@@ -40,6 +40,7 @@ if [ "$SMOKE" = 1 ]; then
 	DOCTOR_N=1
 	SERVE_WINDOW=3 DASH_RUNS=1 INGEST_N=10x
 	DIAG_N=1 NOTEBOOK_CELLS=50
+	SNAP_ENV="MB=2 RUNS=1"
 else
 	OUT_MB=300 OUT_REPS=5
 	DET_TIME=2s DET_COUNT=3
@@ -50,6 +51,7 @@ else
 	DOCTOR_N=5
 	SERVE_WINDOW=30 DASH_RUNS=2 INGEST_N=300x
 	DIAG_N=10 NOTEBOOK_CELLS=1000
+	SNAP_ENV="MB=100 RUNS=2"
 fi
 
 # The leak detector the page compares with ("previous"): the last one
@@ -209,6 +211,13 @@ area_ckpt() {
 	grep -E '^\|' "$LOGDIR/ckpt-bounds.log" | grep -vE '^\|(---| input)' | sed 's/^/[ckpt-bounds] /'
 }
 
+area_snapshot() {
+	header "snapshot: vramguard snapshot against pickle.load + _memory_viz and cat (bench/snapshot/run.sh, $SNAP_ENV)"
+	# shellcheck disable=SC2086
+	step snapshot run env $SNAP_ENV bench/snapshot/run.sh || return
+	sed 's/^/[snapshot] /' "$LOGDIR/snapshot-run.log"
+}
+
 area_doctor() {
 	header "doctor: vramguard doctor against import torch (bench/doctor/run.sh $DOCTOR_N)"
 	step doctor run bench/doctor/run.sh "$DOCTOR_N" || return
@@ -255,8 +264,8 @@ start=$(date +%s)
 go build -o "$work/vramguard" ./cmd/vramguard || { echo "bench/all.sh: go build failed" >&2; exit 1; }
 for a in $areas; do
 	case $a in
-	output | leak | gpu | probe | ckpt | doctor | serve | diagnose) "area_$a" ;;
-	*) echo "bench/all.sh: unknown area $a (want: output leak gpu probe ckpt doctor serve diagnose)" >&2; exit 2 ;;
+	output | leak | gpu | probe | ckpt | snapshot | doctor | serve | diagnose) "area_$a" ;;
+	*) echo "bench/all.sh: unknown area $a (want: output leak gpu probe ckpt snapshot doctor serve diagnose)" >&2; exit 2 ;;
 	esac
 done
 echo
