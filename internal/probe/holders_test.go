@@ -136,6 +136,8 @@ func TestWhoHolders(t *testing.T) {
 		{"unnamed cycle", "<no name reaches it>", "(no name)", 1020, nil},
 		{"view", "view_base", "view_base", 1021, []string{"view_of"}},
 		{"nested tuples", "tup[1][1][0]", "tup", 1022, nil},
+		{"deque", "dq[1]", "dq", 1023, nil},
+		{"slots", "sl.b", "sl", 1024, nil},
 		{"parameter", "seq[0].weight", "seq", 36, []string{"opt.param_groups[0]['params'][0]"}},
 		{"grad", "seq[0].weight.grad", "seq", 36, nil},
 		{"optimizer state", "opt.state[seq[0].weight]['momentum_buffer']", "opt", 36, nil},

@@ -28,6 +28,7 @@ and returns plain figures: no reference to any tensor outlives it.
 """
 
 import bisect
+import collections
 import functools
 import gc
 import sys
@@ -54,9 +55,10 @@ _ATOMIC = frozenset((
     types.FrameType, types.CellType, types.GeneratorType, types.CoroutineType,
 ))
 
-# Expanded in bulk (their subclasses too, found one by one).
+# Expanded in bulk by their referents (and, as the walk meets them, their
+# subclasses and plain objects: a plain object's referents are its
+# attributes, __dict__ or slots, and its class, which the walk skips).
 _PLAIN = frozenset((dict, list, tuple, set, frozenset))
-_PLAIN_BASES = (dict, list, tuple, set, frozenset)
 
 # IPython's own names in a notebook's namespace: the walk names these roots
 # by where the shell keeps them instead.
@@ -90,8 +92,8 @@ _ROOT, _ATTR, _ITEM, _INDEX, _SUFFIX, _DICT, _STATE, _POS = range(8)
 _NOKEY = object()
 
 # What the walk does with an object of a type other than the plain five.
-(_K_SKIP, _K_TENSOR, _K_CONTAINER, _K_FUNC, _K_METHOD, _K_TB, _K_EXC, _K_MODULE, _K_OPTIM, _K_PARTIAL,
- _K_OBJECT) = range(11)
+(_K_SKIP, _K_BULK, _K_TENSOR, _K_FUNC, _K_METHOD, _K_TB, _K_EXC, _K_MODULE, _K_OPTIM,
+ _K_PARTIAL) = range(10)
 
 
 class _Level:
@@ -117,6 +119,8 @@ class _Scan:
         self.Optimizer = getattr(getattr(torch, "optim", None), "Optimizer", None)
         self.ttypes = tensor_types  # the exact types of the live tensors
         self.kinds = {}
+        self.bulk_types = set(_PLAIN)  # expanded by their referents
+        self.one_types = set()  # looked at one by one
         self.seen = set()  # _addr() of every object walked once
         self.walks = []  # per walk: [_Level]
         self.groups = []  # per walk: the group of each root
@@ -154,7 +158,7 @@ class _Scan:
         depth = 0
         while True:
             last = depth + 1 >= MAX_DEPTH
-            bulk, others = _split(cand)
+            bulk, others = self.split(cand)
             refs = list(filter(tracked, gc.get_referents(*bulk))) if bulk and not last else []
             if refs:
                 # Containers that hold nothing gc tracks (a list of numbers)
@@ -193,13 +197,14 @@ class _Scan:
             self.objects += len(objs)
             plain = list(range(nplain))
             kids = []  # (object, parent index, how, key)
+            bulk_types = self.bulk_types
             for i in range(nplain, len(objs)):
                 v = objs[i]
                 tp = type(v)
-                if tp in _PLAIN:
+                if tp in bulk_types or self.kind(tp) == _K_BULK:
                     plain.append(i)
                 else:
-                    self.one(w, depth, i, v, tp, kids, plain)
+                    self.one(w, depth, i, v, tp, kids)
             lv.plain = plain
             if last:
                 break
@@ -247,27 +252,36 @@ class _Scan:
             k = _K_OPTIM
         elif tp is functools.partial:
             k = _K_PARTIAL
-        elif issubclass(tp, _PLAIN_BASES):
-            k = _K_CONTAINER
         else:
-            k = _K_OBJECT
+            k = _K_BULK
         self.kinds[tp] = k
+        if k == _K_BULK:
+            self.bulk_types.add(tp)
+        elif k != _K_SKIP:
+            self.one_types.add(tp)
         return k
 
-    def one(self, w, depth, i, obj, tp, kids, plain):
-        """An object other than the plain five: what it holds, with how."""
+    def split(self, objs):
+        """(the objects expanded in bulk, those looked at one by one) of
+        objs, in C; modules, classes and numbers are dropped."""
+        if not objs:
+            return [], []
+        tps = list(map(type, objs))
+        mask = list(map(self.bulk_types.__contains__, tps))
+        if all(mask):
+            return objs, []
+        kinds = self.kinds
+        new = [tp for tp in set(compress(tps, map(not_, mask))) if tp not in kinds]
+        if new:
+            for tp in new:
+                self.kind(tp)
+            mask = list(map(self.bulk_types.__contains__, tps))
+        return list(compress(objs, mask)), list(compress(objs, map(self.one_types.__contains__, tps)))
+
+    def one(self, w, depth, i, obj, tp, kids):
+        """An object the walk looks at by itself: what it holds, with how."""
         k = self.kind(tp)
-        if k == _K_SKIP:
-            return
-        if k == _K_OBJECT:
-            # Not getattr: a class's own __getattribute__ may warn or
-            # compute (torch.distributed.reduce_op does both).
-            try:
-                d = object.__getattribute__(obj, "__dict__")
-            except Exception:
-                return
-            if type(d) is dict:
-                kids.append((d, i, _DICT, None))
+        if k == _K_SKIP or k == _K_BULK:
             return
         if k == _K_TENSOR:
             self.found.append((obj, (w, depth, i)))
@@ -278,9 +292,6 @@ class _Scan:
                 g = None
             if g is not None:
                 kids.append((g, i, _SUFFIX, ".grad"))
-            return
-        if k == _K_CONTAINER:
-            plain.append(i)  # a dict or list subclass: its items, and its __dict__
             return
         out = []
         if k == _K_FUNC:
@@ -440,7 +451,7 @@ class _Scan:
                 return _DICT, None
         except Exception:
             pass
-        return _SUFFIX, "[<?>]"
+        return _SUFFIX, ".<held in C by %s>" % type(parent).__name__
 
     def storage(self, t, path, group):
         try:
@@ -481,16 +492,6 @@ class _Scan:
             self.storage(t, path, group)
 
 
-def _split(objs):
-    """(the plain containers, the others) of objs, in C."""
-    if not objs:
-        return [], []
-    mask = list(map(_PLAIN.__contains__, map(type, objs)))
-    if all(mask):
-        return objs, []
-    return list(compress(objs, mask)), list(compress(objs, map(not_, mask)))
-
-
 # The key the walk tells objects apart by: object's own pointer hash, which
 # any object has (a list's or a tensor's class may hide it or override
 # it), a rotation of the address, so one object, one key, and spread well
@@ -519,23 +520,40 @@ def _referrers(batch, targets):
 
 
 def _keymap(c):
-    """id(item) -> (how, key) for a container: the first key or index of
-    each item."""
+    """id(item) -> (how, key) for what a container or plain object holds:
+    the first key, index or attribute of each item."""
+    m = {}
     try:
         if isinstance(c, dict):
             keys = list(c.keys())
-            m = dict(zip(map(id, reversed(keys)), ((_POS, j) for j in range(len(keys) - 1, -1, -1))))
+            m.update(zip(map(id, reversed(keys)), ((_POS, j) for j in range(len(keys) - 1, -1, -1))))
             vals = list(c.values())
             m.update(zip(map(id, reversed(vals)), ((_ITEM, k) for k in reversed(keys))))
-            return m
-        if isinstance(c, (list, tuple)):
-            return dict(zip(map(id, reversed(c)), ((_INDEX, j) for j in range(len(c) - 1, -1, -1))))
-        if isinstance(c, (set, frozenset)):
+        elif isinstance(c, (list, tuple, collections.deque)):
             items = list(c)
-            return dict(zip(map(id, reversed(items)), ((_POS, j) for j in range(len(items) - 1, -1, -1))))
+            m.update(zip(map(id, reversed(items)), ((_INDEX, j) for j in range(len(items) - 1, -1, -1))))
+        elif isinstance(c, (set, frozenset)):
+            items = list(c)
+            m.update(zip(map(id, reversed(items)), ((_POS, j) for j in range(len(items) - 1, -1, -1))))
     except Exception:
         pass
-    return {}
+    # Attributes, read as the walk's referents are, without the class's own
+    # __getattribute__: slots, then __dict__.
+    for cls in reversed(type(c).__mro__):
+        for name, desc in list(vars(cls).items()):
+            if type(desc) is types.MemberDescriptorType and name not in ("__dict__", "__weakref__"):
+                try:
+                    m[id(desc.__get__(c))] = (_ATTR, name)
+                except Exception:
+                    pass
+    try:
+        d = object.__getattribute__(c, "__dict__")
+    except Exception:
+        d = None
+    if type(d) is dict:
+        keys = [k for k in d if type(k) is str]
+        m.update(zip(map(id, reversed(list(map(d.__getitem__, keys)))), ((_ATTR, k) for k in reversed(keys))))
+    return m
 
 
 def _package_dirs(*names):

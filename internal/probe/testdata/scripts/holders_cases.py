@@ -74,6 +74,10 @@ opt = torch.optim.SGD(seq.parameters(), lr=0.1, momentum=0.9)
 seq(torch.ones(1, 3)).sum().backward(); opt.step()
 view_base = torch.ones(1021, dtype=torch.uint8); view_of = view_base[::2]
 tup = (1, (2, (torch.ones(1022, dtype=torch.uint8),)))
+dq = collections.deque([0, torch.ones(1023, dtype=torch.uint8)])
+class Slotted:
+    __slots__ = ("a", "b")
+sl = Slotted(); sl.a = 1; sl.b = torch.ones(1024, dtype=torch.uint8)
 '''
 
 
