@@ -164,12 +164,15 @@ func TestNotebookNbclient(t *testing.T) {
 
 // TestNotebookKernelManagerRestart starts the kernel with a bare
 // KernelManager (a temporary connection file, /tmp/tmpXXXX.json) and
-// restarts it: the restarted kernel is the second attempt of the same run.
+// restarts it as Jupyter does (a shutdown_request; SIGTERM when the kernel
+// has not ended after half of shutdown_wait_time): the restarted kernel is
+// the second attempt of the same run, the first ended "restarted", and the
+// second, shut down, "success".
 func TestNotebookKernelManagerRestart(t *testing.T) {
 	t.Parallel()
 	l := newNBLab(t)
 	var rep kmReport
-	l.drive("km", []map[string]any{{"run": whoAmI}, {"restart": true}, {"run": whoAmI}}, &rep)
+	l.drive("km", []map[string]any{{"run": whoAmI}, {"restart": true, "wait": 3}, {"run": whoAmI}}, &rep)
 	if base := filepath.Base(rep.ConnectionFile); strings.HasPrefix(base, "kernel-") || !strings.HasSuffix(base, ".json") {
 		t.Fatalf("KernelManager's connection file %s: want a temporary name, not a server's kernel-ID.json", rep.ConnectionFile)
 	}
@@ -188,8 +191,10 @@ func TestNotebookKernelManagerRestart(t *testing.T) {
 	if len(atts) != 2 {
 		t.Fatalf("run %s has %d attempts, want 2 (the restart continues the run): %v", a.Run, len(atts), m["attempts_detail"])
 	}
-	if first, _ := atts[0].(map[string]any); first["reason"] == "" || first["reason"] == nil {
-		t.Errorf("first attempt has no reason: %v", first)
+	for i, want := range []string{"restarted", "success"} {
+		if a, _ := atts[i].(map[string]any); a["reason"] != want {
+			t.Errorf("attempt %d ended %v, want %s: %v", i+1, a["reason"], want, a)
+		}
 	}
 }
 

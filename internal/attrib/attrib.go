@@ -49,6 +49,15 @@ type NotebookHints interface {
 	NotebookForKernel(kernelID string) (path string, ok bool)
 }
 
+// KernelHints is optionally implemented by an OwnerHints that names the
+// kernel of a connection file whose name does not say it (nbclient's and a
+// bare KernelManager's temporary files, an editor's) as `vramguard run
+// --kernel` and `vramguard kernels` name it: from the file's path and the
+// key inside it. pid is the kernel's process, for a relative path.
+type KernelHints interface {
+	KernelForConnection(pid int, file string) (kernelID string, ok bool)
+}
+
 // Job kinds, in the order top groups them.
 const (
 	KindRun       = "run"
@@ -469,7 +478,7 @@ func (ps *pass) root(pid int) int {
 	}
 	cur := pid
 	for {
-		if _, ok := KernelID(ps.cmdline(cur)); ok {
+		if _, _, ok := KernelID(ps.cmdline(cur)); ok {
 			return cur
 		}
 		in := ps.use(ps.procs[cur])
@@ -566,15 +575,18 @@ func (ps *pass) job(r int, roots map[int]bool) Job {
 		root.key = "pid:" + strconv.Itoa(r) + ":" + strconv.FormatUint(root.p.StartTicks, 10)
 	}
 	j.Key = root.key
-	kernel, isKernel := KernelID(argv)
+	kernel, isKernel := ps.kernel(r)
 	if id, name, ok := ps.a.run(r); ok {
 		j.Kind, j.RunID, j.Key = KindRun, id, "run:"+id
 		if name != "" {
 			j.Name = name
 		}
 	} else if isKernel {
-		j.Kind, j.Key = KindNotebook, "notebook:"+kernel
-		j.Name = "kernel " + shortID(kernel)
+		j.Kind = KindNotebook
+		if kernel != "" {
+			j.Key = "notebook:" + kernel
+			j.Name = "kernel " + shortID(kernel)
+		}
 	} else {
 		switch c := j.Context; {
 		case c.PodUID != "":
@@ -592,7 +604,7 @@ func (ps *pass) job(r int, roots map[int]bool) Job {
 	if isKernel {
 		// A kernel is grouped by its notebook, supervised or not.
 		j.Kind, j.Kernel = KindNotebook, kernel
-		if nh, ok := ps.a.Hints.(NotebookHints); ok {
+		if nh, ok := ps.a.Hints.(NotebookHints); ok && kernel != "" {
 			if nb, ok := nh.NotebookForKernel(kernel); ok && nb != "" {
 				j.Notebook, j.Name = nb, nb
 			}

@@ -27,6 +27,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 //	gpu PID DEVICE MiB    a driver record
 //	run PID RUNID NAME    a supervised run's root (OwnerHints)
 //	notebook KERNELID PATH   the notebook a kernel serves (NotebookHints)
+//	conn FILE KERNELID       the kernel a connection file belongs to (KernelHints)
 //	podlog DIR [CONTAINER]   a kubelet pod log directory, var/log/pods/DIR
 //	                         (with CONTAINER/0.log in it when given)
 type fixture struct {
@@ -38,6 +39,12 @@ type fixture struct {
 type hints struct {
 	runs      map[int][2]string
 	notebooks map[string]string
+	conns     map[string]string
+}
+
+func (h hints) KernelForConnection(_ int, file string) (string, bool) {
+	id, ok := h.conns[file]
+	return id, ok
 }
 
 func (h hints) NotebookForKernel(id string) (string, bool) {
@@ -57,7 +64,7 @@ func buildTree(t *testing.T, spec string) fixture {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	fx := fixture{root: t.TempDir(), hints: hints{runs: map[int][2]string{}, notebooks: map[string]string{}}}
+	fx := fixture{root: t.TempDir(), hints: hints{runs: map[int][2]string{}, notebooks: map[string]string{}, conns: map[string]string{}}}
 	write := func(pid int, name, content string) {
 		dir := filepath.Join(fx.root, "proc", strconv.Itoa(pid))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -117,6 +124,8 @@ func buildTree(t *testing.T, spec string) fixture {
 			fx.hints.runs[atoi(w[1])] = [2]string{w[2], strings.Join(w[3:], " ")}
 		case "notebook":
 			fx.hints.notebooks[w[1]] = w[2]
+		case "conn":
+			fx.hints.conns[w[1]] = w[2]
 		case "podlog":
 			dir := filepath.Join(PodLogDir(fx.root), w[1])
 			if len(w) > 2 {
@@ -189,21 +198,56 @@ func TestNilHints(t *testing.T) {
 
 func TestKernelID(t *testing.T) {
 	tests := []struct {
-		argv []string
-		want string
-		ok   bool
+		argv     []string
+		id, file string
+		ok       bool
 	}{
-		{[]string{"/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "/run/user/1000/jupyter/runtime/kernel-3f1c.json"}, "3f1c", true},
-		{[]string{"python", "-m", "ipykernel_launcher", "--f=/home/a/.local/share/jupyter/runtime/kernel-v2-99.json"}, "v2-99", true},
-		{[]string{"python", "-m", "ipykernel", "-f=/tmp/kernel-x.json"}, "x", true},
-		{[]string{"python", "train.py", "-f", "/tmp/kernel-x.json"}, "", false},
-		{[]string{"python", "-m", "ipykernel_launcher"}, "", false},
-		{nil, "", false},
+		{[]string{"/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "/run/user/1000/jupyter/runtime/kernel-3f1c.json"}, "3f1c", "/run/user/1000/jupyter/runtime/kernel-3f1c.json", true},
+		{[]string{"python", "-m", "ipykernel_launcher", "--f=/home/a/.local/share/jupyter/runtime/kernel-v2-99.json"}, "v2-99", "/home/a/.local/share/jupyter/runtime/kernel-v2-99.json", true},
+		{[]string{"python", "-m", "ipykernel", "-f=/tmp/kernel-x.json"}, "x", "/tmp/kernel-x.json", true},
+		// a client's own names (nbclient's, a KernelManager's): a kernel whose id the file's contents give
+		{[]string{"python", "-m", "ipykernel_launcher", "-f", "/tmp/tmpa1b2c3d4.json"}, "", "/tmp/tmpa1b2c3d4.json", true},
+		{[]string{"vramguard", "run", "--kernel", "--", "python", "-m", "ipykernel_launcher", "-f", "/tmp/tmpq.json"}, "", "/tmp/tmpq.json", true},
+		{[]string{"python", "train.py", "-f", "/tmp/kernel-x.json"}, "", "", false},
+		{[]string{"python", "-m", "ipykernel_launcher", "-f", "/etc/kernel.cfg"}, "", "", false},
+		{[]string{"python", "-m", "ipykernel_launcher"}, "", "", false},
+		{nil, "", "", false},
 	}
 	for _, tt := range tests {
-		got, ok := KernelID(tt.argv)
-		if got != tt.want || ok != tt.ok {
-			t.Errorf("KernelID(%q) = %q, %v; want %q, %v", tt.argv, got, ok, tt.want, tt.ok)
+		id, file, ok := KernelID(tt.argv)
+		if id != tt.id || file != tt.file || ok != tt.ok {
+			t.Errorf("KernelID(%q) = %q, %q, %v; want %q, %q, %v", tt.argv, id, file, ok, tt.id, tt.file, tt.ok)
+		}
+	}
+}
+
+func TestConnectionFile(t *testing.T) {
+	tests := []struct {
+		argv []string
+		file string
+		id   string // the server's kernel id; "" for none
+	}{
+		{[]string{"python3", "-m", "ipykernel_launcher", "-f", "/run/user/1000/jupyter/kernel-3f2a.json"}, "/run/user/1000/jupyter/kernel-3f2a.json", "3f2a"},
+		{[]string{"python", "-m", "ipykernel", "--f=/tmp/kernel-abc-def.json"}, "/tmp/kernel-abc-def.json", "abc-def"},
+		{[]string{"python", "-m", "ipykernel", "-f=/tmp/kernel-x.json"}, "/tmp/kernel-x.json", "x"},
+		{[]string{"ir", "--connection-file", "/r/kernel-r1.json"}, "/r/kernel-r1.json", "r1"},
+		{[]string{"vramguard", "run", "--kernel", "--", "python", "-m", "ipykernel_launcher", "-f", "/r/kernel-9.json"}, "/r/kernel-9.json", "9"},
+		// a client's own names: nbclient's and KernelManager's mkstemp, VS Code's
+		{[]string{"python", "-m", "ipykernel_launcher", "-f", "/tmp/tmpa1b2c3d4.json"}, "/tmp/tmpa1b2c3d4.json", ""},
+		{[]string{"python", "-m", "ipykernel_launcher", "--f=/home/a/.local/share/jupyter/runtime/kernel-v2-4242xyz.json"}, "/home/a/.local/share/jupyter/runtime/kernel-v2-4242xyz.json", "v2-4242xyz"},
+		{[]string{"python", "-m", "ipykernel", "-f", "/tmp/kernel-.json"}, "/tmp/kernel-.json", ""},
+		{[]string{"python", "train.py", "-f"}, "", ""},
+		{[]string{"python", "train.py", "--f="}, "", ""},
+		{nil, "", ""},
+	}
+	for _, tt := range tests {
+		file, ok := ConnectionFile(tt.argv)
+		if file != tt.file || ok != (tt.file != "") {
+			t.Errorf("ConnectionFile(%q) = %q, %v; want %q", tt.argv, file, ok, tt.file)
+		}
+		id, ok := ServerKernelID(file)
+		if id != tt.id || ok != (tt.id != "") {
+			t.Errorf("ServerKernelID(%q) = %q, %v; want %q", file, id, ok, tt.id)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/diagnose"
 	"github.com/vramguard/vramguard/internal/jupyter"
 	"github.com/vramguard/vramguard/internal/postmortem"
@@ -43,7 +44,7 @@ const (
 // new kernel, its notebook's) previous attempt died, the new kernel says so
 // in the notebook through the probe.
 func runKernel(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, limit uint64, id string) error {
-	file, ok := jupyter.ConnectionFile(o.Command)
+	file, ok := attrib.ConnectionFile(o.Command)
 	if !ok {
 		return Usagef("--kernel: the command names no connection file (-f FILE); install the kernelspec with `vramguard jupyter install`")
 	}
@@ -58,7 +59,7 @@ func runKernel(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, 
 		conn = &c
 	}
 	kid := jupyter.KernelID(file, conn)
-	_, fromServer := jupyter.ServerKernelID(file)
+	_, fromServer := attrib.ServerKernelID(file)
 	notebook := kernelNotebook(os.Getenv(envSessionName))
 	me, _ := procfs.FS{}.Proc(os.Getpid())
 	now := f.Now()

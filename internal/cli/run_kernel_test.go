@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -170,6 +171,91 @@ func TestKernelProbeEnv(t *testing.T) {
 			}
 			if tt.probe && env[probe.EnvAgentSocket] != agentSock {
 				t.Errorf("%s = %q, want the agent's socket %q", probe.EnvAgentSocket, env[probe.EnvAgentSocket], agentSock)
+			}
+		})
+	}
+}
+
+// shutdownKernel stands in for a kernel that its client asks to shut down
+// or restart (the probe's kernel_shutdown message, as vramguard/shutdown.py
+// sends it from ipykernel's do_shutdown), then either exits or waits for
+// the client's SIGTERM. It counts its starts in a file.
+const shutdownKernel = `import sys, time
+from vramguard import _probe
+ask, end, ready, starts = sys.argv[1:5]
+with open(starts, "a") as f:
+    f.write("x")
+if ask != "none":
+    _probe.event("kernel_shutdown", restart=(ask == "restart"))
+open(ready, "w").close()
+if end == "exit":
+    sys.exit(0)
+time.sleep(60)
+`
+
+// TestKernelClientShutdown: Jupyter's client asks a kernel to shut down or
+// restart over the control channel, and sends SIGTERM when the kernel has
+// not ended after half of its shutdown_wait_time (2.5 s by default; an
+// idle ipykernel takes 1-1.5 s, longer on a loaded machine). The verdict is
+// what was asked (restarted, or success for a shutdown), SIGTERM or not; a
+// SIGTERM without a request is still a stop. The supervisor never starts
+// the restarted kernel itself: its client does. Not parallel: the test
+// signals its own process, where the supervisor runs.
+func TestKernelClientShutdown(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is needed to stand in for a kernel: %v", err)
+	}
+	t.Setenv(envSessionName, "nb.ipynb")
+	tests := []struct {
+		ask, end, reason string
+	}{
+		{"restart", "sigterm", "restarted"},
+		{"restart", "exit", "restarted"},
+		{"shutdown", "sigterm", "success"},
+		{"none", "sigterm", "interrupted"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.ask+" "+tt.end, func(t *testing.T) {
+			home := t.TempDir()
+			ready, starts := filepath.Join(home, "ready"), filepath.Join(home, "starts")
+			type res struct {
+				out, errs string
+				code      int
+			}
+			done := make(chan res, 1)
+			go func() {
+				out, errs, code := runJupyterCLI(t, nil, "--home", home, "run", "--kernel", "--json", "--gpu-backend", "none",
+					"--", python, "-c", shutdownKernel, tt.ask, tt.end, ready, starts, "ipykernel_launcher", "-f", filepath.Join(home, "tmpk1.json"))
+				done <- res{out, errs, code}
+			}()
+			if tt.end == "sigterm" {
+				testbin.WaitFor(t, 60*time.Second, "the kernel to be ready", func() bool {
+					_, err := os.Stat(ready)
+					return err == nil
+				})
+				// The client's SIGTERM reaches the kernel's process: here,
+				// vramguard's supervisor.
+				syscall.Kill(os.Getpid(), syscall.SIGTERM)
+			}
+			var r res
+			select {
+			case r = <-done:
+			case <-time.After(90 * time.Second):
+				t.Fatal("run --kernel did not end")
+			}
+			var pm struct {
+				Reason  string `json:"reason"`
+				Attempt int    `json:"attempt"`
+			}
+			if err := json.Unmarshal([]byte(r.out), &pm); err != nil {
+				t.Fatalf("post-mortem: %v\nstdout %q\nstderr %q", err, r.out, r.errs)
+			}
+			if pm.Reason != tt.reason {
+				t.Errorf("reason %q, want %q\nstderr:\n%s", pm.Reason, tt.reason, r.errs)
+			}
+			if b, _ := os.ReadFile(starts); len(b) != 1 || pm.Attempt != 1 {
+				t.Errorf("the kernel started %d times, the post-mortem is attempt %d: want one start, attempt 1", len(b), pm.Attempt)
 			}
 		})
 	}

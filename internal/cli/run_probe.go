@@ -10,7 +10,10 @@ import (
 )
 
 // The probe's hook is the supervisor's probe.
-var _ supervise.Probe = (*probe.Hook)(nil)
+var (
+	_ supervise.Probe           = (*probe.Hook)(nil)
+	_ supervise.KernelShutdowns = (*probe.Hook)(nil)
+)
 
 // probeHook installs the probe and listens for it. It is the one place that
 // decides the probe's environment of a supervised job, Jupyter kernels

@@ -93,8 +93,15 @@ type Input struct {
 	// terminal it ran in closed.
 	HangUp    bool
 	Restarted bool
-	Stalled   bool
-	StallDesc string
+	// KernelShutdown is set when a notebook kernel's client asked the
+	// kernel to shut down before it ended (Jupyter's shutdown_request, as
+	// the probe saw it), and KernelRestart when it asked for a restart (a
+	// new process on the same connection file follows). The client's
+	// SIGTERM after half of its shutdown_wait_time, and its SIGKILL at the
+	// end, are then part of the request, not a user's stop.
+	KernelShutdown, KernelRestart bool
+	Stalled                       bool
+	StallDesc                     string
 	// Stacks holds Python stacks collected from a stalled job.
 	Stacks []string
 	// StartErr is set when the command could not be started at all.
@@ -206,6 +213,17 @@ func Classify(in Input) Verdict {
 		v.Reason = Restarted
 		v.Summary = "the attempt was restarted by request (vramguard restart or the agent's API)"
 		v.Evidence = append(v.Evidence, exitEvidence(in))
+		return v
+	case in.KernelShutdown && endedAsAsked(in):
+		if in.KernelRestart {
+			v.Reason = Restarted
+			v.Summary = "the kernel's client restarted it (a shutdown_request with restart): the next attempt is the new kernel process"
+			v.Advice = append(v.Advice, "Nothing to fix: the restart was asked for.")
+		} else {
+			v.Reason = Success
+			v.Summary = "the kernel's client shut it down (a shutdown_request)"
+		}
+		v.Evidence = append(v.Evidence, "the probe saw the kernel's client ask it to "+map[bool]string{true: "restart", false: "shut down"}[in.KernelRestart], exitEvidence(in))
 		return v
 	case in.Interrupted && in.HangUp:
 		v.Reason = Interrupted
@@ -434,6 +452,21 @@ func oomText(lines []Line, dec Failure) string {
 		parts = append(parts, lines[j].Text)
 	}
 	return strings.Join(parts, "\n")
+}
+
+// endedAsAsked tells a kernel that ended as its client's shutdown request
+// ends one (by itself, or by the SIGTERM or SIGKILL a client sends when it
+// takes too long; SIGINT and SIGHUP as a supervisor forwards them) from one
+// that crashed on the way out.
+func endedAsAsked(in Input) bool {
+	if in.OOMKills > 0 || len(in.KernelOOM) > 0 {
+		return false // the OOM killer's SIGKILL came first
+	}
+	switch in.ExitStatus() {
+	case 0, 128 + int(syscall.SIGTERM), 128 + int(syscall.SIGKILL), 128 + int(syscall.SIGINT), 128 + int(syscall.SIGHUP):
+		return true
+	}
+	return false
 }
 
 func exitEvidence(in Input) string {

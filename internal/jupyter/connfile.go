@@ -8,56 +8,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
+
+	"github.com/vramguard/vramguard/internal/attrib"
 )
 
 // maxConnectionFile bounds what is read of a connection file: Jupyter's are
 // a few hundred bytes, and the path comes from a command line.
 const maxConnectionFile = 64 << 10
-
-// ConnectionFile returns the connection-file argument of a command line
-// (`-f FILE`, `--f=FILE`, `-f=FILE`, `--connection-file FILE`), whatever
-// the kernel's language and whatever the file is called.
-func ConnectionFile(argv []string) (string, bool) {
-	for i, a := range argv {
-		var file string
-		switch {
-		case (a == "-f" || a == "--f" || a == "--connection-file") && i+1 < len(argv):
-			file = argv[i+1]
-		case strings.HasPrefix(a, "--f="), strings.HasPrefix(a, "-f="), strings.HasPrefix(a, "--connection-file="):
-			file = a[strings.IndexByte(a, '=')+1:]
-		default:
-			continue
-		}
-		if file != "" {
-			return file, true
-		}
-	}
-	return "", false
-}
-
-// ServerKernelID is the kernel id a Jupyter server names its connection
-// files by (`kernel-<id>.json`, the id its REST API lists); ok is false for
-// any other name (a client's temporary file, an editor's own).
-func ServerKernelID(file string) (string, bool) {
-	base := filepath.Base(file)
-	if !strings.HasPrefix(base, "kernel-") || !strings.HasSuffix(base, ".json") {
-		return "", false
-	}
-	id := strings.TrimSuffix(strings.TrimPrefix(base, "kernel-"), ".json")
-	return id, id != ""
-}
-
-// ConnectionKernelID returns the server's kernel id named by a command
-// line's connection file (`kernel-<id>.json`); ok is false when the command
-// names no connection file or one of another name.
-func ConnectionKernelID(argv []string) (string, bool) {
-	file, ok := ConnectionFile(argv)
-	if !ok {
-		return "", false
-	}
-	return ServerKernelID(file)
-}
 
 // Connection is what identifies a kernel in its connection file.
 type Connection struct {
@@ -102,7 +59,7 @@ func ReadConnection(file string) (Connection, error) {
 // "cf-" and 16 hex digits; conn is nil where the file could not be read (a
 // kernel that writes its own file at start), and then the path alone counts.
 func KernelID(file string, conn *Connection) string {
-	if id, ok := ServerKernelID(file); ok {
+	if id, ok := attrib.ServerKernelID(file); ok {
 		return id
 	}
 	if abs, err := filepath.Abs(file); err == nil {

@@ -10,37 +10,6 @@ import (
 	"github.com/vramguard/vramguard/internal/procfs"
 )
 
-func TestConnectionFile(t *testing.T) {
-	tests := []struct {
-		argv []string
-		file string
-		id   string // the server's kernel id; "" for none
-	}{
-		{[]string{"python3", "-m", "ipykernel_launcher", "-f", "/run/user/1000/jupyter/kernel-3f2a.json"}, "/run/user/1000/jupyter/kernel-3f2a.json", "3f2a"},
-		{[]string{"python", "-m", "ipykernel", "--f=/tmp/kernel-abc-def.json"}, "/tmp/kernel-abc-def.json", "abc-def"},
-		{[]string{"python", "-m", "ipykernel", "-f=/tmp/kernel-x.json"}, "/tmp/kernel-x.json", "x"},
-		{[]string{"ir", "--connection-file", "/r/kernel-r1.json"}, "/r/kernel-r1.json", "r1"},
-		{[]string{"vramguard", "run", "--kernel", "--", "python", "-m", "ipykernel_launcher", "-f", "/r/kernel-9.json"}, "/r/kernel-9.json", "9"},
-		// a client's own names: nbclient's and KernelManager's mkstemp, VS Code's
-		{[]string{"python", "-m", "ipykernel_launcher", "-f", "/tmp/tmpa1b2c3d4.json"}, "/tmp/tmpa1b2c3d4.json", ""},
-		{[]string{"python", "-m", "ipykernel_launcher", "--f=/home/a/.local/share/jupyter/runtime/kernel-v2-4242xyz.json"}, "/home/a/.local/share/jupyter/runtime/kernel-v2-4242xyz.json", "v2-4242xyz"},
-		{[]string{"python", "-m", "ipykernel", "-f", "/tmp/kernel-.json"}, "/tmp/kernel-.json", ""},
-		{[]string{"python", "train.py", "-f"}, "", ""},
-		{[]string{"python", "train.py", "--f="}, "", ""},
-		{nil, "", ""},
-	}
-	for _, tt := range tests {
-		file, ok := ConnectionFile(tt.argv)
-		if file != tt.file || ok != (tt.file != "") {
-			t.Errorf("ConnectionFile(%q) = %q, %v; want %q", tt.argv, file, ok, tt.file)
-		}
-		id, ok := ConnectionKernelID(tt.argv)
-		if id != tt.id || ok != (tt.id != "") {
-			t.Errorf("ConnectionKernelID(%q) = %q, %v; want %q", tt.argv, id, ok, tt.id)
-		}
-	}
-}
-
 func TestKernelID(t *testing.T) {
 	k1, k2 := &Connection{Key: "k1"}, &Connection{Key: "k2"}
 	a := KernelID("/tmp/tmpa.json", k1)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/procfs"
 )
 
@@ -65,7 +66,7 @@ const runIDVar = "VRAMGUARD_RUN_ID"
 func launches(argv []string) bool {
 	for i, a := range argv {
 		if a == "--" {
-			_, ok := ConnectionFile(argv[i+1:])
+			_, ok := attrib.ConnectionFile(argv[i+1:])
 			return ok
 		}
 	}
@@ -253,11 +254,11 @@ type connIDs struct {
 // nbclient's or an editor's) the id KernelID gives when the file reads as a
 // connection file. Another program's `-f config.json` is no kernel.
 func (c *connIDs) of(pid int, argv []string) (string, bool) {
-	file, ok := ConnectionFile(argv)
+	file, ok := attrib.ConnectionFile(argv)
 	if !ok {
 		return "", false
 	}
-	if id, ok := ServerKernelID(file); ok {
+	if id, ok := attrib.ServerKernelID(file); ok {
 		return id, true
 	}
 	if !strings.HasSuffix(file, ".json") {

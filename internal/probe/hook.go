@@ -37,6 +37,8 @@ type Hook struct {
 	// events are the timeline events the probe's messages make (a
 	// notebook's cells, its autosaves) that Events has not handed out yet
 	events []timeline.Event
+	// shutdown is the attempt's kernel_shutdown message, if one came
+	shutdown *Message
 }
 
 // procView is one process as its probe reported it.
@@ -112,6 +114,10 @@ func (h *Hook) add(m Message) {
 		h.lastCkpt = now
 		h.progress = now
 	}
+	if m.Type == TypeKernelShutdown && h.shutdown == nil {
+		c := m
+		h.shutdown = &c
+	}
 	if e, ok := event(m); ok {
 		h.events = append(h.events, e)
 	}
@@ -149,6 +155,7 @@ func (h *Hook) Started(attempt, pid int) {
 		h.steps = map[int]int64{}
 		h.cuda = map[int][]DeviceStats{}
 		h.procs = map[int]*procView{}
+		h.shutdown = nil
 	}
 }
 
@@ -237,10 +244,10 @@ func (h *Hook) Summary() Summary {
 // attempt's processes to close after the attempt ended.
 const drainTimeout = 2 * time.Second
 
-// Finish waits (at most drainTimeout) for the attempt's probe connections to
-// close, then sets pm.Probe and, after a CUDA OOM with a snapshot,
-// pm.AllocationSites (the ten largest sites).
-func (h *Hook) Finish(pm *postmortem.Postmortem) {
+// drain waits (at most drainTimeout) for the attempt's probe connections
+// to close, so that every message its processes sent has been read, and
+// returns with h.mu held.
+func (h *Hook) drain() {
 	deadline := time.Now().Add(drainTimeout)
 	timer := time.AfterFunc(drainTimeout, h.cond.Broadcast)
 	defer timer.Stop()
@@ -248,6 +255,27 @@ func (h *Hook) Finish(pm *postmortem.Postmortem) {
 	for len(h.open) > 0 && !h.closed && time.Now().Before(deadline) {
 		h.cond.Wait()
 	}
+}
+
+// KernelShutdown tells whether a notebook kernel's client asked the kernel
+// of the attempt that just ended to shut down (asked) and whether to
+// restart it (restart), from the probe's kernel_shutdown message. It waits,
+// as Finish does, for the attempt's connections to close. It implements
+// supervise.KernelShutdowns.
+func (h *Hook) KernelShutdown() (asked, restart bool) {
+	h.drain()
+	defer h.mu.Unlock()
+	if h.shutdown == nil {
+		return false, false
+	}
+	return true, h.shutdown.Restart
+}
+
+// Finish waits (at most drainTimeout) for the attempt's probe connections to
+// close, then sets pm.Probe and, after a CUDA OOM with a snapshot,
+// pm.AllocationSites (the ten largest sites).
+func (h *Hook) Finish(pm *postmortem.Postmortem) {
+	h.drain()
 	seen, sum := h.seen, h.sum
 	h.mu.Unlock()
 	if !seen {

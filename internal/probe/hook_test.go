@@ -193,3 +193,56 @@ func TestStackSignal(t *testing.T) {
 	}
 	collect(t, l, cmd.Process.Pid)
 }
+
+// KernelShutdown reads the attempt's kernel_shutdown message, once the
+// attempt's connections have closed (the message may still be on its way
+// when the kernel's process has ended).
+func TestHookKernelShutdown(t *testing.T) {
+	tests := []struct {
+		name           string
+		lines          []string
+		asked, restart bool
+	}{
+		{"none", nil, false, false},
+		{"restart", []string{`{"v":1,"type":"kernel_shutdown","pid":500,"ts":2,"restart":true}`}, true, true},
+		{"shutdown", []string{`{"v":1,"type":"kernel_shutdown","pid":500,"ts":2}`}, true, false},
+		{"the first counts", []string{`{"v":1,"type":"kernel_shutdown","pid":500,"ts":2,"restart":true}`,
+			`{"v":1,"type":"kernel_shutdown","pid":500,"ts":3}`}, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := listen(t)
+			h := NewHook("/probe", l, Options{Socket: l.Path()}, nil)
+			h.Started(1, 500)
+			c, err := net.Dial("unix", l.Path())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Write([]byte(`{"v":1,"type":"hello","pid":500,"ts":1}` + "\n")); err != nil {
+				t.Fatal(err)
+			}
+			h.mu.Lock()
+			for !h.open[500] {
+				h.cond.Wait()
+			}
+			h.mu.Unlock()
+			// The rest is sent as the connection closes, after the call.
+			go func() {
+				time.Sleep(200 * time.Millisecond)
+				for _, line := range tt.lines {
+					c.Write([]byte(line + "\n"))
+				}
+				c.Close()
+			}()
+			asked, restart := h.KernelShutdown()
+			if asked != tt.asked || restart != tt.restart {
+				t.Errorf("KernelShutdown() = %v, %v; want %v, %v", asked, restart, tt.asked, tt.restart)
+			}
+			// A new attempt forgets it.
+			h.Started(2, 600)
+			if asked, _ := h.KernelShutdown(); asked {
+				t.Error("attempt 2 has attempt 1's shutdown request")
+			}
+		})
+	}
+}

@@ -22,6 +22,10 @@ const (
 	TypeInvalid    = "invalid"    // synthesised by Listener: a line that is not a message
 )
 
+// TypeKernelShutdown is sent by a notebook kernel's probe when the kernel's
+// client asks it to shut down, or to restart (Jupyter's shutdown_request).
+const TypeKernelShutdown = "kernel_shutdown"
+
 // Message is one JSON line from a probe. Fields that do not apply to a type
 // are zero; pointer fields are nil when the probe did not send them.
 type Message struct {
@@ -71,6 +75,9 @@ type Message struct {
 	FirstLine      string `json:"first_line,omitempty"`
 	RSSDelta       int64  `json:"rss_delta,omitempty"`
 	RSSPeakDelta   int64  `json:"rss_peak_delta,omitempty"`
+
+	// kernel_shutdown: whether the client restarts the kernel after it
+	Restart bool `json:"restart,omitempty"`
 
 	// oom
 	Source        string `json:"source,omitempty"` // "observer" or "excepthook"

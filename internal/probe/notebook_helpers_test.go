@@ -115,12 +115,14 @@ type nbFacts struct {
 	AfterUnload                                    struct {
 		Callbacks int  `json:"callbacks"`
 		Magic     bool `json:"magic"`
+		Wrapped   bool `json:"do_shutdown_wrapped"`
 	} `json:"after_unload"`
-	TorchImported         bool  `json:"torch_imported"`
-	TruePeak              int64 `json:"true_peak"`
-	UserPeak              int64 `json:"user_peak"`
-	AfterReset            int64 `json:"after_reset"`
-	AllocatedAtReset      int64 `json:"allocated_at_reset"`
+	DoShutdown            map[string]any `json:"do_shutdown"`
+	TorchImported         bool           `json:"torch_imported"`
+	TruePeak              int64          `json:"true_peak"`
+	UserPeak              int64          `json:"user_peak"`
+	AfterReset            int64          `json:"after_reset"`
+	AllocatedAtReset      int64          `json:"allocated_at_reset"`
 	BeforeFree, AfterFree struct {
 		Allocated   int64 `json:"allocated"`
 		Reserved    int64 `json:"reserved"`

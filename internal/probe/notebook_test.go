@@ -143,7 +143,7 @@ func TestNotebookCPU(t *testing.T) {
 		if !strings.Contains(f.Pinfo.Stdout, "%vramguard [SUBCOMMAND]") {
 			t.Errorf("%%vramguard?: %q", f.Pinfo.Stdout)
 		}
-		if f.AfterUnload.Callbacks != 0 || f.AfterUnload.Magic {
+		if f.AfterUnload.Callbacks != 0 || f.AfterUnload.Magic || f.AfterUnload.Wrapped {
 			t.Errorf("after %%unload_ext: %+v", f.AfterUnload)
 		}
 		for _, e := range f.Errors {
@@ -151,6 +151,18 @@ func TestNotebookCPU(t *testing.T) {
 			if e.OK || strings.Count(strings.TrimSpace(out), "\n") != 0 || !strings.HasPrefix(out, "UsageError: ") || strings.Contains(out, "Traceback") {
 				t.Errorf("%s: want one UsageError line, got %q", e.Src, out)
 			}
+		}
+	})
+
+	t.Run("shutdown request", func(t *testing.T) {
+		// The kernel's do_shutdown (ipykernel's shutdown_request calls it)
+		// still answers, and the supervisor hears of the request.
+		if f.DoShutdown["status"] != "ok" || f.DoShutdown["restart"] != true {
+			t.Errorf("do_shutdown(True) returned %v", f.DoShutdown)
+		}
+		sd := rawOfType(msgs, TypeKernelShutdown)
+		if len(sd) != 1 || sd[0]["restart"] != true || sd[0]["pid"] != float64(pid) {
+			t.Errorf("kernel_shutdown messages: %v", sd)
 		}
 	})
 

@@ -3,6 +3,8 @@ package runctl
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,8 +17,9 @@ import (
 
 // Hints tells attribution which PIDs are the jobs of supervised runs and
 // which notebook a kernel serves, reading the run store in home at most
-// every few seconds. It implements attrib.OwnerHints and
-// attrib.NotebookHints.
+// every few seconds, and names kernels by their connection files. It
+// implements attrib.OwnerHints, attrib.NotebookHints and
+// attrib.KernelHints.
 type Hints struct {
 	home    string
 	st      *store.Store // the caller's open store, or nil: open home's for each read
@@ -31,12 +34,49 @@ type Hints struct {
 
 	nbLoaded  time.Time
 	notebooks map[string]string // kernel id -> notebook path
+
+	conns map[string]string // absolute connection file -> kernel id
 }
 
 var (
 	_ attrib.OwnerHints    = (*Hints)(nil)
 	_ attrib.NotebookHints = (*Hints)(nil)
+	_ attrib.KernelHints   = (*Hints)(nil)
 )
+
+// maxConns bounds the connection files KernelForConnection remembers.
+const maxConns = 1024
+
+// KernelForConnection implements attrib.KernelHints: the kernel id of a
+// connection file whose name does not say it, as jupyter.KernelID derives
+// it from the file's absolute path and key (the id run --kernel records
+// and `vramguard kernels` shows). A relative path is the kernel's
+// (/proc/PID/cwd). ok is false when the file does not read as a connection
+// file. Each file is read once while it is remembered.
+func (h *Hints) KernelForConnection(pid int, file string) (string, bool) {
+	if !filepath.IsAbs(file) {
+		cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd")
+		if err != nil {
+			return "", false
+		}
+		file = filepath.Join(cwd, file)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if id, ok := h.conns[file]; ok {
+		return id, true
+	}
+	conn, err := jupyter.ReadConnection(file)
+	if err != nil {
+		return "", false
+	}
+	if h.conns == nil || len(h.conns) >= maxConns {
+		h.conns = map[string]string{}
+	}
+	id := jupyter.KernelID(file, &conn)
+	h.conns[file] = id
+	return id, true
+}
 
 // NewHints returns hints backed by the run store in home; getenv finds
 // Jupyter's runtime directories (nil: os.Getenv).

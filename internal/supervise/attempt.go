@@ -117,6 +117,9 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 		o.Store.SetJobPID(context.WithoutCancel(ctx), o.RunID, a.jobPID)
 		a.watch(ctx)
 		in = a.input()
+		if ks, ok := o.Probe.(KernelShutdowns); ok {
+			in.KernelShutdown, in.KernelRestart = ks.KernelShutdown()
+		}
 	}
 	in.Tail = a.lw.Tail(200)
 	v := diagnose.Classify(in)
@@ -134,7 +137,9 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 		a.judgeRanks(in, pm)
 	}
 	exitMsg := fmt.Sprintf("attempt %d ended: %s", n, pm.Reason)
-	if pm.Reason == diagnose.Restarted && !s.interrupted {
+	// (A kernel its client restarted is restarted by the client: the new
+	// process is the next attempt, under a supervisor of its own.)
+	if pm.Reason == diagnose.Restarted && in.Restarted && !s.interrupted {
 		// Ended on request so that the next attempt starts at once.
 		s.restartNow = true
 		pm.RestartDecision = "restarted by request: the next attempt starts at once, whatever --restart says, and does not count against --max-restarts"

@@ -142,6 +142,18 @@ type Probe interface {
 	Events() []timeline.Event
 }
 
+// KernelShutdowns is what a Probe may also tell of the attempt that just
+// ended: whether a notebook kernel's client asked the kernel to shut down
+// (asked) and whether to restart it (restart), as Jupyter's
+// shutdown_request does. A client that does so sends SIGTERM when the
+// kernel has not ended after half of its shutdown_wait_time, and SIGKILL
+// after the rest; the attempt's verdict takes them for part of the request
+// (restarted, or success), not for a user's stop. The call may wait until
+// the attempt's probe connections have closed.
+type KernelShutdowns interface {
+	KernelShutdown() (asked, restart bool)
+}
+
 // Result is how a whole run ended.
 type Result struct {
 	ExitStatus int

@@ -1,8 +1,9 @@
 // Command notebook-bench measures what the notebook side of the probe costs:
 // the time a cell takes with and without the extension when nothing is
 // printed (and the tracker's two callbacks alone), and `%vramguard who` over a
-// namespace of about a million objects beside a bare gc pass that finds the
-// tensors without naming any holder. It prints Markdown table rows.
+// namespace of about a million objects (dicts and lists, then instances of a
+// class) beside a bare gc pass that finds the tensors without naming any
+// holder. It prints Markdown table rows.
 //
 //	go run ./bench/probe/notebook -cells 2000 -objects 1000000 -rounds 5
 package main
@@ -52,15 +53,19 @@ func bench(python string, cells, objects, rounds int) error {
 		return fmt.Errorf("%s: %w", python, err)
 	}
 	var r struct {
-		CellOff   float64 `json:"cell_off_us"`
-		CellOn    float64 `json:"cell_on_us"`
-		Hooks     float64 `json:"hooks_us"`
-		HostPeak  string  `json:"host_peak"`
-		GCObjects int     `json:"gc_objects"`
-		Who       float64 `json:"who_s"`
-		GCTensors float64 `json:"gc_tensors_s"`
-		Storages  int     `json:"storages"`
-		Loop      float64 `json:"loop_s"`
+		CellOff    float64 `json:"cell_off_us"`
+		CellOn     float64 `json:"cell_on_us"`
+		Hooks      float64 `json:"hooks_us"`
+		HostPeak   string  `json:"host_peak"`
+		GCObjects  int     `json:"gc_objects"`
+		Who        float64 `json:"who_s"`
+		WhoCPU     float64 `json:"who_cpu_s"`
+		ObjsGC     int     `json:"gc_objects_objs"`
+		WhoObjs    float64 `json:"who_objs_s"`
+		WhoObjsCPU float64 `json:"who_objs_cpu_s"`
+		GCTensors  float64 `json:"gc_tensors_s"`
+		Storages   int     `json:"storages"`
+		Loop       float64 `json:"loop_s"`
 	}
 	if err := json.Unmarshal(out, &r); err != nil {
 		return fmt.Errorf("bench output %q: %w", out, err)
@@ -71,7 +76,9 @@ func bench(python string, cells, objects, rounds int) error {
 	fmt.Println("|---|---|---|---|---|")
 	fmt.Printf("| notebook: cost per cell, nothing printed | +%.0f µs a cell (%.0f µs with the extension; tracker callbacks alone %.0f µs, host peak by %s) | %.0f µs a `pass` cell without it | `%s` | %s |\n",
 		r.CellOn-r.CellOff, r.CellOn, r.Hooks, r.HostPeak, r.CellOff, repro, date)
-	fmt.Printf("| notebook: `%%vramguard who` | %.2f s over %d gc objects (%d storages named) | %.2f s for a bare gc pass finding the tensors, no holder named; %.2f s for one Python loop over the rows (the machine's speed) | `%s` | %s |\n",
-		r.Who, r.GCObjects, r.Storages, r.GCTensors, r.Loop, repro, date)
+	fmt.Printf("| notebook: `%%vramguard who`, dicts and lists | %.2f s (%.2f s CPU) over %d gc objects (%d storages named) | %.2f s for a bare gc pass finding the tensors, no holder named; %.2f s for one Python loop over the rows (the machine's speed) | `%s` | %s |\n",
+		r.Who, r.WhoCPU, r.GCObjects, r.Storages, r.GCTensors, r.Loop, repro, date)
+	fmt.Printf("| notebook: `%%vramguard who`, instances of a class | %.2f s (%.2f s CPU) over %d gc objects | the rows above | `%s` | %s |\n",
+		r.WhoObjs, r.WhoObjsCPU, r.ObjsGC, repro, date)
 	return nil
 }

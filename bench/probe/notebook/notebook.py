@@ -65,7 +65,7 @@ gc.collect()
 out["gc_objects"] = len(gc.get_objects())
 from vramguard import holders  # noqa: E402
 
-scans, baseline, loops = [], [], []
+scans, cpus, baseline, loops = [], [], [], []
 for _ in range(rounds):
     # The machine's speed at this moment: one Python pass over the rows.
     t0 = time.perf_counter()
@@ -76,9 +76,10 @@ for _ in range(rounds):
                 ids.add(id(v))
     loops.append(time.perf_counter() - t0)
     del ids
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     rep = holders.scan(ip)
     scans.append(time.perf_counter() - t0)
+    cpus.append(time.process_time() - c0)
     # Side by side: finding the tensors gc can see (pytorch_memlab's way),
     # with no holder named.
     t0 = time.perf_counter()
@@ -87,7 +88,30 @@ for _ in range(rounds):
     baseline.append(time.perf_counter() - t0)
     del found
 out["who_s"] = statistics.median(scans)
+out["who_cpu_s"] = statistics.median(cpus)
 out["gc_tensors_s"] = statistics.median(baseline)
 out["loop_s"] = statistics.median(loops)
 out["storages"] = sum(len(g["tensors"]) for g in rep["groups"])
+
+
+# The same count of objects as instances of a class of the notebook's own
+# (each with an int and a list), which the walk reads attribute by attribute.
+class Row:
+    def __init__(self, i):
+        self.id = i
+        self.tags = [i]
+
+
+del ns["rows"]
+ns["objs"] = [Row(i) for i in range(objects_n // 2)]
+gc.collect()
+out["gc_objects_objs"] = len(gc.get_objects())
+scans, cpus = [], []
+for _ in range(rounds):
+    t0, c0 = time.perf_counter(), time.process_time()
+    rep = holders.scan(ip)
+    scans.append(time.perf_counter() - t0)
+    cpus.append(time.process_time() - c0)
+out["who_objs_s"] = statistics.median(scans)
+out["who_objs_cpu_s"] = statistics.median(cpus)
 print(json.dumps(out))

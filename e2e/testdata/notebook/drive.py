@@ -6,7 +6,10 @@
 km steps: {"run": CODE} executes a cell and records its stdout, stderr,
 error name and execution count; {"until_dead": CODE} sends a cell and waits
 for the kernel's process to end; {"restart": true} restarts the kernel on
-the same connection file, as a client's restart does. nb runs the cells as
+the same connection file, as a client's restart does: with "wait" (the
+client's shutdown_wait_time, seconds) by a shutdown_request, SIGTERM after
+half the wait and SIGKILL after all of it, as Jupyter's own restart does;
+without, by killing it at once. nb runs the cells as
 one notebook (papermill's and nbconvert --execute's way) and records the
 outputs of each. Prints one JSON object on stdout.
 """
@@ -48,7 +51,11 @@ def drive_km(kernel, steps):
                 time.sleep(0.05)
             out["steps"].append({"dead": not km.is_alive()})
         elif st.get("restart"):
-            km.restart_kernel(now=True)
+            if "wait" in st:
+                km.shutdown_wait_time = st["wait"]
+                km.restart_kernel(now=False)
+            else:
+                km.restart_kernel(now=True)
             kc.wait_for_ready(timeout=60)
             out["steps"].append({"restarted": True})
     kc.stop_channels()

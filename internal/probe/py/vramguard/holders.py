@@ -9,30 +9,56 @@ execution result), where each frame's locals are named after the function
 and cell. It descends into containers, modules' parameters, buffers,
 submodules and hooks, optimizers' state, objects' attributes, closures and
 bound methods; never into modules, classes or library globals. Each
-storage is counted once (views share it). A second pass over gc's objects
-finds tensors no name reaches.
+storage is counted once (views share it). gc's list of objects gives the
+tensors no name reaches.
 
-The scan runs only when asked, and returns plain figures: no reference to
-any tensor outlives it.
+How it stays fast at a million objects: the walk goes one depth at a time,
+and the plain containers of a depth (dict, list, tuple, set, frozenset:
+almost every object of a big namespace) are expanded together by one
+gc.get_referents call, filtered and de-duplicated with C-level map, filter
+and set operations, never a Python loop per object. Only the other objects
+(tensors, modules, optimizers, functions, instances: few) are looked at one
+by one. Which container holds what is not recorded on the way down; it is
+found afterwards, for the tensors only, by searching the containers of the
+depth above, bottom up. Objects gc does not track (numbers, strings,
+containers of only those) cannot reach a tensor and are dropped at once.
+
+The scan runs only when asked, pauses the cyclic collector while it runs,
+and returns plain figures: no reference to any tensor outlives it.
 """
 
+import bisect
+import collections
 import functools
 import gc
 import sys
 import time
 import types
+from itertools import accumulate, chain, compress, count
+from operator import not_
 
 from . import _cuda
 
-MAX_DEPTH = 16
+# Depths: a plain object's attributes are two below it (the object, then
+# its __dict__).
+MAX_DEPTH = 32
 MAX_ALSO = 3
+# The containers of one depth recorded as holding one tensor: the first is
+# its holder, the others may be "also"s.
+MAX_REFS = 8
 
 _ATOMIC = frozenset((
     int, float, complex, str, bytes, bool, type(None), range, slice, type, types.ModuleType,
     types.BuiltinFunctionType, types.BuiltinMethodType, types.CodeType, type(Ellipsis), type(NotImplemented),
     bytearray, memoryview, types.GetSetDescriptorType, types.MemberDescriptorType,
     types.WrapperDescriptorType, types.MethodWrapperType, types.MethodDescriptorType,
+    types.FrameType, types.CellType, types.GeneratorType, types.CoroutineType,
 ))
+
+# Expanded in bulk by their referents (and, as the walk meets them, their
+# subclasses and plain objects: a plain object's referents are its
+# attributes, __dict__ or slots, and its class, which the walk skips).
+_PLAIN = frozenset((dict, list, tuple, set, frozenset))
 
 # IPython's own names in a notebook's namespace: the walk names these roots
 # by where the shell keeps them instead.
@@ -62,203 +88,249 @@ def cell_of(shell, filename):
 
 # How a node's path extends its parent's (paths are built only for the
 # tensors found: a million containers cost no strings).
-_ROOT, _ATTR, _ITEM, _INDEX, _SUFFIX = range(5)
+_ROOT, _ATTR, _ITEM, _INDEX, _SUFFIX, _DICT, _STATE, _POS = range(8)
+_NOKEY = object()
+
+# What the walk does with an object of a type other than the plain five.
+(_K_SKIP, _K_BULK, _K_TENSOR, _K_FUNC, _K_METHOD, _K_TB, _K_EXC, _K_MODULE, _K_OPTIM,
+ _K_PARTIAL) = range(10)
+
+
+class _Level:
+    """The objects first reached at one depth of one walk. The first nbulk
+    are referents of the depth above's plain containers: their holder is
+    looked up (parent[i]) only when a tensor is below them. The others came
+    with an edge, edges[i - nbulk] = (parent index, how, key). plain: the
+    indices of the containers whose referents make the next depth."""
+
+    __slots__ = ("objs", "nbulk", "edges", "plain", "parent")
+
+    def __init__(self, objs, nbulk, edges):
+        self.objs, self.nbulk, self.edges = objs, nbulk, edges
+        self.plain = []
+        self.parent = {}
 
 
 class _Scan:
-    def __init__(self, shell, torch):
+    def __init__(self, shell, torch, tensor_types):
         self.shell = shell
         self.Tensor = torch.Tensor
         self.Module = getattr(getattr(torch, "nn", None), "Module", None)
         self.Optimizer = getattr(getattr(torch, "optim", None), "Optimizer", None)
-        self.seen = set()
+        self.ttypes = tensor_types  # the exact types of the live tensors
+        self.kinds = {}
+        self.bulk_types = set(_PLAIN)  # expanded by their referents
+        self.one_types = set()  # looked at one by one
+        self.seen = set()  # _addr() of every object walked once
+        self.walks = []  # per walk: [_Level]
+        self.groups = []  # per walk: the group of each root
+        self.found = []  # (tensor, (walk, depth, index)) in the order reached
+        self.also = []  # (tensor, parent node or None, how, key): a tensor reached again
+        self.also_bulk = {}  # (walk, depth) -> tensors the depth's containers reach again
         self.storages = {}  # (device, data_ptr) -> record
         self.tensor_path = {}  # id(tensor) -> path, for opt.state[param] keys
-        self.nodes = []  # node -> (parent node or -1, how, key)
+        self.memo = {}
+        self.keymaps = {}
         self.objects = 0
 
-    def path(self, node):
-        chain = []
-        nodes = self.nodes
-        while node >= 0:
-            chain.append(node)
-            node = nodes[node][0]
-        s = ""
-        for n in reversed(chain):
-            _, how, k = nodes[n]
-            if how == _ROOT:
-                s = k
-            elif how == _ATTR:
-                s = _attr(s, k)
-            elif how == _ITEM:
-                s += _key(k, self.tensor_path)
-            elif how == _INDEX:
-                s += "[%d]" % k
-            else:
-                s += k
-        return s
-
-    def storage(self, t, node, group):
-        try:
-            try:
-                st = t.untyped_storage()
-            except AttributeError:  # torch < 2.0
-                st = t.storage()
-            ptr, nbytes = int(st.data_ptr()), int(st.nbytes())
-            dev = str(t.device)
-        except Exception:
-            return  # sparse, meta, or a tensor subclass without storage
-        key = (dev, ptr)
-        rec = self.storages.get(key)
-        if rec is None:
-            path = self.path(node) if isinstance(node, int) else node
-            self.tensor_path.setdefault(id(t), path)
-            self.storages[key] = {
-                "path": path, "group": group, "bytes": nbytes, "device": dev,
-                "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape), "data_ptr": ptr,
-            }
-        elif rec["group"] != group and not (group == OUTPUT_CACHE and rec["group"].startswith("Out[")):
-            # (_, _N and the shell's copies of Out[n] are Out[n] again)
-            also = rec.setdefault("also", [])
-            if len(also) < MAX_ALSO:
-                path = self.path(node) if isinstance(node, int) else node
-                if path not in also:
-                    also.append(path)
+    # the walk ------------------------------------------------------------
 
     def walk(self, roots):
         """roots: [(obj, path, group)], walked breadth first."""
-        seen, nodes = self.seen, self.nodes
-        Tensor, Module, Optimizer = self.Tensor, self.Module, self.Optimizer
-        seen_add, node_append = seen.add, nodes.append
-        level = []
+        seen, tracked, ttypes = self.seen, gc.is_tracked, self.ttypes
+        w = len(self.walks)
+        levels = []
+        self.walks.append(levels)
+        kept, edges, groups = [], [], []
         for obj, path, group in roots:
-            tp = type(obj)
-            if tp in _ATOMIC:
+            if not tracked(obj):
                 continue
-            node = len(nodes)
-            node_append((-1, _ROOT, path))
-            if issubclass(tp, Tensor):
-                # recorded now, so a later root of the same walk (_ after
-                # Out[3]) is an "also", not the holder
-                self.storage(obj, node, group)
-            if id(obj) in seen:
+            if _addr(obj) in seen:
+                if type(obj) in ttypes:
+                    self.also.append((obj, None, _ROOT, (path, group)))
                 continue
-            seen_add(id(obj))
-            level.append((obj, node, group))
+            seen.add(_addr(obj))
+            kept.append(obj)
+            edges.append((-1, _ROOT, path))
+            groups.append(group)
+        self.groups.append(groups)
+        cand, kids = [], []  # what the depth above holds: in bulk, and with an edge each
         depth = 0
-        visited = 0
-        while level and depth < MAX_DEPTH:
-            nxt = []
-            add = nxt.append
-            visited += len(level)
-            for obj, node, group in level:
-                tp = type(obj)
-                # The two shapes almost every object of a big namespace has,
-                # walked inline.
-                if tp is dict:
-                    for k, v in obj.items():
-                        tv = type(v)
-                        if tv in _ATOMIC:
-                            continue
-                        i = id(v)
-                        if i in seen:
-                            if issubclass(tv, Tensor):
-                                node_append((node, _ITEM, k))
-                                self.storage(v, len(nodes) - 1, group)
-                            continue
-                        seen_add(i)
-                        add((v, len(nodes), group))
-                        node_append((node, _ITEM, k))
+        while True:
+            last = depth + 1 >= MAX_DEPTH
+            bulk, others = self.split(cand)
+            refs = list(filter(tracked, gc.get_referents(*bulk))) if bulk and not last else []
+            if refs:
+                # Containers that hold nothing gc tracks (a list of numbers)
+                # are dead ends, walked as often as they are reached; the
+                # others are told apart here, each walked once.
+                bulk, dropped = self.dedupe(bulk)
+                if dropped:
+                    refs = list(filter(tracked, gc.get_referents(*bulk))) if bulk else []
+            nplain = len(bulk)
+            for v in others:
+                a = _addr(v)
+                if a in seen:
+                    if type(v) in ttypes:
+                        self.also_bulk.setdefault((w, depth - 1), []).append(v)
                     continue
-                if tp is list or tp is tuple:
-                    j = -1
-                    for v in obj:
-                        j += 1
-                        tv = type(v)
-                        if tv in _ATOMIC:
-                            continue
-                        i = id(v)
-                        if i in seen:
-                            if issubclass(tv, Tensor):
-                                node_append((node, _INDEX, j))
-                                self.storage(v, len(nodes) - 1, group)
-                            continue
-                        seen_add(i)
-                        add((v, len(nodes), group))
-                        node_append((node, _INDEX, j))
-                    continue
-                kids = None  # [(value, how, key)]
-                if issubclass(tp, Tensor):
-                    self.storage(obj, node, group)
-                    g = obj.grad
-                    if g is not None:
-                        kids = [(g, _SUFFIX, ".grad")]
-                elif tp is set or tp is frozenset:
-                    kids = [(v, _SUFFIX, "{...}") for v in obj]
-                elif tp is types.FunctionType:
-                    kids = _closure(obj)
-                elif tp is types.MethodType:
-                    kids = [(obj.__self__, _SUFFIX, ".__self__"), (obj.__func__, _SUFFIX, ".__func__")]
-                elif tp is types.TracebackType:
-                    kids = self.frames(obj)
-                elif issubclass(tp, BaseException):
-                    kids = [(obj.__traceback__, _SUFFIX, ""), (obj.__context__, _SUFFIX, ".__context__"),
-                            (obj.__cause__, _SUFFIX, ".__cause__"), (obj.args, _SUFFIX, ".args")]
-                    d = getattr(obj, "__dict__", None)
-                    if d:
-                        kids += [(v, _ATTR, k) for k, v in d.items()]
-                elif Module is not None and issubclass(tp, Module):
-                    kids = []
-                    for k, v in obj.__dict__.items():
-                        if k in ("_parameters", "_buffers", "_modules"):
-                            kids += [(x, _ATTR, n) for n, x in v.items()]
-                        elif k.endswith("hooks") and isinstance(v, dict):
-                            kids += [(x, _SUFFIX, ".%s[%r]" % (k, n)) for n, x in v.items()]
-                        else:
-                            kids.append((v, _ATTR, k))
-                elif Optimizer is not None and issubclass(tp, Optimizer):
-                    kids = []
-                    pos = {}
-                    for gi, pg in enumerate(obj.param_groups):
-                        for pi, p in enumerate(pg.get("params", ())):
-                            pos[id(p)] = "param_groups[%d]['params'][%d]" % (gi, pi)
-                    base = self.path(node)
-                    for p, st in obj.state.items():
-                        key = ".state[%s]" % (self.tensor_path.get(id(p)) or "%s.%s" % (base, pos.get(id(p), "<param>")))
-                        if isinstance(st, dict):
-                            kids += [(v, _SUFFIX, "%s[%r]" % (key, n)) for n, v in st.items()]
-                        else:
-                            kids.append((st, _SUFFIX, key))
-                    kids.append((obj.param_groups, _ATTR, "param_groups"))
-                    kids += [(v, _ATTR, k) for k, v in obj.__dict__.items() if k not in ("state", "param_groups")]
-                elif tp is functools.partial:
-                    kids = [(obj.func, _SUFFIX, ".func"), (obj.args, _SUFFIX, ".args"), (obj.keywords, _SUFFIX, ".keywords")]
-                elif tp is not types.FrameType:
-                    # Not getattr: a class's own __getattribute__ may warn or
-                    # compute (torch.distributed.reduce_op does both).
-                    try:
-                        d = object.__getattribute__(obj, "__dict__")
-                    except Exception:
-                        d = None
-                    if type(d) is dict:
-                        kids = [(v, _ATTR, k) for k, v in d.items()]
-                if not kids:
-                    continue
-                for v, how, k in kids:
-                    tv = type(v)
-                    if tv in _ATOMIC:
+                seen.add(a)
+                bulk.append(v)
+            if depth:
+                kept, edges = [], []
+                for v, p, how, key in kids:
+                    if not tracked(v):
                         continue
-                    if id(v) in seen:
-                        if issubclass(tv, Tensor):
-                            node_append((node, how, k))
-                            self.storage(v, len(nodes) - 1, group)
+                    a = _addr(v)
+                    if a in seen:
+                        if type(v) in ttypes:
+                            self.also.append((v, (w, depth - 1, p), how, key))
                         continue
-                    seen_add(id(v))
-                    add((v, len(nodes), group))
-                    node_append((node, how, k))
-            level = nxt
+                    seen.add(a)
+                    kept.append(v)
+                    edges.append((p, how, key))
+            objs = bulk + kept if kept else bulk
+            if not objs:
+                break
+            lv = _Level(objs, len(bulk), edges)
+            levels.append(lv)
+            self.objects += len(objs)
+            plain = list(range(nplain))
+            kids = []  # (object, parent index, how, key)
+            bulk_types = self.bulk_types
+            for i in range(nplain, len(objs)):
+                v = objs[i]
+                tp = type(v)
+                if tp in bulk_types or self.kind(tp) == _K_BULK:
+                    plain.append(i)
+                else:
+                    self.one(w, depth, i, v, tp, kids)
+            lv.plain = plain
+            if last:
+                break
+            if len(plain) > nplain:
+                more = list(map(objs.__getitem__, plain[nplain:]))
+                refs += filter(tracked, gc.get_referents(*more))
+            cand = refs
             depth += 1
-        self.objects += visited
+        self.resolve(w)
+
+    def dedupe(self, objs):
+        """objs less those reached before or earlier in objs, all marked
+        reached; and whether any were dropped."""
+        seen = self.seen
+        addrs = set(_addrs(objs))
+        if len(addrs) == len(objs) and addrs.isdisjoint(seen):
+            seen |= addrs
+            return objs, False
+        uniq = dict(zip(_addrs(objs), objs))
+        for a in seen.intersection(uniq):
+            del uniq[a]
+        seen.update(uniq)
+        return list(uniq.values()), True
+
+    def kind(self, tp):
+        k = self.kinds.get(tp)
+        if k is not None:
+            return k
+        T, M, O = self.Tensor, self.Module, self.Optimizer
+        if tp in _ATOMIC or issubclass(tp, type):
+            k = _K_SKIP
+        elif issubclass(tp, T):
+            k = _K_TENSOR
+        elif tp is types.FunctionType:
+            k = _K_FUNC
+        elif tp is types.MethodType:
+            k = _K_METHOD
+        elif tp is types.TracebackType:
+            k = _K_TB
+        elif issubclass(tp, BaseException):
+            k = _K_EXC
+        elif M is not None and issubclass(tp, M):
+            k = _K_MODULE
+        elif O is not None and issubclass(tp, O):
+            k = _K_OPTIM
+        elif tp is functools.partial:
+            k = _K_PARTIAL
+        else:
+            k = _K_BULK
+        self.kinds[tp] = k
+        if k == _K_BULK:
+            self.bulk_types.add(tp)
+        elif k != _K_SKIP:
+            self.one_types.add(tp)
+        return k
+
+    def split(self, objs):
+        """(the objects expanded in bulk, those looked at one by one) of
+        objs, in C; modules, classes and numbers are dropped."""
+        if not objs:
+            return [], []
+        tps = list(map(type, objs))
+        mask = list(map(self.bulk_types.__contains__, tps))
+        if all(mask):
+            return objs, []
+        kinds = self.kinds
+        new = [tp for tp in set(compress(tps, map(not_, mask))) if tp not in kinds]
+        if new:
+            for tp in new:
+                self.kind(tp)
+            mask = list(map(self.bulk_types.__contains__, tps))
+        return list(compress(objs, mask)), list(compress(objs, map(self.one_types.__contains__, tps)))
+
+    def one(self, w, depth, i, obj, tp, kids):
+        """An object the walk looks at by itself: what it holds, with how."""
+        k = self.kind(tp)
+        if k == _K_SKIP or k == _K_BULK:
+            return
+        if k == _K_TENSOR:
+            self.found.append((obj, (w, depth, i)))
+            try:
+                # A non-leaf's .grad is always None, and reading it warns.
+                g = obj.grad if obj.is_leaf or obj.retains_grad else None
+            except Exception:
+                g = None
+            if g is not None:
+                kids.append((g, i, _SUFFIX, ".grad"))
+            return
+        out = []
+        if k == _K_FUNC:
+            out = _closure(obj)
+        elif k == _K_METHOD:
+            out = [(obj.__self__, _SUFFIX, ".__self__"), (obj.__func__, _SUFFIX, ".__func__")]
+        elif k == _K_TB:
+            out = self.frames(obj)
+        elif k == _K_EXC:
+            out = [(obj.__traceback__, _SUFFIX, ""), (obj.__context__, _SUFFIX, ".__context__"),
+                   (obj.__cause__, _SUFFIX, ".__cause__"), (obj.args, _SUFFIX, ".args")]
+            d = getattr(obj, "__dict__", None)
+            if d:
+                out += [(v, _ATTR, a) for a, v in d.items()]
+        elif k == _K_MODULE:
+            for a, v in obj.__dict__.items():
+                if a in ("_parameters", "_buffers", "_modules"):
+                    out += [(x, _ATTR, n) for n, x in v.items()]
+                elif a.endswith("hooks") and isinstance(v, dict):
+                    out += [(x, _SUFFIX, ".%s[%r]" % (a, n)) for n, x in v.items()]
+                else:
+                    out.append((v, _ATTR, a))
+        elif k == _K_OPTIM:
+            pos = {}
+            for gi, pg in enumerate(obj.param_groups):
+                for pi, p in enumerate(pg.get("params", ())):
+                    pos[id(p)] = "param_groups[%d]['params'][%d]" % (gi, pi)
+            for p, st in obj.state.items():
+                where = pos.get(id(p), "<param>")
+                if isinstance(st, dict):
+                    out += [(v, _STATE, (p, where, n)) for n, v in st.items()]
+                else:
+                    out.append((st, _STATE, (p, where, _NOKEY)))
+            out.append((obj.param_groups, _ATTR, "param_groups"))
+            out += [(v, _ATTR, a) for a, v in obj.__dict__.items() if a not in ("state", "param_groups")]
+        elif k == _K_PARTIAL:
+            out = [(obj.func, _SUFFIX, ".func"), (obj.args, _SUFFIX, ".args"), (obj.keywords, _SUFFIX, ".keywords")]
+        for v, how, key in out:
+            kids.append((v, i, how, key))
 
     def frames(self, tb):
         """A traceback's frames, each one's locals named after the function
@@ -275,6 +347,213 @@ class _Scan:
                 kids += [(v, _SUFFIX, ": %s() in %s, %s" % (code.co_name, where, k)) for k, v in loc.items()]
             tb = tb.tb_next
         return kids
+
+    # who holds what, for the tensors found --------------------------------
+
+    def resolve(self, w):
+        """The holder of every node on a tensor's way up, bottom up: a
+        depth's bulk objects are looked up among the containers of the depth
+        above, all of a depth's at once."""
+        levels = self.walks[w]
+        need = [set() for _ in levels]
+        for _, (ww, d, i) in self.found:
+            if ww == w:
+                need[d].add(i)
+        for _, node, _, _ in self.also:
+            if node is not None and node[0] == w:
+                need[node[1]].add(node[2])
+        need.append(set())  # (the depth below the last is empty)
+        for d in range(len(levels), 0, -1):
+            lv, up = levels[d] if d < len(levels) else None, levels[d - 1]
+            lazy = {}
+            for i in need[d]:
+                if i >= lv.nbulk:
+                    need[d - 1].add(lv.edges[i - lv.nbulk][0])
+                else:
+                    lazy[id(lv.objs[i])] = i
+            again = {id(t): t for t in self.also_bulk.get((w, d - 1), ())}
+            if not lazy and not again:
+                continue
+            hits = _referrers(list(map(up.objs.__getitem__, up.plain)), set(lazy) | set(again))
+            ttypes = self.ttypes
+            for tid, where in hits.items():
+                ps = [up.plain[j] for j in where]
+                i = lazy.get(tid)
+                if i is not None:
+                    lv.parent[i] = ps[0]
+                    need[d - 1].add(ps[0])
+                    obj = lv.objs[i]
+                    ps = ps[1:]
+                else:
+                    obj = again[tid]
+                if type(obj) in ttypes:
+                    for p in ps:
+                        self.also.append((obj, (w, d - 1, p), None, None))
+                        need[d - 1].add(p)
+
+    def path(self, node):
+        """(path, group, whether the node is an object's __dict__)."""
+        r = self.memo.get(node)
+        if r is not None:
+            return r
+        w, d, i = node
+        lv = self.walks[w][d]
+        if i >= lv.nbulk:
+            p, how, key = lv.edges[i - lv.nbulk]
+            if how == _ROOT:
+                r = (key, self.groups[w][i], False)
+                self.memo[node] = r
+                return r
+        else:
+            p = lv.parent.get(i)
+            if p is None:
+                r = ("<holder not found>", "(no name)", False)
+                self.memo[node] = r
+                return r
+            how = key = None
+        r = self.extend(self.path((w, d - 1, p)), self.walks[w][d - 1].objs[p], lv.objs[i], how, key)
+        self.memo[node] = r
+        return r
+
+    def extend(self, up, parent, child, how, key):
+        base, group, attrs = up
+        if how is None:
+            how, key = self.edge(parent, child)
+        if how == _ATTR:
+            s = _attr(base, key)
+        elif how == _ITEM:
+            s = _attr(base, key) if attrs and type(key) is str else base + _key(key, self.tensor_path)
+        elif how == _INDEX:
+            s = "%s[%d]" % (base, key)
+        elif how == _DICT:
+            return base, group, True
+        elif how == _STATE:
+            p, where, n = key
+            s = "%s.state[%s]" % (base, self.tensor_path.get(id(p)) or "%s.%s" % (base, where))
+            if n is not _NOKEY:
+                s += "[%r]" % (n,)
+        elif how == _POS:
+            s = "list(%s)[%d]" % (base, key)
+        else:
+            s = base + key
+        return s, group, False
+
+    def edge(self, parent, child):
+        """How a plain container (or a subclass) holds child, by identity."""
+        m = self.keymaps.get(id(parent))
+        if m is None:
+            m = self.keymaps[id(parent)] = _keymap(parent)
+        e = m.get(id(child))
+        if e is not None:
+            return e
+        try:
+            if object.__getattribute__(parent, "__dict__") is child:
+                return _DICT, None
+        except Exception:
+            pass
+        return _SUFFIX, ".<held in C by %s>" % type(parent).__name__
+
+    def storage(self, t, path, group):
+        try:
+            try:
+                st = t.untyped_storage()
+            except AttributeError:  # torch < 2.0
+                st = t.storage()
+            ptr, nbytes = int(st.data_ptr()), int(st.nbytes())
+            dev = str(t.device)
+        except Exception:
+            return  # sparse, meta, or a tensor subclass without storage
+        key = (dev, ptr)
+        rec = self.storages.get(key)
+        if rec is None:
+            self.tensor_path.setdefault(id(t), path)
+            self.storages[key] = {
+                "path": path, "group": group, "bytes": nbytes, "device": dev,
+                "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape), "data_ptr": ptr,
+            }
+        elif rec["group"] != group and not (group == OUTPUT_CACHE and rec["group"].startswith("Out[")):
+            # (_, _N and the shell's copies of Out[n] are Out[n] again)
+            also = rec.setdefault("also", [])
+            if len(also) < MAX_ALSO and path not in also:
+                also.append(path)
+
+    def record(self):
+        """Every tensor found, its holder first, then every other path that
+        reaches it."""
+        for t, node in self.found:
+            path, group, _ = self.path(node)
+            self.storage(t, path, group)
+        for t, node, how, key in self.also:
+            if node is None:
+                path, group = key
+            else:
+                w, d, p = node
+                path, group, _ = self.extend(self.path(node), self.walks[w][d].objs[p], t, how, key)
+            self.storage(t, path, group)
+
+
+# The key the walk tells objects apart by: object's own pointer hash, which
+# any object has (a list's or a tensor's class may hide it or override
+# it), a rotation of the address, so one object, one key, and spread well
+# in a set, where id()'s low zero bits would make every lookup probe.
+_addr = object.__hash__
+
+
+def _addrs(objs):
+    return map(_addr, objs)
+
+
+def _referrers(batch, targets):
+    """{id: [index in batch]} of the containers whose referents include
+    each target: one gc.get_referents per container, matched in C."""
+    kl = list(map(gc.get_referents, batch))
+    flat = list(chain.from_iterable(kl))
+    ends = list(accumulate(map(len, kl)))
+    del kl
+    out = {}
+    for h in compress(count(), map(targets.__contains__, map(id, flat))):
+        j = bisect.bisect_right(ends, h)
+        got = out.setdefault(id(flat[h]), [])
+        if len(got) < MAX_REFS and (not got or got[-1] != j):
+            got.append(j)
+    return out
+
+
+def _keymap(c):
+    """id(item) -> (how, key) for what a container or plain object holds:
+    the first key, index or attribute of each item."""
+    m = {}
+    try:
+        if isinstance(c, dict):
+            keys = list(c.keys())
+            m.update(zip(map(id, reversed(keys)), ((_POS, j) for j in range(len(keys) - 1, -1, -1))))
+            vals = list(c.values())
+            m.update(zip(map(id, reversed(vals)), ((_ITEM, k) for k in reversed(keys))))
+        elif isinstance(c, (list, tuple, collections.deque)):
+            items = list(c)
+            m.update(zip(map(id, reversed(items)), ((_INDEX, j) for j in range(len(items) - 1, -1, -1))))
+        elif isinstance(c, (set, frozenset)):
+            items = list(c)
+            m.update(zip(map(id, reversed(items)), ((_POS, j) for j in range(len(items) - 1, -1, -1))))
+    except Exception:
+        pass
+    # Attributes, read as the walk's referents are, without the class's own
+    # __getattribute__: slots, then __dict__.
+    for cls in reversed(type(c).__mro__):
+        for name, desc in list(vars(cls).items()):
+            if type(desc) is types.MemberDescriptorType and name not in ("__dict__", "__weakref__"):
+                try:
+                    m[id(desc.__get__(c))] = (_ATTR, name)
+                except Exception:
+                    pass
+    try:
+        d = object.__getattribute__(c, "__dict__")
+    except Exception:
+        d = None
+    if type(d) is dict:
+        keys = [k for k in d if type(k) is str]
+        m.update(zip(map(id, reversed(list(map(d.__getitem__, keys)))), ((_ATTR, k) for k in reversed(keys))))
+    return m
 
 
 def _package_dirs(*names):
@@ -377,11 +656,68 @@ def scan(shell, unreachable=True):
     """The report `%vramguard who` prints: plain data only."""
     t0 = time.perf_counter()
     torch = sys.modules.get("torch")
-    rep = {"groups": [], "cuda": [], "unreachable": [], "objects": 0}
+    rep = {"groups": [], "cuda": [], "objects": 0}
     if torch is None or not hasattr(torch, "Tensor"):
         rep["seconds"] = time.perf_counter() - t0
         return rep
-    s = _Scan(shell, torch)
+    collecting = gc.isenabled()
+    gc.disable()  # the walk's own lists would set off full collections
+    try:
+        storages, objects = _walk(shell, torch, unreachable)
+    finally:
+        if collecting:
+            gc.enable()
+    _cells_from_allocator(shell, storages)
+    groups = {}
+    for r in storages:
+        r.pop("data_ptr", None)
+        g = groups.setdefault(r["group"], {"holder": r["group"], "bytes": 0, "tensors": []})
+        g["bytes"] += r["bytes"]
+        g["tensors"].append(r)
+        del r["group"]
+    for g in groups.values():
+        g["tensors"].sort(key=lambda r: -r["bytes"])
+    rep["groups"] = sorted(groups.values(), key=lambda g: -g["bytes"])
+    rep["objects"] = objects
+    named = {}
+    for r in storages:
+        if r["path"] != NO_NAME:
+            named[r["device"]] = named.get(r["device"], 0) + r["bytes"]
+    for d, (alloc, res) in sorted(_cuda.totals().items()):
+        dev = "cuda:%d" % d
+        n = named.get(dev, 0)
+        rep["cuda"].append({"device": dev, "allocated_bytes": alloc, "named_bytes": n,
+                            "unnamed_bytes": max(alloc - n, 0), "reserved_bytes": res,
+                            "cache_bytes": max(res - alloc, 0)})
+    rep["cpu_named_bytes"] = named.get("cpu", 0)
+    rep["seconds"] = time.perf_counter() - t0
+    return rep
+
+
+NO_NAME = "<no name reaches it>"
+
+
+def _subclasses(cls):
+    out, todo = {cls}, [cls]
+    while todo:
+        for c in type.__subclasses__(todo.pop()):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def _walk(shell, torch, unreachable):
+    """(storage records in the order found, objects walked)."""
+    T = torch.Tensor
+    # Every live tensor gc tracks, and their exact types, found in C.
+    ttypes = frozenset(_subclasses(T))
+    objs = gc.get_objects()
+    live = list(compress(objs, map(ttypes.__contains__, map(type, objs))))
+    del objs
+    if not live:
+        return [], 0
+    s = _Scan(shell, torch, ttypes)
     hidden = getattr(shell, "user_ns_hidden", {}) or {}
     names = [(v, k, k) for k, v in list(shell.user_ns.items())
              if isinstance(k, str) and not _shell_name(k, hidden)]
@@ -403,43 +739,16 @@ def scan(shell, unreachable=True):
     # each, so the table says "Out[3]" or "last exception" as a user would.
     s.walk(output_roots(shell))
     s.walk([(v, p, "last exception") for v, p in exception_roots(shell)])
-    found = s.storages
+    s.record()
     if unreachable:
         # Tensors alive that no name reaches: in a reference cycle waiting
         # for gc, a library's global, a C extension's hold.
-        T = s.Tensor
-        seen = s.seen
-        for o in gc.get_objects():
-            if issubclass(type(o), T) and id(o) not in seen:
-                s.storage(o, "<no name reaches it>", "(no name)")
-    storages = list(found.values())
-    s = None
-    names = None
-    _cells_from_allocator(shell, storages)
-    groups = {}
-    for r in storages:
-        r.pop("data_ptr", None)
-        g = groups.setdefault(r["group"], {"holder": r["group"], "bytes": 0, "tensors": []})
-        g["bytes"] += r["bytes"]
-        g["tensors"].append(r)
-        del r["group"]
-    for g in groups.values():
-        g["tensors"].sort(key=lambda r: -r["bytes"])
-    rep["groups"] = sorted(groups.values(), key=lambda g: -g["bytes"])
-    rep["objects"] = len(storages)
-    named = {}
-    for r in storages:
-        if r["path"] != "<no name reaches it>":
-            named[r["device"]] = named.get(r["device"], 0) + r["bytes"]
-    for d, (alloc, res) in sorted(_cuda.totals().items()):
-        dev = "cuda:%d" % d
-        n = named.get(dev, 0)
-        rep["cuda"].append({"device": dev, "allocated_bytes": alloc, "named_bytes": n,
-                            "unnamed_bytes": max(alloc - n, 0), "reserved_bytes": res,
-                            "cache_bytes": max(res - alloc, 0)})
-    rep["cpu_named_bytes"] = named.get("cpu", 0)
-    rep["seconds"] = time.perf_counter() - t0
-    return rep
+        reached = {id(t) for t, _ in s.found}
+        reached.update(id(a[0]) for a in s.also)
+        for t in live:
+            if id(t) not in reached:
+                s.storage(t, NO_NAME, "(no name)")
+    return list(s.storages.values()), s.objects
 
 
 def _cells_from_allocator(shell, storages):

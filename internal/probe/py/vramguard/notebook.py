@@ -1,13 +1,14 @@
 """The notebook side of vramguard, loaded once per kernel by either
 extension (`%load_ext vramguard`, or vramguard.jupyter_notice that
 `vramguard run --kernel` loads): the previous kernel's death notice, the
-per-cell tracker, autosave and the %vramguard magic. unload() removes
-every callback load() registered."""
+per-cell tracker, autosave, the kernel's shutdown requests told to the
+supervisor, and the %vramguard magic. unload() removes every callback
+load() registered."""
 
 import os
 import sys
 
-from . import autosave, cells
+from . import autosave, cells, shutdown
 
 ENV_PREVIOUS_DEATH = "VRAMGUARD_PREVIOUS_DEATH"
 
@@ -24,6 +25,7 @@ class Side:
         self.autosave = autosave.Autosave(shell)
         self.tracker.listeners.append(self.autosave.after_cell)
         self.callbacks = []
+        self.shutdown = None
 
     def show_notice(self, *_args, **_kwargs):
         # What a kernel prints before its first cell reaches only the
@@ -53,6 +55,7 @@ def load(shell):
     for ev, fn in side.callbacks:
         shell.events.register(ev, fn)
     shell.register_magics(VramguardMagics(shell, side))
+    side.shutdown = shutdown.Watch(shell)
     _side = side
 
 
@@ -68,6 +71,8 @@ def unload(shell):
             pass
     side.autosave.off()
     side.tracker.close()
+    if side.shutdown is not None:
+        side.shutdown.close()
     mm = getattr(shell, "magics_manager", None)
     if mm is not None:
         mm.magics.get("line", {}).pop("vramguard", None)

@@ -71,6 +71,15 @@ if scenario == "lastautosave":
     os.environ["VRAMGUARD_LAST_AUTOSAVE"] = last
     del m
 
+if scenario == "cpu":
+    class FakeKernel:
+        """ipykernel's do_shutdown, which its shutdown_request calls."""
+
+        def do_shutdown(self, restart):
+            return {"status": "ok", "restart": restart}
+
+    ip.kernel = FakeKernel()
+
 cell("%load_ext vramguard")
 
 if scenario == "cpu":
@@ -108,9 +117,11 @@ if scenario == "cpu":
                            for f in ("--out", "--tb", "--cache")}
     facts["errors"] = [cell(c) for c in ("%vramguard bogus", "%vramguard threshold lots", "%vramguard who --bogus",
                                          "%vramguard autosave nothing_here", "%vramguard restore /nonexistent")]
+    facts["do_shutdown"] = ip.kernel.do_shutdown(True)
     cell("%unload_ext vramguard")
     facts["after_unload"] = {"callbacks": sum(len(ip.events.callbacks[e]) for e in ("pre_run_cell", "post_run_cell")),
-                             "magic": "vramguard" in ip.magics_manager.magics["line"]}
+                             "magic": "vramguard" in ip.magics_manager.magics["line"],
+                             "do_shutdown_wrapped": "do_shutdown" in vars(ip.kernel)}
 elif scenario in ("notorch", "sampler"):
     if scenario == "sampler":
         from vramguard import cells, notebook
