@@ -29,6 +29,8 @@ var update = flag.Bool("update", false, "rewrite golden files")
 //	notebook KERNELID PATH   the notebook a kernel serves (NotebookHints)
 //	podlog DIR [CONTAINER]   a kubelet pod log directory, var/log/pods/DIR
 //	                         (with CONTAINER/0.log in it when given)
+//	passwd NAME:x:UID:...    a line of the tree's etc/passwd (the owners'
+//	                         names; a UID it does not name shows as a number)
 type fixture struct {
 	root  string
 	gpu   []gpu.Process
@@ -117,6 +119,20 @@ func buildTree(t *testing.T, spec string) fixture {
 			fx.hints.runs[atoi(w[1])] = [2]string{w[2], strings.Join(w[3:], " ")}
 		case "notebook":
 			fx.hints.notebooks[w[1]] = w[2]
+		case "passwd":
+			dir := filepath.Join(fx.root, "etc")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			pf, err := os.OpenFile(filepath.Join(dir, "passwd"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = pf.WriteString(w[1] + "\n")
+			pf.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
 		case "podlog":
 			dir := filepath.Join(PodLogDir(fx.root), w[1])
 			if len(w) > 2 {
