@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -108,11 +109,16 @@ type Labels struct {
 	Namespace string `json:"namespace"`
 	Notebook  string `json:"notebook"`
 	PodUID    string `json:"pod_uid,omitempty"`
+	// User and UID are the job's owner (its root process's): the name on
+	// the user label, the number in the API only.
+	User string `json:"user"`
+	UID  int    `json:"uid"`
 }
 
 func labelsOf(j *attrib.Job) Labels {
 	c := j.Context
-	l := Labels{Job: j.Name, Kind: j.Kind, Container: shortID(c.ContainerID), Pod: c.PodUID, Namespace: c.Namespace, Notebook: j.Kernel, PodUID: c.PodUID}
+	l := Labels{Job: j.Name, Kind: j.Kind, Container: shortID(c.ContainerID), Pod: c.PodUID, Namespace: c.Namespace, Notebook: j.Kernel, PodUID: c.PodUID,
+		User: j.User, UID: j.UID}
 	if c.PodName != "" {
 		l.Pod = c.PodName
 	}
@@ -148,6 +154,8 @@ type Agent struct {
 	evCh      chan struct{}
 	// ranks are the ranks of distributed jobs in the newest sample
 	ranks []RankView
+	// users bounds the user label of the job series
+	users userLabels
 }
 
 // New returns an Agent; it does nothing until Run.
@@ -579,20 +587,22 @@ func (a *Agent) withJobOf(pid int, fn func(*jobState)) {
 
 // Snapshot is a consistent copy of the agent's live state.
 type Snapshot struct {
-	Time      time.Time
-	Have      bool
-	Backend   string
-	Devices   []gpu.Device
-	Dropped   gpu.DropCounts
-	Took      time.Duration
-	Jobs      []JobView
-	Vanished  uint64
-	Samples   uint64
-	LastErr   error
-	LastErrAt time.Time
-	ProbeRej  uint64
-	ProbeMsgs uint64
-	Started   time.Time
+	Time     time.Time
+	Have     bool
+	Backend  string
+	Devices  []gpu.Device
+	Dropped  gpu.DropCounts
+	Took     time.Duration
+	Jobs     []JobView
+	Vanished uint64
+	// VanishedGPUs is Vanished by GPU.
+	VanishedGPUs []JobGPU
+	Samples      uint64
+	LastErr      error
+	LastErrAt    time.Time
+	ProbeRej     uint64
+	ProbeMsgs    uint64
+	Started      time.Time
 	// Ranks are the ranks of distributed jobs on this node.
 	Ranks []RankView
 }
@@ -603,7 +613,10 @@ type JobView struct {
 	Kind    string `json:"kind"`
 	Name    string `json:"name"`
 	RootPID int    `json:"root_pid"`
-	PIDs    []int  `json:"pids"`
+	// UID and User are the job's owner (its root process's).
+	UID  int    `json:"uid"`
+	User string `json:"user"`
+	PIDs []int  `json:"pids"`
 	// Processes are the job's processes; a distributed job's in rank
 	// order (its launcher first, each rank's process before its workers).
 	Processes []JobProcess `json:"processes"`
@@ -658,6 +671,8 @@ func judgingLeft(cfg analyze.Config, n int, interval time.Duration) time.Duratio
 // environment names it (absent: none).
 type JobProcess struct {
 	PID       int    `json:"pid"`
+	UID       int    `json:"uid"`
+	User      string `json:"user"`
 	Comm      string `json:"comm"`
 	Role      string `json:"role"`
 	GPUBytes  uint64 `json:"gpu_bytes"`
@@ -675,7 +690,7 @@ type JobProcess struct {
 func processesOf(j *attrib.Job) []JobProcess {
 	out := make([]JobProcess, 0, len(j.Processes))
 	for _, p := range j.Processes {
-		out = append(out, JobProcess{PID: p.PID, Comm: p.Comm, Role: p.Role, GPUBytes: p.GPUBytes, RSSBytes: p.RSSBytes,
+		out = append(out, JobProcess{PID: p.PID, UID: p.UID, User: p.User, Comm: p.Comm, Role: p.Role, GPUBytes: p.GPUBytes, RSSBytes: p.RSSBytes,
 			Rank: p.Rank, LocalRank: p.LocalRank, WorldSize: p.WorldSize, Node: p.Node})
 	}
 	ranked := false
@@ -741,6 +756,14 @@ func (a *Agent) Snapshot() Snapshot {
 		Dropped: a.latest.Dropped, Took: a.latest.Took, Vanished: a.latest.Attrib.VanishedBytes, Samples: a.samples,
 		LastErr: a.lastErr, LastErrAt: a.lastErrAt, ProbeRej: a.probeRej, ProbeMsgs: a.probeMsgs, Started: a.start,
 		Ranks: a.ranks}
+	for _, v := range a.latest.Attrib.Vanished {
+		i := slices.IndexFunc(s.VanishedGPUs, func(g JobGPU) bool { return g.UUID == v.DeviceUUID })
+		if i < 0 {
+			s.VanishedGPUs = append(s.VanishedGPUs, JobGPU{Index: v.DeviceIndex, UUID: v.DeviceUUID})
+			i = len(s.VanishedGPUs) - 1
+		}
+		s.VanishedGPUs[i].Bytes += v.UsedBytes
+	}
 	now := a.latest.ProcessTime
 	interval, _ := a.cfg.Sampler.Intervals()
 	for _, js := range a.jobs {
@@ -758,7 +781,7 @@ func (a *Agent) Snapshot() Snapshot {
 // view is the job as the API shows it; interval is the sampler's.
 func (js *jobState) view(now time.Time, interval time.Duration) JobView {
 	j := &js.Job
-	v := JobView{Key: j.Key, Kind: j.Kind, Name: j.Name, RootPID: j.RootPID, RunID: j.RunID, Labels: js.Labels,
+	v := JobView{Key: j.Key, Kind: j.Kind, Name: j.Name, RootPID: j.RootPID, UID: j.UID, User: j.User, RunID: j.RunID, Labels: js.Labels,
 		Devices: j.Devices, GPUBytes: j.GPUBytes, GPUs: gpusOf(j), RSSBytes: j.RSSBytes, Alloc: j.AllocatedBytes, Reserved: j.ReservedBytes,
 		Limit: js.Limit, FirstSeen: js.FirstSeen, Orphan: j.Orphan, Live: true, id: js.ID}
 	for _, p := range j.Processes {

@@ -100,8 +100,8 @@ func TestJobsEventsAndVanishingSeries(t *testing.T) {
 	r.step(2)
 	_, m := r.do("GET", "/metrics", "", "")
 	for _, want := range []string{
-		`vramguard_job_gpu_memory_bytes{container="",gpu="0",job_name="python3 eval.py",kind="process",namespace="",notebook="",pod="",uuid="GPU-test-0"} 1.073741824e+09`,
-		`vramguard_job_gpu_memory_bytes{container="",gpu="0",job_name="python3 train.py",kind="process",namespace="",notebook="",pod="",uuid="GPU-test-0"} 5.36870912e+09`,
+		`vramguard_job_gpu_memory_bytes{container="",gpu="0",job_name="python3 eval.py",kind="process",namespace="",notebook="",pod="",user="root",uuid="GPU-test-0"} 1.073741824e+09`,
+		`vramguard_job_gpu_memory_bytes{container="",gpu="0",job_name="python3 train.py",kind="process",namespace="",notebook="",pod="",user="root",uuid="GPU-test-0"} 5.36870912e+09`,
 		`vramguard_device_memory_total_bytes{gpu="0",name="Test GPU",uuid="GPU-test-0"} 1.7179869184e+10`,
 		`root_pid="960001"`,
 		`vramguard_collector_success{collector="sampler"} 1`,

@@ -116,7 +116,7 @@ func (m *topModel) rebuild() {
 			keepPID = r.proc.PID
 		}
 	}
-	m.jobs = arrangeJobs(m.smp.Attrib.Jobs, m.sortBy, m.filter, m.group)
+	m.jobs = arrangeJobs(ownedBy(m.smp.Attrib.Jobs, m.opts.owner), m.sortBy, m.filter, m.group)
 	m.rows = m.rows[:0]
 	m.cursor = 0
 	for i := range m.jobs {

@@ -115,6 +115,16 @@ func (h *Host) UserName(uid int) (string, bool) {
 	return "", false
 }
 
+// LookupUser is the UID the scenario names name, if any.
+func (s *Scenario) LookupUser(name string) (int, bool) {
+	for i := range s.Processes {
+		if p := s.Processes[i].Host; p != nil && p.User == name && name != "" {
+			return p.UID, true
+		}
+	}
+	return 0, false
+}
+
 // Cgroups implements attrib.ProcSource.
 func (h *Host) Cgroups(pid int) ([]procfs.CgroupEntry, error) {
 	p, ok := h.fake(pid, h.b.Elapsed())
