@@ -21,6 +21,7 @@ import (
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/users"
 )
 
 // ErrTokenRequired is returned by CheckListen for a non-loopback address
@@ -273,6 +274,10 @@ func (a *Agent) jobsIn(ctx context.Context, from time.Time) ([]JobView, error) {
 		}
 		_ = json.Unmarshal(j.Info, &info)
 		v.Labels, v.Devices, v.Limit, v.RootPID = info.Labels, info.Devices, info.Limit, info.RootPID
+		v.UID, v.User = info.Labels.UID, info.Labels.User
+		if v.User == "" { // recorded before owners were
+			v.UID, v.User = users.NoUID, users.Unknown
+		}
 		if v.EndedAt == nil {
 			t := j.LastSeen
 			v.EndedAt = &t
