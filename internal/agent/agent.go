@@ -71,6 +71,11 @@ type Config struct {
 	// was not chosen).
 	Node        string
 	NodeAliases []string
+	// Admin reports whether a UID (not root, which always is) may see and
+	// act on every user's jobs over the Unix socket (serve --admin-group).
+	Admin func(uid int) bool
+	// Idle is the policy for jobs that hold GPU memory without using it.
+	Idle IdlePolicy
 }
 
 // jobState is what the agent knows of one job.
@@ -95,6 +100,9 @@ type jobState struct {
 	// findings is the id of the newest finding of a supervised run that
 	// the agent has raised as its own event
 	findings int64
+	// idle tracks how long the job has held GPU memory unused
+	idle  idleTrack
+	idleS float64
 }
 
 // Labels are the job's Prometheus labels. Pod is the pod's name and
@@ -156,6 +164,9 @@ type Agent struct {
 	ranks []RankView
 	// users bounds the user label of the job series
 	users userLabels
+	// notices are lines for users (idle jobs), newest last
+	notices   []Notice
+	noticeSeq int64
 }
 
 // New returns an Agent; it does nothing until Run.
@@ -299,6 +310,9 @@ func (a *Agent) Ingest(ctx context.Context, smp sampler.Reading) {
 			a.tl.Add(js.ID, p)
 		}
 		evs = append(evs, a.judge(js, &smp, now)...)
+		if e := a.observeIdle(js, now); e != nil {
+			evs = append(evs, e)
+		}
 		for _, pr := range j.Processes {
 			if st, ok := a.cfg.Registry.probe(pr.PID); ok {
 				js.ProbeSeen = true
@@ -638,6 +652,11 @@ type JobView struct {
 	Leak      bool       `json:"leak"`
 	// LeakStart is when the leak began, as the monitor first saw it.
 	LeakStart *time.Time `json:"leak_start,omitempty"`
+	// IdleS is how long the job has held GPU memory with its utilisation
+	// under the idle threshold (0 while in use); Idle is set once that is
+	// the idle window or longer.
+	IdleS float64 `json:"idle_s"`
+	Idle  bool    `json:"idle"`
 	// OOMETA is the time left until the forecast OOM, counted down from
 	// the newest forecast.
 	OOMETA *float64 `json:"oom_eta_s,omitempty"`
@@ -767,7 +786,9 @@ func (a *Agent) Snapshot() Snapshot {
 	now := a.latest.ProcessTime
 	interval, _ := a.cfg.Sampler.Intervals()
 	for _, js := range a.jobs {
-		s.Jobs = append(s.Jobs, js.view(now, interval))
+		v := js.view(now, interval)
+		v.IdleS, v.Idle = js.idleS, a.isIdle(js)
+		s.Jobs = append(s.Jobs, v)
 	}
 	sort.Slice(s.Jobs, func(i, j int) bool {
 		if s.Jobs[i].GPUBytes != s.Jobs[j].GPUBytes {

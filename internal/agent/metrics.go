@@ -88,6 +88,7 @@ var (
 	dJobLeakAt  = desc("job_leak_start_timestamp_seconds", "When a job's leak began, as the monitor first saw it (Unix seconds); absent without a leak.", jobLabels...)
 	dJobETA     = desc("job_oom_eta_seconds", "Forecast time until a job runs out of GPU memory at its current trend; absent when nothing rises.", jobLabels...)
 	dJobCkpt    = desc("job_seconds_since_checkpoint", "Seconds since a job's last checkpoint the probe saw.", jobLabels...)
+	dJobIdle    = desc("job_idle_seconds", "How long a job holding GPU memory has had its attributed SM utilisation under the idle threshold (serve --idle-threshold); 0 while in use. Idle from --idle-window on.", jobLabels...)
 	dJobStart   = desc("job_start_time_seconds", "When the agent first saw a job (Unix seconds); for a supervised run, its current attempt.", jobLabels...)
 	dJobInfo    = desc("job_info", "A job's identity: key, root PID, run and pod UID (only here, never on other series).", append(append([]string{}, jobLabels...), "key", "root_pid", "run_id", "pod_uid")...)
 	dUserGPU    = desc("user_gpu_memory_bytes", "GPU memory held by one user's jobs on one GPU (user=\"unknown\": PIDs /proc does not show; user=\"other\": users past the label cap).", "user", "gpu", "uuid")
@@ -116,7 +117,7 @@ type collector struct{ a *Agent }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dBuild, dDevTotal, dDevUsed, dDevUtil, dJobGPU, dJobRSS, dJobAlloc, dJobRes, dJobDevTot,
-		dJobLeak, dJobLeakAt, dJobETA, dJobCkpt, dJobStart, dJobInfo, dUserGPU, dUserJobs, dJobs, dVanished, dDropped, dSamples, dAge, dCollDur, dCollOK,
+		dJobLeak, dJobLeakAt, dJobETA, dJobCkpt, dJobIdle, dJobStart, dJobInfo, dUserGPU, dUserJobs, dJobs, dVanished, dDropped, dSamples, dAge, dCollDur, dCollOK,
 		dAlerts, dWebhookOK, dWebhookErr, dWebhookDr, dWebhookQ, dProbeMsgs, dProbeRej, dRankGPU, dRankHost, dRankAlloc, dRankRes} {
 		ch <- d
 	}
@@ -197,6 +198,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if j.CkptAgeS != nil {
 			g(dJobCkpt, *j.CkptAgeS, l...)
 		}
+		if j.GPUBytes > 0 {
+			g(dJobIdle, j.IdleS, l...)
+		}
 		g(dJobStart, float64(j.FirstSeen.UnixMilli())/1000, l...)
 		g(dJobInfo, 1, append(l, j.Key, strconv.Itoa(j.RootPID), j.RunID, j.Labels.PodUID)...)
 	}
@@ -244,7 +248,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	g(dCollDur, s.Took.Seconds(), "sampler")
 	g(dCollOK, ok, "sampler")
 	st := c.a.alerts.Stats()
-	for _, k := range []string{EventDied, EventLeak, EventOOMForecast, EventUnsaved} {
+	for _, k := range []string{EventDied, EventLeak, EventOOMForecast, EventUnsaved, EventIdle} {
 		ctr(dAlerts, float64(st.Raised[k]), k)
 	}
 	ctr(dWebhookOK, float64(st.Delivered))

@@ -12,6 +12,7 @@ import (
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/gpu/sim"
+	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/sampler"
@@ -33,6 +34,9 @@ type topOptions struct {
 	// caller's).
 	User string
 	Mine bool
+	// Agent is auto, none or the API socket of a machine-wide agent to
+	// ask instead of sampling (--agent).
+	Agent string
 	// owner is the UID User or Mine resolved to (nil: every owner).
 	owner *int
 }
@@ -155,6 +159,7 @@ scenario file instead, so you can try it anywhere.`,
 	fl.StringVar(&o.Filter, "filter", "", "show only jobs whose name, owner or command contains this text")
 	fl.StringVar(&o.User, "user", "", "show only the jobs of this user (a login name or UID)")
 	fl.BoolVar(&o.Mine, "mine", false, "show only your own jobs")
+	fl.StringVar(&o.Agent, "agent", "auto", "ask a machine-wide agent (serve --shared) instead of sampling: auto (its socket under "+probe.SharedDirDefault+" when one runs), none, or its API socket")
 	fl.DurationVar(&o.KillGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when killing from top")
 	return cmd
 }
@@ -177,6 +182,9 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 	}
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	if done, err := topFromAgent(ctx, f, o); done || err != nil {
+		return err
 	}
 	b, note, err := openGPU(ctx, o.GPU.Simulate, o.GPU.Backend)
 	if err != nil {
@@ -208,21 +216,63 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 		if err != nil {
 			return Failf("%v", err)
 		}
-		smp.Attrib.Jobs = ownedBy(smp.Attrib.Jobs, o.owner)
-		snap := newSnapshot(smp, note, o.Sort, o.Filter, o.Group)
-		if o.JSON {
-			return f.WriteJSON(snap)
-		}
-		if note != "" {
-			fmt.Fprintln(f.IO.ErrOut, "vramguard:", note)
-		}
-		r, color := topRenderer(f.IO.Out, f.Getenv, termenv.WithTTY(f.IO.IsTTY))
-		sc := &topScreen{st: newTopStyles(r, color), width: topTerminalWidth(f.IO.Out, f.Getenv), smp: &smp,
-			group: o.Group, filter: o.Filter, cursor: -1}
-		for i := range snap.Jobs {
-			sc.rows = append(sc.rows, topRow{job: &snap.Jobs[i]})
-		}
-		return writeTopOnce(f.IO.Out, sc)
+		return topOnce(f, o, smp, note)
 	}
 	return runTopTUI(ctx, f, o, s, note)
+}
+
+// topOnce prints one reading (--once).
+func topOnce(f *Factory, o *topOptions, smp sampler.Reading, note string) error {
+	smp.Attrib.Jobs = ownedBy(smp.Attrib.Jobs, o.owner)
+	snap := newSnapshot(smp, note, o.Sort, o.Filter, o.Group)
+	if o.JSON {
+		return f.WriteJSON(snap)
+	}
+	if note != "" {
+		fmt.Fprintln(f.IO.ErrOut, "vramguard:", note)
+	}
+	r, color := topRenderer(f.IO.Out, f.Getenv, termenv.WithTTY(f.IO.IsTTY))
+	sc := &topScreen{st: newTopStyles(r, color), width: topTerminalWidth(f.IO.Out, f.Getenv), smp: &smp,
+		group: o.Group, filter: o.Filter, cursor: -1}
+	for i := range snap.Jobs {
+		sc.rows = append(sc.rows, topRow{job: &snap.Jobs[i]})
+	}
+	return writeTopOnce(f.IO.Out, sc)
+}
+
+// topFromAgent runs top on a machine-wide agent's readings when one runs
+// (--agent), so a user sees every job on the machine (other users' as
+// owner and memory only); done is false when top should sample itself.
+func topFromAgent(ctx context.Context, f *Factory, o *topOptions) (done bool, err error) {
+	local := o.GPU.Simulate != "" || o.GPU.ProcRoot != "" || (o.GPU.Backend != "" && o.GPU.Backend != "auto")
+	if local && o.Agent != "auto" && o.Agent != "none" {
+		return false, Usagef("--agent %s cannot be used with --simulate, --gpu-backend or --proc-root (they sample here)", o.Agent)
+	}
+	if local {
+		return false, nil
+	}
+	sock, err := agentSocket(o.Agent, f.Getenv)
+	if err != nil || sock == "" {
+		return false, err
+	}
+	src := newAgentSource(sock, o.Interval)
+	smp, err := src.Refresh(ctx)
+	if err != nil {
+		if o.Agent != "auto" {
+			return false, Envf("the agent at %s did not answer: %v", sock, err)
+		}
+		fmt.Fprintf(f.IO.ErrOut, "vramguard: the agent at %s did not answer (%v); sampling this machine directly\n", sock, err)
+		return false, nil
+	}
+	if err := o.resolveOwner(users.System(), nil); err != nil {
+		return true, err
+	}
+	note := "from the agent at " + sock
+	if o.Once {
+		if o.JSON {
+			note = ""
+		}
+		return true, topOnce(f, o, smp, note)
+	}
+	return true, runTopTUI(ctx, f, o, src, "")
 }

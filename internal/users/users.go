@@ -32,6 +32,10 @@ const MaxFileBytes = 8 << 20
 // modification time is checked again.
 const refresh = 5 * time.Second
 
+// missRecheck is how soon a UID the database does not name makes it look
+// at the files again (a user added since they were read).
+const missRecheck = 200 * time.Millisecond
+
 // DB resolves UIDs and group memberships. The zero value reads the live
 // /etc. It is safe for concurrent use; a changed file is read again (at
 // most every few seconds).
@@ -75,6 +79,16 @@ func (db *DB) Name(uid int) string {
 	db.load()
 	db.mu.Lock()
 	n, ok := db.names[uid]
+	if !ok && time.Since(db.checked) > missRecheck {
+		db.checked = time.Time{} // a user added since: look again, now
+	}
+	db.mu.Unlock()
+	if ok {
+		return n
+	}
+	db.load()
+	db.mu.Lock()
+	n, ok = db.names[uid]
 	db.mu.Unlock()
 	if ok {
 		return n
@@ -128,7 +142,7 @@ func (db *DB) load() {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	now := time.Now()
-	if db.names != nil && now.Sub(db.checked) < refresh {
+	if db.names != nil && !db.checked.IsZero() && now.Sub(db.checked) < refresh {
 		return
 	}
 	db.checked = now
