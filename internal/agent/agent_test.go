@@ -244,7 +244,7 @@ func TestLeakAlertReachesWebhook(t *testing.T) {
 		t.Fatalf("the failed first POST was not counted: %+v", st)
 	}
 	_, m := r.do("GET", "/metrics", "", "")
-	if !strings.Contains(m, `vramguard_job_oom_eta_seconds{`) && !strings.Contains(m, `vramguard_job_leak_detected{container="",job_name="python3 train_leaky.py",kind="process",namespace="",notebook="",pod=""} 1`) {
+	if !strings.Contains(m, `vramguard_job_oom_eta_seconds{`) && !strings.Contains(m, `vramguard_job_leak_detected{container="",job_name="python3 train_leaky.py",kind="process",namespace="",notebook="",pod="",user="root"} 1`) {
 		t.Errorf("neither an OOM ETA nor a leak on /metrics:\n%s", grepLines(m, "train_leaky"))
 	}
 }

@@ -120,6 +120,9 @@ Exit codes: 0 ok, 1 the job or check failed, 2 bad usage or input,
 		Version:       currentVersion().short(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			printNotices(cmd.Context(), f, cmd)
+		},
 	}
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
