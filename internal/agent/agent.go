@@ -299,7 +299,7 @@ func (a *Agent) Ingest(ctx context.Context, smp sampler.Reading) {
 		} else {
 			touch = append(touch, js.ID)
 		}
-		p := Point{T: now.UnixMilli(), GPU: int64(j.GPUBytes), RSS: int64(j.RSSBytes), Alloc: -1, Reserved: -1}
+		p := Point{T: now.UnixMilli(), GPU: int64(j.GPUBytes), RSS: int64(j.RSSBytes), Alloc: -1, Reserved: -1, Util: int64(j.SMUtilPercent)}
 		if j.AllocatedBytes != nil {
 			p.Alloc = int64(*j.AllocatedBytes)
 		}

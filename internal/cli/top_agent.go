@@ -108,7 +108,7 @@ func (s *agentSource) Refresh(ctx context.Context) (sampler.Reading, error) {
 	r := machineReading(m, s.seq)
 	cut := m.Time.Add(-s.history).UnixMilli()
 	for _, j := range r.Attrib.Jobs {
-		h := append(s.hist[j.Key], timeline.Point{T: m.Time.UnixMilli(), GPU: int64(j.GPUBytes), RSS: int64(j.RSSBytes), Alloc: -1, Reserved: -1})
+		h := append(s.hist[j.Key], timeline.Point{T: m.Time.UnixMilli(), GPU: int64(j.GPUBytes), RSS: int64(j.RSSBytes), Alloc: -1, Reserved: -1, Util: int64(j.SMUtilPercent)})
 		for len(h) > 0 && h[0].T < cut {
 			h = h[1:]
 		}
