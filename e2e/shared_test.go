@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/usage"
 )
 
 // TestSharedAgent: a root `serve --shared` takes two users' jobs (real
@@ -149,5 +151,17 @@ func TestSharedAgent(t *testing.T) {
 	out, _ := as(ben, "top", "--once")
 	if !strings.Contains(out, "idle") || !strings.Contains(out, ben.name) {
 		t.Errorf("ben's top does not flag his idle job:\n%s", out)
+	}
+	// ana's report through the socket: her own row only; her job holds a
+	// constant 6 GiB at 70%, so its memory-hours are 6 × its held hours,
+	// all of them busy
+	out, _ = as(ana, "report", "--json", "--since", "1h")
+	var rep usage.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Rows) != 1 || rep.Rows[0].Group != ana.name {
+		t.Fatalf("ana's report: %v %s", err, out)
+	}
+	r := rep.Rows[0]
+	if r.HeldHours <= 0 || math.Abs(r.MemoryGiBHours-6*r.HeldHours) > 1e-9 || math.Abs(r.BusyHours-r.HeldHours) > 1e-9 || r.IdleHours != 0 || r.PeakBytes != 6<<30 {
+		t.Errorf("ana's report row %+v: want memory-hours 6 × held hours, all busy, peak 6 GiB", r)
 	}
 }

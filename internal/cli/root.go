@@ -111,6 +111,7 @@ func NewCmdRoot(f *Factory) *cobra.Command {
   vramguard ckpt ls|inspect|verify     checkpoints without Python
   vramguard top                        every GPU process, grouped by job, container, pod, notebook
   vramguard serve                      dashboard, JSON API, Prometheus /metrics and alerts
+  vramguard report                     GPU-hours, idle hours and deaths per user, job or GPU
   vramguard jupyter install / kernels  kernels that explain their deaths; which notebook holds what
   vramguard doctor                     check the environment before it bites
 
@@ -150,6 +151,7 @@ var commands = []func(*Factory) *cobra.Command{
 	NewCmdAnalyze,
 	NewCmdCkpt,
 	NewCmdTop,
+	NewCmdReport,
 	NewCmdDoctor,
 	NewCmdPythonPath,
 	NewCmdServe,

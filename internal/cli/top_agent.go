@@ -63,6 +63,12 @@ func getAgent(ctx context.Context, c *http.Client, path string, out any) error {
 	if err != nil {
 		return err
 	}
+	return doAgent(c, req, out)
+}
+
+// doAgent sends req and decodes a 200 answer into out; any other is an
+// error carrying the agent's message.
+func doAgent(c *http.Client, req *http.Request, out any) error {
 	resp, err := c.Do(req)
 	if err != nil {
 		return err
