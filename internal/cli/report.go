@@ -181,4 +181,3 @@ func getAgentURL(ctx context.Context, c *http.Client, u string, out any) error {
 	}
 	return doAgent(c, req, out)
 }
-
