@@ -76,6 +76,9 @@ type Config struct {
 	Admin func(uid int) bool
 	// Idle is the policy for jobs that hold GPU memory without using it.
 	Idle IdlePolicy
+	// Reclaim shuts down the notebook kernel with the given id through
+	// its Jupyter server (Idle.ReclaimAfter); nil: never.
+	Reclaim func(ctx context.Context, kernelID string) error
 }
 
 // jobState is what the agent knows of one job.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -42,6 +43,10 @@ type IdlePolicy struct {
 	// NotifyAfter tells the owner once a job has been idle this long (0:
 	// never).
 	NotifyAfter time.Duration
+	// ReclaimAfter shuts a notebook kernel down (through its Jupyter
+	// server, Config.Reclaim) once it has been idle this long, after
+	// telling its owner (0: never; other jobs are never stopped).
+	ReclaimAfter time.Duration
 }
 
 func (p IdlePolicy) withDefaults() IdlePolicy {
@@ -56,8 +61,9 @@ func (p IdlePolicy) withDefaults() IdlePolicy {
 
 // idleTrack is one job's idle stretch.
 type idleTrack struct {
-	since    time.Time // when it went under the threshold; zero while in use
-	notified bool      // the owner was told of this stretch
+	since     time.Time // when it went under the threshold; zero while in use
+	notified  bool      // the owner was told of this stretch
+	reclaimed bool      // its kernel was asked to shut down
 }
 
 // unused reports whether j holds GPU memory and uses under threshold
@@ -81,6 +87,9 @@ func (a *Agent) observeIdle(js *jobState, now time.Time) *store.AgentEvent {
 		js.idle.since = now
 	}
 	js.idleS = now.Sub(js.idle.since).Seconds()
+	if e := a.reclaimIdle(js, p, now); e != nil {
+		return e
+	}
 	if p.NotifyAfter <= 0 || js.idle.notified || now.Sub(js.idle.since) < max(p.NotifyAfter, p.Window) {
 		return nil
 	}
@@ -90,6 +99,49 @@ func (a *Agent) observeIdle(js *jobState, now time.Time) *store.AgentEvent {
 	a.addNotice(j.UID, j.User, now, text)
 	return a.jobEvent(j, now, EventIdle, text, map[string]any{"user": j.User, "uid": j.UID, "idle_s": idle.Seconds(), "gpu_bytes": j.GPUBytes,
 		"devices": j.Devices})
+}
+
+// reclaimIdle, for a notebook kernel idle past the policy's ReclaimAfter,
+// tells its owner (a notice and a reclaim alert) and then asks its server
+// to shut it down (Config.Reclaim, in the background); it returns the
+// event. Anything else is left alone.
+func (a *Agent) reclaimIdle(js *jobState, p IdlePolicy, now time.Time) *store.AgentEvent {
+	j := &js.Job
+	if p.ReclaimAfter <= 0 || a.cfg.Reclaim == nil || j.Kind != attrib.KindNotebook || j.Kernel == "" || js.idle.reclaimed ||
+		now.Sub(js.idle.since) < max(p.ReclaimAfter, p.Window) {
+		return nil
+	}
+	js.idle.reclaimed, js.idle.notified = true, true
+	idle := now.Sub(js.idle.since).Round(time.Second)
+	text := fmt.Sprintf("vramguard: shutting down kernel %s (%s, pid %d): it has held %s on GPU %s unused for %s (serve --reclaim-idle %s)",
+		shortKernelID(j.Kernel), notebookOf(j), j.RootPID, units.FormatBytes(j.GPUBytes), gpuList(j.Devices), idle, p.ReclaimAfter)
+	a.addNotice(j.UID, j.User, now, text)
+	kernel, key, name := j.Kernel, j.Key, j.Name
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := a.cfg.Reclaim(ctx, kernel); err != nil {
+			a.log.Warn("reclaim idle kernel", "kernel", kernel, "err", err)
+			_ = a.AddEvent(ctx, &store.AgentEvent{JobKey: key, JobName: name, Kind: EventNote, Message: "reclaiming the idle kernel failed: " + err.Error()})
+		}
+	}()
+	return a.jobEvent(j, now, EventReclaim, text, map[string]any{"user": j.User, "uid": j.UID, "idle_s": idle.Seconds(), "gpu_bytes": j.GPUBytes,
+		"devices": j.Devices, "kernel": kernel})
+}
+
+func notebookOf(j *attrib.Job) string {
+	if j.Notebook != "" {
+		return j.Notebook
+	}
+	return j.Name
+}
+
+func gpuList(devs []int) string {
+	s := make([]string, len(devs))
+	for i, d := range devs {
+		s[i] = strconv.Itoa(d)
+	}
+	return strings.Join(s, ",")
 }
 
 // isIdle reports whether the job has been unused for the policy's window.

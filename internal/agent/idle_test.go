@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -105,5 +106,64 @@ func TestIdleHolders(t *testing.T) {
 	_, body = r.do("GET", fmt.Sprintf("/api/v1/notices?after=%d", n.Notices[0].ID), "", "")
 	if !strings.Contains(body, `"notices":[]`) {
 		t.Errorf("notices after the newest: %s", body)
+	}
+}
+
+// idleKernel: a notebook kernel and a plain script, both holding memory at
+// 0% from the start.
+const idleKernel = `{
+  "name": "idle-kernel", "duration": "1h",
+  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
+  "processes": [
+    {"pid": 964001, "device": 0, "memory": "12GiB", "sm_util": 0,
+     "host": {"ppid": 1, "comm": "python3", "uid": 1301, "user": "cleo",
+              "cmdline": ["/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "/home/cleo/.local/share/jupyter/runtime/kernel-9a8b7c6d-0000-4000-8000-000000000001.json"]}},
+    {"pid": 964002, "device": 0, "memory": "3GiB", "sm_util": 0,
+     "host": {"ppid": 1, "comm": "python3", "cmdline": ["python3", "hold.py"], "uid": 1301, "user": "cleo"}}
+  ]}`
+
+// TestReclaimIdleKernel: with ReclaimAfter, only the notebook kernel is
+// shut down (through Config.Reclaim), once, after its owner has a notice
+// saying so; the plain script holding memory just as idly is left alone.
+func TestReclaimIdleKernel(t *testing.T) {
+	asked := make(chan string, 4)
+	var r *rig
+	noticeFirst := make(chan bool, 4)
+	r = newRig(t, idleKernel, Config{
+		Idle: IdlePolicy{Window: 10 * time.Second, ReclaimAfter: 20 * time.Second},
+		Reclaim: func(ctx context.Context, kernel string) error {
+			_, body := r.do("GET", "/api/v1/notices", "", "")
+			noticeFirst <- strings.Contains(body, "shutting down kernel 9a8b7c6d")
+			asked <- kernel
+			return nil
+		},
+	})
+	start := r.clk.Now()
+	r.step(60)
+	select {
+	case k := <-asked:
+		if k != "9a8b7c6d-0000-4000-8000-000000000001" {
+			t.Fatalf("reclaimed %q", k)
+		}
+		if !<-noticeFirst {
+			t.Error("the kernel was shut down before its owner's notice")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the idle kernel was not reclaimed")
+	}
+	select {
+	case k := <-asked:
+		t.Fatalf("a second reclaim: %q", k)
+	case <-time.After(200 * time.Millisecond):
+	}
+	var reclaims []Alert
+	for _, a := range r.ag.Alerts().Recent() {
+		if a.Kind == EventReclaim {
+			reclaims = append(reclaims, a)
+		}
+	}
+	if len(reclaims) != 1 || reclaims[0].User != "cleo" || reclaims[0].Time.Sub(start) != 20*time.Second ||
+		!strings.Contains(reclaims[0].Message, "has held 12 GiB on GPU 0 unused for 20s (serve --reclaim-idle 20s)") {
+		t.Fatalf("reclaim alerts %+v", reclaims)
 	}
 }

@@ -248,7 +248,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	g(dCollDur, s.Took.Seconds(), "sampler")
 	g(dCollOK, ok, "sampler")
 	st := c.a.alerts.Stats()
-	for _, k := range []string{EventDied, EventLeak, EventOOMForecast, EventUnsaved, EventIdle} {
+	for _, k := range []string{EventDied, EventLeak, EventOOMForecast, EventUnsaved, EventIdle, EventReclaim} {
 		ctr(dAlerts, float64(st.Raised[k]), k)
 	}
 	ctr(dWebhookOK, float64(st.Delivered))

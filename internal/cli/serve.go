@@ -17,6 +17,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/agent"
 	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/jupyter"
 	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
@@ -51,6 +52,7 @@ type serveOptions struct {
 	IdleThreshold int
 	IdleWindow    time.Duration
 	NotifyIdle    time.Duration
+	ReclaimIdle   time.Duration
 	tokenSet      bool // --token was given, even as ""
 }
 
@@ -132,8 +134,27 @@ docs/SHARED.md.`,
 	fl.IntVar(&o.IdleThreshold, "idle-threshold", agent.DefaultIdleThreshold, "a job holding GPU memory is unused while its SM utilisation is under this percent")
 	fl.DurationVar(&o.IdleWindow, "idle-window", agent.DefaultIdleWindow, "how long a job must stay unused to be idle")
 	fl.DurationVar(&o.NotifyIdle, "notify-idle", 0, "tell a job's owner once it has been idle this long: an idle alert (with the user name) and a line their next vramguard command prints (0: never)")
+	fl.DurationVar(&o.ReclaimIdle, "reclaim-idle", 0, "shut down a notebook kernel, through its Jupyter server, once it has been idle this long, telling its owner first; no other job is stopped (0: never)")
 	fl.StringVar(&o.Node, "node", "", "this machine's name on the rank series (vramguard_rank_*); a rank whose environment names another node (VRAMGUARD_NODE, SLURMD_NODENAME) is left to that node's agent (default: the host name)")
 	return cmd
+}
+
+// shutdownKernel shuts the kernel with id down through the Jupyter server
+// that lists it (every user's servers when serve runs as root).
+func shutdownKernel(ctx context.Context, f *Factory, id string) error {
+	home, _ := os.UserHomeDir()
+	servers, err := jupyter.Discover(jupyter.RuntimeDirs(f.Getenv, home, os.Geteuid() == 0))
+	if err != nil && len(servers) == 0 {
+		return err
+	}
+	c := &jupyter.Collector{Servers: servers, Procs: jupyter.LiveProcs{}, Now: f.Now, Timeout: 10 * time.Second}
+	es, _ := c.Collect(ctx)
+	for i := range es {
+		if es[i].KernelID == id && es[i].ServerInfo() != nil {
+			return jupyter.Act(ctx, &es[i], "shutdown", 10*time.Second)
+		}
+	}
+	return fmt.Errorf("no Jupyter server lists kernel %s", id)
 }
 
 // listenUnix listens on a Unix socket at path with mode (a stale socket
@@ -216,8 +237,8 @@ func (o *serveOptions) check() (agent.Retention, error) {
 	if err != nil {
 		return r, Usagef("--max-disk: %v", err)
 	}
-	if o.IdleThreshold < 1 || o.IdleThreshold > 100 || o.IdleWindow <= 0 || o.NotifyIdle < 0 {
-		return r, Usagef("--idle-threshold must be 1-100 (percent), --idle-window positive and --notify-idle not negative")
+	if o.IdleThreshold < 1 || o.IdleThreshold > 100 || o.IdleWindow <= 0 || o.NotifyIdle < 0 || o.ReclaimIdle < 0 {
+		return r, Usagef("--idle-threshold must be 1-100 (percent), --idle-window positive, --notify-idle and --reclaim-idle not negative")
 	}
 	if o.AdminGroup != "" && !users.System().HasGroup(o.AdminGroup) {
 		return r, Usagef("--admin-group %q: no such group in /etc/group", o.AdminGroup)
