@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,13 +25,43 @@ const noticesSeen = "notices-seen"
 
 // printNotices prints, once each, the lines a machine-wide agent (serve
 // --shared) has for this user (an idle job of theirs), before the command
-// runs. It says nothing when no such agent runs or it does not answer in
+// runs (and, every noticeEvery, in a running `vramguard run`'s terminal). It says nothing when no such agent runs or it does not answer in
 // time; serve, completion and the shim never ask.
 func printNotices(ctx context.Context, f *Factory, cmd *cobra.Command) {
 	switch cmd.Name() {
 	case "serve", "__complete", "completion", "help":
 		return
 	}
+	noticesTo(ctx, f, f.IO.ErrOut)
+}
+
+// noticeEvery is how often a running `vramguard run` asks for notices.
+const noticeEvery = 30 * time.Second
+
+// watchNotices prints the agent's new notices for this user to w every
+// noticeEvery while a supervised run's terminal is open; stop ends it.
+func watchNotices(ctx context.Context, f *Factory, w io.Writer) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(noticeEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				noticesTo(ctx, f, w)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// noticesTo prints the notices this user has not been shown to w, and
+// remembers the newest.
+func noticesTo(ctx context.Context, f *Factory, w io.Writer) {
 	sock := probe.SharedAPISocket(f.Getenv)
 	if st, err := os.Stat(sock); err != nil || st.Mode()&os.ModeSocket == 0 {
 		return
@@ -52,7 +83,7 @@ func printNotices(ctx context.Context, f *Factory, cmd *cobra.Command) {
 	newest := seen
 	for _, n := range got.Notices {
 		if n.Time.After(seen) {
-			fmt.Fprintln(f.IO.ErrOut, n.Text)
+			fmt.Fprintln(w, n.Text)
 			newest = n.Time
 		}
 	}
