@@ -314,7 +314,10 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 		Sampler: smp, Store: st, Registry: reg, Retention: ret, Simulated: simulated, Now: f.Now, Log: log, Version: currentVersion().Version,
 		Alerts: agent.AlertConfig{UnsavedAfter: o.UnsavedAfter, Webhook: o.Webhook},
 		Node:   node, NodeAliases: aliases,
-		Idle: agent.IdlePolicy{Threshold: o.IdleThreshold, Window: o.IdleWindow, NotifyAfter: o.NotifyIdle},
+		Idle: agent.IdlePolicy{Threshold: o.IdleThreshold, Window: o.IdleWindow, NotifyAfter: o.NotifyIdle, ReclaimAfter: o.ReclaimIdle},
+	}
+	if o.ReclaimIdle > 0 {
+		cfg.Reclaim = func(ctx context.Context, kernelID string) error { return shutdownKernel(ctx, f, kernelID) }
 	}
 	if o.AdminGroup != "" {
 		group := o.AdminGroup

@@ -40,15 +40,15 @@ type Listener struct {
 // Listen creates the socket at path (mode 0600; its directory is created
 // 0700 when missing) and starts accepting. A stale socket file from an
 // earlier run is replaced. The path must fit a Unix socket (107 bytes).
-func Listen(path string) (*Listener, error) { return listen(path, 0o600, 0o700) }
+func Listen(path string) (*Listener, error) { return listenMode(path, 0o600, 0o700) }
 
 // ListenShared is Listen for a machine-wide agent that takes every user's
 // probes: the socket is mode 0666 and a missing directory is created
 // 0755. Each connection is attributed by its peer credentials
 // (Message.PeerPID, PeerUID), never by what its messages claim.
-func ListenShared(path string) (*Listener, error) { return listen(path, 0o666, 0o755) }
+func ListenShared(path string) (*Listener, error) { return listenMode(path, 0o666, 0o755) }
 
-func listen(path string, mode, dirMode os.FileMode) (*Listener, error) {
+func listenMode(path string, mode, dirMode os.FileMode) (*Listener, error) {
 	if len(path) > maxSocketPath {
 		return nil, fmt.Errorf("probe socket %s: path is %d bytes, a unix socket path can have at most %d", path, len(path), maxSocketPath)
 	}
