@@ -37,7 +37,6 @@ func TestAgentSocketForShared(t *testing.T) {
 			}
 		})
 	}
-}
 	// a relative directory is ignored
 	if got := SharedDir(func(string) string { return "run" }); got != SharedDirDefault {
 		t.Errorf("SharedDir(relative) = %q", got)
