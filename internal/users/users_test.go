@@ -3,6 +3,7 @@ package users
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -131,3 +132,23 @@ func TestMissingFiles(t *testing.T) {
 		t.Error("Lookup without passwd found root")
 	}
 }
+
+// BenchmarkName is the cost attribution pays per process and pass for its
+// owner's name (a cached lookup; the files are checked every few seconds).
+func BenchmarkName(b *testing.B) {
+	var pw strings.Builder
+	for i := range 2000 {
+		pw.WriteString("user" + strings.Repeat("x", i%7) + ":x:" + itoa(10000+i) + ":100::/home:/bin/sh\n")
+	}
+	root := b.TempDir()
+	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte(pw.String()), 0o644)
+	db := &DB{Root: root}
+	db.Name(10000)
+	b.ResetTimer()
+	for i := range b.N {
+		_ = db.Name(10000 + i%2000)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
