@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -311,5 +312,33 @@ func TestSharedProbeSocket(t *testing.T) {
 	}
 	if got := (&users.DB{}).Name(uid); !strings.HasPrefix(got, "vgprobe") {
 		t.Errorf("the new user's name: %q", got)
+	}
+}
+
+// TestSharedSocketAdmin: a member of the admin group (Config.Admin, which
+// serve --admin-group backs with /etc/group) sees another user's job in
+// full and may act on it; the other user still may not act on theirs.
+func TestSharedSocketAdmin(t *testing.T) {
+	var admin atomic.Int64
+	admin.Store(-5)
+	sr := newSharedRig(t, Config{Admin: func(uid int) bool { return int64(uid) == admin.Load() }})
+	admin.Store(int64(sr.bob))
+	key := map[int]string{}
+	for _, j := range sr.ag.Snapshot().Jobs {
+		key[j.UID] = j.Key
+	}
+	code, body := sr.as(t, sr.bob, "GET /api/v1/jobs/"+key[sr.alice])
+	var j JobView
+	if err := json.Unmarshal([]byte(body), &j); code != 200 || err != nil || j.Name != "sleep" || len(j.Processes) != 1 {
+		t.Fatalf("the admin's view of alice's job: %d %v %s", code, err, body)
+	}
+	if code, _ := sr.as(t, sr.bob, "GET /metrics"); code != 200 {
+		t.Errorf("the admin's /metrics: %d", code)
+	}
+	if code, body := sr.as(t, sr.alice, "POST /api/v1/jobs/"+key[sr.bob]+"/kill"); code != http.StatusForbidden {
+		t.Fatalf("alice killing the admin's job: %d %s", code, body)
+	}
+	if code, body := sr.as(t, sr.bob, "POST /api/v1/jobs/"+key[sr.alice]+"/kill"); code != http.StatusAccepted {
+		t.Fatalf("the admin killing alice's job: %d %s", code, body)
 	}
 }
