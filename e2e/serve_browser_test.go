@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -243,6 +244,9 @@ raise ValueError("bad batch shape (3, 224)")`, flag)
 		checkTicksAndLimit(t, b, width)
 		checkGap(t, b, gapStart, gapEnd)
 		checkVerdicts(t, b, s.URL)
+		if width == 1400 {
+			checkUserFilter(t, b, s.URL)
+		}
 		checkRuns(t, b, explained.RunID, explained.Reason, explained.Evidence, explained.Advice, len(explained.Attempts))
 		checkSameAsExplain(t, b, text.stdout)
 		checkLayout(t, b, width)
@@ -347,6 +351,41 @@ func checkGap(t *testing.T, b *browser, gapStart, gapEnd float64) {
 	}
 	if res.Before == 0 || res.After == 0 || res.Inside != 0 {
 		t.Errorf("eval.py's line on the canvas: %d px before the hole, %d inside, %d after; want some, none, some", res.Before, res.Inside, res.After)
+	}
+}
+
+// checkUserFilter: every job's row shows its owner as the API gives it;
+// choosing a user in the filter leaves that user's jobs alone, and
+// "everyone" brings the rest back.
+func checkUserFilter(t *testing.T, b *browser, url string) {
+	t.Helper()
+	var jobs struct{ Jobs []agent.JobView }
+	getJSON(t, url+"/api/v1/jobs?range=15m", &jobs)
+	var rows map[string]string
+	b.eval(`return Object.fromEntries([...document.querySelectorAll("#jobs tbody tr[data-key]")].filter(tr => tr.querySelector("td.user")).map(tr => [tr.dataset.key, tr.querySelector("td.user").textContent]))`, &rows)
+	ana := 0
+	for _, j := range jobs.Jobs {
+		if j.Live && rows[j.Key] != j.User {
+			t.Errorf("job %s: user cell %q, the API says %q", j.Name, rows[j.Key], j.User)
+		}
+		if j.User == "ana" {
+			ana++
+		}
+	}
+	if ana < 2 {
+		t.Fatalf("the scenario's ana owns %d jobs, want at least 2: %+v", ana, jobs.Jobs)
+	}
+	var shown []string
+	b.eval(`const sel = document.getElementById("user-filter"); sel.value = "ana"; sel.dispatchEvent(new Event("change"));
+		return [...document.querySelectorAll("#jobs tbody tr[data-key] td.user")].map(td => td.textContent)`, &shown)
+	if len(shown) != ana || slices.ContainsFunc(shown, func(u string) bool { return u != "ana" }) {
+		t.Errorf("filtered to ana: rows of %q, want her %d jobs", shown, ana)
+	}
+	var n int
+	b.eval(`const sel = document.getElementById("user-filter"); sel.value = ""; sel.dispatchEvent(new Event("change"));
+		return document.querySelectorAll("#jobs tbody tr[data-key] td.user").length`, &n)
+	if n != len(rows) {
+		t.Errorf("filter cleared: %d rows, want %d", n, len(rows))
 	}
 }
 

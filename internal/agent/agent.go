@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -70,6 +71,14 @@ type Config struct {
 	// was not chosen).
 	Node        string
 	NodeAliases []string
+	// Admin reports whether a UID (not root, which always is) may see and
+	// act on every user's jobs over the Unix socket (serve --admin-group).
+	Admin func(uid int) bool
+	// Idle is the policy for jobs that hold GPU memory without using it.
+	Idle IdlePolicy
+	// Reclaim shuts down the notebook kernel with the given id through
+	// its Jupyter server (Idle.ReclaimAfter); nil: never.
+	Reclaim func(ctx context.Context, kernelID string) error
 }
 
 // jobState is what the agent knows of one job.
@@ -94,6 +103,9 @@ type jobState struct {
 	// findings is the id of the newest finding of a supervised run that
 	// the agent has raised as its own event
 	findings int64
+	// idle tracks how long the job has held GPU memory unused
+	idle  idleTrack
+	idleS float64
 }
 
 // Labels are the job's Prometheus labels. Pod is the pod's name and
@@ -108,11 +120,16 @@ type Labels struct {
 	Namespace string `json:"namespace"`
 	Notebook  string `json:"notebook"`
 	PodUID    string `json:"pod_uid,omitempty"`
+	// User and UID are the job's owner (its root process's): the name on
+	// the user label, the number in the API only.
+	User string `json:"user"`
+	UID  int    `json:"uid"`
 }
 
 func labelsOf(j *attrib.Job) Labels {
 	c := j.Context
-	l := Labels{Job: j.Name, Kind: j.Kind, Container: shortID(c.ContainerID), Pod: c.PodUID, Namespace: c.Namespace, Notebook: j.Kernel, PodUID: c.PodUID}
+	l := Labels{Job: j.Name, Kind: j.Kind, Container: shortID(c.ContainerID), Pod: c.PodUID, Namespace: c.Namespace, Notebook: j.Kernel, PodUID: c.PodUID,
+		User: j.User, UID: j.UID}
 	if c.PodName != "" {
 		l.Pod = c.PodName
 	}
@@ -150,6 +167,11 @@ type Agent struct {
 	ranks []RankView
 	// snapshots holds the OOM snapshot a run's page last opened
 	snapshots runSnapshots
+	// users bounds the user label of the job series
+	users userLabels
+	// notices are lines for users (idle jobs), newest last
+	notices   []Notice
+	noticeSeq int64
 }
 
 // New returns an Agent; it does nothing until Run.
@@ -282,7 +304,7 @@ func (a *Agent) Ingest(ctx context.Context, smp sampler.Reading) {
 		} else {
 			touch = append(touch, js.ID)
 		}
-		p := Point{T: now.UnixMilli(), GPU: int64(j.GPUBytes), RSS: int64(j.RSSBytes), Alloc: -1, Reserved: -1}
+		p := Point{T: now.UnixMilli(), GPU: int64(j.GPUBytes), RSS: int64(j.RSSBytes), Alloc: -1, Reserved: -1, Util: int64(j.SMUtilPercent)}
 		if j.AllocatedBytes != nil {
 			p.Alloc = int64(*j.AllocatedBytes)
 		}
@@ -293,6 +315,9 @@ func (a *Agent) Ingest(ctx context.Context, smp sampler.Reading) {
 			a.tl.Add(js.ID, p)
 		}
 		evs = append(evs, a.judge(js, &smp, now)...)
+		if e := a.observeIdle(js, now); e != nil {
+			evs = append(evs, e)
+		}
 		for _, pr := range j.Processes {
 			if st, ok := a.cfg.Registry.probe(pr.PID); ok {
 				js.ProbeSeen = true
@@ -581,20 +606,22 @@ func (a *Agent) withJobOf(pid int, fn func(*jobState)) {
 
 // Snapshot is a consistent copy of the agent's live state.
 type Snapshot struct {
-	Time      time.Time
-	Have      bool
-	Backend   string
-	Devices   []gpu.Device
-	Dropped   gpu.DropCounts
-	Took      time.Duration
-	Jobs      []JobView
-	Vanished  uint64
-	Samples   uint64
-	LastErr   error
-	LastErrAt time.Time
-	ProbeRej  uint64
-	ProbeMsgs uint64
-	Started   time.Time
+	Time     time.Time
+	Have     bool
+	Backend  string
+	Devices  []gpu.Device
+	Dropped  gpu.DropCounts
+	Took     time.Duration
+	Jobs     []JobView
+	Vanished uint64
+	// VanishedGPUs is Vanished by GPU.
+	VanishedGPUs []JobGPU
+	Samples      uint64
+	LastErr      error
+	LastErrAt    time.Time
+	ProbeRej     uint64
+	ProbeMsgs    uint64
+	Started      time.Time
 	// Ranks are the ranks of distributed jobs on this node.
 	Ranks []RankView
 }
@@ -605,7 +632,10 @@ type JobView struct {
 	Kind    string `json:"kind"`
 	Name    string `json:"name"`
 	RootPID int    `json:"root_pid"`
-	PIDs    []int  `json:"pids"`
+	// UID and User are the job's owner (its root process's).
+	UID  int    `json:"uid"`
+	User string `json:"user"`
+	PIDs []int  `json:"pids"`
 	// Processes are the job's processes; a distributed job's in rank
 	// order (its launcher first, each rank's process before its workers).
 	Processes []JobProcess `json:"processes"`
@@ -627,6 +657,11 @@ type JobView struct {
 	Leak      bool       `json:"leak"`
 	// LeakStart is when the leak began, as the monitor first saw it.
 	LeakStart *time.Time `json:"leak_start,omitempty"`
+	// IdleS is how long the job has held GPU memory with its utilisation
+	// under the idle threshold (0 while in use); Idle is set once that is
+	// the idle window or longer.
+	IdleS float64 `json:"idle_s"`
+	Idle  bool    `json:"idle"`
 	// OOMETA is the time left until the forecast OOM, counted down from
 	// the newest forecast.
 	OOMETA *float64 `json:"oom_eta_s,omitempty"`
@@ -660,6 +695,8 @@ func judgingLeft(cfg analyze.Config, n int, interval time.Duration) time.Duratio
 // environment names it (absent: none).
 type JobProcess struct {
 	PID       int    `json:"pid"`
+	UID       int    `json:"uid"`
+	User      string `json:"user"`
 	Comm      string `json:"comm"`
 	Role      string `json:"role"`
 	GPUBytes  uint64 `json:"gpu_bytes"`
@@ -677,7 +714,7 @@ type JobProcess struct {
 func processesOf(j *attrib.Job) []JobProcess {
 	out := make([]JobProcess, 0, len(j.Processes))
 	for _, p := range j.Processes {
-		out = append(out, JobProcess{PID: p.PID, Comm: p.Comm, Role: p.Role, GPUBytes: p.GPUBytes, RSSBytes: p.RSSBytes,
+		out = append(out, JobProcess{PID: p.PID, UID: p.UID, User: p.User, Comm: p.Comm, Role: p.Role, GPUBytes: p.GPUBytes, RSSBytes: p.RSSBytes,
 			Rank: p.Rank, LocalRank: p.LocalRank, WorldSize: p.WorldSize, Node: p.Node})
 	}
 	ranked := false
@@ -743,10 +780,20 @@ func (a *Agent) Snapshot() Snapshot {
 		Dropped: a.latest.Dropped, Took: a.latest.Took, Vanished: a.latest.Attrib.VanishedBytes, Samples: a.samples,
 		LastErr: a.lastErr, LastErrAt: a.lastErrAt, ProbeRej: a.probeRej, ProbeMsgs: a.probeMsgs, Started: a.start,
 		Ranks: a.ranks}
+	for _, v := range a.latest.Attrib.Vanished {
+		i := slices.IndexFunc(s.VanishedGPUs, func(g JobGPU) bool { return g.UUID == v.DeviceUUID })
+		if i < 0 {
+			s.VanishedGPUs = append(s.VanishedGPUs, JobGPU{Index: v.DeviceIndex, UUID: v.DeviceUUID})
+			i = len(s.VanishedGPUs) - 1
+		}
+		s.VanishedGPUs[i].Bytes += v.UsedBytes
+	}
 	now := a.latest.ProcessTime
 	interval, _ := a.cfg.Sampler.Intervals()
 	for _, js := range a.jobs {
-		s.Jobs = append(s.Jobs, js.view(now, interval))
+		v := js.view(now, interval)
+		v.IdleS, v.Idle = js.idleS, a.isIdle(js)
+		s.Jobs = append(s.Jobs, v)
 	}
 	sort.Slice(s.Jobs, func(i, j int) bool {
 		if s.Jobs[i].GPUBytes != s.Jobs[j].GPUBytes {
@@ -760,7 +807,7 @@ func (a *Agent) Snapshot() Snapshot {
 // view is the job as the API shows it; interval is the sampler's.
 func (js *jobState) view(now time.Time, interval time.Duration) JobView {
 	j := &js.Job
-	v := JobView{Key: j.Key, Kind: j.Kind, Name: j.Name, RootPID: j.RootPID, RunID: j.RunID, Labels: js.Labels,
+	v := JobView{Key: j.Key, Kind: j.Kind, Name: j.Name, RootPID: j.RootPID, UID: j.UID, User: j.User, RunID: j.RunID, Labels: js.Labels,
 		Devices: j.Devices, GPUBytes: j.GPUBytes, GPUs: gpusOf(j), RSSBytes: j.RSSBytes, Alloc: j.AllocatedBytes, Reserved: j.ReservedBytes,
 		Limit: js.Limit, FirstSeen: js.FirstSeen, Orphan: j.Orphan, Live: true, id: js.ID}
 	for _, p := range j.Processes {

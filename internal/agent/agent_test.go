@@ -100,8 +100,8 @@ func TestJobsEventsAndVanishingSeries(t *testing.T) {
 	r.step(2)
 	_, m := r.do("GET", "/metrics", "", "")
 	for _, want := range []string{
-		`vramguard_job_gpu_memory_bytes{container="",gpu="0",job_name="python3 eval.py",kind="process",namespace="",notebook="",pod="",uuid="GPU-test-0"} 1.073741824e+09`,
-		`vramguard_job_gpu_memory_bytes{container="",gpu="0",job_name="python3 train.py",kind="process",namespace="",notebook="",pod="",uuid="GPU-test-0"} 5.36870912e+09`,
+		`vramguard_job_gpu_memory_bytes{container="",gpu="0",job_name="python3 eval.py",kind="process",namespace="",notebook="",pod="",user="root",uuid="GPU-test-0"} 1.073741824e+09`,
+		`vramguard_job_gpu_memory_bytes{container="",gpu="0",job_name="python3 train.py",kind="process",namespace="",notebook="",pod="",user="root",uuid="GPU-test-0"} 5.36870912e+09`,
 		`vramguard_device_memory_total_bytes{gpu="0",name="Test GPU",uuid="GPU-test-0"} 1.7179869184e+10`,
 		`root_pid="960001"`,
 		`vramguard_collector_success{collector="sampler"} 1`,
@@ -244,7 +244,7 @@ func TestLeakAlertReachesWebhook(t *testing.T) {
 		t.Fatalf("the failed first POST was not counted: %+v", st)
 	}
 	_, m := r.do("GET", "/metrics", "", "")
-	if !strings.Contains(m, `vramguard_job_oom_eta_seconds{`) && !strings.Contains(m, `vramguard_job_leak_detected{container="",job_name="python3 train_leaky.py",kind="process",namespace="",notebook="",pod=""} 1`) {
+	if !strings.Contains(m, `vramguard_job_oom_eta_seconds{`) && !strings.Contains(m, `vramguard_job_leak_detected{container="",job_name="python3 train_leaky.py",kind="process",namespace="",notebook="",pod="",user="root"} 1`) {
 		t.Errorf("neither an OOM ETA nor a leak on /metrics:\n%s", grepLines(m, "train_leaky"))
 	}
 }

@@ -41,6 +41,9 @@ type Alert struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 	Host    string          `json:"host,omitempty"`
 	EventID int64           `json:"event_id"`
+	// User is the job's owner, for a bridge that routes alerts to people
+	// (set where the event names one: idle, reclaim).
+	User string `json:"user,omitempty"`
 }
 
 // AlertStats counts what happened to alerts.
@@ -90,6 +93,12 @@ func NewAlerts(cfg AlertConfig, log *slog.Logger, now func() time.Time) *Alerts 
 // Raise logs the alert of event e and queues it for the webhook.
 func (al *Alerts) Raise(e *store.AgentEvent) {
 	a := Alert{Kind: e.Kind, Job: e.JobName, JobKey: e.JobKey, Time: e.T, Message: e.Message, Data: e.Data, Host: al.Host, EventID: e.ID}
+	var who struct {
+		User string `json:"user"`
+	}
+	if len(e.Data) > 0 && json.Unmarshal(e.Data, &who) == nil {
+		a.User = who.User
+	}
 	al.log.Warn("alert", "kind", a.Kind, "job", a.Job, "message", a.Message)
 	al.mu.Lock()
 	al.stats.Raised[a.Kind]++

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -119,5 +120,65 @@ func TestDashboardRankRow(t *testing.T) {
 	}
 	if n < 2 {
 		t.Fatalf("the group row has %d queries", n)
+	}
+}
+
+// TestDashboardUserRow checks the Grafana dashboard's per-user row: a row
+// titled Users whose panels draw one line per user (legend {{user}}) from
+// metrics the agent exports with a user label.
+func TestDashboardUserRow(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/grafana/vramguard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Type, Title string
+			GridPos     struct{ Y int }
+			Targets     []struct{ Expr, LegendFormat string }
+		}
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan *prometheus.Desc, 100)
+	(&collector{}).Describe(ch)
+	close(ch)
+	withUser := map[string]bool{}
+	re := regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)
+	for desc := range ch {
+		if m := re.FindStringSubmatch(desc.String()); m != nil && regexp.MustCompile(`\buser\b`).MatchString(m[2]) {
+			withUser[m[1]] = true
+		}
+	}
+	row := slices.IndexFunc(d.Panels, func(p struct {
+		Type, Title string
+		GridPos     struct{ Y int }
+		Targets     []struct{ Expr, LegendFormat string }
+	}) bool {
+		return p.Type == "row" && p.Title == "Users"
+	})
+	if row < 0 || len(withUser) < 2 {
+		t.Fatalf("no Users row (row %d), or too few metrics with a user label: %v", row, withUser)
+	}
+	n := 0
+	for _, p := range d.Panels[row+1:] {
+		if p.Type == "row" {
+			break
+		}
+		for _, tg := range p.Targets {
+			n++
+			for _, m := range regexp.MustCompile(`vramguard_[a-z_]+`).FindAllString(tg.Expr, -1) {
+				if !withUser[m] {
+					t.Errorf("panel %q queries %s, which has no user label", p.Title, m)
+				}
+			}
+			if tg.LegendFormat != "{{user}}" || !strings.Contains(tg.Expr, "by (user)") {
+				t.Errorf("panel %q: %q legend %q, want one line per user", p.Title, tg.Expr, tg.LegendFormat)
+			}
+		}
+	}
+	if n < 3 {
+		t.Fatalf("the Users row has %d queries", n)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/users"
 )
 
 // ErrTokenRequired is returned by CheckListen for a non-loopback address
@@ -72,11 +73,14 @@ func (a *Agent) endpoints() []Endpoint {
 		{"GET", "/api/v1/", "", "this index", false, a.apiIndex},
 		{"GET", "/api/v1/status", "", "version, GPU backend, sampling interval, retention", false, a.apiStatus},
 		{"GET", "/api/v1/devices", "", "GPUs with memory, utilisation and the jobs on each", false, a.apiDevices},
+		{"GET", "/api/v1/machine", "", "what top shows: devices, every job with its processes and verdict, memory of PIDs /proc does not show", false, a.apiMachine},
 		{"GET", "/api/v1/jobs", "range=1h | from=&to=", "live jobs, and the jobs seen in the range", false, a.apiJobs},
 		{"GET", "/api/v1/jobs/{key}", "", "one job, with the monitor's summary", false, a.apiJob},
 		{"GET", "/api/v1/timelines", "range=1h | from=&to=, job=KEY (repeatable), points=N", "memory timelines as columns, with the range's events", false, a.apiTimelines},
 		{"GET", "/api/v1/events", "after=ID, job=KEY, range=, limit=N, wait=25s", "events after an id; wait holds the request until one arrives", false, a.apiEvents},
 		{"GET", "/api/v1/alerts", "", "recent alerts and webhook counters", false, a.apiAlerts},
+		{"GET", "/api/v1/report", "by=user|job|gpu, range=168h | from=&to=", "GPU accounting: memory-hours, held, busy and idle hours, peak, deaths, per user, job or GPUs; over the socket the caller's own jobs", false, a.apiReport},
+		{"GET", "/api/v1/notices", "after=ID", "lines for users (an idle job's owner); over the socket the caller's own", false, a.apiNotices},
 		{"GET", "/api/v1/runs", "", "the newest 100 supervised runs", false, a.apiRuns},
 		{"GET", "/api/v1/runs/{id}", "", "a run's post-mortem document (as explain --json prints it) and its record", false, a.apiRun},
 		{"GET", "/api/v1/runs/{id}/snapshot", "device=N, points=N", "the view of the memory snapshot a run dumped at its OOM (run --oom-snapshot), as snapshot --serve draws it", false, a.apiRunSnapshot},
@@ -93,6 +97,11 @@ func (a *Agent) endpoints() []Endpoint {
 // (Authorization: Bearer TOKEN); without it the answer is 401 before any
 // routing. An empty token disables every mutating endpoint.
 func (a *Agent) Handler(token string) http.Handler {
+	return secure(token, a.mux())
+}
+
+// mux routes every endpoint and the dashboard's files.
+func (a *Agent) mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	reg := a.Registry()
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError})
@@ -120,7 +129,7 @@ func (a *Agent) Handler(token string) http.Handler {
 		}
 		files.ServeHTTP(w, r)
 	})
-	return secure(token, mux)
+	return mux
 }
 
 func (a *Agent) apiIndex(w http.ResponseWriter, r *http.Request) {
@@ -133,10 +142,7 @@ func (a *Agent) apiIndex(w http.ResponseWriter, r *http.Request) {
 func secure(token string, next http.Handler) http.Handler {
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:")
+		h := headers(w)
 		if strings.HasPrefix(r.URL.Path, "/api/") && r.Method != http.MethodGet && r.Method != http.MethodHead {
 			got := []byte(r.Header.Get("Authorization"))
 			if token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
@@ -147,6 +153,15 @@ func secure(token string, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// headers sets the headers every answer carries.
+func headers(w http.ResponseWriter) http.Header {
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:")
+	return h
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -274,6 +289,10 @@ func (a *Agent) jobsIn(ctx context.Context, from time.Time) ([]JobView, error) {
 		}
 		_ = json.Unmarshal(j.Info, &info)
 		v.Labels, v.Devices, v.Limit, v.RootPID = info.Labels, info.Devices, info.Limit, info.RootPID
+		v.UID, v.User = info.Labels.UID, info.Labels.User
+		if v.User == "" { // recorded before owners were
+			v.UID, v.User = users.NoUID, users.Unknown
+		}
 		if v.EndedAt == nil {
 			t := j.LastSeen
 			v.EndedAt = &t
@@ -297,14 +316,14 @@ func (a *Agent) apiJobs(w http.ResponseWriter, r *http.Request) {
 	if jobs == nil {
 		jobs = []JobView{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"time": a.Snapshot().Time, "jobs": jobs})
+	writeJSON(w, http.StatusOK, map[string]any{"time": a.Snapshot().Time, "jobs": viewJobs(r, jobs)})
 }
 
 func (a *Agent) apiJob(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	for _, j := range a.Snapshot().Jobs {
 		if j.Key == key {
-			writeJSON(w, http.StatusOK, j)
+			writeJSON(w, http.StatusOK, viewJobs(r, []JobView{j})[0])
 			return
 		}
 	}
@@ -315,7 +334,7 @@ func (a *Agent) apiJob(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, j := range jobs {
 		if j.Key == key {
-			writeJSON(w, http.StatusOK, j)
+			writeJSON(w, http.StatusOK, viewJobs(r, []JobView{j})[0])
 			return
 		}
 	}
@@ -399,7 +418,11 @@ func (a *Agent) apiTimelines(w http.ResponseWriter, r *http.Request) {
 		if devs == nil {
 			devs = []int{}
 		}
-		tl := Timeline{Key: j.Key, Name: j.Name, Kind: j.Kind, Limit: j.Limit, Devices: devs, Live: j.Live,
+		name := j.Name
+		if !a.mayKey(r, j.Key) {
+			name = hiddenName
+		}
+		tl := Timeline{Key: j.Key, Name: name, Kind: j.Kind, Limit: j.Limit, Devices: devs, Live: j.Live,
 			T: make([]float64, len(pts)), GPU: make([]int64, len(pts)), RSS: make([]int64, len(pts)),
 			Alloc: make([]*int64, len(pts)), Reserved: make([]*int64, len(pts))}
 		for i, p := range pts {
@@ -431,7 +454,7 @@ func (a *Agent) apiTimelines(w http.ResponseWriter, r *http.Request) {
 	if evs == nil {
 		evs = []*store.AgentEvent{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"from": from, "to": to, "timelines": out, "events": evs})
+	writeJSON(w, http.StatusOK, map[string]any{"from": from, "to": to, "timelines": out, "events": a.viewEvents(r, evs)})
 }
 
 // apiEvents answers ?after=ID [&job=KEY] [&range=] [&limit=N] [&wait=DUR]:
@@ -482,7 +505,7 @@ func (a *Agent) apiEvents(w http.ResponseWriter, r *http.Request) {
 	if evs == nil {
 		evs = []*store.AgentEvent{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"events": evs})
+	writeJSON(w, http.StatusOK, map[string]any{"events": a.viewEvents(r, evs)})
 }
 
 func (a *Agent) apiAlerts(w http.ResponseWriter, r *http.Request) {
@@ -498,6 +521,15 @@ func (a *Agent) apiRuns(w http.ResponseWriter, r *http.Request) {
 	if runs == nil {
 		runs = []*store.Run{}
 	}
+	if _, lim := limited(r); lim {
+		mine := runs[:0:0]
+		for _, run := range runs {
+			if a.mayKey(r, "run:"+run.ID) {
+				mine = append(mine, run)
+			}
+		}
+		runs = mine
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"runs": runs})
 }
 
@@ -510,6 +542,10 @@ func (a *Agent) apiRun(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	if !a.mayKey(r, "run:"+run.ID) {
+		writeErr(w, http.StatusForbidden, "run %s is another user's", run.ID)
 		return
 	}
 	doc, err := postmortem.Build(ctx, a.cfg.Store, run, a.cfg.Now())
@@ -538,6 +574,10 @@ func (a *Agent) apiPostEvent(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, "message is empty")
 		return
 	}
+	if _, lim := limited(r); lim && (body.JobKey == "" || !a.mayKey(r, body.JobKey)) {
+		writeErr(w, http.StatusForbidden, "a note over the socket goes on one of your own jobs")
+		return
+	}
 	e := &store.AgentEvent{JobKey: body.JobKey, Kind: EventNote, Message: body.Message}
 	for _, j := range a.Snapshot().Jobs {
 		if j.Key == body.JobKey {
@@ -563,6 +603,10 @@ func (a *Agent) apiKill(w http.ResponseWriter, r *http.Request) {
 	}
 	if job == nil {
 		writeErr(w, http.StatusNotFound, "no live job %q", key)
+		return
+	}
+	if c, lim := limited(r); lim && !c.owns(job.UID) {
+		writeErr(w, http.StatusForbidden, "job %s belongs to %s: only its owner, root or the admin group may kill it", key, job.User)
 		return
 	}
 	sig := syscall.SIGTERM
@@ -626,6 +670,10 @@ func (a *Agent) signalRun(w http.ResponseWriter, r *http.Request, sig syscall.Si
 	}
 	if err != nil {
 		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	if !a.mayKey(r, "run:"+run.ID) {
+		writeErr(w, http.StatusForbidden, "run %s is another user's: only its owner, root or the admin group may %s it", run.ID, what)
 		return
 	}
 	switch err := runctl.SignalSupervisor(procfs.FS{}, run, sig); {

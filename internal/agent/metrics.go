@@ -3,12 +3,14 @@ package agent
 import (
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/vramguard/vramguard/internal/gpu"
+	"github.com/vramguard/vramguard/internal/users"
 )
 
 // Registry returns a private Prometheus registry with the agent's metrics
@@ -21,8 +23,43 @@ func (a *Agent) Registry() *prometheus.Registry {
 }
 
 // jobLabels name a job's series. The job's name is "job_name", not "job":
-// Prometheus owns "job" (the scrape job) and would rename ours.
-var jobLabels = []string{"job_name", "kind", "container", "pod", "namespace", "notebook"}
+// Prometheus owns "job" (the scrape job) and would rename ours. "user" is
+// the job's owner, bounded by MaxUserLabels.
+var jobLabels = []string{"job_name", "kind", "container", "pod", "namespace", "notebook", "user"}
+
+// MaxUserLabels bounds the user label's values: the first MaxUserLabels
+// users the agent exports keep their names for its whole life; jobs of any
+// later user are exported as user="other" (their memory still counts). The
+// memory of PIDs /proc does not show is user="unknown" on the per-user
+// series.
+const MaxUserLabels = 64
+
+// OtherUser is the user label of users past MaxUserLabels.
+const OtherUser = "other"
+
+// userLabels hands out the bounded user label values.
+type userLabels struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// label is name's user label: name while it is among the first
+// MaxUserLabels names seen, else OtherUser.
+func (u *userLabels) label(name string) string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.seen == nil {
+		u.seen = map[string]bool{}
+	}
+	if u.seen[name] {
+		return name
+	}
+	if len(u.seen) >= MaxUserLabels {
+		return OtherUser
+	}
+	u.seen[name] = true
+	return name
+}
 
 // jobGPULabels name a job's series on one GPU: the job's labels and the
 // GPU's, as the device series (and dcgm-exporter's) carry them.
@@ -51,8 +88,11 @@ var (
 	dJobLeakAt  = desc("job_leak_start_timestamp_seconds", "When a job's leak began, as the monitor first saw it (Unix seconds); absent without a leak.", jobLabels...)
 	dJobETA     = desc("job_oom_eta_seconds", "Forecast time until a job runs out of GPU memory at its current trend; absent when nothing rises.", jobLabels...)
 	dJobCkpt    = desc("job_seconds_since_checkpoint", "Seconds since a job's last checkpoint the probe saw.", jobLabels...)
+	dJobIdle    = desc("job_idle_seconds", "How long a job holding GPU memory has had its attributed SM utilisation under the idle threshold (serve --idle-threshold); 0 while in use. Idle from --idle-window on.", jobLabels...)
 	dJobStart   = desc("job_start_time_seconds", "When the agent first saw a job (Unix seconds); for a supervised run, its current attempt.", jobLabels...)
 	dJobInfo    = desc("job_info", "A job's identity: key, root PID, run and pod UID (only here, never on other series).", append(append([]string{}, jobLabels...), "key", "root_pid", "run_id", "pod_uid")...)
+	dUserGPU    = desc("user_gpu_memory_bytes", "GPU memory held by one user's jobs on one GPU (user=\"unknown\": PIDs /proc does not show; user=\"other\": users past the label cap).", "user", "gpu", "uuid")
+	dUserJobs   = desc("user_jobs", "Jobs the agent watches, by owner.", "user")
 	dJobs       = desc("jobs", "Jobs the agent watches: process trees holding GPU memory, and supervised runs with or without it.")
 	dVanished   = desc("vanished_memory_bytes", "GPU memory held by PIDs that no longer exist.")
 	dDropped    = desc("dropped_process_records", "Scrambled process records the driver returned in the last sample.", "reason")
@@ -77,7 +117,7 @@ type collector struct{ a *Agent }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dBuild, dDevTotal, dDevUsed, dDevUtil, dJobGPU, dJobRSS, dJobAlloc, dJobRes, dJobDevTot,
-		dJobLeak, dJobLeakAt, dJobETA, dJobCkpt, dJobStart, dJobInfo, dJobs, dVanished, dDropped, dSamples, dAge, dCollDur, dCollOK,
+		dJobLeak, dJobLeakAt, dJobETA, dJobCkpt, dJobIdle, dJobStart, dJobInfo, dUserGPU, dUserJobs, dJobs, dVanished, dDropped, dSamples, dAge, dCollDur, dCollOK,
 		dAlerts, dWebhookOK, dWebhookErr, dWebhookDr, dWebhookQ, dProbeMsgs, dProbeRej, dRankGPU, dRankHost, dRankAlloc, dRankRes} {
 		ch <- d
 	}
@@ -110,23 +150,29 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return jobs[a].Key < jobs[b].Key
 	})
-	seen := map[[6]string]int{}
+	seen := map[[7]string]int{}
+	type userGPU struct{ user, gpu, uuid string }
+	byUser := map[userGPU]uint64{}
+	userJobs := map[string]int{}
 	for _, j := range jobs {
+		user := c.a.users.label(j.Labels.User)
 		// Two jobs may look alike (two "python3 train.py" processes); a
 		// series must still be unique, so the later one gets a #n suffix.
 		name := j.Labels.Job
-		id := [6]string{name, j.Labels.Kind, j.Labels.Container, j.Labels.Pod, j.Labels.Namespace, j.Labels.Notebook}
+		id := [7]string{name, j.Labels.Kind, j.Labels.Container, j.Labels.Pod, j.Labels.Namespace, j.Labels.Notebook, user}
 		if n := seen[id]; n > 0 {
 			name += "#" + strconv.Itoa(n+1)
 		}
 		seen[id]++
-		l := []string{name, j.Labels.Kind, j.Labels.Container, j.Labels.Pod, j.Labels.Namespace, j.Labels.Notebook}
+		userJobs[user]++
+		l := []string{name, j.Labels.Kind, j.Labels.Container, j.Labels.Pod, j.Labels.Namespace, j.Labels.Notebook, user}
 		for _, d := range j.GPUs {
 			idx, ok := gpuLabel[d.UUID]
 			if !ok {
 				idx = strconv.Itoa(d.Index)
 			}
 			g(dJobGPU, float64(d.Bytes), append(l[:len(l):len(l)], idx, d.UUID)...)
+			byUser[userGPU{user, idx, d.UUID}] += d.Bytes
 		}
 		g(dJobRSS, float64(j.RSSBytes), l...)
 		if j.Alloc != nil {
@@ -152,6 +198,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if j.CkptAgeS != nil {
 			g(dJobCkpt, *j.CkptAgeS, l...)
 		}
+		if j.GPUBytes > 0 {
+			g(dJobIdle, j.IdleS, l...)
+		}
 		g(dJobStart, float64(j.FirstSeen.UnixMilli())/1000, l...)
 		g(dJobInfo, 1, append(l, j.Key, strconv.Itoa(j.RootPID), j.RunID, j.Labels.PodUID)...)
 	}
@@ -170,6 +219,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			g(dRankRes, float64(*r.Reserved), l...)
 		}
 	}
+	for _, v := range s.VanishedGPUs {
+		idx, ok := gpuLabel[v.UUID]
+		if !ok {
+			idx = strconv.Itoa(v.Index)
+		}
+		byUser[userGPU{users.Unknown, idx, v.UUID}] += v.Bytes
+	}
+	for k, v := range byUser {
+		g(dUserGPU, float64(v), k.user, k.gpu, k.uuid)
+	}
+	for u, n := range userJobs {
+		g(dUserJobs, float64(n), u)
+	}
 	g(dJobs, float64(len(s.Jobs)))
 	g(dVanished, float64(s.Vanished))
 	g(dDropped, float64(s.Dropped.BadPID), "bad_pid")
@@ -186,7 +248,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	g(dCollDur, s.Took.Seconds(), "sampler")
 	g(dCollOK, ok, "sampler")
 	st := c.a.alerts.Stats()
-	for _, k := range []string{EventDied, EventLeak, EventOOMForecast, EventUnsaved} {
+	for _, k := range []string{EventDied, EventLeak, EventOOMForecast, EventUnsaved, EventIdle, EventReclaim} {
 		ctr(dAlerts, float64(st.Raised[k]), k)
 	}
 	ctr(dWebhookOK, float64(st.Delivered))

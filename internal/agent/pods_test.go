@@ -35,8 +35,8 @@ func TestPodNamespaceLabels(t *testing.T) {
 	r.step(2)
 	_, m := r.do("GET", "/metrics", "", "")
 	for _, want := range []string{
-		`vramguard_job_gpu_memory_bytes{container="9e8d7c6b5a4f",gpu="0",job_name="python3 train.py",kind="pod",namespace="ml-team",notebook="",pod="llama-finetune-0",uuid="GPU-test-0"} 2.147483648e+10`,
-		`vramguard_job_gpu_memory_bytes{container="4c5b1d0e8a7f",gpu="0",job_name="python3 eval.py",kind="pod",namespace="",notebook="",pod="11111111-2222-3333-4444-555555555555",uuid="GPU-test-0"} 1.073741824e+10`,
+		`vramguard_job_gpu_memory_bytes{container="9e8d7c6b5a4f",gpu="0",job_name="python3 train.py",kind="pod",namespace="ml-team",notebook="",pod="llama-finetune-0",user="root",uuid="GPU-test-0"} 2.147483648e+10`,
+		`vramguard_job_gpu_memory_bytes{container="4c5b1d0e8a7f",gpu="0",job_name="python3 eval.py",kind="pod",namespace="",notebook="",pod="11111111-2222-3333-4444-555555555555",user="root",uuid="GPU-test-0"} 1.073741824e+10`,
 		`pod_uid="0a1b2c3d-4e5f-6789-abcd-ef0123456789"`,
 	} {
 		if !strings.Contains(m, want) {

@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 		c.Close()
 		os.Exit(0)
 	}
+	if p := os.Getenv("VRAMGUARD_TEST_API"); p != "" {
+		os.Exit(apiHelper(p, os.Getenv("VRAMGUARD_TEST_API_REQ")))
+	}
 	testbin.Require(testbin.Torch)
 	os.Exit(m.Run())
 }

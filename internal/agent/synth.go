@@ -49,7 +49,7 @@ func Synthesize(ctx context.Context, st *store.Store, ret Retention, n int, span
 				g.gpu += int64(g.r.IntN(3)-1) * 2 << 20
 			}
 			g.rss += int64(g.r.IntN(33)-16) * 4096
-			p := Point{T: t, GPU: g.gpu, RSS: g.rss, Alloc: -1, Reserved: -1}
+			p := Point{T: t, GPU: g.gpu, RSS: g.rss, Alloc: -1, Reserved: -1, Util: -1}
 			if g.probe {
 				if g.r.IntN(20) == 0 {
 					g.res += int64(g.r.IntN(3)-1) * 20 << 20

@@ -116,7 +116,7 @@ func (tl *Timelines) Add(job int64, p Point) {
 		tl.closeStep(job, b)
 	}
 	if b.accStep == 0 {
-		b.accStep, b.acc = cs, Point{T: cs, GPU: p.GPU, RSS: p.RSS, Alloc: p.Alloc, Reserved: p.Reserved}
+		b.accStep, b.acc = cs, Point{T: cs, GPU: p.GPU, RSS: p.RSS, Alloc: p.Alloc, Reserved: p.Reserved, Util: p.Util}
 	} else {
 		b.acc = peak(b.acc, p)
 	}
@@ -138,7 +138,7 @@ func (tl *Timelines) closeStep(job int64, b *jobBuf) {
 }
 
 func peak(a, p Point) Point {
-	return Point{T: a.T, GPU: max(a.GPU, p.GPU), RSS: max(a.RSS, p.RSS), Alloc: max(a.Alloc, p.Alloc), Reserved: max(a.Reserved, p.Reserved)}
+	return Point{T: a.T, GPU: max(a.GPU, p.GPU), RSS: max(a.RSS, p.RSS), Alloc: max(a.Alloc, p.Alloc), Reserved: max(a.Reserved, p.Reserved), Util: max(a.Util, p.Util)}
 }
 
 // End stores what is buffered for job (it has gone) and forgets it.
@@ -251,9 +251,32 @@ func (tl *Timelines) Query(ctx context.Context, job int64, from, to time.Time, m
 	if to.Sub(from) > fineView || from.Before(to.Add(-tl.ret.Fine)) {
 		res = ResCoarse
 	}
+	out, err := tl.points(ctx, job, res, from, to)
+	return downsample(out, maxPoints), res, err
+}
+
+// Samples returns job's points in [from, to] for accounting: every sample
+// within the fine retention, and before it the coarse per-step peaks.
+func (tl *Timelines) Samples(ctx context.Context, job int64, from, to time.Time) (fine, coarse []Point, err error) {
+	split := to.Add(-tl.ret.Fine)
+	if from.After(split) {
+		split = from
+	}
+	if from.Before(split) {
+		if coarse, err = tl.points(ctx, job, ResCoarse, from, split.Add(-time.Millisecond)); err != nil {
+			return nil, nil, err
+		}
+	}
+	fine, err = tl.points(ctx, job, ResFine, split, to)
+	return fine, coarse, err
+}
+
+// points is job's points at resolution res in [from, to], stored and
+// buffered.
+func (tl *Timelines) points(ctx context.Context, job int64, res int, from, to time.Time) ([]Point, error) {
 	blocks, err := tl.st.AgentBlocks(ctx, job, res, from, to)
 	if err != nil {
-		return nil, res, err
+		return nil, err
 	}
 	lo, hi := from.UnixMilli(), to.UnixMilli()
 	var out []Point
@@ -267,7 +290,7 @@ func (tl *Timelines) Query(ctx context.Context, job int64, from, to time.Time, m
 	for _, b := range blocks {
 		ps, err := decodeBlock(b.Data)
 		if err != nil {
-			return nil, res, fmt.Errorf("job %d block at %s: %w", job, b.T0.Format(time.RFC3339), err)
+			return nil, fmt.Errorf("job %d block at %s: %w", job, b.T0.Format(time.RFC3339), err)
 		}
 		keep(ps)
 	}
@@ -283,7 +306,7 @@ func (tl *Timelines) Query(ctx context.Context, job int64, from, to time.Time, m
 		}
 	}
 	tl.mu.Unlock()
-	return downsample(out, maxPoints), res, nil
+	return out, nil
 }
 
 // fineView is the longest range answered with every sample.
@@ -314,11 +337,13 @@ func downsample(ps []Point, n int) []Point {
 	return out
 }
 
-// Block encoding (version 1): a version byte, the point count, then per
+// Block encoding (version 2): a version byte, the point count, then per
 // point the time step in ms and the change of each value from the previous
-// point (zig-zag varints), the whole deflated. Memory moves in steps, so most
-// changes are zero or repeat and compress well.
-const blockVersion = 1
+// point (zig-zag varints: GPU, RSS, allocated, reserved, utilisation), the
+// whole deflated. Memory moves in steps, so most changes are zero or repeat
+// and compress well. Version 1 blocks (no utilisation) still read, their
+// utilisation unknown (-1).
+const blockVersion = 2
 
 var flateWriters = sync.Pool{New: func() any {
 	w, _ := flate.NewWriter(io.Discard, flate.BestSpeed)
@@ -338,6 +363,7 @@ func encodeBlock(job int64, res int, ps []Point) store.AgentBlock {
 		raw = binary.AppendVarint(raw, p.RSS-prev.RSS)
 		raw = binary.AppendVarint(raw, p.Alloc-prev.Alloc)
 		raw = binary.AppendVarint(raw, p.Reserved-prev.Reserved)
+		raw = binary.AppendVarint(raw, p.Util-prev.Util)
 		prev = p
 	}
 	var buf bytes.Buffer
@@ -369,8 +395,12 @@ func decodeBlock(data []byte) ([]Point, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errBlock, err)
 	}
-	if len(raw) == 0 || raw[0] != blockVersion {
+	if len(raw) == 0 || (raw[0] != blockVersion && raw[0] != 1) {
 		return nil, fmt.Errorf("%w: unknown version", errBlock)
+	}
+	fields := 5
+	if raw[0] == 1 {
+		fields = 4
 	}
 	r := bytes.NewReader(raw[1:])
 	n, err := binary.ReadUvarint(r)
@@ -384,13 +414,16 @@ func decodeBlock(data []byte) ([]Point, error) {
 		if err != nil {
 			return nil, errBlock
 		}
-		var d [4]int64
-		for i := range d {
+		var d [5]int64
+		for i := range fields {
 			if d[i], err = binary.ReadVarint(r); err != nil {
 				return nil, errBlock
 			}
 		}
-		p := Point{T: prev.T + int64(dt), GPU: prev.GPU + d[0], RSS: prev.RSS + d[1], Alloc: prev.Alloc + d[2], Reserved: prev.Reserved + d[3]}
+		p := Point{T: prev.T + int64(dt), GPU: prev.GPU + d[0], RSS: prev.RSS + d[1], Alloc: prev.Alloc + d[2], Reserved: prev.Reserved + d[3], Util: prev.Util + d[4]}
+		if fields == 4 {
+			p.Util = -1
+		}
 		out = append(out, p)
 		prev = p
 	}

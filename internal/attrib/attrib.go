@@ -18,6 +18,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/users"
 )
 
 // ProcSource is where processes are read from. procfs.FS is the real one;
@@ -58,6 +59,18 @@ type KernelHints interface {
 	KernelForConnection(pid int, file string) (kernelID string, ok bool)
 }
 
+// UserNames turns a UID into a login name (users.DB is the real one); a UID
+// without a name is its number.
+type UserNames interface {
+	Name(uid int) string
+}
+
+// UserNamer is optionally implemented by a ProcSource that makes owners up
+// (the simulator's scenario names them).
+type UserNamer interface {
+	UserName(uid int) (string, bool)
+}
+
 // Job kinds, in the order top groups them.
 const (
 	KindRun       = "run"
@@ -83,6 +96,9 @@ type Process struct {
 	Comm         string   `json:"comm"`
 	Cmdline      []string `json:"cmdline,omitempty"`
 	UID          int      `json:"uid"`
+	// User is UID's login name (its number when the passwd database does
+	// not name it).
+	User string `json:"user"`
 	// Role is "main" for the job's root, "gpu" for another process holding
 	// GPU memory, "worker" for the rest (DataLoader workers, helpers).
 	Role     string `json:"role"`
@@ -117,8 +133,13 @@ type Job struct {
 	// Name is a short human label: run name, pod/container id, command.
 	Name    string `json:"name"`
 	RootPID int    `json:"root_pid"`
-	RunID   string `json:"run_id,omitempty"`
-	Kernel  string `json:"kernel,omitempty"`
+	// UID and User are the owner of the job's root process (its real UID,
+	// as /proc/PID/status gives it) and its login name, or the number when
+	// the passwd database does not name it.
+	UID    int    `json:"uid"`
+	User   string `json:"user"`
+	RunID  string `json:"run_id,omitempty"`
+	Kernel string `json:"kernel,omitempty"`
 	// Notebook is the notebook a kernel job serves, when known.
 	Notebook string  `json:"notebook,omitempty"`
 	Context  Context `json:"context"`
@@ -165,6 +186,10 @@ type Attributor struct {
 	// Pods names the namespace and pod of a pod's UID (nil: pods are known
 	// by UID alone).
 	Pods *PodIndex
+	// Users names UIDs (nil: the passwd database of Src's root, the
+	// machine's for the live /proc). A Src that
+	// implements UserNamer names its made-up owners first.
+	Users UserNames
 
 	seen map[procKey]*info
 
@@ -183,6 +208,24 @@ type Attributor struct {
 	// table keeps the live /proc between passes (Src is procfs.FS{}): only
 	// the stat of processes a pass uses is read (see procfs.Table).
 	table *procfs.Table
+}
+
+// userName names uid: the source's made-up owners first, then Users.
+func (a *Attributor) userName(uid int) string {
+	if n, ok := a.Src.(UserNamer); ok {
+		if name, ok := n.UserName(uid); ok {
+			return name
+		}
+	}
+	if a.Users == nil {
+		// a fixture tree's owners are named by its own etc/passwd
+		if fs, ok := a.Src.(procfs.FS); ok && fs.Root != "" {
+			a.Users = &users.DB{Root: fs.Root}
+		} else {
+			a.Users = users.System()
+		}
+	}
+	return a.Users.Name(uid)
 }
 
 // Close releases the files the Attributor keeps open between passes. It
@@ -520,7 +563,7 @@ func (ps *pass) job(r int, roots map[int]bool) Job {
 		in := ps.use(ps.procs[pid])
 		st := ps.status(pid)
 		p := Process{
-			PID: pid, PPID: in.p.PPID, Comm: in.p.Comm, Cmdline: ps.cmdline(pid), UID: st.UID,
+			PID: pid, PPID: in.p.PPID, Comm: in.p.Comm, Cmdline: ps.cmdline(pid), UID: st.UID, User: ps.a.userName(st.UID),
 			RSSBytes: in.p.RSSBytes, StartTicks: in.p.StartTicks, Role: "worker",
 		}
 		if len(st.NSpid) > 1 {
@@ -554,6 +597,7 @@ func (ps *pass) job(r int, roots map[int]bool) Job {
 	}
 	end := len(ps.slab)
 	j.Processes = ps.slab[start:end:end]
+	j.UID, j.User = j.Processes[0].UID, j.Processes[0].User
 	slices.Sort(devs)
 	devs = slices.Compact(devs)
 	d0 := len(ps.devSlab)

@@ -30,6 +30,8 @@ var update = flag.Bool("update", false, "rewrite golden files")
 //	conn FILE KERNELID       the kernel a connection file belongs to (KernelHints)
 //	podlog DIR [CONTAINER]   a kubelet pod log directory, var/log/pods/DIR
 //	                         (with CONTAINER/0.log in it when given)
+//	passwd NAME:x:UID:...    a line of the tree's etc/passwd (the owners'
+//	                         names; a UID it does not name shows as a number)
 type fixture struct {
 	root  string
 	gpu   []gpu.Process
@@ -126,6 +128,20 @@ func buildTree(t *testing.T, spec string) fixture {
 			fx.hints.notebooks[w[1]] = w[2]
 		case "conn":
 			fx.hints.conns[w[1]] = w[2]
+		case "passwd":
+			dir := filepath.Join(fx.root, "etc")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			pf, err := os.OpenFile(filepath.Join(dir, "passwd"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = pf.WriteString(w[1] + "\n")
+			pf.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
 		case "podlog":
 			dir := filepath.Join(PodLogDir(fx.root), w[1])
 			if len(w) > 2 {

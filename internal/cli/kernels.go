@@ -35,7 +35,9 @@ func NewCmdKernels(f *Factory) *cobra.Command {
 		Short: "Which notebook holds which memory: Jupyter kernels with their GPU memory, RSS and idle time",
 		Long: `List the kernels of every running Jupyter server (found through the runtime
 files jpserver-*.json and nbserver-*.json, asked with each server's token), each with
-its notebook, its process (by the connection file on its command line: a server's
+its notebook, its process and its owner (USER: the kernel process's login name,
+its UID where /etc/passwd has none, "unknown" when the process is not found),
+found by the connection file on its command line (a server's
 kernel-ID.json, or any other client's file, so kernels in containers are found as well), the GPU memory of the kernel and every
 process it started, PyTorch's allocated/reserved figures when the probe reports them,
 host RSS, state and how long it has been idle. A kernel run by vramguard's kernelspec
@@ -148,7 +150,7 @@ func printKernels(w io.Writer, es []jupyter.Entry) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NOTEBOOK\tKERNEL\tPID\tGPU\tALLOC/RESERVED\tRSS\tSTATE\tIDLE\tRUN")
+	fmt.Fprintln(tw, "NOTEBOOK\tKERNEL\tPID\tUSER\tGPU\tALLOC/RESERVED\tRSS\tSTATE\tIDLE\tRUN")
 	for _, e := range es {
 		nb := e.Notebook
 		if nb == "" {
@@ -166,7 +168,7 @@ func printKernels(w io.Writer, es []jupyter.Entry) {
 		if run == "" {
 			run = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", nb, shortKernel(e.KernelID), pid, units.FormatBytes(e.GPUBytes),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", nb, shortKernel(e.KernelID), pid, e.User, units.FormatBytes(e.GPUBytes),
 			alloc, units.FormatBytes(e.RSSBytes), e.ExecutionState, humanDur(e.IdleS), run)
 	}
 	tw.Flush()

@@ -112,6 +112,7 @@ func NewCmdRoot(f *Factory) *cobra.Command {
   vramguard snapshot FILE | diff A B   CUDA memory snapshots without Python: sites, fragmentation, leaks
   vramguard top                        every GPU process, grouped by job, container, pod, notebook
   vramguard serve                      dashboard, JSON API, Prometheus /metrics and alerts
+  vramguard report                     GPU-hours, idle hours and deaths per user, job or GPU
   vramguard jupyter install / kernels  kernels that explain their deaths; which notebook holds what
   vramguard doctor                     check the environment before it bites
 
@@ -121,6 +122,9 @@ Exit codes: 0 ok, 1 the job or check failed, 2 bad usage or input,
 		Version:       currentVersion().short(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			printNotices(cmd.Context(), f, cmd)
+		},
 	}
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
@@ -149,6 +153,7 @@ var commands = []func(*Factory) *cobra.Command{
 	NewCmdCkpt,
 	NewCmdSnapshot,
 	NewCmdTop,
+	NewCmdReport,
 	NewCmdDoctor,
 	NewCmdPythonPath,
 	NewCmdServe,

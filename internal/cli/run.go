@@ -306,6 +306,11 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 			so.Probe = h
 		}
 	}
+	if !so.Detached && !o.JSON {
+		// the shared agent's notices (an idle job of this user's) reach
+		// the run's terminal too
+		defer watchNotices(ctx, f, so.Notify)()
+	}
 	so.UnsavedWarning = o.UnsavedWarning
 	so.Adapt = adaptOptions(f, o)
 	so.PriorAutosave = o.priorAutosave

@@ -176,11 +176,11 @@ func TestKernelProbeEnv(t *testing.T) {
 	}
 }
 
-// shutdownKernel stands in for a kernel that its client asks to shut down
+// kernelAskedToShutDown stands in for a kernel that its client asks to shut down
 // or restart (the probe's kernel_shutdown message, as vramguard/shutdown.py
 // sends it from ipykernel's do_shutdown), then either exits or waits for
 // the client's SIGTERM. It counts its starts in a file.
-const shutdownKernel = `import sys, time
+const kernelAskedToShutDown = `import sys, time
 from vramguard import _probe
 ask, end, ready, starts = sys.argv[1:5]
 with open(starts, "a") as f:
@@ -226,7 +226,7 @@ func TestKernelClientShutdown(t *testing.T) {
 			done := make(chan res, 1)
 			go func() {
 				out, errs, code := runJupyterCLI(t, nil, "--home", home, "run", "--kernel", "--json", "--gpu-backend", "none",
-					"--", python, "-c", shutdownKernel, tt.ask, tt.end, ready, starts, "ipykernel_launcher", "-f", filepath.Join(home, "tmpk1.json"))
+					"--", python, "-c", kernelAskedToShutDown, tt.ask, tt.end, ready, starts, "ipykernel_launcher", "-f", filepath.Join(home, "tmpk1.json"))
 				done <- res{out, errs, code}
 			}()
 			if tt.end == "sigterm" {

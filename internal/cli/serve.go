@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -16,11 +17,13 @@ import (
 
 	"github.com/vramguard/vramguard/internal/agent"
 	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/jupyter"
 	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/users"
 )
 
 type serveOptions struct {
@@ -40,7 +43,17 @@ type serveOptions struct {
 	JSON         bool
 	AllowedHosts []string
 	Node         string
-	tokenSet     bool // --token was given, even as ""
+	// Shared makes the agent every user's: probe and API sockets under
+	// probe.SharedDir that everyone may connect to, each caller answered by
+	// peer credentials.
+	Shared        bool
+	APISocket     string
+	AdminGroup    string
+	IdleThreshold int
+	IdleWindow    time.Duration
+	NotifyIdle    time.Duration
+	ReclaimIdle   time.Duration
+	tokenSet      bool // --token was given, even as ""
 }
 
 // NewCmdServe builds `vramguard serve`.
@@ -72,12 +85,24 @@ token as "Authorization: Bearer TOKEN" whatever the address.
 
 Alerts (leak found, OOM forecast nearer than --oom-threshold, job died,
 unsaved work) go to the log and, with --webhook, as a JSON POST with
-retries. See docs/SERVE.md.`,
+retries. See docs/SERVE.md.
+
+On a shared machine run it as root with --shared: it takes the probes of
+every user's jobs on one socket (` + probe.SharedDirDefault + `/probe.sock, mode 0666;
+each connection is attributed by its peer credentials, never by what it
+claims) and answers every user's vramguard top on an API socket
+(` + probe.SharedDirDefault + `/api.sock): their own jobs in full, others' owner and memory
+only; kill, stop and restart of their own jobs only, unless they are root or
+in --admin-group. A job holding GPU memory with its utilisation under
+--idle-threshold for --idle-window is idle (FLAGS, the dashboard,
+vramguard_job_idle_seconds); --notify-idle tells its owner. See
+docs/SHARED.md.`,
 		Example: `  vramguard serve
   vramguard serve --simulate examples/scenarios/workstation.json
   vramguard serve --listen 0.0.0.0:9345 --token-file /etc/vramguard/token
   vramguard serve --webhook https://hooks.example.com/gpu --oom-threshold 15m
-  curl -s localhost:9345/api/v1/jobs | jq '.jobs[] | {name, gpu_bytes}'`,
+  curl -s localhost:9345/api/v1/jobs | jq '.jobs[] | {name, gpu_bytes}'
+  sudo vramguard serve --shared --admin-group gpuadmin --notify-idle 1h`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.tokenSet = cmd.Flags().Changed("token")
@@ -103,8 +128,53 @@ retries. See docs/SERVE.md.`,
 	fl.DurationVar(&o.UnsavedAfter, "unsaved-after", 2*time.Hour, "alert when a probed job has gone this long without a checkpoint (0: never)")
 	fl.StringVar(&o.ProbeSocket, "probe-socket", "", `probe socket (default: probe.sock in the state directory; "none" to not listen)`)
 	fl.BoolVar(&o.JSON, "json", false, "print the startup line (address, socket) as JSON")
+	fl.BoolVar(&o.Shared, "shared", false, "serve every user of the machine: probe and API sockets under "+probe.SharedDirDefault+" that every user may connect to (run as root)")
+	fl.StringVar(&o.APISocket, "api-socket", "", `Unix socket for the API, each caller answered by peer credentials (default with --shared: api.sock beside the probe socket; "none" for none)`)
+	fl.StringVar(&o.AdminGroup, "admin-group", "", "members of this group see and act on every user's jobs over the API socket (as root does)")
+	fl.IntVar(&o.IdleThreshold, "idle-threshold", agent.DefaultIdleThreshold, "a job holding GPU memory is unused while its SM utilisation is under this percent")
+	fl.DurationVar(&o.IdleWindow, "idle-window", agent.DefaultIdleWindow, "how long a job must stay unused to be idle")
+	fl.DurationVar(&o.NotifyIdle, "notify-idle", 0, "tell a job's owner once it has been idle this long: an idle alert (with the user name) and a line their next vramguard command prints (0: never)")
+	fl.DurationVar(&o.ReclaimIdle, "reclaim-idle", 0, "shut down a notebook kernel, through its Jupyter server, once it has been idle this long, telling its owner first; no other job is stopped (0: never)")
 	fl.StringVar(&o.Node, "node", "", "this machine's name on the rank series (vramguard_rank_*); a rank whose environment names another node (VRAMGUARD_NODE, SLURMD_NODENAME) is left to that node's agent (default: the host name)")
 	return cmd
+}
+
+// shutdownKernel shuts the kernel with id down through the Jupyter server
+// that lists it (every user's servers when serve runs as root).
+func shutdownKernel(ctx context.Context, f *Factory, id string) error {
+	home, _ := os.UserHomeDir()
+	servers, err := jupyter.Discover(jupyter.RuntimeDirs(f.Getenv, home, os.Geteuid() == 0))
+	if err != nil && len(servers) == 0 {
+		return err
+	}
+	c := &jupyter.Collector{Servers: servers, Procs: jupyter.LiveProcs{}, Now: f.Now, Timeout: 10 * time.Second}
+	es, _ := c.Collect(ctx)
+	for i := range es {
+		if es[i].KernelID == id && es[i].ServerInfo() != nil {
+			return jupyter.Act(ctx, &es[i], "shutdown", 10*time.Second)
+		}
+	}
+	return fmt.Errorf("no Jupyter server lists kernel %s", id)
+}
+
+// listenUnix listens on a Unix socket at path with mode (a stale socket
+// file is replaced; a missing directory is created 0755).
+func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(path)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
 }
 
 // serveSignals are the signals that stop serve cleanly.
@@ -166,6 +236,12 @@ func (o *serveOptions) check() (agent.Retention, error) {
 	max, err := parseBytes(o.MaxDisk)
 	if err != nil {
 		return r, Usagef("--max-disk: %v", err)
+	}
+	if o.IdleThreshold < 1 || o.IdleThreshold > 100 || o.IdleWindow <= 0 || o.NotifyIdle < 0 || o.ReclaimIdle < 0 {
+		return r, Usagef("--idle-threshold must be 1-100 (percent), --idle-window positive, --notify-idle and --reclaim-idle not negative")
+	}
+	if o.AdminGroup != "" && !users.System().HasGroup(o.AdminGroup) {
+		return r, Usagef("--admin-group %q: no such group in /etc/group", o.AdminGroup)
 	}
 	if o.Webhook != "" && !strings.HasPrefix(o.Webhook, "http://") && !strings.HasPrefix(o.Webhook, "https://") {
 		return r, Usagef("--webhook %q: want an http:// or https:// URL", o.Webhook)
@@ -238,13 +314,28 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 		Sampler: smp, Store: st, Registry: reg, Retention: ret, Simulated: simulated, Now: f.Now, Log: log, Version: currentVersion().Version,
 		Alerts: agent.AlertConfig{UnsavedAfter: o.UnsavedAfter, Webhook: o.Webhook},
 		Node:   node, NodeAliases: aliases,
+		Idle: agent.IdlePolicy{Threshold: o.IdleThreshold, Window: o.IdleWindow, NotifyAfter: o.NotifyIdle, ReclaimAfter: o.ReclaimIdle},
+	}
+	if o.ReclaimIdle > 0 {
+		cfg.Reclaim = func(ctx context.Context, kernelID string) error { return shutdownKernel(ctx, f, kernelID) }
+	}
+	if o.AdminGroup != "" {
+		group := o.AdminGroup
+		cfg.Admin = func(uid int) bool { return users.System().InGroup(uid, group) }
 	}
 	sock := o.ProbeSocket
 	if sock == "" {
 		sock = probe.DefaultSocket(f.Home())
+		if o.Shared {
+			sock = probe.SharedSocket(f.Getenv)
+		}
 	}
 	if sock != "none" {
-		l, err := probe.Listen(sock)
+		listen := probe.Listen
+		if o.Shared {
+			listen = probe.ListenShared
+		}
+		l, err := listen(sock)
 		if err != nil {
 			return Envf("%v", err)
 		}
@@ -265,10 +356,33 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 	}
 	srv := &http.Server{Handler: agent.HostGuard(o.Listen, o.AllowedHosts, ag.Handler(token)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	addr := ln.Addr().String()
+	apiSock := o.APISocket
+	if apiSock == "" && o.Shared {
+		apiSock = probe.SharedAPISocket(f.Getenv)
+	}
+	var usrv *http.Server
+	var uln net.Listener
+	if apiSock != "" && apiSock != "none" {
+		mode := os.FileMode(0o600)
+		if o.Shared {
+			mode = 0o666
+		}
+		if uln, err = listenUnix(apiSock, mode); err != nil {
+			ln.Close()
+			return Envf("API socket: %v", err)
+		}
+		defer uln.Close()
+		usrv = &http.Server{Handler: ag.SocketHandler(), ConnContext: ag.ConnContext, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	} else {
+		apiSock = ""
+	}
 	if o.JSON {
-		_ = f.WriteJSON(map[string]any{"listen": addr, "url": "http://" + addr + "/", "probe_socket": sock, "home": f.Home(), "backend": b.Name()})
+		_ = f.WriteJSON(map[string]any{"listen": addr, "url": "http://" + addr + "/", "probe_socket": sock, "api_socket": apiSock, "home": f.Home(), "backend": b.Name()})
 	} else {
 		fmt.Fprintf(f.IO.Out, "vramguard serve: dashboard at http://%s/ (metrics /metrics, API /api/v1/), probe socket %s\n", addr, sock)
+		if apiSock != "" {
+			fmt.Fprintf(f.IO.Out, "vramguard serve: API socket %s (each user answered as themselves)\n", apiSock)
+		}
 	}
 
 	errc := make(chan error, 2)
@@ -280,6 +394,13 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 			errc <- err
 		}
 	}()
+	if usrv != nil {
+		go func() {
+			if err := usrv.Serve(uln); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
 	var first error
 	select {
 	case <-ctx.Done():
@@ -291,6 +412,9 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
+	if usrv != nil {
+		_ = usrv.Shutdown(sctx)
+	}
 	// Wait for the agent to store what it buffered.
 	select {
 	case err := <-agentDone:

@@ -3,15 +3,20 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/muesli/termenv"
 	"github.com/spf13/cobra"
 
 	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/gpu"
+	"github.com/vramguard/vramguard/internal/gpu/sim"
+	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/sampler"
+	"github.com/vramguard/vramguard/internal/users"
 )
 
 // topOptions is what `vramguard top` was asked to do.
@@ -25,6 +30,49 @@ type topOptions struct {
 	Group          bool
 	Filter         string
 	KillGrace      time.Duration
+	// User and Mine keep the jobs of one owner (a name or UID; Mine: the
+	// caller's).
+	User string
+	Mine bool
+	// Agent is auto, none or the API socket of a machine-wide agent to
+	// ask instead of sampling (--agent).
+	Agent string
+	// owner is the UID User or Mine resolved to (nil: every owner).
+	owner *int
+}
+
+// resolveOwner turns --user / --mine into the UID whose jobs top keeps: a
+// name from the passwd database, or one a simulated scenario gives.
+func (o *topOptions) resolveOwner(db *users.DB, b gpu.Backend) error {
+	switch {
+	case o.User != "" && o.Mine:
+		return Usagef("--user and --mine cannot be used together")
+	case o.Mine:
+		uid := os.Getuid()
+		o.owner = &uid
+	case o.User != "":
+		uid, ok := db.Lookup(o.User)
+		if s, isSim := b.(*sim.Backend); !ok && isSim {
+			uid, ok = s.Scenario().LookupUser(o.User)
+		}
+		if !ok {
+			return Usagef("--user %q: no such user in the passwd database (give a name or a UID)", o.User)
+		}
+		o.owner = &uid
+	}
+	return nil
+}
+
+// ownedBy keeps the jobs whose owner is uid (all of them for nil). It
+// returns a new slice.
+func ownedBy(jobs []attrib.Job, uid *int) []attrib.Job {
+	out := make([]attrib.Job, 0, len(jobs))
+	for _, j := range jobs {
+		if uid == nil || j.UID == *uid {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // NewCmdTop builds `vramguard top`.
@@ -40,11 +88,17 @@ spawned them and are listed under it.
 
 Each GPU gets a memory bar with used / total, the share used and its
 utilisation. Each job gets a row: GPU (indexes; a MIG instance as
-GPU:INSTANCE, e.g. 7:1), PID (of the job's root), JOB (a pod as
+GPU:INSTANCE, e.g. 7:1), PID (of the job's root), USER (the root
+process's owner: its login name, or its UID where /etc/passwd has none;
+names past 12 characters end in …), JOB (a pod as
 namespace/name where the kubelet's pod log directory names it), OWNER,
 GPU MEM, SM (utilisation of its GPUs), ALLOC / RESERVED (PyTorch's own
 figures, from the probe), RSS, HISTORY (GPU memory over the last minutes)
 and FLAGS. An orphan's whole command line is shown under its row.
+
+--user NAME (or UID) shows only that user's jobs, --mine only yours. GPU
+memory held by PIDs /proc does not show (exited, hidden by hidepid, another
+PID namespace) is never dropped: the footer counts it, owner unknown.
 
 FLAGS is the leak detector's verdict: "judging…" until it has about five
 minutes of samples (every job under --once), then stable, leak, host leak
@@ -83,7 +137,9 @@ scenario file instead, so you can try it anywhere.`,
   vramguard top --simulate examples/scenarios/workstation.json
   vramguard top --once --json | jq '.jobs[] | {name, gpu_bytes}'
   vramguard top --once --sort rss --filter python
-  vramguard top --once --group`,
+  vramguard top --once --group
+  vramguard top --mine
+  vramguard top --once --user alice`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runTop(cmd.Context(), f, o)
@@ -101,6 +157,9 @@ scenario file instead, so you can try it anywhere.`,
 	fl.StringVar(&o.Sort, "sort", "gpu", "sort jobs (and an expanded job's processes) by gpu, rss, pid or name")
 	fl.BoolVar(&o.Group, "group", false, "list jobs under their owner kind (runs, notebooks, pods, ...); g toggles it on the screen")
 	fl.StringVar(&o.Filter, "filter", "", "show only jobs whose name, owner or command contains this text")
+	fl.StringVar(&o.User, "user", "", "show only the jobs of this user (a login name or UID)")
+	fl.BoolVar(&o.Mine, "mine", false, "show only your own jobs")
+	fl.StringVar(&o.Agent, "agent", "auto", "ask a machine-wide agent (serve --shared) instead of sampling: auto (its socket under "+probe.SharedDirDefault+" when one runs), none, or its API socket")
 	fl.DurationVar(&o.KillGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when killing from top")
 	return cmd
 }
@@ -124,11 +183,17 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if done, err := topFromAgent(ctx, f, o); done || err != nil {
+		return err
+	}
 	b, note, err := openGPU(ctx, o.GPU.Simulate, o.GPU.Backend)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	if err := o.resolveOwner(users.System(), b); err != nil {
+		return err
+	}
 	hints := runctl.NewHints(f.Home(), f.Getenv)
 	cfg := sampler.Config{
 		Backend:         b,
@@ -151,20 +216,63 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 		if err != nil {
 			return Failf("%v", err)
 		}
-		snap := newSnapshot(smp, note, o.Sort, o.Filter, o.Group)
-		if o.JSON {
-			return f.WriteJSON(snap)
-		}
-		if note != "" {
-			fmt.Fprintln(f.IO.ErrOut, "vramguard:", note)
-		}
-		r, color := topRenderer(f.IO.Out, f.Getenv, termenv.WithTTY(f.IO.IsTTY))
-		sc := &topScreen{st: newTopStyles(r, color), width: topTerminalWidth(f.IO.Out, f.Getenv), smp: &smp,
-			group: o.Group, filter: o.Filter, cursor: -1}
-		for i := range snap.Jobs {
-			sc.rows = append(sc.rows, topRow{job: &snap.Jobs[i]})
-		}
-		return writeTopOnce(f.IO.Out, sc)
+		return topOnce(f, o, smp, note)
 	}
 	return runTopTUI(ctx, f, o, s, note)
+}
+
+// topOnce prints one reading (--once).
+func topOnce(f *Factory, o *topOptions, smp sampler.Reading, note string) error {
+	smp.Attrib.Jobs = ownedBy(smp.Attrib.Jobs, o.owner)
+	snap := newSnapshot(smp, note, o.Sort, o.Filter, o.Group)
+	if o.JSON {
+		return f.WriteJSON(snap)
+	}
+	if note != "" {
+		fmt.Fprintln(f.IO.ErrOut, "vramguard:", note)
+	}
+	r, color := topRenderer(f.IO.Out, f.Getenv, termenv.WithTTY(f.IO.IsTTY))
+	sc := &topScreen{st: newTopStyles(r, color), width: topTerminalWidth(f.IO.Out, f.Getenv), smp: &smp,
+		group: o.Group, filter: o.Filter, cursor: -1}
+	for i := range snap.Jobs {
+		sc.rows = append(sc.rows, topRow{job: &snap.Jobs[i]})
+	}
+	return writeTopOnce(f.IO.Out, sc)
+}
+
+// topFromAgent runs top on a machine-wide agent's readings when one runs
+// (--agent), so a user sees every job on the machine (other users' as
+// owner and memory only); done is false when top should sample itself.
+func topFromAgent(ctx context.Context, f *Factory, o *topOptions) (done bool, err error) {
+	local := o.GPU.Simulate != "" || o.GPU.ProcRoot != "" || (o.GPU.Backend != "" && o.GPU.Backend != "auto")
+	if local && o.Agent != "auto" && o.Agent != "none" {
+		return false, Usagef("--agent %s cannot be used with --simulate, --gpu-backend or --proc-root (they sample here)", o.Agent)
+	}
+	if local {
+		return false, nil
+	}
+	sock, err := agentSocket(o.Agent, f.Getenv)
+	if err != nil || sock == "" {
+		return false, err
+	}
+	src := newAgentSource(sock, o.Interval)
+	smp, err := src.Refresh(ctx)
+	if err != nil {
+		if o.Agent != "auto" {
+			return false, Envf("the agent at %s did not answer: %v", sock, err)
+		}
+		fmt.Fprintf(f.IO.ErrOut, "vramguard: the agent at %s did not answer (%v); sampling this machine directly\n", sock, err)
+		return false, nil
+	}
+	if err := o.resolveOwner(users.System(), nil); err != nil {
+		return true, err
+	}
+	note := "from the agent at " + sock
+	if o.Once {
+		if o.JSON {
+			note = ""
+		}
+		return true, topOnce(f, o, smp, note)
+	}
+	return true, runTopTUI(ctx, f, o, src, "")
 }

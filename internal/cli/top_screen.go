@@ -143,6 +143,7 @@ type topCol int
 const (
 	colGPU topCol = iota
 	colPID
+	colUser
 	colJob
 	colOwner
 	colMem
@@ -154,17 +155,17 @@ const (
 	numTopCols
 )
 
-var topColHeads = [numTopCols]string{"GPU", "PID", "JOB", "OWNER", "GPU MEM", "SM", "ALLOC / RESERVED", "RSS", "HISTORY", "FLAGS"}
+var topColHeads = [numTopCols]string{"GPU", "PID", "USER", "JOB", "OWNER", "GPU MEM", "SM", "ALLOC / RESERVED", "RSS", "HISTORY", "FLAGS"}
 
 var topColRight = [numTopCols]bool{colPID: true, colMem: true, colSM: true, colAlloc: true, colRSS: true}
 
 // topDropOrder is the order in which columns leave a table too wide for the
 // terminal, first to go first. JOB, GPU MEM and FLAGS always stay; JOB and
 // OWNER shrink (ending in …) before anything is dropped.
-var topDropOrder = []topCol{colAlloc, colHist, colOwner, colSM, colRSS, colPID, colGPU}
+var topDropOrder = []topCol{colAlloc, colHist, colOwner, colSM, colUser, colRSS, colPID, colGPU}
 
 // topDropNames says topDropOrder in words, for --help and the docs.
-const topDropNames = "ALLOC / RESERVED, HISTORY, OWNER, SM, RSS, PID, GPU"
+const topDropNames = "ALLOC / RESERVED, HISTORY, OWNER, SM, USER, RSS, PID, GPU"
 
 const (
 	topGap         = 2  // spaces between columns
@@ -173,6 +174,7 @@ const (
 	jobPrefWidth   = 48 // and grow to these before taking what is left
 	ownerPrefWidth = 40
 	histWidth      = 12
+	userWidth      = 12 // a longer user name is cut (ending in …)
 
 	devBarMax   = 30 // a device's memory bar: its width with room to spare
 	devBarMin   = 10 // what it shrinks to before the device name is cut
@@ -443,11 +445,11 @@ type topJobCut struct{ short, suffix string }
 func (sc *topScreen) cells(r topRow, devs map[string]gpu.Device) (c [numTopCols]topCell, cut topJobCut) {
 	if p := r.proc; p != nil {
 		one := []attrib.Process{*p}
-		owner := fmt.Sprintf("uid %d", p.UID)
 		c = [numTopCols]topCell{
 			colGPU: plainCell(gpuLabel(one, devs)), colPID: plainCell(strconv.Itoa(p.PID)),
-			colJob: plainCell(procLabel(*p)), colOwner: plainCell(owner),
-			colMem: sc.memCell(p.GPUBytes, one, devs), colSM: sc.smCell(smPercent(one)),
+			colUser: plainCell(topClip(p.User, userWidth)),
+			colJob:  plainCell(procLabel(*p)),
+			colMem:  sc.memCell(p.GPUBytes, one, devs), colSM: sc.smCell(smPercent(one)),
 			colRSS: plainCell(units.FormatBytesFixed(p.RSSBytes)),
 		}
 		return c, cut
@@ -458,7 +460,8 @@ func (sc *topScreen) cells(r topRow, devs map[string]gpu.Device) (c [numTopCols]
 	}
 	c = [numTopCols]topCell{
 		colGPU: plainCell(gpuLabel(j.Processes, devs)), colPID: plainCell(strconv.Itoa(j.RootPID)),
-		colJob: plainCell(jobLabel(*j) + cut.suffix), colOwner: plainCell(ownerLabel(*j)),
+		colUser: plainCell(topClip(j.User, userWidth)),
+		colJob:  plainCell(jobLabel(*j) + cut.suffix), colOwner: plainCell(ownerLabel(*j)),
 		colMem: sc.memCell(j.GPUBytes, j.Processes, devs), colSM: sc.smCell(smPercent(j.Processes)),
 		colAlloc: plainCell(topAllocLabel(*j)), colRSS: plainCell(units.FormatBytesFixed(j.RSSBytes)),
 		colFlags: sc.flagsCell(jobFlags(j, sc.smp)),
@@ -716,7 +719,7 @@ func (sc *topScreen) footer() []string {
 	var out []string
 	s := sc.smp
 	if len(s.Attrib.Vanished) > 0 {
-		out = append(out, topWrap(fmt.Sprintf("%s holding %s belong to PIDs not in /proc (exited, or in a PID namespace this /proc cannot see)",
+		out = append(out, topWrap(fmt.Sprintf("%s holding %s belong to PIDs not in /proc, owner unknown (exited, hidden by hidepid, or in a PID namespace this /proc cannot see)",
 			topPlural(len(s.Attrib.Vanished), "GPU record"), units.FormatBytes(s.Attrib.VanishedBytes)), sc.width)...)
 	}
 	if n := s.Dropped.Total(); n > 0 {

@@ -234,9 +234,9 @@ func TestTopGPUColumnMIG(t *testing.T) {
 	}
 	lines := screenText(topTestScreen(t, &smp, 120, false))
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`^2:0 +945001 +python infer_a\.py`),
-		regexp.MustCompile(`^2:1 +945002 +python infer_b\.py`),
-		regexp.MustCompile(`^0,1 +940000 +ml-team/llama-train-0`),
+		regexp.MustCompile(`^2:0 +945001 +bob +python infer_a\.py`),
+		regexp.MustCompile(`^2:1 +945002 +carol\.with\.… +python infer_b\.py`),
+		regexp.MustCompile(`^0,1 +940000 +root +ml-team/llama-train-0`),
 		regexp.MustCompile(`^GPU 2:1 +NVIDIA A100 MIG 3g\.40gb`),
 	} {
 		if !slices.ContainsFunc(lines, want.MatchString) {

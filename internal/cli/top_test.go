@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -238,5 +239,67 @@ func TestOwnerLabelPod(t *testing.T) {
 				t.Errorf("ownerLabel = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestTopOwnerFilter: --user keeps one owner's jobs (by name or UID),
+// --mine the caller's; every job carries its UID and user name.
+func TestTopOwnerFilter(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "proc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	me := strconv.Itoa(os.Getuid())
+	tests := []struct {
+		name string
+		args []string
+		uid  int
+		want []int // root PIDs
+	}{
+		{"every owner", nil, -1, []int{940000, 942000, 945001, 943000, 941000, 945002, 944001}},
+		{"by name", []string{"--user", "alice"}, 1001, []int{942000, 944001}},
+		{"by uid", []string{"--user", "1002"}, 1002, []int{945001}},
+		{"uid nobody runs", []string{"--user", "4242"}, 4242, []int{}},
+		{"mine", []string{"--mine"}, os.Getuid(), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"--once", "--json", "--proc-root", root, "--simulate", "testdata/top/scenario.json"}, tt.args...)
+			out, _, err := runTopCmd(t, false, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var snap struct{ Jobs []attrib.Job }
+			if err := json.Unmarshal([]byte(out), &snap); err != nil {
+				t.Fatal(err)
+			}
+			pids := []int{}
+			for _, j := range snap.Jobs {
+				pids = append(pids, j.RootPID)
+				if tt.uid >= 0 && j.UID != tt.uid {
+					t.Errorf("job %d: uid %d, want only %d", j.RootPID, j.UID, tt.uid)
+				}
+				if j.User == "" || j.Processes[0].User != j.User {
+					t.Errorf("job %d: user %q, its root process's %q", j.RootPID, j.User, j.Processes[0].User)
+				}
+				if j.UID == 1001 && j.User != "alice" {
+					t.Errorf("job %d: uid 1001 named %q, the scenario says alice", j.RootPID, j.User)
+				}
+			}
+			if tt.want != nil && !slices.Equal(pids, tt.want) {
+				t.Errorf("jobs %v, want %v", pids, tt.want)
+			}
+			if tt.name == "mine" && me == "0" && !slices.Equal(pids, []int{940000, 943000}) {
+				t.Errorf("--mine as root: jobs %v, want root's 940000 and 943000", pids)
+			}
+		})
+	}
+	_, _, err := runTopCmd(t, false, "--once", "--proc-root", root, "--simulate", "testdata/top/scenario.json", "--user", "no-such-user-here")
+	if topExitCode(err) != ExitUsage || !strings.Contains(err.Error(), "no such user") {
+		t.Errorf("unknown user: %v", err)
+	}
+	_, _, err = runTopCmd(t, false, "--once", "--user", "root", "--mine")
+	if topExitCode(err) != ExitUsage || !strings.Contains(err.Error(), "cannot be used together") {
+		t.Errorf("--user with --mine: %v", err)
 	}
 }

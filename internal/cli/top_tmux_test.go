@@ -65,6 +65,18 @@ func screenHas(sub ...string) func(string) bool {
 	}
 }
 
+// screenMatches is screenHas for regular expressions.
+func screenMatches(res ...string) func(string) bool {
+	return func(s string) bool {
+		for _, x := range res {
+			if !regexp.MustCompile(x).MatchString(s) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 func screenLine(screen, sub string) int {
 	for i, l := range strings.Split(screen, "\n") {
 		if strings.Contains(l, sub) {
@@ -161,8 +173,9 @@ func topKeys(t *testing.T, bin string) {
 		return strings.Contains(s, "filter: train") && !strings.Contains(s, "embed.py") && !strings.Contains(s, "sleep")
 	})
 	m.keys("Enter")
-	s = m.waitFor("the expanded job", screenHas("990002  └ worker pt_data_worker: python3 train.py",
-		"990003  └ worker pt_data_worker: python3 train.py", "990001  └ main: python3 train.py"))
+	// (PID, then USER: root, the scenario's processes' owner)
+	s = m.waitFor("the expanded job", screenMatches(`990002  root +└ worker pt_data_worker: python3 train.py`,
+		`990003  root +└ worker pt_data_worker: python3 train.py`, `990001  root +└ main: python3 train.py`))
 	// sorted by RSS, the main process (2 GiB) first, then the workers
 	// (310 MiB, 300 MiB)
 	if a, b, c := screenLine(s, "990001"), screenLine(s, "990003"), screenLine(s, "990002"); !(a < b && b < c) {

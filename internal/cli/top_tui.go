@@ -15,16 +15,21 @@ import (
 )
 
 // runTopTUI runs the interactive screen until the user quits.
-func runTopTUI(ctx context.Context, f *Factory, o *topOptions, s *sampler.Sampler, note string) error {
+func runTopTUI(ctx context.Context, f *Factory, o *topOptions, s readingSource, note string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, 1)
-	go s.Run(ctx, func(err error) {
-		select {
-		case errs <- err:
-		default:
-		}
-	})
+	if r, ok := s.(interface {
+		Run(context.Context, func(error)) error
+	}); ok {
+		// a sampler of its own polls the machine; an agent's is asked by Next
+		go r.Run(ctx, func(err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		})
+	}
 	// The screen is a terminal (runTop checked): say so, or the renderer
 	// guesses from $CI and draws without colours in a terminal of a CI job.
 	r, color := topRenderer(f.IO.Out, f.Getenv, termenv.WithTTY(true))
@@ -48,6 +53,13 @@ func runTopTUI(ctx context.Context, f *Factory, o *topOptions, s *sampler.Sample
 
 type sampleMsg sampler.Reading
 type sampleErrMsg struct{ err error }
+
+// nextErrMsg is a reading the source could not give (the agent did not
+// answer); the screen says so and asks again.
+type nextErrMsg struct {
+	err error
+	seq uint64
+}
 type killDoneMsg struct {
 	what string
 	res  killResult
@@ -56,7 +68,7 @@ type killDoneMsg struct {
 
 type topModel struct {
 	ctx  context.Context
-	s    *sampler.Sampler
+	s    readingSource
 	opts *topOptions
 	note string
 	fs   procfs.FS
@@ -87,7 +99,10 @@ func (m *topModel) waitSample(seq uint64) tea.Cmd {
 	return func() tea.Msg {
 		smp, err := m.s.Next(m.ctx, seq)
 		if err != nil {
-			return nil
+			if m.ctx.Err() != nil {
+				return nil
+			}
+			return nextErrMsg{err: err, seq: seq}
 		}
 		return sampleMsg(smp)
 	}
@@ -116,7 +131,7 @@ func (m *topModel) rebuild() {
 			keepPID = r.proc.PID
 		}
 	}
-	m.jobs = arrangeJobs(m.smp.Attrib.Jobs, m.sortBy, m.filter, m.group)
+	m.jobs = arrangeJobs(ownedBy(m.smp.Attrib.Jobs, m.opts.owner), m.sortBy, m.filter, m.group)
 	m.rows = m.rows[:0]
 	m.cursor = 0
 	for i := range m.jobs {
@@ -148,6 +163,9 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case sampleErrMsg:
 		m.status = "sampling failed: " + msg.err.Error()
 		return m, m.waitErr()
+	case nextErrMsg:
+		m.status = "reading failed: " + msg.err.Error()
+		return m, m.waitSample(msg.seq)
 	case killDoneMsg:
 		m.killing = false
 		if msg.err != nil {

@@ -196,7 +196,7 @@ func matchJob(j attrib.Job, filter string) bool {
 		return true
 	}
 	f := strings.ToLower(filter)
-	hay := []string{j.Name, j.Kind, ownerLabel(j), j.RunID, j.Kernel, j.Context.ContainerID, j.Context.PodUID}
+	hay := []string{j.Name, j.Kind, j.User, ownerLabel(j), j.RunID, j.Kernel, j.Context.ContainerID, j.Context.PodUID}
 	for _, p := range j.Processes {
 		hay = append(hay, p.Comm, strings.Join(p.Cmdline, " "), fmt.Sprint(p.PID))
 	}
@@ -229,10 +229,7 @@ func ownerLabel(j attrib.Job) string {
 	case attrib.KindService:
 		return c.Unit
 	}
-	if len(j.Processes) > 0 {
-		return fmt.Sprintf("uid %d", j.Processes[0].UID)
-	}
-	return "process"
+	return "process" // its owner is the USER column
 }
 
 // jobLabel is the JOB column: the job's name, and for a pod whose

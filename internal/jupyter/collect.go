@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/users"
 )
 
 // Entry is one kernel as `vramguard kernels` shows it: which notebook it
@@ -28,6 +29,11 @@ type Entry struct {
 	PID          int   `json:"pid"`
 	ContainerPID int   `json:"container_pid,omitempty"`
 	PIDs         []int `json:"pids"`
+	// UID and User are the kernel process's owner and its login name (the
+	// number where the passwd database has none); a kernel whose process
+	// was not found is owned by users.Unknown (UID users.NoUID).
+	UID  int    `json:"uid"`
+	User string `json:"user"`
 	// GPUBytes is the driver's figure for the kernel and its workers.
 	GPUBytes uint64 `json:"gpu_bytes"`
 	// AllocatedBytes and ReservedBytes are PyTorch's own figures when the
@@ -60,6 +66,8 @@ type Collector struct {
 	Jobs    []attrib.Job
 	Now     func() time.Time
 	Timeout time.Duration
+	// Users names the kernels' owners (nil: the machine's passwd database).
+	Users attrib.UserNames
 }
 
 // Collect lists the kernels of every server. A server that does not answer
@@ -98,7 +106,8 @@ func (c *Collector) Collect(ctx context.Context) ([]Entry, error) {
 		}
 		for _, k := range kernels {
 			e := Entry{KernelID: k.ID, KernelName: k.Name, ExecutionState: k.ExecutionState,
-				LastActivity: k.LastActivity, Connections: k.Connections, Server: cl.Endpoint(""), server: s, PIDs: []int{}}
+				LastActivity: k.LastActivity, Connections: k.Connections, Server: cl.Endpoint(""), server: s, PIDs: []int{},
+				UID: users.NoUID, User: users.Unknown}
 			if !k.LastActivity.IsZero() {
 				e.IdleS = max(0, now().Sub(k.LastActivity).Seconds())
 			}
@@ -127,7 +136,7 @@ func (c *Collector) Collect(ctx context.Context) ([]Entry, error) {
 		if listed[id] {
 			continue
 		}
-		e := Entry{KernelID: id, ExecutionState: "unknown", PIDs: []int{}}
+		e := Entry{KernelID: id, ExecutionState: "unknown", PIDs: []int{}, UID: users.NoUID, User: users.Unknown}
 		c.fill(&e, kp)
 		if envSrc != nil {
 			e.Notebook = ProcNotebook(envSrc, kp.PID)
@@ -153,6 +162,12 @@ func (c *Collector) Collect(ctx context.Context) ([]Entry, error) {
 func (c *Collector) fill(e *Entry, kp KernelProc) {
 	e.PID, e.ContainerPID, e.Supervised, e.RunID = kp.PID, kp.ContainerPID, kp.Supervised, kp.RunID
 	e.RSSBytes = kp.RSS()
+	e.UID = kp.UID
+	names := c.Users
+	if names == nil {
+		names = users.System()
+	}
+	e.User = names.Name(kp.UID)
 	in := map[int]bool{}
 	for _, p := range kp.Tree {
 		in[p.PID] = true

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,17 @@ type fakeProcs struct {
 	env   map[int][]string
 	cwd   map[int]string
 	exe   map[int]string
+	uid   map[int]int
+}
+
+// names is a passwd database for the collector's test.
+type names map[int]string
+
+func (n names) Name(uid int) string {
+	if s, ok := n[uid]; ok {
+		return s
+	}
+	return strconv.Itoa(uid)
 }
 
 func (f fakeProcs) Exe(pid int) (string, error) {
@@ -44,7 +56,7 @@ func (f fakeProcs) Cwd(pid int) (string, error) { return f.cwd[pid], nil }
 func (f fakeProcs) All() ([]procfs.Proc, error)       { return f.procs, nil }
 func (f fakeProcs) Cmdline(pid int) ([]string, error) { return f.argv[pid], nil }
 func (f fakeProcs) Status(pid int) (procfs.Status, error) {
-	return procfs.Status{NSpid: f.nspid[pid]}, nil
+	return procfs.Status{NSpid: f.nspid[pid], UID: f.uid[pid]}, nil
 }
 
 func kernelArgv(id string) []string {
@@ -276,6 +288,7 @@ func TestCollect(t *testing.T) {
 		argv: map[int][]string{22: kernelArgv("A"), 23: kernelArgv("A"), 30: kernelArgv("B"), 60: kernelArgv("U"), 70: kernelArgv("V")},
 		env:  map[int][]string{60: {"HOME=/h", "JPY_SESSION_NAME=proj/u.ipynb"}},
 		cwd:  map[int]string{60: "/w/proj"},
+		uid:  map[int]int{22: 1001, 23: 1001, 30: 1002, 60: 4242, 70: 0},
 	}
 	u64 := func(v uint64) *uint64 { return &v }
 	jobs := []attrib.Job{
@@ -284,7 +297,8 @@ func TestCollect(t *testing.T) {
 		{RootPID: 23, GPUBytes: 1 << 30},
 		{RootPID: 99, GPUBytes: 7 << 30},
 	}
-	c := &Collector{Servers: []Server{{URL: srv.URL + "/", BaseURL: "/", Token: "tok", RootDir: "/nb"}}, Procs: src, Jobs: jobs, Now: func() time.Time { return now }}
+	c := &Collector{Servers: []Server{{URL: srv.URL + "/", BaseURL: "/", Token: "tok", RootDir: "/nb"}}, Procs: src, Jobs: jobs, Now: func() time.Time { return now },
+		Users: names{0: "root", 1001: "alice", 1002: "bob"}}
 	got, err := c.Collect(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -296,17 +310,21 @@ func TestCollect(t *testing.T) {
 		GPU, RSS                  uint64
 		Alloc                     *uint64
 		Idle                      float64
+		UID                       int
+		User                      string
 	}
 	var rows []row
 	for _, e := range got {
-		rows = append(rows, row{e.Notebook, e.KernelID, e.ExecutionState, e.PID, e.PIDs, e.GPUBytes, e.RSSBytes, e.AllocatedBytes, e.IdleS})
+		rows = append(rows, row{e.Notebook, e.KernelID, e.ExecutionState, e.PID, e.PIDs, e.GPUBytes, e.RSSBytes, e.AllocatedBytes, e.IdleS, e.UID, e.User})
 	}
 	want := []row{
-		{"/nb/proj/a.ipynb", "A", "idle", 22, []int{22, 23}, 4 << 30, 1500, u64(1 << 30), 5400},
-		{"", "V", "unknown", 70, []int{70}, 0, 400, nil, 0},
-		{"", "Z", "starting", 0, []int{}, 0, 0, nil, 0},
-		{"/nb/b.ipynb", "B", "busy", 30, []int{30}, 0, 200, nil, 10},
-		{"/w/proj/u.ipynb", "U", "unknown", 60, []int{60}, 0, 300, nil, 0},
+		{"/nb/proj/a.ipynb", "A", "idle", 22, []int{22, 23}, 4 << 30, 1500, u64(1 << 30), 5400, 1001, "alice"},
+		{"", "V", "unknown", 70, []int{70}, 0, 400, nil, 0, 0, "root"},
+		// a kernel whose process is not found: its owner is unknown
+		{"", "Z", "starting", 0, []int{}, 0, 0, nil, 0, -1, "unknown"},
+		{"/nb/b.ipynb", "B", "busy", 30, []int{30}, 0, 200, nil, 10, 1002, "bob"},
+		// a UID without a name is its number
+		{"/w/proj/u.ipynb", "U", "unknown", 60, []int{60}, 0, 300, nil, 0, 4242, "4242"},
 	}
 	if !reflect.DeepEqual(rows, want) {
 		gb, _ := json.Marshal(rows)

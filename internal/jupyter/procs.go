@@ -12,6 +12,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/users"
 )
 
 // ProcSource is where kernel processes are looked up; procfs.FS is the real
@@ -29,6 +30,9 @@ type KernelProc struct {
 	// in a nested PID namespace (a container); ContainerPID is the innermost.
 	NSpid        []int
 	ContainerPID int
+	// UID is the kernel process's owner (users.NoUID when its status
+	// cannot be read).
+	UID int
 	// Tree is the kernel and its descendants (workers, subprocesses).
 	Tree []procfs.Proc
 	// Supervised is set when vramguard runs the kernel (run --kernel).
@@ -224,8 +228,12 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 				}
 			}
 		}
-		if st, err := src.Status(pid); err == nil && len(st.NSpid) > 1 {
-			kp.NSpid, kp.ContainerPID = st.NSpid, st.NSpid[len(st.NSpid)-1]
+		kp.UID = users.NoUID
+		if st, err := src.Status(pid); err == nil {
+			kp.UID = st.UID
+			if len(st.NSpid) > 1 {
+				kp.NSpid, kp.ContainerPID = st.NSpid, st.NSpid[len(st.NSpid)-1]
+			}
 		}
 		if prev, ok := out[c.id]; ok && byPID[prev.PID].StartTicks > byPID[pid].StartTicks {
 			continue

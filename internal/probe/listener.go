@@ -40,13 +40,21 @@ type Listener struct {
 // Listen creates the socket at path (mode 0600; its directory is created
 // 0700 when missing) and starts accepting. A stale socket file from an
 // earlier run is replaced. The path must fit a Unix socket (107 bytes).
-func Listen(path string) (*Listener, error) {
+func Listen(path string) (*Listener, error) { return listenMode(path, 0o600, 0o700) }
+
+// ListenShared is Listen for a machine-wide agent that takes every user's
+// probes: the socket is mode 0666 and a missing directory is created
+// 0755. Each connection is attributed by its peer credentials
+// (Message.PeerPID, PeerUID), never by what its messages claim.
+func ListenShared(path string) (*Listener, error) { return listenMode(path, 0o666, 0o755) }
+
+func listenMode(path string, mode, dirMode os.FileMode) (*Listener, error) {
 	if len(path) > maxSocketPath {
 		return nil, fmt.Errorf("probe socket %s: path is %d bytes, a unix socket path can have at most %d", path, len(path), maxSocketPath)
 	}
 	dir := filepath.Dir(path)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		if err := os.MkdirAll(dir, dirMode); err != nil {
 			return nil, fmt.Errorf("probe socket dir: %w", err)
 		}
 	}
@@ -64,7 +72,7 @@ func Listen(path string) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("probe socket: %w", err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := os.Chmod(path, mode); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("probe socket: %w", err)
 	}
@@ -140,7 +148,7 @@ func (l *Listener) serve(c *net.UnixConn) {
 		l.mu.Unlock()
 		c.Close()
 	}()
-	peer := peerPID(c)
+	peer, peerUID := PeerCred(c)
 	lastPID := peer
 	sc := bufio.NewScanner(c)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
@@ -153,7 +161,7 @@ func (l *Listener) serve(c *net.UnixConn) {
 		if err := json.Unmarshal(line, &m); err != nil || m.Type == "" {
 			m = Message{Type: TypeInvalid, Line: truncate(string(line), 512)}
 		}
-		m.PeerPID = peer
+		m.PeerPID, m.PeerUID = peer, peerUID
 		if m.PID != 0 {
 			lastPID = m.PID
 		}
@@ -162,11 +170,11 @@ func (l *Listener) serve(c *net.UnixConn) {
 		}
 	}
 	if errors.Is(sc.Err(), bufio.ErrTooLong) {
-		if !l.deliver(Message{Type: TypeInvalid, PID: lastPID, PeerPID: peer, Line: "line longer than 1 MiB"}) {
+		if !l.deliver(Message{Type: TypeInvalid, PID: lastPID, PeerPID: peer, PeerUID: peerUID, Line: "line longer than 1 MiB"}) {
 			return
 		}
 	}
-	l.deliver(Message{Type: TypeDisconnect, PID: lastPID, PeerPID: peer})
+	l.deliver(Message{Type: TypeDisconnect, PID: lastPID, PeerPID: peer, PeerUID: peerUID})
 }
 
 func (l *Listener) deliver(m Message) bool {
@@ -178,19 +186,22 @@ func (l *Listener) deliver(m Message) bool {
 	}
 }
 
-func peerPID(c *net.UnixConn) int {
+// PeerCred is the PID and UID of the process at the other end of a Unix
+// connection, as the kernel recorded them when it connected (SO_PEERCRED);
+// 0 and -1 when they cannot be read.
+func PeerCred(c *net.UnixConn) (pid, uid int) {
+	pid, uid = 0, -1
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return 0
+		return pid, uid
 	}
-	pid := 0
 	_ = raw.Control(func(fd uintptr) {
 		cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 		if err == nil {
-			pid = int(cred.Pid)
+			pid, uid = int(cred.Pid), int(cred.Uid)
 		}
 	})
-	return pid
+	return pid, uid
 }
 
 func truncate(s string, n int) string {

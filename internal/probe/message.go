@@ -107,6 +107,7 @@ type Message struct {
 
 	// Set by Listener, not sent by the probe.
 	PeerPID int    `json:"-"` // from SO_PEERCRED when the connection was accepted
+	PeerUID int    `json:"-"` // likewise; -1 when it could not be read
 	Line    string `json:"-"` // the raw line, for TypeInvalid
 }
 

@@ -219,7 +219,41 @@ func AgentSocketFor(getenv func(string) string, home string) string {
 	if s := getenv(EnvSocket); s != "" {
 		return s
 	}
+	if s := SharedSocket(getenv); isSocket(s) {
+		return s // a machine-wide agent takes every user's probes
+	}
 	return DefaultSocket(home)
+}
+
+// SharedDirDefault is where a machine-wide agent (`serve --shared`) puts
+// the sockets every user connects to; EnvSharedDir moves it.
+const SharedDirDefault = "/run/vramguard"
+
+// EnvSharedDir names another directory for the shared agent's sockets.
+const EnvSharedDir = "VRAMGUARD_SHARED_DIR"
+
+// SharedDir is the directory of the machine-wide agent's sockets.
+func SharedDir(getenv func(string) string) string {
+	if d := getenv(EnvSharedDir); filepath.IsAbs(d) {
+		return d
+	}
+	return SharedDirDefault
+}
+
+// SharedSocket is the machine-wide agent's probe socket.
+func SharedSocket(getenv func(string) string) string {
+	return filepath.Join(SharedDir(getenv), AgentSocketName)
+}
+
+// SharedAPISocket is the machine-wide agent's API socket, where each
+// user's commands ask it (as themselves, by peer credentials).
+func SharedAPISocket(getenv func(string) string) string {
+	return filepath.Join(SharedDir(getenv), "api.sock")
+}
+
+func isSocket(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode()&os.ModeSocket != 0
 }
 
 func clampHz(hz float64) float64 {

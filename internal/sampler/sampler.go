@@ -172,7 +172,7 @@ func (s *Sampler) record(smp *Reading, now time.Time) {
 	for i := range smp.Attrib.Jobs {
 		j := &smp.Attrib.Jobs[i]
 		seen[j.Key] = true
-		p := timeline.Point{T: now.UnixMilli(), GPU: int64(j.GPUBytes), RSS: int64(j.RSSBytes), Alloc: -1, Reserved: -1}
+		p := timeline.Point{T: now.UnixMilli(), GPU: int64(j.GPUBytes), RSS: int64(j.RSSBytes), Alloc: -1, Reserved: -1, Util: int64(j.SMUtilPercent)}
 		if j.AllocatedBytes != nil {
 			p.Alloc = int64(*j.AllocatedBytes)
 		}

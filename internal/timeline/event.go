@@ -35,6 +35,8 @@ const (
 	KindUnsaved     Kind = "unsaved_work" // trained long without a checkpoint
 	KindStalled     Kind = "stalled"      // no output, CPU or progress for the stall timeout
 	KindNearLimit   Kind = "near_limit"   // host memory close to the limit it is enforced on
+	KindIdle        Kind = "idle"         // held GPU memory unused past serve --notify-idle (data: user, uid, idle_s, gpu_bytes)
+	KindReclaim     Kind = "reclaim"      // serve --reclaim-idle shut an idle kernel down (data as idle)
 	KindVerdict     Kind = "verdict"      // a supervised run's monitor changed its verdict (data: VerdictData)
 
 	KindNote Kind = "note" // posted through the API
@@ -43,7 +45,7 @@ const (
 // Alert reports whether events of kind k are alerts.
 func Alert(k Kind) bool {
 	switch k {
-	case KindDied, KindLeak, KindOOMForecast, KindUnsaved, KindStalled, KindNearLimit:
+	case KindDied, KindLeak, KindOOMForecast, KindUnsaved, KindStalled, KindNearLimit, KindIdle, KindReclaim:
 		return true
 	}
 	return false

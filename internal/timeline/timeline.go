@@ -77,11 +77,14 @@ type RunState struct {
 
 // Point is the compact form of a sample that views keep by the thousand:
 // the dashboard's stored timelines, top's sparklines. Alloc and Reserved
-// are PyTorch's own figures, -1 when no probe reported them.
+// are PyTorch's own figures, -1 when no probe reported them; Util is the
+// SM utilisation (percent) the driver attributes to the job's processes,
+// -1 when it reports none.
 type Point struct {
 	T        int64 `json:"t"` // Unix milliseconds
 	GPU      int64 `json:"gpu"`
 	RSS      int64 `json:"rss"`
 	Alloc    int64 `json:"alloc"`
 	Reserved int64 `json:"reserved"`
+	Util     int64 `json:"util"`
 }

@@ -104,6 +104,27 @@ func (h *Host) Status(pid int) (procfs.Status, error) {
 	}, nil
 }
 
+// UserName implements attrib.UserNamer: the name the scenario gives uid
+// (the first process with that UID and a user), if any.
+func (h *Host) UserName(uid int) (string, bool) {
+	for i := range h.b.sc.Processes {
+		if p := h.b.sc.Processes[i].Host; p != nil && p.UID == uid && p.User != "" {
+			return p.User, true
+		}
+	}
+	return "", false
+}
+
+// LookupUser is the UID the scenario names name, if any.
+func (s *Scenario) LookupUser(name string) (int, bool) {
+	for i := range s.Processes {
+		if p := s.Processes[i].Host; p != nil && p.User == name && name != "" {
+			return p.UID, true
+		}
+	}
+	return 0, false
+}
+
 // Cgroups implements attrib.ProcSource.
 func (h *Host) Cgroups(pid int) ([]procfs.CgroupEntry, error) {
 	p, ok := h.fake(pid, h.b.Elapsed())

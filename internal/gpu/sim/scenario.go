@@ -62,7 +62,10 @@ type ProcessSpec struct {
 	// Memory is the GPU memory over time: piecewise linear between points,
 	// holding the last value after the last point.
 	Memory Curve `json:"memory,omitempty"`
-	SMUtil *int  `json:"sm_util,omitempty"`
+	// SMUtil is the process's SM utilisation in percent: a number, or
+	// [time, percent] points joined by straight lines (so a test scripts
+	// a job that goes idle); nil means the driver reports none.
+	SMUtil *Curve `json:"sm_util,omitempty"`
 	// Host describes the process as /proc would. When it is nil the
 	// process must be real: attribution reads it from the live /proc.
 	Host *HostSpec `json:"host,omitempty"`
@@ -81,6 +84,10 @@ type HostSpec struct {
 	Cgroup string `json:"cgroup,omitempty"`
 	RSS    Curve  `json:"rss,omitempty"`
 	UID    int    `json:"uid,omitempty"`
+	// User names UID for this scenario (so a scenario's users need not
+	// exist on the machine playing it); without it the machine's passwd
+	// database names the UID.
+	User string `json:"user,omitempty"`
 	// NSpid is the PID in each namespace after the host's (the host PID is
 	// prepended), e.g. [1] for a container's init.
 	NSpid []int `json:"nspid,omitempty"`
@@ -147,6 +154,9 @@ func (s *Scenario) resolve(getenv func(string) string) error {
 		if p.Device != nil && (*p.Device < 0 || *p.Device >= n) {
 			return fmt.Errorf("process %d (pid %d): device %d out of range (scenario has %d)", i, p.PID.N, *p.Device, n)
 		}
+		if p.SMUtil != nil && p.SMUtil.max() > 100 {
+			return fmt.Errorf("process %d (pid %d): sm_util above 100%%", i, p.PID.N)
+		}
 		if p.Device == nil && p.Host == nil {
 			return fmt.Errorf("process %d (pid %d): neither device nor host given", i, p.PID.N)
 		}
@@ -157,6 +167,9 @@ func (s *Scenario) resolve(getenv func(string) string) error {
 			return fmt.Errorf("process %d (pid %d): end before start", i, p.PID.N)
 		}
 		last = max(last, time.Duration(p.Start), time.Duration(p.End), p.Memory.last())
+		if p.SMUtil != nil {
+			last = max(last, p.SMUtil.last())
+		}
 		if p.Host != nil {
 			last = max(last, p.Host.RSS.last())
 		}
@@ -350,6 +363,14 @@ func (c Curve) At(t time.Duration) uint64 {
 		}
 	}
 	return uint64(c.pts[len(c.pts)-1].v)
+}
+
+func (c Curve) max() float64 {
+	m := 0.0
+	for _, p := range c.pts {
+		m = max(m, p.v)
+	}
+	return m
 }
 
 func (c Curve) last() time.Duration {

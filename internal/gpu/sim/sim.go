@@ -107,7 +107,7 @@ func (b *Backend) Devices(ctx context.Context) ([]gpu.Device, error) {
 		}
 		used[*p.Device] += p.Memory.At(t - time.Duration(p.Start))
 		if p.SMUtil != nil {
-			util[*p.Device] += *p.SMUtil
+			util[*p.Device] += int(p.SMUtil.At(t - time.Duration(p.Start)))
 			hasUtil[*p.Device] = true
 		}
 	}
@@ -159,7 +159,7 @@ func (b *Backend) Processes(ctx context.Context) ([]gpu.Process, error) {
 			UsedBytes: p.Memory.At(t - time.Duration(p.Start)), SMUtilPercent: -1,
 		}
 		if p.SMUtil != nil {
-			gp.SMUtilPercent = *p.SMUtil
+			gp.SMUtilPercent = int(p.SMUtil.At(t - time.Duration(p.Start)))
 			gp.LastSeen = now
 		}
 		raw = append(raw, gp)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/gpu/gputest"
+	"github.com/vramguard/vramguard/internal/procfs"
 )
 
 type clock struct{ t time.Time }
@@ -141,6 +142,7 @@ func TestParseErrors(t *testing.T) {
 		{"env not a pid", `{"devices":[{"name":"g","total":"1GiB"}],"processes":[{"pid":"${BAD}","device":0}]}`, "is not a PID"},
 		{"zero pid not raw", `{"devices":[{"name":"g","total":"1GiB"}],"processes":[{"pid":0,"device":0}]}`, "must be positive"},
 		{"host without comm", `{"devices":[{"name":"g","total":"1GiB"}],"processes":[{"pid":5,"host":{}}]}`, "host.comm missing"},
+		{"util above 100", `{"devices":[{"name":"g","total":"1GiB"}],"processes":[{"pid":5,"device":0,"sm_util":[["0s",50],["9s",140]]}]}`, "sm_util above 100%"},
 		{"end before start", `{"devices":[{"name":"g","total":"1GiB"}],"processes":[{"pid":5,"device":0,"start":"9s","end":"2s"}]}`, "end before start"},
 	}
 	for _, tt := range tests {
@@ -154,6 +156,82 @@ func TestParseErrors(t *testing.T) {
 	sc, err := Parse([]byte(`{"devices":[{"name":"g","total":"1GiB"}],"processes":[{"pid":"${GOOD}","device":0}]}`), env)
 	if err != nil || sc.Processes[0].PID.N != 77 {
 		t.Fatalf("env pid: %v %+v", err, sc)
+	}
+}
+
+const scripted = `{
+  "name": "shared", "duration": "1h",
+  "devices": [{"name": "G", "total": "80GiB"}],
+  "processes": [
+    {"pid": 20, "device": 0, "memory": "20GiB", "sm_util": [["0s", 80], ["10m", 80], ["20m", 0]],
+     "host": {"comm": "python3", "uid": 1001, "user": "alice"}},
+    {"pid": 21, "device": 0, "start": "5m", "memory": "4GiB", "sm_util": 30,
+     "host": {"comm": "python3", "uid": 1002}}
+  ]
+}`
+
+// TestScriptedUtilisation: a process's SM utilisation follows its curve
+// (relative to its start), and the device's is the sum of its processes'.
+func TestScriptedUtilisation(t *testing.T) {
+	sc, err := Parse([]byte(scripted), os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		at      time.Duration
+		pid20   int
+		pid21   int // -2: not running
+		devUtil int
+	}{
+		{0, 80, -2, 80},
+		{5 * time.Minute, 80, 30, 100}, // the sum is capped at 100
+		{15 * time.Minute, 40, 30, 70}, // half way down the ramp
+		{30 * time.Minute, 0, 30, 30},  // holds its last point
+		{59 * time.Minute, 0, 30, 30},
+	}
+	for _, tt := range tests {
+		c := &clock{t: gputest.RefTime}
+		b := New(sc, WithClock(c.now))
+		c.t = c.t.Add(tt.at)
+		procs, err := b.Processes(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[int]int{21: -2}
+		for _, p := range procs {
+			got[p.PID] = p.SMUtilPercent
+		}
+		if got[20] != tt.pid20 || got[21] != tt.pid21 {
+			t.Errorf("at %v: util %v, want 20:%d 21:%d", tt.at, got, tt.pid20, tt.pid21)
+		}
+		devs, _ := b.Devices(context.Background())
+		if devs[0].UtilPercent != tt.devUtil {
+			t.Errorf("at %v: device util %d, want %d", tt.at, devs[0].UtilPercent, tt.devUtil)
+		}
+	}
+}
+
+// TestScriptedOwners: the overlay reports each made-up process's UID, and
+// names the UIDs the scenario names (only those).
+func TestScriptedOwners(t *testing.T) {
+	sc, err := Parse([]byte(scripted), os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &clock{t: gputest.RefTime}
+	h := New(sc, WithClock(c.now)).Host(procfs.FS{Root: t.TempDir()})
+	c.t = c.t.Add(6 * time.Minute)
+	for pid, uid := range map[int]int{20: 1001, 21: 1002} {
+		st, err := h.Status(pid)
+		if err != nil || st.UID != uid {
+			t.Errorf("Status(%d) = uid %d, %v; want %d", pid, st.UID, err, uid)
+		}
+	}
+	if n, ok := h.UserName(1001); !ok || n != "alice" {
+		t.Errorf("UserName(1001) = %q, %v", n, ok)
+	}
+	if n, ok := h.UserName(1002); ok {
+		t.Errorf("UserName(1002) = %q, want none (the scenario does not name it)", n)
 	}
 }
 

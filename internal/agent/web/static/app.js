@@ -153,10 +153,26 @@ function renderDevices(d) {
   }));
 }
 
+// userFilter lists the owners of the jobs shown (keeping the one chosen
+// even while it has none) and returns the chosen one ("" for everyone).
+function userFilter(jobs) {
+  const sel = document.getElementById("user-filter");
+  const names = [...new Set(jobs.map((j) => j.user).filter(Boolean))].sort();
+  if (sel.value && !names.includes(sel.value)) names.push(sel.value);
+  const have = [...sel.options].slice(1).map((o) => o.value);
+  if (have.join("\n") !== names.join("\n")) {
+    const keep = sel.value;
+    sel.replaceChildren(el("option", { value: "" }, "everyone"), ...names.map((n) => el("option", { value: n }, n)));
+    sel.value = keep;
+  }
+  return sel.value;
+}
+
 function renderJobs(d) {
   const tb = document.querySelector("#jobs tbody");
   vg.jobs = d.jobs;
-  tb.replaceChildren(...d.jobs.flatMap((j) => {
+  const user = userFilter(d.jobs);
+  tb.replaceChildren(...d.jobs.filter((j) => !user || j.user === user).flatMap((j) => {
     const ranks = j.live ? rankRows(j) : null;
     return ranks ? [jobRow(j), ranks] : [jobRow(j)];
   }));
@@ -192,7 +208,7 @@ function rankRows(j) {
     return el("li", { "data-rank": g.key }, el("b", {}, head), " GPU " + bytes(g.gpu) + " · RSS " + bytes(g.rss) + " · ",
       el("span", { class: "muted" }, "pid " + who));
   });
-  return el("tr", { class: "ranks", "data-key": j.key }, el("td", { colSpan: 9 }, el("ul", { class: "ranks" }, ...items)));
+  return el("tr", { class: "ranks", "data-key": j.key }, el("td", { colSpan: 10 }, el("ul", { class: "ranks" }, ...items)));
 }
 
 function jobRow(j) {
@@ -202,6 +218,7 @@ function jobRow(j) {
   const now = (n) => (j.live ? bytes(n) : "–");
   return el("tr", { "data-key": j.key },
     el("td", { class: "name" }, j.name, el("span", { class: "sub muted" }, j.kind + " · " + gpus)),
+    el("td", { class: "user" }, j.user || "unknown"),
     el("td", { class: "num" }, now(j.gpu_bytes)),
     el("td", { class: "num" }, now(j.reserved_bytes)),
     el("td", { class: "num" }, now(j.allocated_bytes)),
@@ -713,6 +730,7 @@ function setRange(r) {
 }
 
 for (const b of document.querySelectorAll("#ranges button")) b.onclick = () => setRange(b.dataset.range);
+document.getElementById("user-filter").onchange = () => { if (vg.jobs) renderJobs({ jobs: vg.jobs }); };
 const m = /range=(\w+)/.exec(location.hash);
 setRange(m ? m[1] : "1h").then(() => { setLive(true); followEvents(); });
 setInterval(tick, 1000);

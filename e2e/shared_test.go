@@ -1,0 +1,167 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/usage"
+)
+
+// TestSharedAgent: a root `serve --shared` takes two users' jobs (real
+// processes of throwaway users; the GPU side scripted by the simulator);
+// each user's own `vramguard top` asks it through the API socket and sees
+// their job in full and the other's owner and memory only; the job that
+// sits at 0% past the idle window is flagged and its owner's next command
+// prints the one line about it.
+func TestSharedAgent(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
+	}
+	dir, err := os.MkdirTemp("", "vramguard-shared-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sfx := strconv.Itoa(os.Getpid() % 100000)
+	type user struct {
+		name string
+		uid  int
+		pid  int
+	}
+	mk := func(name string) user {
+		if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+			t.Fatalf("useradd: %v %s", err, out)
+		}
+		t.Cleanup(func() { exec.Command("userdel", name).Run() })
+		out, err := exec.Command("id", "-u", name).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := user{name: name}
+		u.uid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
+		c := exec.Command("setpriv", "--reuid="+strconv.Itoa(u.uid), "--regid="+strconv.Itoa(u.uid), "--clear-groups", "sleep", "600")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+		u.pid = c.Process.Pid
+		return u
+	}
+	ana, ben := mk("vgana"+sfx), mk("vgben"+sfx)
+	scen := filepath.Join(dir, "shared.json")
+	if err := os.WriteFile(scen, []byte(`{"name": "shared", "duration": "1h",
+	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
+	  "processes": [
+	    {"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
+	    {"pid": "$BEN", "device": 0, "memory": "20GiB", "sm_util": 0}
+	  ]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// the binary where the users can run it
+	vg := filepath.Join(dir, "vramguard")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(vg, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shared := filepath.Join(dir, "run")
+	serve := exec.Command(vg, "serve", "--shared", "--listen", "127.0.0.1:0", "--json", "--simulate", scen,
+		"--idle-window", "2s", "--notify-idle", "3s")
+	serve.Env = append(os.Environ(), "VRAMGUARD_HOME="+filepath.Join(dir, "agent-home"), "VRAMGUARD_SHARED_DIR="+shared,
+		fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid))
+	var serr bytes.Buffer
+	serve.Stderr = &serr
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() })
+	sock := filepath.Join(shared, "api.sock")
+	waitFor(t, 30*time.Second, "the shared API socket", func() bool {
+		st, err := os.Stat(sock)
+		return err == nil && st.Mode().Perm() == 0o666
+	})
+	as := func(u user, args ...string) (string, string) {
+		home := filepath.Join(dir, "home-"+u.name)
+		os.MkdirAll(home, 0o700)
+		os.Chown(home, u.uid, u.uid)
+		c := exec.Command("setpriv", append([]string{"--reuid=" + strconv.Itoa(u.uid), "--regid=" + strconv.Itoa(u.uid), "--clear-groups", vg}, args...)...)
+		c.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "VRAMGUARD_SHARED_DIR=" + shared, "VRAMGUARD_HOME=" + filepath.Join(home, "state")}
+		var out, errb bytes.Buffer
+		c.Stdout, c.Stderr = &out, &errb
+		if err := c.Run(); err != nil {
+			t.Fatalf("%v as %s: %v\n%s%s\nserve: %s", args, u.name, err, out.String(), errb.String(), serr.String())
+		}
+		return out.String(), errb.String()
+	}
+	type snap struct{ Jobs []attrib.Job }
+	var s snap
+	waitFor(t, 30*time.Second, "both users' jobs through the agent", func() bool {
+		out, _ := as(ana, "top", "--once", "--json")
+		s = snap{}
+		return json.Unmarshal([]byte(out), &s) == nil && len(s.Jobs) == 2
+	})
+	for _, j := range s.Jobs {
+		switch j.UID {
+		case ana.uid:
+			if j.User != ana.name || j.Name != "sleep" || len(j.Processes) != 1 || j.Processes[0].Comm != "sleep" || j.GPUBytes != 6<<30 {
+				t.Errorf("ana's own job as she sees it: %+v", j)
+			}
+		case ben.uid:
+			if j.User != ben.name || j.Name == "sleep" || j.Processes[0].Comm != "" || j.GPUBytes != 20<<30 {
+				t.Errorf("ben's job as ana sees it (owner and memory only): %+v", j)
+			}
+		default:
+			t.Errorf("a job of uid %d", j.UID)
+		}
+	}
+	// ben's job sits at 0%: idle after 2 s, its owner told after 3 s; his
+	// next command prints the line once, ana's prints none
+	var line string
+	waitFor(t, 30*time.Second, "ben's notice", func() bool {
+		_, errOut := as(ben, "top", "--once", "--mine")
+		line = errOut
+		return strings.Contains(errOut, "unused for")
+	})
+	if !strings.Contains(line, "vramguard: sleep (pid "+strconv.Itoa(ben.pid)+") has held 20 GiB on GPU 0 unused for") {
+		t.Errorf("ben's notice: %q", line)
+	}
+	if _, errOut := as(ben, "top", "--once", "--mine"); strings.Contains(errOut, "unused for") {
+		t.Errorf("the notice was printed twice: %q", errOut)
+	}
+	if _, errOut := as(ana, "top", "--once"); strings.Contains(errOut, "unused for") {
+		t.Errorf("ana was shown ben's notice: %q", errOut)
+	}
+	out, _ := as(ben, "top", "--once")
+	if !strings.Contains(out, "idle") || !strings.Contains(out, ben.name) {
+		t.Errorf("ben's top does not flag his idle job:\n%s", out)
+	}
+	// ana's report through the socket: her own row only; her job holds a
+	// constant 6 GiB at 70%, so its memory-hours are 6 × its held hours,
+	// all of them busy
+	out, _ = as(ana, "report", "--json", "--since", "1h")
+	var rep usage.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Rows) != 1 || rep.Rows[0].Group != ana.name {
+		t.Fatalf("ana's report: %v %s", err, out)
+	}
+	r := rep.Rows[0]
+	if r.HeldHours <= 0 || math.Abs(r.MemoryGiBHours-6*r.HeldHours) > 1e-9 || math.Abs(r.BusyHours-r.HeldHours) > 1e-9 || r.IdleHours != 0 || r.PeakBytes != 6<<30 {
+		t.Errorf("ana's report row %+v: want memory-hours 6 × held hours, all busy, peak 6 GiB", r)
+	}
+}

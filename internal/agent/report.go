@@ -1,0 +1,86 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/usage"
+)
+
+// Report accounts for the jobs seen in [from, to] (see package usage),
+// grouped by by; jobs not kept says which to leave out (nil: none).
+func (a *Agent) Report(ctx context.Context, by string, from, to time.Time, keep func(JobView) bool) (usage.Report, error) {
+	if err := a.tl.Flush(ctx); err != nil {
+		return usage.Report{}, err
+	}
+	jobs, err := a.jobsIn(ctx, from)
+	if err != nil {
+		return usage.Report{}, err
+	}
+	evs, err := a.cfg.Store.AgentEvents(ctx, store.AgentEventFilter{Since: from})
+	if err != nil {
+		return usage.Report{}, err
+	}
+	died := map[string][]string{}
+	for _, e := range evs {
+		if e.Kind == EventDied && !e.T.After(to) {
+			died[e.JobKey] = append(died[e.JobKey], e.Message)
+		}
+	}
+	interval, _ := a.cfg.Sampler.Intervals()
+	var in []usage.Job
+	for _, j := range jobs {
+		if j.id == 0 || (keep != nil && !keep(j)) {
+			continue
+		}
+		fine, coarse, err := a.tl.Samples(ctx, j.id, from, to)
+		if err != nil {
+			return usage.Report{}, err
+		}
+		devs := make([]string, len(j.Devices))
+		for i, d := range j.Devices {
+			devs[i] = strconv.Itoa(d)
+		}
+		slices.Sort(devs)
+		uj := usage.Job{Key: j.Key, Name: j.Labels.Job, User: j.User, GPUs: strings.Join(devs, ","), Died: died[j.Key],
+			Series: []usage.Series{{Step: a.tl.Retention().CoarseStep, Points: coarse}, {Step: interval, Points: fine}}}
+		if uj.Name == "" {
+			uj.Name = j.Name
+		}
+		in = append(in, uj)
+	}
+	return usage.Compute(in, by, a.cfg.Idle.withDefaults().Threshold, from, to), nil
+}
+
+// apiReport answers ?by=user|job|gpu&range=168h (or from=&to=): the
+// accounting of the range; over the socket a user's own jobs only.
+func (a *Agent) apiReport(w http.ResponseWriter, r *http.Request) {
+	by := r.URL.Query().Get("by")
+	if by == "" {
+		by = usage.ByUser
+	}
+	if !slices.Contains(usage.Bys, by) {
+		writeErr(w, http.StatusBadRequest, "by %q: want user, job or gpu", by)
+		return
+	}
+	from, to, err := a.parseRange(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	var keep func(JobView) bool
+	if c, lim := limited(r); lim {
+		keep = func(j JobView) bool { return c.owns(j.UID) }
+	}
+	rep, err := a.Report(r.Context(), by, from, to, keep)
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}

@@ -1,0 +1,344 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/probe"
+	"github.com/vramguard/vramguard/internal/users"
+)
+
+// apiHelper is the test binary run as another user: it sends req ("METHOD
+// PATH") to the agent's API socket at sock and prints the status code, a
+// newline and the body.
+func apiHelper(sock, req string) int {
+	method, path, _ := strings.Cut(req, " ")
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	r, err := http.NewRequest(method, "http://agent"+path, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	resp, err := c.Do(r)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	fmt.Printf("%d\n%s", resp.StatusCode, b)
+	return 0
+}
+
+// testUser adds a throwaway user (removed when the test ends) and returns
+// its UID.
+func testUser(t *testing.T, name string) int {
+	t.Helper()
+	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+		t.Fatalf("useradd %s: %v %s", name, err, out)
+	}
+	t.Cleanup(func() { exec.Command("userdel", name).Run() })
+	out, err := exec.Command("id", "-u", name).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uid
+}
+
+// sharedRig is an agent whose scenario's GPU processes are real processes
+// of two throwaway users, with its API on a Unix socket every user may
+// reach and a copy of the test binary they may run.
+type sharedRig struct {
+	*rig
+	sock, bin    string
+	alice, bob   int
+	aliceN, bobN string
+	sleeps       map[string]*exec.Cmd
+}
+
+func newSharedRig(t *testing.T, cfg Config) *sharedRig {
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
+	}
+	sfx := strconv.Itoa(os.Getpid() % 100000)
+	sr := &sharedRig{aliceN: "vgalice" + sfx, bobN: "vgbob" + sfx, sleeps: map[string]*exec.Cmd{}}
+	sr.alice, sr.bob = testUser(t, sr.aliceN), testUser(t, sr.bobN)
+	start := func(name string, uid int) {
+		c := exec.Command("sleep", "600")
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go c.Wait()
+		t.Cleanup(func() { c.Process.Kill() })
+		sr.sleeps[name] = c
+	}
+	start("alice", sr.alice)
+	start("bob", sr.bob)
+	env := map[string]string{"ALICE": strconv.Itoa(sr.sleeps["alice"].Process.Pid), "BOB": strconv.Itoa(sr.sleeps["bob"].Process.Pid)}
+	sc := `{"name": "shared", "duration": "1h",
+	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
+	  "processes": [
+	    {"pid": "$ALICE", "device": 0, "memory": "4GiB", "sm_util": 50},
+	    {"pid": "$BOB", "device": 0, "memory": "8GiB", "sm_util": 0}
+	  ]}`
+	sr.rig = newRigEnv(t, sc, cfg, nil, func(k string) string { return env[k] })
+	// a directory every user can enter, so only the socket's mode and the
+	// agent's checks stand between them and the API
+	dir, err := os.MkdirTemp("", "vramguard-shared-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sr.sock = filepath.Join(dir, "api.sock")
+	ln, err := net.Listen("unix", sr.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sr.sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: sr.ag.SocketHandler(), ConnContext: sr.ag.ConnContext}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr.bin = filepath.Join(dir, "client")
+	if err := os.WriteFile(sr.bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sr.step(2)
+	return sr
+}
+
+// as sends req to the API socket from a process of uid, and returns the
+// status code and body.
+func (sr *sharedRig) as(t *testing.T, uid int, req string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(sr.bin)
+	cmd.Env = append(os.Environ(), "VRAMGUARD_TEST_API="+sr.sock, "VRAMGUARD_TEST_API_REQ="+req)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("%s as uid %d: %v %s", req, uid, err, ee.Stderr)
+		}
+		t.Fatal(err)
+	}
+	code, body, _ := strings.Cut(string(out), "\n")
+	n, _ := strconv.Atoi(code)
+	return n, body
+}
+
+// TestSharedSocketViews: over the API socket each user sees their own job
+// in full and the other's owner and memory only, by peer credentials; root
+// sees both; /metrics is for admins.
+func TestSharedSocketViews(t *testing.T) {
+	sr := newSharedRig(t, Config{})
+	type view struct {
+		user, name string
+		gpu        uint64
+		procs      int
+	}
+	tests := []struct {
+		who  string
+		uid  int
+		want map[int]view // by the owner's UID
+	}{
+		{"alice", sr.alice, map[int]view{sr.alice: {sr.aliceN, "sleep", 4 << 30, 1}, sr.bob: {sr.bobN, hiddenName, 8 << 30, 1}}},
+		{"bob", sr.bob, map[int]view{sr.alice: {sr.aliceN, hiddenName, 4 << 30, 1}, sr.bob: {sr.bobN, "sleep", 8 << 30, 1}}},
+		{"root", 0, map[int]view{sr.alice: {sr.aliceN, "sleep", 4 << 30, 1}, sr.bob: {sr.bobN, "sleep", 8 << 30, 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.who, func(t *testing.T) {
+			code, body := sr.as(t, tt.uid, "GET /api/v1/machine")
+			if code != 200 {
+				t.Fatalf("machine: %d %s", code, body)
+			}
+			var m Machine
+			if err := json.Unmarshal([]byte(body), &m); err != nil {
+				t.Fatal(err)
+			}
+			if len(m.Jobs) != 2 {
+				t.Fatalf("%d jobs, want both users' 2: %s", len(m.Jobs), body)
+			}
+			for _, j := range m.Jobs {
+				w, ok := tt.want[j.UID]
+				if !ok {
+					t.Fatalf("a job of uid %d", j.UID)
+				}
+				if j.User != w.user || j.Name != w.name || j.GPUBytes != w.gpu || len(j.Processes) != w.procs {
+					t.Errorf("job of %s: user %q name %q gpu %d, %d processes; want %+v", w.user, j.User, j.Name, j.GPUBytes, len(j.Processes), w)
+				}
+				if j.Name == hiddenName && (len(j.Processes[0].Cmdline) > 0 || j.Processes[0].Comm != "") {
+					t.Errorf("another user's process shows its command: %+v", j.Processes[0])
+				}
+			}
+			code, body = sr.as(t, tt.uid, "GET /api/v1/jobs")
+			var jobs struct{ Jobs []JobView }
+			if err := json.Unmarshal([]byte(body), &jobs); code != 200 || err != nil {
+				t.Fatalf("jobs: %d %v %s", code, err, body)
+			}
+			for _, j := range jobs.Jobs {
+				if w := tt.want[j.UID]; j.Name != w.name || j.User != w.user || j.GPUBytes != w.gpu {
+					t.Errorf("API job of %s: name %q user %q gpu %d; want %+v", j.User, j.Name, j.User, j.GPUBytes, w)
+				}
+			}
+			code, _ = sr.as(t, tt.uid, "GET /metrics")
+			if want := map[bool]int{true: 200, false: 403}[tt.uid == 0]; code != want {
+				t.Errorf("/metrics: %d, want %d", code, want)
+			}
+		})
+	}
+}
+
+// TestSharedSocketActions: kill over the socket needs no token and works
+// on one's own job only; another user's is refused and left running; root
+// may.
+func TestSharedSocketActions(t *testing.T) {
+	sr := newSharedRig(t, Config{})
+	key := map[int]string{}
+	for _, j := range sr.ag.Snapshot().Jobs {
+		key[j.UID] = j.Key
+	}
+	code, body := sr.as(t, sr.alice, "POST /api/v1/jobs/"+key[sr.bob]+"/kill")
+	if code != http.StatusForbidden || !strings.Contains(body, sr.bobN) {
+		t.Fatalf("alice killing bob's job: %d %s, want 403 naming its owner", code, body)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := sr.sleeps["bob"].Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("bob's job is gone after alice's refused kill: %v", err)
+	}
+	code, body = sr.as(t, sr.alice, "POST /api/v1/jobs/"+key[sr.alice]+"/kill")
+	if code != http.StatusAccepted {
+		t.Fatalf("alice killing her own job: %d %s", code, body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for sr.sleeps["alice"].ProcessState == nil && time.Now().Before(deadline) {
+		if syscall.Kill(sr.sleeps["alice"].Process.Pid, 0) != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if syscall.Kill(sr.sleeps["alice"].Process.Pid, 0) == nil {
+		// a zombie until reaped still answers signal 0: look at its state
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", sr.sleeps["alice"].Process.Pid)); err == nil && !strings.Contains(string(st), ") Z ") {
+			t.Fatalf("alice's job still runs after her kill")
+		}
+	}
+	code, body = sr.as(t, 0, "POST /api/v1/jobs/"+key[sr.bob]+"/kill")
+	if code != http.StatusAccepted {
+		t.Fatalf("root killing bob's job: %d %s", code, body)
+	}
+}
+
+// TestSharedProbeSocket: on the shared probe socket (0666) another user's
+// process is let in, and its messages carry its UID from the kernel.
+func TestSharedProbeSocket(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test runs a process as another user: it must run as root (it does in CI)")
+	}
+	uid := testUser(t, "vgprobe"+strconv.Itoa(os.Getpid()%100000))
+	dir, err := os.MkdirTemp("", "vramguard-shared-probe-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "run", probe.AgentSocketName)
+	l, err := probe.ListenShared(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if st, err := os.Stat(sock); err != nil || st.Mode().Perm() != 0o666 {
+		t.Fatalf("shared probe socket: %v %v, want mode 0666", st.Mode(), err)
+	}
+	self, _ := os.Executable()
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "dial")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "VRAMGUARD_TEST_DIAL="+sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("another user's probe could not connect: %v %s", err, out)
+	}
+	select {
+	case m := <-l.Messages():
+		if m.Type != probe.TypeHello || m.PeerUID != uid || m.PID != m.PeerPID || m.PeerPID != cmd.Process.Pid {
+			t.Fatalf("message %+v, want a hello from pid %d with the kernel's uid %d", m, cmd.Process.Pid, uid)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message")
+	}
+	if got := (&users.DB{}).Name(uid); !strings.HasPrefix(got, "vgprobe") {
+		t.Errorf("the new user's name: %q", got)
+	}
+}
+
+// TestSharedSocketAdmin: a member of the admin group (Config.Admin, which
+// serve --admin-group backs with /etc/group) sees another user's job in
+// full and may act on it; the other user still may not act on theirs.
+func TestSharedSocketAdmin(t *testing.T) {
+	var admin atomic.Int64
+	admin.Store(-5)
+	sr := newSharedRig(t, Config{Admin: func(uid int) bool { return int64(uid) == admin.Load() }})
+	admin.Store(int64(sr.bob))
+	key := map[int]string{}
+	for _, j := range sr.ag.Snapshot().Jobs {
+		key[j.UID] = j.Key
+	}
+	code, body := sr.as(t, sr.bob, "GET /api/v1/jobs/"+key[sr.alice])
+	var j JobView
+	if err := json.Unmarshal([]byte(body), &j); code != 200 || err != nil || j.Name != "sleep" || len(j.Processes) != 1 {
+		t.Fatalf("the admin's view of alice's job: %d %v %s", code, err, body)
+	}
+	if code, _ := sr.as(t, sr.bob, "GET /metrics"); code != 200 {
+		t.Errorf("the admin's /metrics: %d", code)
+	}
+	if code, body := sr.as(t, sr.alice, "POST /api/v1/jobs/"+key[sr.bob]+"/kill"); code != http.StatusForbidden {
+		t.Fatalf("alice killing the admin's job: %d %s", code, body)
+	}
+	if code, body := sr.as(t, sr.bob, "POST /api/v1/jobs/"+key[sr.alice]+"/kill"); code != http.StatusAccepted {
+		t.Fatalf("the admin killing alice's job: %d %s", code, body)
+	}
+}

@@ -1,0 +1,183 @@
+package cli
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vramguard/vramguard/internal/units"
+	"github.com/vramguard/vramguard/internal/usage"
+)
+
+type reportOptions struct {
+	By    string
+	Since string
+	JSON  bool
+	CSV   bool
+	Agent string
+	URL   string
+}
+
+// NewCmdReport builds `vramguard report`.
+func NewCmdReport(f *Factory) *cobra.Command {
+	o := &reportOptions{}
+	cmd := &cobra.Command{
+		Use:   "report",
+		Short: "GPU accounting from the agent's history: memory-hours, busy and idle hours, peaks, deaths per user, job or GPU",
+		Long: `report asks the machine-wide agent (vramguard serve) for the accounting of a
+range of its history, grouped by user, job or GPU:
+
+  MEM GiB·h   GPU memory held over time (GiB × hours)
+  HELD h      hours some GPU memory was held
+  BUSY h      the part of it at or above the idle threshold's utilisation
+              (serve --idle-threshold, 1% by default)
+  IDLE h      the part under it (time without a utilisation reading from the
+              driver is in neither)
+  PEAK        the most GPU memory one job held
+  DIED        jobs that died in the range, and why
+
+The figures are sums over the agent's stored samples, so retention applies:
+within --keep-fine every sample counts; older stretches count by their
+per-step peaks (--coarse-step), an upper bound. --by gpu groups jobs by the
+GPUs they held memory on ("0,1" for a job on both).
+
+It asks the shared agent's socket (serve --shared) when one runs: there a
+user's report covers their own jobs; root and --admin-group members see
+everyone's. Otherwise it asks --url.`,
+		Example: `  vramguard report
+  vramguard report --by job --since 24h
+  vramguard report --by user --since 30d --csv > gpu-usage.csv
+  vramguard report --json | jq '.rows[] | {group, idle_hours}'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runReport(cmd.Context(), f, o)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.By, "by", usage.ByUser, "group by user, job or gpu")
+	fl.StringVar(&o.Since, "since", "7d", "how far back: a duration such as 24h, 90m or 7d")
+	fl.BoolVar(&o.JSON, "json", false, "print the report as JSON")
+	fl.BoolVar(&o.CSV, "csv", false, "print the report as CSV")
+	fl.StringVar(&o.Agent, "agent", "auto", "the shared agent's API socket: auto (under /run/vramguard when one runs), none, or a path")
+	fl.StringVar(&o.URL, "url", "http://127.0.0.1:9345", "the agent's HTTP address, when no shared socket is used")
+	return cmd
+}
+
+// parseSince reads a duration, with "d" for days.
+func parseSince(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		d, err := strconv.ParseFloat(n, 64)
+		if err != nil || d <= 0 {
+			return 0, fmt.Errorf("%q: want a positive number of days", s)
+		}
+		return time.Duration(d * 24 * float64(time.Hour)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q: want a positive duration such as 24h or 7d", s)
+	}
+	return d, nil
+}
+
+func runReport(ctx context.Context, f *Factory, o *reportOptions) error {
+	if !slices.Contains(usage.Bys, o.By) {
+		return Usagef("--by %q: want user, job or gpu", o.By)
+	}
+	if o.JSON && o.CSV {
+		return Usagef("--json and --csv cannot be used together")
+	}
+	since, err := parseSince(o.Since)
+	if err != nil {
+		return Usagef("--since %v", err)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	sock, err := agentSocket(o.Agent, f.Getenv)
+	if err != nil {
+		return err
+	}
+	path := "/api/v1/report?by=" + url.QueryEscape(o.By) + "&range=" + url.QueryEscape(since.String())
+	var rep usage.Report
+	if sock != "" {
+		if err := getAgent(ctx, agentClient(sock, 30*time.Second), path, &rep); err != nil {
+			return Envf("the agent at %s: %v", sock, err)
+		}
+	} else {
+		u, err := url.Parse(o.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return Usagef("--url %q: want http://HOST:PORT", o.URL)
+		}
+		c := &http.Client{Timeout: 30 * time.Second}
+		if err := getAgentURL(ctx, c, strings.TrimSuffix(o.URL, "/")+path, &rep); err != nil {
+			return Envf("no agent answered at %s (%v): report reads the history of vramguard serve; start it, or give --url", o.URL, err)
+		}
+	}
+	switch {
+	case o.JSON:
+		return f.WriteJSON(rep)
+	case o.CSV:
+		return writeReportCSV(f.IO.Out, rep)
+	}
+	writeReport(f.IO.Out, rep)
+	return nil
+}
+
+// reportFigures are a row's figures as the table and the CSV write them.
+func reportFigures(r usage.Row) []string {
+	return []string{strconv.Itoa(r.Jobs), fmt.Sprintf("%.2f", r.MemoryGiBHours), fmt.Sprintf("%.2f", r.HeldHours),
+		fmt.Sprintf("%.2f", r.BusyHours), fmt.Sprintf("%.2f", r.IdleHours)}
+}
+
+func writeReport(w io.Writer, rep usage.Report) {
+	fmt.Fprintf(w, "GPU use by %s, %s to %s\n\n", rep.By, rep.From.Local().Format("2006-01-02 15:04"), rep.To.Local().Format("2006-01-02 15:04"))
+	if len(rep.Rows) == 0 {
+		fmt.Fprintln(w, "no jobs in the agent's history for this range")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.ToUpper(rep.By)+"\tJOBS\tMEM GiB·h\tHELD h\tBUSY h\tIDLE h\tPEAK\tDIED\t")
+	for _, r := range append(slices.Clone(rep.Rows), rep.Total) {
+		fmt.Fprintln(tw, r.Group+"\t"+strings.Join(reportFigures(r), "\t")+"\t"+units.FormatBytes(uint64(r.PeakBytes))+"\t"+strconv.Itoa(r.Died)+"\t")
+	}
+	tw.Flush()
+	var why []string
+	for _, r := range rep.Rows {
+		for _, d := range r.DiedWhy {
+			why = append(why, "  "+r.Group+": "+d)
+		}
+	}
+	if len(why) > 0 {
+		fmt.Fprintln(w, "\ndeaths:")
+		fmt.Fprintln(w, strings.Join(why, "\n"))
+	}
+}
+
+func writeReportCSV(w io.Writer, rep usage.Report) error {
+	cw := csv.NewWriter(w)
+	_ = cw.Write([]string{rep.By, "jobs", "memory_gib_hours", "held_hours", "busy_hours", "idle_hours", "peak_bytes", "died", "died_why"})
+	for _, r := range rep.Rows {
+		_ = cw.Write(append(append([]string{r.Group}, reportFigures(r)...), strconv.FormatInt(r.PeakBytes, 10), strconv.Itoa(r.Died), strings.Join(r.DiedWhy, "; ")))
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// getAgentURL is getAgent over TCP.
+func getAgentURL(ctx context.Context, c *http.Client, u string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	return doAgent(c, req, out)
+}
