@@ -16,7 +16,15 @@ func TestEnviron(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	env, err := FS{}.Environ(cmd.Process.Pid)
+	// Start returns once the child is forked; until its exec of sleep has
+	// set up the new stack, the environment reads empty
+	var env []string
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if env, err = (FS{}).Environ(cmd.Process.Pid); err != nil || len(env) > 0 {
+			break
+		}
+	}
 	if err != nil || !slices.Equal(env, []string{"RANK=2", "WORLD_SIZE=4"}) {
 		t.Errorf("%q %v", env, err)
 	}
