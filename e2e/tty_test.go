@@ -128,7 +128,7 @@ func TestCtrlZStopsTheJob(t *testing.T) {
 		return job > 0 && strings.Contains(out.String(), "tick3")
 	})
 	ptmx.WriteString("\x1a") // Ctrl-Z
-	waitFor(t, 10*time.Second, "vramguard and the job stopped", func() bool {
+	waitFor(t, 30*time.Second, "vramguard and the job stopped", func() bool {
 		return procState(sup) == "T" && procState(job) == "T" && strings.Contains(out.String(), "Stopped")
 	})
 	// stopped means stopped: no more ticks
