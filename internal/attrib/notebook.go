@@ -40,7 +40,7 @@ func ServerKernelID(file string) (string, bool) {
 
 // KernelID tells whether argv is an IPython kernel (ipykernel) started on
 // a connection file, of a server's naming (`kernel-<id>.json`) or any other
-// (`/tmp/tmpXXXX.json`, as nbclient and a bare KernelManager name theirs,
+// (`/tmp/tmpa1b2c3d4.json`, as nbclient and a bare KernelManager name theirs,
 // or an editor's). id is the server's kernel id; it is "" for a file of
 // another name, whose kernel only its contents identify (KernelHints).
 func KernelID(argv []string) (id, file string, ok bool) {
