@@ -26,21 +26,6 @@ function svg(tag, attrs) {
   return e;
 }
 
-// bytes writes bytes as the CLI does (units.FormatBytes): binary units,
-// one decimal below 100, "3 MiB", "1.6 GiB", "504 GiB".
-function bytes(v) {
-  if (v === undefined || v === null || Number.isNaN(v)) return "?";
-  const sign = v < 0 ? "-" : "";
-  v = Math.abs(v);
-  if (Math.round(v) < 1024) return (Math.round(v) === 0 ? "" : sign) + Math.round(v) + " B";
-  const suffixes = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-  let e = 0;
-  while (v >= 1024 && e < suffixes.length - 1) { v /= 1024; e++; }
-  const round = (x) => (x < 100 ? Math.round(x * 10) / 10 : Math.round(x));
-  let r = round(v);
-  if (r >= 1024 && e < suffixes.length - 1) { v /= 1024; e++; r = round(v); }
-  return sign + r + " " + suffixes[e];
-}
 function colour(site) { return site < 0 ? "#9aa3b5" : palette[site % palette.length]; }
 
 async function load(device) {
@@ -70,14 +55,14 @@ function drawSummary(v) {
   const s = v.summary, dl = document.getElementById("summary");
   const rows = [
     ["schema", "torch " + v.schema],
-    ["reserved", bytes(s.reserved_bytes) + " in " + s.segments + " segments (" + s.large_segments + " large, " + s.small_segments + " small" +
+    ["reserved", fmtBytes(s.reserved_bytes) + " in " + s.segments + " segments (" + s.large_segments + " large, " + s.small_segments + " small" +
       (s.expandable_segments ? ", " + s.expandable_segments + " expandable" : "") + ")"],
-    ["allocated", bytes(s.allocated_bytes) + " in " + s.live_blocks + " live blocks, " + bytes(s.requested_bytes) + " requested"],
-    ["active", bytes(s.active_bytes) + " (" + bytes(s.pending_free_bytes) + " freed, pending on a stream)"],
-    ["free", bytes(s.free_bytes) + " cached in " + s.free_blocks + " blocks; largest " + bytes(s.largest_free_block) + ", large pool " + bytes(s.largest_free_large_block)],
+    ["allocated", fmtBytes(s.allocated_bytes) + " in " + s.live_blocks + " live blocks, " + fmtBytes(s.requested_bytes) + " requested"],
+    ["active", fmtBytes(s.active_bytes) + " (" + fmtBytes(s.pending_free_bytes) + " freed, pending on a stream)"],
+    ["free", fmtBytes(s.free_bytes) + " cached in " + s.free_blocks + " blocks; largest " + fmtBytes(s.largest_free_block) + ", large pool " + fmtBytes(s.largest_free_large_block)],
   ];
   if (s.oom) {
-    rows.push(["OOM", "asked for " + bytes(s.oom.size) + " at " + s.oom.site + "; the device had " + bytes(s.oom.device_free) + " free"]);
+    rows.push(["OOM", "asked for " + fmtBytes(s.oom.size) + " at " + s.oom.site + "; the device had " + fmtBytes(s.oom.device_free) + " free"]);
     rows.push(["why", s.oom.reason]);
   }
   dl.replaceChildren(...rows.flatMap(([k, t]) => [el("dt", {}, k), el("dd", { class: k === "OOM" ? "bad" : "" }, t)]));
@@ -126,10 +111,10 @@ function drawTimeline(v) {
 
 function hover(i, under) {
   const v = vgs.view, tl = v.timeline;
-  const parts = ["event " + tl.events[i] + ": " + bytes(tl.total[i]) + " live"];
+  const parts = ["event " + tl.events[i] + ": " + fmtBytes(tl.total[i]) + " live"];
   if (under >= 0) {
     const site = v.sites[under];
-    parts.push(site.site + " holds " + bytes(tl.live[under][i]));
+    parts.push(site.site + " holds " + fmtBytes(tl.live[under][i]));
     showStack(site.stack, "site " + site.site);
   }
   document.getElementById("hover").textContent = parts.join("; ");
@@ -139,7 +124,7 @@ function blockText(v, seg, b) {
   const state = b.state.replace(/_/g, " ");
   const where = "0x" + (BigInt(seg.address) + BigInt(b.offset)).toString(16);
   const site = b.site >= 0 ? " · " + v.sites[b.site].site : "";
-  return (b.count > 1 ? b.count + " blocks, " : "") + bytes(b.size) + " " + state + " at " + where + site;
+  return (b.count > 1 ? b.count + " blocks, " : "") + fmtBytes(b.size) + " " + state + " at " + where + site;
 }
 
 function drawSegments(v) {
@@ -157,7 +142,7 @@ function drawSegments(v) {
       });
       bar.append(span);
     }
-    return el("div", { class: "seg" }, el("span", { class: "label", title: "0x" + BigInt(seg.address).toString(16) + " " + seg.type }, bytes(seg.total) + " " + seg.type), bar);
+    return el("div", { class: "seg" }, el("span", { class: "label", title: "0x" + BigInt(seg.address).toString(16) + " " + seg.type }, fmtBytes(seg.total) + " " + seg.type), bar);
   });
   box.replaceChildren(...(rows.length ? rows : [el("p", { class: "muted" }, "no segments on this device")]));
 }
@@ -166,7 +151,7 @@ function drawSites(v) {
   const tb = document.querySelector("#sites tbody");
   tb.replaceChildren(...v.sites.map((s, i) => {
     const tr = el("tr", { "data-site": i }, el("td", {}, el("i", { class: "sw", style: "background:" + colour(i) })),
-      el("td", { class: "site" }, s.site), el("td", { class: "num" }, bytes(s.bytes)), el("td", { class: "num" }, String(s.blocks)));
+      el("td", { class: "site" }, s.site), el("td", { class: "num" }, fmtBytes(s.bytes)), el("td", { class: "num" }, String(s.blocks)));
     tr.addEventListener("click", () => {
       tb.querySelectorAll("tr.sel").forEach(r => r.classList.remove("sel"));
       tr.classList.add("sel");
