@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -28,16 +27,6 @@ import (
 //   - PSS: proportional set size summed over the same processes: a shared
 //     page is split among its sharers, so the sum counts every page once.
 //     It is the tree figure vramguard reports when smaps_rollup is readable.
-//     smaps_rollup is the one costly read of a sample (the kernel walks the
-//     process's page tables: 4–8 ms for a process with torch imported, where
-//     stat costs microseconds), so a process's rollup is read again only when
-//     its RSS (from stat, every sample) moved by more than 1/32 since the
-//     last read, or that read is pssMaxAge old; in between, the process's
-//     RSS and PSS are the last rollup's moved by what stat's RSS moved since
-//     (pages a process gains or frees alone are its own). When a process
-//     joins or leaves the tree (a fork, an exit: what changes sharing
-//     within a job), every process is read again; a change of sharing with
-//     processes outside the job shows within pssMaxAge.
 //   - CgroupUsage/CgroupLimit: the job's OWN cgroup (--memory-limit) only,
 //     page cache included; a cgroup the job merely sits in is never
 //     reported as the job's.
@@ -128,28 +117,6 @@ type JobWatch struct {
 	// envs caches what each process's environment says (read once per
 	// process: by PID and start time)
 	envs map[int]envEntry
-	// rolls is each process's last smaps_rollup reading (see the figures
-	// above), by PID; members are the live processes of the last reading
-	rolls   map[int]rollEntry
-	members []procKey
-}
-
-// procKey is a process: a PID is reused, a PID and start time are not.
-type procKey struct {
-	pid   int
-	start uint64
-}
-
-// pssMaxAge is how old a process's smaps_rollup reading may be before a
-// sample reads it again, whatever its RSS did.
-const pssMaxAge = 5 * time.Second
-
-// rollEntry is one process's smaps_rollup reading.
-type rollEntry struct {
-	start    uint64    // the process's start time: a reused PID is another process
-	at       time.Time // when it was read
-	statRSS  uint64    // stat's RSS at that reading
-	rss, pss uint64    // the rollup's figures
 }
 
 type envEntry struct {
@@ -196,16 +163,6 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 	var pss uint64
 	pssOK := true
 	index := make(map[int]int, len(tree))
-	// a process that joins or leaves the tree changes what its relatives
-	// share (a fork shares the parent's pages), so every rollup is read again
-	members := make([]procKey, 0, len(tree))
-	for _, p := range tree {
-		if p.State != "Z" {
-			members = append(members, procKey{p.PID, p.StartTicks})
-		}
-	}
-	reread := !slices.Equal(members, w.members)
-	w.members = members
 	for _, p := range tree {
 		if p.State == "Z" {
 			continue
@@ -233,7 +190,7 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 				r.Rank = &merged
 			}
 		}
-		roll, err := w.rollup(p, now, reread)
+		roll, err := sp.Proc.SmapsRollup(p.PID)
 		switch {
 		case err == nil && roll.RSS > 0:
 			// one read gives both figures at the same instant
@@ -254,7 +211,7 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 		info.Procs = append(info.Procs, r)
 		info.PIDs = append(info.PIDs, p.PID)
 	}
-	if len(w.envs) > 2*len(tree)+64 || len(w.rolls) > 2*len(tree)+64 {
+	if len(w.envs) > 2*len(tree)+64 {
 		live := make(map[int]bool, len(tree))
 		for _, p := range tree {
 			live[p.PID] = true
@@ -262,11 +219,6 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 		for pid := range w.envs {
 			if !live[pid] {
 				delete(w.envs, pid)
-			}
-		}
-		for pid := range w.rolls {
-			if !live[pid] {
-				delete(w.rolls, pid)
 			}
 		}
 	}
@@ -330,45 +282,6 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 	}
 	x.Procs, _ = json.Marshal(procs)
 	return x, info, nil
-}
-
-// rollup gives p's RSS and PSS: its last smaps_rollup reading moved by
-// what stat's RSS moved since, or a new reading when reread is set (the
-// tree's processes changed), that one is pssMaxAge old, p's RSS moved by
-// more than 1/32 of it, or p is new.
-func (w *JobWatch) rollup(p procfs.Proc, now time.Time, reread bool) (procfs.Rollup, error) {
-	if e, ok := w.rolls[p.PID]; ok && !reread && e.start == p.StartTicks {
-		age := now.Sub(e.at)
-		moved := int64(p.RSSBytes) - int64(e.statRSS)
-		if age >= 0 && age < pssMaxAge && uint64(abs(moved)) <= e.statRSS/32 {
-			return procfs.Rollup{RSS: shift(e.rss, moved), PSS: shift(e.pss, moved)}, nil
-		}
-	}
-	roll, err := w.spec.Proc.SmapsRollup(p.PID)
-	if err != nil || roll.RSS == 0 {
-		delete(w.rolls, p.PID)
-		return roll, err
-	}
-	if w.rolls == nil {
-		w.rolls = map[int]rollEntry{}
-	}
-	w.rolls[p.PID] = rollEntry{start: p.StartTicks, at: now, statRSS: p.RSSBytes, rss: roll.RSS, pss: roll.PSS}
-	return roll, nil
-}
-
-func abs(x int64) int64 {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
-
-// shift is v moved by d, never below zero.
-func shift(v uint64, d int64) uint64 {
-	if d < 0 && uint64(-d) > v {
-		return 0
-	}
-	return uint64(int64(v) + d)
 }
 
 // env reads what p's environment says of its place in a job, once per

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -259,78 +258,4 @@ func TestTreeLive(t *testing.T) {
 func within(a, b uint64, tol float64) bool {
 	d := float64(a) - float64(b)
 	return d <= tol*float64(b) && -d <= tol*float64(b)
-}
-
-// TestTreeRereadsRollupWhenDue: smaps_rollup is read again when a process
-// is new (or its PID was reused), its stat RSS moved by more than 1/32, or
-// the last reading is pssMaxAge old; in between, the last reading moved by
-// stat's RSS. Each step changes the files, advances the clock and says
-// whether the rollup file's new figures must show (a fresh read) or the
-// previous reading moved by stat's change.
-func TestTreeRereadsRollupWhenDue(t *testing.T) {
-	page := uint64(procfs.PageSize)
-	rssPages := func(b uint64) uint64 { return b / page }
-	const base = 400 * mib
-	steps := []struct {
-		name      string
-		after     time.Duration
-		statRSS   uint64 // bytes
-		start     int    // the process's start time (stat field 22)
-		rollRSS   uint64 // the rollup file's figures now, bytes
-		rollPSS   uint64
-		worker    bool // a forked worker 102 is in the tree
-		wantFresh bool
-	}{
-		{"a new process is read", 0, base, 9, base, 300 * mib, false, true},
-		{"unchanged, a second later: the reading stands", time.Second, base, 9, base + 50*mib, 200 * mib, false, false},
-		{"RSS up by less than 1/32: moved with it", 2 * time.Second, base + 10*mib, 9, base + 50*mib, 200 * mib, false, false},
-		{"RSS down by less than 1/32: moved with it", 3 * time.Second, base - 8*mib, 9, base + 50*mib, 200 * mib, false, false},
-		{"RSS up by more than 1/32: read again", 4 * time.Second, base + 20*mib, 9, base + 21*mib, 250 * mib, false, true},
-		{"the reading is pssMaxAge old: read again", 4*time.Second + pssMaxAge, base + 20*mib, 9, base + 22*mib, 240 * mib, false, true},
-		{"a worker forks (sharing changes): every process read again", 10 * time.Second, base + 20*mib, 9, base + 22*mib, 150 * mib, true, true},
-		{"the same tree a second later: the reading stands", 11 * time.Second, base + 20*mib, 9, base + 23*mib, 140 * mib, true, false},
-		{"the worker exits: every process read again", 12 * time.Second, base + 20*mib, 9, base + 22*mib, 230 * mib, false, true},
-		{"a reused PID is another process: read again", 13 * time.Second, base + 20*mib, 77, base + 30*mib, 100 * mib, false, true},
-	}
-	files := fixture("max\n", "max\n")
-	delete(files, "proc/102/stat")
-	delete(files, "proc/102/smaps_rollup")
-	delete(files, "proc/103/stat")
-	root := writeTree(t, files)
-	t0 := time.Unix(1700000000, 0)
-	c := &clock{t: t0}
-	s, _ := newTreeSampler(t, c, gpuScenario)
-	w := s.WatchJob(JobSpec{Root: 100, Proc: procfs.FS{Root: root}, Cgroups: cgroup.Reader{Root: root}})
-	var last struct{ statRSS, rss, pss uint64 }
-	for _, st := range steps {
-		c.t = t0.Add(st.after)
-		line := strings.Replace(stat(101, 100, "python3", "R", 50, rssPages(st.statRSS)), " 9 0 ", fmt.Sprintf(" %d 0 ", st.start), 1)
-		os.WriteFile(filepath.Join(root, "proc/101/stat"), []byte(line), 0o644)
-		os.WriteFile(filepath.Join(root, "proc/101/smaps_rollup"), []byte(rollup(st.rollRSS/kib, st.rollPSS/kib)), 0o644)
-		os.RemoveAll(filepath.Join(root, "proc/102"))
-		var workerRSS, workerPSS uint64
-		if st.worker {
-			os.MkdirAll(filepath.Join(root, "proc/102"), 0o755)
-			os.WriteFile(filepath.Join(root, "proc/102/stat"), []byte(stat(102, 101, "pt_data_worker", "S", 1, rssPages(300*mib))), 0o644)
-			os.WriteFile(filepath.Join(root, "proc/102/smaps_rollup"), []byte(rollup(300*mib/kib, 90*mib/kib)), 0o644)
-			workerRSS, workerPSS = 300*mib, 90*mib
-		}
-		x, _, err := w.Read(context.Background())
-		if err != nil {
-			t.Fatalf("%s: %v", st.name, err)
-		}
-		statRSS := rssPages(st.statRSS) * page
-		wantRSS, wantPSS := st.rollRSS, st.rollPSS
-		if !st.wantFresh {
-			d := statRSS - last.statRSS // wraps for a fall; so does the sum
-			wantRSS, wantPSS = last.rss+d, last.pss+d
-		}
-		wantRSS, wantPSS = wantRSS+workerRSS, wantPSS+workerPSS
-		if x.PSS == nil || x.RSS != wantRSS || *x.PSS != wantPSS {
-			t.Errorf("%s: rss %d pss %v, want rss %d pss %d", st.name, x.RSS, x.PSS, wantRSS, wantPSS)
-		}
-		if st.wantFresh {
-			last.statRSS, last.rss, last.pss = statRSS, st.rollRSS, st.rollPSS
-		}
-	}
 }
