@@ -1,8 +1,10 @@
 package ranks
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -182,10 +184,8 @@ func Judge(j Job) *Result {
 	// the cgroup's OOM kills with no kernel line naming the victim: the
 	// first processes of the job to die of SIGKILL, where they are ranks
 	if n := j.Input.OOMKills; n > 0 && !j.KernelNamed {
-		for _, r := range rs {
-			if i, ok := killed[r.p.PID]; ok && i < n && r.p.OOMKill == "" {
-				r.victim = true
-			}
+		for _, r := range oomVictims(rs, killed, n) {
+			r.victim = true
 		}
 	}
 	for _, r := range rs {
@@ -511,6 +511,54 @@ func inLines(lines []diagnose.Line, text string) bool {
 }
 
 // failed reports whether the rank ended in failure of any kind.
+// sigkillTie is how close two SIGKILLed processes' ends are seen when the
+// kernel killed them together: a process's end is seen once its memory is
+// freed, so the OOM killer's victim, the largest, is often seen last.
+const sigkillTie = 500 * time.Millisecond
+
+// oomVictims are the ranks taken for the n OOM kills no kernel line named:
+// of the first n processes of the job to die of SIGKILL, and the ranks
+// that died of it within sigkillTie of them, the n that held the most
+// memory (the OOM killer picks the largest); in the order they died where
+// their memory is not known.
+func oomVictims(rs []*rankState, killed map[int]int, n int) []*rankState {
+	var first, cands []*rankState
+	for _, r := range rs {
+		if i, ok := killed[r.p.PID]; ok && r.p.OOMKill == "" {
+			cands = append(cands, r)
+			if i < n {
+				first = append(first, r)
+			}
+		}
+	}
+	if len(first) == 0 {
+		return nil
+	}
+	var out []*rankState
+	for _, c := range cands {
+		for _, f := range first {
+			if d := c.p.Ended.Sub(f.p.Ended); c == f || (!c.p.Ended.IsZero() && !f.p.Ended.IsZero() && d > -sigkillTie && d < sigkillTie) {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *rankState) int {
+		if a.p.PeakHost != b.p.PeakHost {
+			return cmp.Compare(b.p.PeakHost, a.p.PeakHost)
+		}
+		return cmp.Compare(killed[a.p.PID], killed[b.p.PID])
+	})
+	return out[:min(n, len(out))]
+}
+
+// killedWith: r died of SIGKILL within sigkillTie before root, an OOM
+// killer's victim, was seen to end: killed together with it.
+func killedWith(r, root *rankState) bool {
+	return root.victim && r.p.Exit != nil && r.p.Exit.Signal == syscall.SIGKILL && !r.t.IsZero() && !root.t.IsZero() &&
+		root.t.Sub(r.t) < sigkillTie
+}
+
 func (r *rankState) failed() bool { return r.kind != kindOK && r.kind != kindNone }
 
 // firstFailure is the rank that failed first: the earliest failure of its
@@ -802,9 +850,13 @@ func collateral(rs []*rankState, root *rankState, stalled bool) {
 			if r.p.PeakHost > 0 && root.p.PeakHost > 0 {
 				why += fmt.Sprintf(" (this rank held at most %s, rank %d %s)", units.FormatBytes(r.p.PeakHost), root.p.Identity.Rank, units.FormatBytes(root.p.PeakHost))
 			}
-		case (r.kind == kindExternal || r.kind == kindUnknown) && (r.t.IsZero() || root.t.IsZero() || !r.t.Before(root.t)):
+		case (r.kind == kindExternal || r.kind == kindUnknown) && (r.t.IsZero() || root.t.IsZero() || !r.t.Before(root.t) || killedWith(r, root)):
 			why = exitWords(r.p.Exit)
-			if !r.t.IsZero() && !root.t.IsZero() {
+			switch {
+			case r.t.IsZero() || root.t.IsZero():
+			case r.t.Before(root.t):
+				why += fmt.Sprintf(" %s before rank %d was seen to end, killed with it (the larger's end is seen once its memory is freed)", root.t.Sub(r.t).Round(time.Millisecond), root.p.Identity.Rank)
+			default:
 				why += fmt.Sprintf(" %s after rank %d failed", r.t.Sub(root.t).Round(time.Millisecond), root.p.Identity.Rank)
 			}
 			if r.kind == kindExternal {

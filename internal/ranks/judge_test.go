@@ -134,6 +134,19 @@ func TestJudgeFirstFailure(t *testing.T) {
 		}
 	})
 
+	t.Run("two SIGKILLs together, no kernel line: the OOM killer's victim is the larger, seen last", func(t *testing.T) {
+		// the kernel killed both; a process's end is seen once its memory is
+		// freed, so the one holding 1.3 GiB is seen 2 ms after the small one
+		procs := []Process{rank(0, 1500, sig(syscall.SIGTERM)), rank(1, 1002, sig(syscall.SIGKILL)), rank(2, 1000, sig(syscall.SIGKILL))}
+		procs[1].PeakHost, procs[2].PeakHost = 1300<<20, 233<<20
+		in := diagnose.Input{ExitCode: 1, OOMKills: 1, Limit: 2 << 30, LimitSource: "--memory-limit"}
+		res := judge(t, Job{Procs: procs, Input: in, SIGKILLed: []int{1002, 1001}})
+		wantRoot(t, res, 1, diagnose.HostOOMKilled)
+		if r := byRank(res)[2]; !strings.Contains(strings.Join(r.Evidence, "\n"), "2ms before rank 1 was seen to end, killed with it") {
+			t.Errorf("rank 2's evidence: %q", r.Evidence)
+		}
+	})
+
 	t.Run("the OOM killer's later victims are collateral of the first", func(t *testing.T) {
 		procs := []Process{rank(0, 1500, sig(syscall.SIGTERM)), rank(1, 1100, sig(syscall.SIGKILL)), rank(2, 1000, sig(syscall.SIGKILL)), rank(3, 1200, sig(syscall.SIGKILL))}
 		procs[2].PeakHost = 1600 << 20
