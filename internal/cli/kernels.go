@@ -25,6 +25,9 @@ type KernelsOptions struct {
 	Simulate    string
 	GPUBackend  string
 	Timeout     time.Duration
+	// IdleWindow is how long a kernel Jupyter calls idle, holding GPU
+	// memory, must have been so to be flagged idle (--idle-window).
+	IdleWindow time.Duration
 }
 
 // NewCmdKernels builds `vramguard kernels` and its actions.
@@ -40,7 +43,9 @@ its UID where /etc/passwd has none, "unknown" when the process is not found),
 found by the connection file on its command line (a server's
 kernel-ID.json, or any other client's file, so kernels in containers are found as well), the GPU memory of the kernel and every
 process it started, PyTorch's allocated/reserved figures when the probe reports them,
-host RSS, state and how long it has been idle. A kernel run by vramguard's kernelspec
+host RSS, state and how long it has been idle. FLAGS says "idle" for an idle
+holder: a kernel Jupyter calls idle, with no activity for --idle-window (30m),
+that holds GPU memory (the "idle" field of --json). A kernel run by vramguard's kernelspec
 shows the run that supervises it: vramguard's own processes, which carry the kernel's
 command line too, are told apart by their executable, whatever vramguard is called.
 
@@ -81,6 +86,7 @@ func addKernelsFlags(cmd *cobra.Command, o *KernelsOptions) {
 	fl.StringArrayVar(&o.RuntimeDirs, "runtime-dir", nil, "look for servers in DIR (repeatable; default: $JUPYTER_RUNTIME_DIR and Jupyter's data directory, every user's for root)")
 	fl.StringVar(&o.GPUBackend, "gpu-backend", "auto", "where GPU memory is read: auto, nvml, none or sim:SCENARIO")
 	fl.DurationVar(&o.Timeout, "timeout", 10*time.Second, "how long to wait for a server's answer")
+	fl.DurationVar(&o.IdleWindow, "idle-window", jupyter.DefaultIdleWindow, "flag a kernel idle when Jupyter has called it idle this long and it holds GPU memory")
 	addGPUFlags(cmd, &o.Simulate)
 }
 
@@ -119,7 +125,10 @@ func collectKernels(ctx context.Context, f *Factory, o *KernelsOptions) ([]jupyt
 		}
 		jobs = res.Jobs
 	}
-	c := &jupyter.Collector{Servers: servers, Procs: jupyter.LiveProcs{}, Jobs: jobs, Now: f.Now, Timeout: o.Timeout}
+	if o.IdleWindow <= 0 {
+		return nil, Usagef("--idle-window must be positive")
+	}
+	c := &jupyter.Collector{Servers: servers, Procs: jupyter.LiveProcs{}, Jobs: jobs, Now: f.Now, Timeout: o.Timeout, IdleWindow: o.IdleWindow}
 	entries, err := c.Collect(ctx)
 	if err != nil {
 		if entries == nil {
@@ -150,7 +159,7 @@ func printKernels(w io.Writer, es []jupyter.Entry) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NOTEBOOK\tKERNEL\tPID\tUSER\tGPU\tALLOC/RESERVED\tRSS\tSTATE\tIDLE\tRUN")
+	fmt.Fprintln(tw, "NOTEBOOK\tKERNEL\tPID\tUSER\tGPU\tALLOC/RESERVED\tRSS\tSTATE\tIDLE\tRUN\tFLAGS")
 	for _, e := range es {
 		nb := e.Notebook
 		if nb == "" {
@@ -168,8 +177,12 @@ func printKernels(w io.Writer, es []jupyter.Entry) {
 		if run == "" {
 			run = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", nb, shortKernel(e.KernelID), pid, e.User, units.FormatBytes(e.GPUBytes),
-			alloc, units.FormatBytes(e.RSSBytes), e.ExecutionState, humanDur(e.IdleS), run)
+		flags := "-"
+		if e.Idle {
+			flags = "idle"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", nb, shortKernel(e.KernelID), pid, e.User, units.FormatBytes(e.GPUBytes),
+			alloc, units.FormatBytes(e.RSSBytes), e.ExecutionState, humanDur(e.IdleS), run, flags)
 	}
 	tw.Flush()
 }
