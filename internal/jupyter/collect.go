@@ -50,8 +50,8 @@ type Entry struct {
 	// has been since LastActivity for at least the collector's IdleWindow,
 	// and it holds GPU memory (see IdleHolder).
 	Idle        bool `json:"idle"`
-	Connections    int       `json:"connections"`
-	Supervised     bool      `json:"supervised"`
+	Connections int  `json:"connections"`
+	Supervised  bool `json:"supervised"`
 	// RunID is the vramguard run that supervises the kernel, when known.
 	RunID string `json:"run_id,omitempty"`
 
