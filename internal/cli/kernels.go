@@ -15,6 +15,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/jupyter"
+	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/units"
 )
 
@@ -33,6 +34,7 @@ type KernelsOptions struct {
 // NewCmdKernels builds `vramguard kernels` and its actions.
 func NewCmdKernels(f *Factory) *cobra.Command {
 	o := &KernelsOptions{}
+	var agentSpec string
 	cmd := &cobra.Command{
 		Use:   "kernels",
 		Short: "Which notebook holds which memory: Jupyter kernels with their GPU memory, RSS and idle time",
@@ -62,7 +64,10 @@ what they would do unless --yes is given.`,
   vramguard kernels shutdown --idle-longer-than 2h --holding-gpu --yes    # do it`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			entries, err := collectKernels(cmd.Context(), f, o)
+			entries, err := kernelsFromAgent(cmd.Context(), f, o, agentSpec)
+			if err == nil && entries == nil {
+				entries, err = collectKernels(cmd.Context(), f, o)
+			}
 			if err != nil {
 				return err
 			}
@@ -75,6 +80,7 @@ what they would do unless --yes is given.`,
 	}
 	addKernelsFlags(cmd, o)
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print a JSON list, one object per kernel")
+	cmd.Flags().StringVar(&agentSpec, "agent", "auto", "list the machine's kernels through a machine-wide agent (serve --shared): auto (its socket under "+probe.SharedDirDefault+" when one runs), none, or its API socket")
 	for _, a := range []string{"interrupt", "restart", "shutdown"} {
 		cmd.AddCommand(newCmdKernelAction(f, a))
 	}
@@ -151,6 +157,39 @@ func collectKernels(ctx context.Context, f *Factory, o *KernelsOptions) ([]jupyt
 		st.Close()
 	}
 	return entries, nil
+}
+
+// kernelsFromAgent lists the machine's kernels through a machine-wide
+// agent when one runs (--agent): every user's kernel with its owner and
+// memory, details of the caller's own only. It returns nil entries when
+// kernels should be collected here (no agent, or --runtime-dir,
+// --simulate or --gpu-backend given).
+func kernelsFromAgent(ctx context.Context, f *Factory, o *KernelsOptions, spec string) ([]jupyter.Entry, error) {
+	local := len(o.RuntimeDirs) > 0 || o.Simulate != "" || (o.GPUBackend != "" && o.GPUBackend != "auto")
+	if local {
+		if spec != "auto" && spec != "none" {
+			return nil, Usagef("--agent %s cannot be used with --runtime-dir, --simulate or --gpu-backend (they look here)", spec)
+		}
+		return nil, nil
+	}
+	sock, err := agentSocket(spec, f.Getenv)
+	if err != nil || sock == "" {
+		return nil, err
+	}
+	var got struct{ Kernels []jupyter.Entry }
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout+5*time.Second)
+	defer cancel()
+	if err := getAgent(ctx, agentClient(sock, o.Timeout+5*time.Second), "/api/v1/kernels", &got); err != nil {
+		if spec != "auto" {
+			return nil, Envf("the agent at %s did not answer: %v", sock, err)
+		}
+		fmt.Fprintf(f.IO.ErrOut, "vramguard: the agent at %s did not answer (%v); looking at this user's servers directly\n", sock, err)
+		return nil, nil
+	}
+	if got.Kernels == nil {
+		got.Kernels = []jupyter.Entry{}
+	}
+	return got.Kernels, nil
 }
 
 func printKernels(w io.Writer, es []jupyter.Entry) {
