@@ -9,7 +9,9 @@ import (
 // apiKernels answers GET /api/v1/kernels: the machine's Jupyter kernels as
 // `vramguard kernels` lists them (the servers of Config.KernelDirs, and
 // kernel processes no server lists), charged the GPU memory of the
-// agent's newest sample. Over the socket a user sees their own kernels in
+// agent's newest sample. A kernel is idle (Entry.Idle) when Jupyter says
+// so for the idle window, or when the agent flags a job of its processes
+// idle (see IdlePolicy). Over the socket a user sees their own kernels in
 // full and another user's owner, process and memory only.
 func (a *Agent) apiKernels(w http.ResponseWriter, r *http.Request) {
 	servers, err := jupyter.Discover(a.cfg.KernelDirs)
@@ -18,11 +20,28 @@ func (a *Agent) apiKernels(w http.ResponseWriter, r *http.Request) {
 	}
 	a.mu.RLock()
 	jobs := a.latest.Attrib.Jobs
+	// the agent's own idle flag (utilisation under the threshold for the
+	// window) by process: a kernel holding such a job is idle too
+	idlePIDs := map[int]bool{}
+	for _, js := range a.jobs {
+		if a.isIdle(js) {
+			for _, p := range js.Job.Processes {
+				idlePIDs[p.PID] = true
+			}
+		}
+	}
 	a.mu.RUnlock()
 	c := &jupyter.Collector{Servers: servers, Procs: jupyter.LiveProcs{}, Jobs: jobs, Now: a.cfg.Now, IdleWindow: a.cfg.Idle.withDefaults().Window}
 	es, err := c.Collect(r.Context())
 	if err != nil {
 		a.log.Warn("jupyter kernels", "err", err)
+	}
+	for i := range es {
+		for _, pid := range es[i].PIDs {
+			if idlePIDs[pid] && es[i].GPUBytes > 0 {
+				es[i].Idle = true
+			}
+		}
 	}
 	if caller, lim := limited(r); lim {
 		for i, e := range es {
