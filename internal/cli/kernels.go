@@ -51,6 +51,10 @@ that holds GPU memory (the "idle" field of --json). A kernel run by vramguard's 
 shows the run that supervises it: vramguard's own processes, which carry the kernel's
 command line too, are told apart by their executable, whatever vramguard is called.
 
+On a shared machine (serve --shared running), kernels lists through the agent's
+socket: every user's kernels, another user's with owner and memory only (--agent
+none looks here instead).
+
 Actions go through the server's REST API, as the notebook's own menu would:
 
   vramguard kernels interrupt|restart|shutdown NOTEBOOK|KERNEL_ID...
