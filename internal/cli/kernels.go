@@ -68,6 +68,9 @@ what they would do unless --yes is given.`,
   vramguard kernels shutdown --idle-longer-than 2h --holding-gpu --yes    # do it`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.IdleWindow <= 0 {
+				return Usagef("--idle-window must be positive")
+			}
 			entries, err := kernelsFromAgent(cmd.Context(), f, o, agentSpec)
 			if err == nil && entries == nil {
 				entries, err = collectKernels(cmd.Context(), f, o)
@@ -134,9 +137,6 @@ func collectKernels(ctx context.Context, f *Factory, o *KernelsOptions) ([]jupyt
 			return nil, Failf("%v", err)
 		}
 		jobs = res.Jobs
-	}
-	if o.IdleWindow <= 0 {
-		return nil, Usagef("--idle-window must be positive")
 	}
 	c := &jupyter.Collector{Servers: servers, Procs: jupyter.LiveProcs{}, Jobs: jobs, Now: f.Now, Timeout: o.Timeout, IdleWindow: o.IdleWindow}
 	entries, err := c.Collect(ctx)
