@@ -79,6 +79,10 @@ type Config struct {
 	// Reclaim shuts down the notebook kernel with the given id through
 	// its Jupyter server (Idle.ReclaimAfter); nil: never.
 	Reclaim func(ctx context.Context, kernelID string) error
+	// KernelDirs are the Jupyter runtime directories whose servers GET
+	// /api/v1/kernels asks (serve: jupyter.RuntimeDirs, every user's for
+	// root); kernel processes no server lists are found without them.
+	KernelDirs []string
 }
 
 // jobState is what the agent knows of one job.

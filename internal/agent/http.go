@@ -81,6 +81,7 @@ func (a *Agent) endpoints() []Endpoint {
 		{"GET", "/api/v1/alerts", "", "recent alerts and webhook counters", false, a.apiAlerts},
 		{"GET", "/api/v1/report", "by=user|job|gpu, range=168h | from=&to=", "GPU accounting: memory-hours, held, busy and idle hours, peak, deaths, per user, job or GPUs; over the socket the caller's own jobs", false, a.apiReport},
 		{"GET", "/api/v1/notices", "after=ID", "lines for users (an idle job's owner); over the socket the caller's own", false, a.apiNotices},
+		{"GET", "/api/v1/kernels", "", "Jupyter kernels with their notebook, owner, GPU memory and idle flag; over the socket another user's owner and memory only", false, a.apiKernels},
 		{"GET", "/api/v1/runs", "", "the newest 100 supervised runs", false, a.apiRuns},
 		{"GET", "/api/v1/runs/{id}", "", "a run's post-mortem document (as explain --json prints it) and its record", false, a.apiRun},
 		{"GET", "/api/v1/runs/{id}/snapshot", "device=N, points=N", "the view of the memory snapshot a run dumped at its OOM (run --oom-snapshot), as snapshot --serve draws it", false, a.apiRunSnapshot},

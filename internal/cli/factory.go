@@ -27,6 +27,9 @@ type Factory struct {
 	Getenv   func(string) string
 	HomeFlag string
 	Verbose  bool
+	// NoticeEvery is how often a running `vramguard run` asks the shared
+	// agent for this user's notices (0: noticeEvery).
+	NoticeEvery time.Duration
 }
 
 // NewFactory returns a Factory wired to the real process.

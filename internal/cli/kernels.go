@@ -15,6 +15,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/jupyter"
+	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/units"
 )
 
@@ -25,11 +26,15 @@ type KernelsOptions struct {
 	Simulate    string
 	GPUBackend  string
 	Timeout     time.Duration
+	// IdleWindow is how long a kernel Jupyter calls idle, holding GPU
+	// memory, must have been so to be flagged idle (--idle-window).
+	IdleWindow time.Duration
 }
 
 // NewCmdKernels builds `vramguard kernels` and its actions.
 func NewCmdKernels(f *Factory) *cobra.Command {
 	o := &KernelsOptions{}
+	var agentSpec string
 	cmd := &cobra.Command{
 		Use:   "kernels",
 		Short: "Which notebook holds which memory: Jupyter kernels with their GPU memory, RSS and idle time",
@@ -40,9 +45,15 @@ its UID where /etc/passwd has none, "unknown" when the process is not found),
 found by the connection file on its command line (a server's
 kernel-ID.json, or any other client's file, so kernels in containers are found as well), the GPU memory of the kernel and every
 process it started, PyTorch's allocated/reserved figures when the probe reports them,
-host RSS, state and how long it has been idle. A kernel run by vramguard's kernelspec
+host RSS, state and how long it has been idle. FLAGS says "idle" for an idle
+holder: a kernel Jupyter calls idle, with no activity for --idle-window (30m),
+that holds GPU memory (the "idle" field of --json). A kernel run by vramguard's kernelspec
 shows the run that supervises it: vramguard's own processes, which carry the kernel's
 command line too, are told apart by their executable, whatever vramguard is called.
+
+On a shared machine (serve --shared running), kernels lists through the agent's
+socket: every user's kernels, another user's with owner and memory only (--agent
+none looks here instead).
 
 Actions go through the server's REST API, as the notebook's own menu would:
 
@@ -57,7 +68,13 @@ what they would do unless --yes is given.`,
   vramguard kernels shutdown --idle-longer-than 2h --holding-gpu --yes    # do it`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			entries, err := collectKernels(cmd.Context(), f, o)
+			if o.IdleWindow <= 0 {
+				return Usagef("--idle-window must be positive")
+			}
+			entries, err := kernelsFromAgent(cmd.Context(), f, o, agentSpec)
+			if err == nil && entries == nil {
+				entries, err = collectKernels(cmd.Context(), f, o)
+			}
 			if err != nil {
 				return err
 			}
@@ -70,6 +87,7 @@ what they would do unless --yes is given.`,
 	}
 	addKernelsFlags(cmd, o)
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print a JSON list, one object per kernel")
+	cmd.Flags().StringVar(&agentSpec, "agent", "auto", "list the machine's kernels through a machine-wide agent (serve --shared): auto (its socket under "+probe.SharedDirDefault+" when one runs), none, or its API socket")
 	for _, a := range []string{"interrupt", "restart", "shutdown"} {
 		cmd.AddCommand(newCmdKernelAction(f, a))
 	}
@@ -81,6 +99,7 @@ func addKernelsFlags(cmd *cobra.Command, o *KernelsOptions) {
 	fl.StringArrayVar(&o.RuntimeDirs, "runtime-dir", nil, "look for servers in DIR (repeatable; default: $JUPYTER_RUNTIME_DIR and Jupyter's data directory, every user's for root)")
 	fl.StringVar(&o.GPUBackend, "gpu-backend", "auto", "where GPU memory is read: auto, nvml, none or sim:SCENARIO")
 	fl.DurationVar(&o.Timeout, "timeout", 10*time.Second, "how long to wait for a server's answer")
+	fl.DurationVar(&o.IdleWindow, "idle-window", jupyter.DefaultIdleWindow, "flag a kernel idle when Jupyter has called it idle this long and it holds GPU memory")
 	addGPUFlags(cmd, &o.Simulate)
 }
 
@@ -119,7 +138,7 @@ func collectKernels(ctx context.Context, f *Factory, o *KernelsOptions) ([]jupyt
 		}
 		jobs = res.Jobs
 	}
-	c := &jupyter.Collector{Servers: servers, Procs: jupyter.LiveProcs{}, Jobs: jobs, Now: f.Now, Timeout: o.Timeout}
+	c := &jupyter.Collector{Servers: servers, Procs: jupyter.LiveProcs{}, Jobs: jobs, Now: f.Now, Timeout: o.Timeout, IdleWindow: o.IdleWindow}
 	entries, err := c.Collect(ctx)
 	if err != nil {
 		if entries == nil {
@@ -144,13 +163,46 @@ func collectKernels(ctx context.Context, f *Factory, o *KernelsOptions) ([]jupyt
 	return entries, nil
 }
 
+// kernelsFromAgent lists the machine's kernels through a machine-wide
+// agent when one runs (--agent): every user's kernel with its owner and
+// memory, details of the caller's own only. It returns nil entries when
+// kernels should be collected here (no agent, or --runtime-dir,
+// --simulate or --gpu-backend given).
+func kernelsFromAgent(ctx context.Context, f *Factory, o *KernelsOptions, spec string) ([]jupyter.Entry, error) {
+	local := len(o.RuntimeDirs) > 0 || o.Simulate != "" || (o.GPUBackend != "" && o.GPUBackend != "auto")
+	if local {
+		if spec != "auto" && spec != "none" {
+			return nil, Usagef("--agent %s cannot be used with --runtime-dir, --simulate or --gpu-backend (they look here)", spec)
+		}
+		return nil, nil
+	}
+	sock, err := agentSocket(spec, f.Getenv)
+	if err != nil || sock == "" {
+		return nil, err
+	}
+	var got struct{ Kernels []jupyter.Entry }
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout+5*time.Second)
+	defer cancel()
+	if err := getAgent(ctx, agentClient(sock, o.Timeout+5*time.Second), "/api/v1/kernels", &got); err != nil {
+		if spec != "auto" {
+			return nil, Envf("the agent at %s did not answer: %v", sock, err)
+		}
+		fmt.Fprintf(f.IO.ErrOut, "vramguard: the agent at %s did not answer (%v); looking at this user's servers directly\n", sock, err)
+		return nil, nil
+	}
+	if got.Kernels == nil {
+		got.Kernels = []jupyter.Entry{}
+	}
+	return got.Kernels, nil
+}
+
 func printKernels(w io.Writer, es []jupyter.Entry) {
 	if len(es) == 0 {
 		fmt.Fprintln(w, "no kernels (no running Jupyter server found, or none has a kernel)")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NOTEBOOK\tKERNEL\tPID\tUSER\tGPU\tALLOC/RESERVED\tRSS\tSTATE\tIDLE\tRUN")
+	fmt.Fprintln(tw, "NOTEBOOK\tKERNEL\tPID\tUSER\tGPU\tALLOC/RESERVED\tRSS\tSTATE\tIDLE\tRUN\tFLAGS")
 	for _, e := range es {
 		nb := e.Notebook
 		if nb == "" {
@@ -168,8 +220,12 @@ func printKernels(w io.Writer, es []jupyter.Entry) {
 		if run == "" {
 			run = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", nb, shortKernel(e.KernelID), pid, e.User, units.FormatBytes(e.GPUBytes),
-			alloc, units.FormatBytes(e.RSSBytes), e.ExecutionState, humanDur(e.IdleS), run)
+		flags := "-"
+		if e.Idle {
+			flags = "idle"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", nb, shortKernel(e.KernelID), pid, e.User, units.FormatBytes(e.GPUBytes),
+			alloc, units.FormatBytes(e.RSSBytes), e.ExecutionState, humanDur(e.IdleS), run, flags)
 	}
 	tw.Flush()
 }

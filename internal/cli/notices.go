@@ -39,13 +39,17 @@ func printNotices(ctx context.Context, f *Factory, cmd *cobra.Command) {
 const noticeEvery = 30 * time.Second
 
 // watchNotices prints the agent's new notices for this user to w every
-// noticeEvery while a supervised run's terminal is open; stop ends it.
+// noticeEvery (Factory.NoticeEvery) while a supervised run's terminal is open; stop ends it.
 func watchNotices(ctx context.Context, f *Factory, w io.Writer) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(noticeEvery)
+		every := f.NoticeEvery
+		if every <= 0 {
+			every = noticeEvery
+		}
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {

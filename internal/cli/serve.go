@@ -316,6 +316,8 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 		Node:   node, NodeAliases: aliases,
 		Idle: agent.IdlePolicy{Threshold: o.IdleThreshold, Window: o.IdleWindow, NotifyAfter: o.NotifyIdle, ReclaimAfter: o.ReclaimIdle},
 	}
+	home, _ := os.UserHomeDir()
+	cfg.KernelDirs = jupyter.RuntimeDirs(f.Getenv, home, os.Geteuid() == 0)
 	if o.ReclaimIdle > 0 {
 		cfg.Reclaim = func(ctx context.Context, kernelID string) error { return shutdownKernel(ctx, f, kernelID) }
 	}

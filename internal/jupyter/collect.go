@@ -46,8 +46,12 @@ type Entry struct {
 	ExecutionState string    `json:"execution_state"`
 	LastActivity   time.Time `json:"last_activity"`
 	IdleS          float64   `json:"idle_s"`
-	Connections    int       `json:"connections"`
-	Supervised     bool      `json:"supervised"`
+	// Idle reports an idle holder: the server says the kernel is idle, it
+	// has been since LastActivity for at least the collector's IdleWindow,
+	// and it holds GPU memory (see IdleHolder).
+	Idle        bool `json:"idle"`
+	Connections int  `json:"connections"`
+	Supervised  bool `json:"supervised"`
 	// RunID is the vramguard run that supervises the kernel, when known.
 	RunID string `json:"run_id,omitempty"`
 
@@ -68,6 +72,20 @@ type Collector struct {
 	Timeout time.Duration
 	// Users names the kernels' owners (nil: the machine's passwd database).
 	Users attrib.UserNames
+	// IdleWindow is how long a kernel Jupyter calls idle must have been so
+	// to be an idle holder (0: DefaultIdleWindow).
+	IdleWindow time.Duration
+}
+
+// DefaultIdleWindow is the idle window of a kernel, as the agent's idle
+// policy's default for a job.
+const DefaultIdleWindow = 30 * time.Minute
+
+// IdleHolder reports whether e is an idle holder under window: Jupyter
+// says it is idle, its last activity is window or more ago, and it holds
+// GPU memory. A kernel no server lists (state unknown) never is.
+func (e *Entry) IdleHolder(window time.Duration) bool {
+	return e.ExecutionState == "idle" && !e.LastActivity.IsZero() && e.GPUBytes > 0 && e.IdleS >= window.Seconds()
 }
 
 // Collect lists the kernels of every server. A server that does not answer
@@ -142,6 +160,13 @@ func (c *Collector) Collect(ctx context.Context) ([]Entry, error) {
 			e.Notebook = ProcNotebook(envSrc, kp.PID)
 		}
 		out = append(out, e)
+	}
+	window := c.IdleWindow
+	if window <= 0 {
+		window = DefaultIdleWindow
+	}
+	for i := range out {
+		out[i].Idle = out[i].IdleHolder(window)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].GPUBytes != out[j].GPUBytes {

@@ -376,6 +376,7 @@ type kernelEntry struct {
 	RSSBytes       *uint64  `json:"rss_bytes"`
 	ExecutionState string   `json:"execution_state"`
 	IdleS          *float64 `json:"idle_s"`
+	Idle           bool     `json:"idle"`
 	Supervised     bool     `json:"supervised"`
 	RunID          string   `json:"run_id"`
 }

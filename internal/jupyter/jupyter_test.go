@@ -270,6 +270,10 @@ func TestCollect(t *testing.T) {
 		{ID: "A", Name: "vramguard", LastActivity: now.Add(-90 * time.Minute), ExecutionState: "idle", Connections: 1},
 		{ID: "B", Name: "python3", LastActivity: now.Add(-10 * time.Second), ExecutionState: "busy"},
 		{ID: "Z", Name: "python3", LastActivity: now, ExecutionState: "starting"},
+		// idle for less than the default window, holding GPU memory
+		{ID: "C", Name: "python3", LastActivity: now.Add(-10 * time.Minute), ExecutionState: "idle"},
+		// idle long, holding none
+		{ID: "D", Name: "python3", LastActivity: now.Add(-2 * time.Hour), ExecutionState: "idle"},
 	}
 	sessions := []Session{
 		{ID: "s1", Path: "proj/a.ipynb", Type: "notebook", Kernel: kernels[0]},
@@ -284,11 +288,13 @@ func TestCollect(t *testing.T) {
 			// Kernels no server lists: the notebook comes from their environment.
 			{PID: 60, PPID: 1, Comm: "python3", RSSBytes: 300},
 			{PID: 70, PPID: 1, Comm: "python3", RSSBytes: 400},
+			{PID: 80, PPID: 1, Comm: "python3", RSSBytes: 100},
+			{PID: 90, PPID: 1, Comm: "python3", RSSBytes: 100},
 		},
-		argv: map[int][]string{22: kernelArgv("A"), 23: kernelArgv("A"), 30: kernelArgv("B"), 60: kernelArgv("U"), 70: kernelArgv("V")},
+		argv: map[int][]string{22: kernelArgv("A"), 23: kernelArgv("A"), 30: kernelArgv("B"), 60: kernelArgv("U"), 70: kernelArgv("V"), 80: kernelArgv("C"), 90: kernelArgv("D")},
 		env:  map[int][]string{60: {"HOME=/h", "JPY_SESSION_NAME=proj/u.ipynb"}},
 		cwd:  map[int]string{60: "/w/proj"},
-		uid:  map[int]int{22: 1001, 23: 1001, 30: 1002, 60: 4242, 70: 0},
+		uid:  map[int]int{22: 1001, 23: 1001, 30: 1002, 60: 4242, 70: 0, 80: 1002, 90: 1002},
 	}
 	u64 := func(v uint64) *uint64 { return &v }
 	jobs := []attrib.Job{
@@ -296,6 +302,7 @@ func TestCollect(t *testing.T) {
 		{RootPID: 22, GPUBytes: 3 << 30, AllocatedBytes: u64(1 << 30), ReservedBytes: u64(2 << 30)},
 		{RootPID: 23, GPUBytes: 1 << 30},
 		{RootPID: 99, GPUBytes: 7 << 30},
+		{RootPID: 80, GPUBytes: 2 << 30},
 	}
 	c := &Collector{Servers: []Server{{URL: srv.URL + "/", BaseURL: "/", Token: "tok", RootDir: "/nb"}}, Procs: src, Jobs: jobs, Now: func() time.Time { return now },
 		Users: names{0: "root", 1001: "alice", 1002: "bob"}}
@@ -312,19 +319,24 @@ func TestCollect(t *testing.T) {
 		Idle                      float64
 		UID                       int
 		User                      string
+		IdleHolder                bool
 	}
 	var rows []row
 	for _, e := range got {
-		rows = append(rows, row{e.Notebook, e.KernelID, e.ExecutionState, e.PID, e.PIDs, e.GPUBytes, e.RSSBytes, e.AllocatedBytes, e.IdleS, e.UID, e.User})
+		rows = append(rows, row{e.Notebook, e.KernelID, e.ExecutionState, e.PID, e.PIDs, e.GPUBytes, e.RSSBytes, e.AllocatedBytes, e.IdleS, e.UID, e.User, e.Idle})
 	}
 	want := []row{
-		{"/nb/proj/a.ipynb", "A", "idle", 22, []int{22, 23}, 4 << 30, 1500, u64(1 << 30), 5400, 1001, "alice"},
-		{"", "V", "unknown", 70, []int{70}, 0, 400, nil, 0, 0, "root"},
+		// idle 90 min holding 4 GiB: an idle holder
+		{"/nb/proj/a.ipynb", "A", "idle", 22, []int{22, 23}, 4 << 30, 1500, u64(1 << 30), 5400, 1001, "alice", true},
+		// idle 10 min: under the default window of 30
+		{"", "C", "idle", 80, []int{80}, 2 << 30, 100, nil, 600, 1002, "bob", false},
+		{"", "D", "idle", 90, []int{90}, 0, 100, nil, 7200, 1002, "bob", false},
+		{"", "V", "unknown", 70, []int{70}, 0, 400, nil, 0, 0, "root", false},
 		// a kernel whose process is not found: its owner is unknown
-		{"", "Z", "starting", 0, []int{}, 0, 0, nil, 0, -1, "unknown"},
-		{"/nb/b.ipynb", "B", "busy", 30, []int{30}, 0, 200, nil, 10, 1002, "bob"},
+		{"", "Z", "starting", 0, []int{}, 0, 0, nil, 0, -1, "unknown", false},
+		{"/nb/b.ipynb", "B", "busy", 30, []int{30}, 0, 200, nil, 10, 1002, "bob", false},
 		// a UID without a name is its number
-		{"/w/proj/u.ipynb", "U", "unknown", 60, []int{60}, 0, 300, nil, 0, 4242, "4242"},
+		{"/w/proj/u.ipynb", "U", "unknown", 60, []int{60}, 0, 300, nil, 0, 4242, "4242", false},
 	}
 	if !reflect.DeepEqual(rows, want) {
 		gb, _ := json.Marshal(rows)
@@ -337,17 +349,35 @@ func TestCollect(t *testing.T) {
 			t.Fatalf("%s: %v", a, err)
 		}
 	}
-	if err := Act(context.Background(), &got[2], "shutdown", time.Second); err != nil {
+	if err := Act(context.Background(), &got[4], "shutdown", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// A kernel no server lists cannot be acted on through one.
-	if err := Act(context.Background(), &got[1], "shutdown", time.Second); err == nil {
+	if err := Act(context.Background(), &got[3], "shutdown", time.Second); err == nil {
 		t.Errorf("acted on a kernel without a server")
 	}
 	wantActions := []string{"POST /api/kernels/A/interrupt", "POST /api/kernels/A/restart", "DELETE /api/sessions/s1", "DELETE /api/kernels/Z"}
 	if !reflect.DeepEqual(*actions, wantActions) {
 		t.Errorf("actions %q, want %q", *actions, wantActions)
 	}
+
+	// A shorter idle window makes the kernel idle for 10 min an idle
+	// holder too; the one holding nothing never is.
+	c.IdleWindow = 5 * time.Minute
+	short, err := c.Collect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holders []string
+	for _, e := range short {
+		if e.Idle {
+			holders = append(holders, e.KernelID)
+		}
+	}
+	if !reflect.DeepEqual(holders, []string{"A", "C"}) {
+		t.Errorf("idle holders under a 5 min window: %q, want A and C", holders)
+	}
+	c.IdleWindow = 0
 
 	nb := Notebooks(context.Background(), c.Servers, src, time.Second)
 	wantNB := map[string]string{"A": "/nb/proj/a.ipynb", "B": "/nb/b.ipynb", "U": "/w/proj/u.ipynb"}

@@ -1,0 +1,161 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSharedKernels: under a root `serve --shared`, each of two users'
+// `vramguard kernels` lists both users' kernels (real kernel processes of
+// throwaway users, found by their connection files; the GPU memory
+// scripted) through the agent's socket: their own with its notebook, the
+// other's owner and memory only; the one at 0% past the idle window is
+// flagged idle.
+func TestSharedKernels(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
+	}
+	dir, err := os.MkdirTemp("", "vramguard-shared-kernels-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sfx := strconv.Itoa(os.Getpid() % 100000)
+	type user struct {
+		name, kernel string
+		uid, pid     int
+	}
+	mk := func(name, kernel string) user {
+		if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+			t.Fatalf("useradd: %v %s", err, out)
+		}
+		t.Cleanup(func() { exec.Command("userdel", name).Run() })
+		out, err := exec.Command("id", "-u", name).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := user{name: name, kernel: kernel}
+		u.uid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
+		// a kernel's command line (its connection file after -f), its
+		// notebook in its environment as a server passes it
+		c := exec.Command("setpriv", "--reuid="+strconv.Itoa(u.uid), "--regid="+strconv.Itoa(u.uid), "--clear-groups",
+			"/usr/bin/python3", "-c", "import time; time.sleep(600)", "-f", filepath.Join(dir, "kernel-"+kernel+".json"))
+		c.Env, c.Dir = append(os.Environ(), "JPY_SESSION_NAME="+name+".ipynb"), dir
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+		u.pid = c.Process.Pid
+		return u
+	}
+	ana := mk("vgkana"+sfx, "aa11aa11-0000-4000-8000-0000000000aa")
+	ben := mk("vgkben"+sfx, "bb22bb22-0000-4000-8000-0000000000bb")
+	scen := filepath.Join(dir, "kernels.json")
+	if err := os.WriteFile(scen, []byte(`{"name": "shared kernels", "duration": "1h",
+	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
+	  "processes": [
+	    {"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
+	    {"pid": "$BEN", "device": 0, "memory": "20GiB", "sm_util": 0}
+	  ]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vg := filepath.Join(dir, "vramguard")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(vg, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shared := filepath.Join(dir, "run")
+	serve := exec.Command(vg, "serve", "--shared", "--listen", "127.0.0.1:0", "--json", "--simulate", scen, "--idle-window", "1s")
+	serve.Env = append(os.Environ(), "VRAMGUARD_HOME="+filepath.Join(dir, "agent-home"), "VRAMGUARD_SHARED_DIR="+shared,
+		fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid))
+	var serr bytes.Buffer
+	serve.Stderr = &serr
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() })
+	sock := filepath.Join(shared, "api.sock")
+	waitFor(t, 30*time.Second, "the shared API socket", func() bool {
+		st, err := os.Stat(sock)
+		return err == nil && st.Mode().Perm() == 0o666
+	})
+	as := func(u user, args ...string) string {
+		home := filepath.Join(dir, "home-"+u.name)
+		os.MkdirAll(home, 0o700)
+		os.Chown(home, u.uid, u.uid)
+		c := exec.Command("setpriv", append([]string{"--reuid=" + strconv.Itoa(u.uid), "--regid=" + strconv.Itoa(u.uid), "--clear-groups", vg}, args...)...)
+		c.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "VRAMGUARD_SHARED_DIR=" + shared, "VRAMGUARD_HOME=" + filepath.Join(home, "state")}
+		var out, errb bytes.Buffer
+		c.Stdout, c.Stderr = &out, &errb
+		if err := c.Run(); err != nil {
+			t.Fatalf("%v as %s: %v\n%s%s\nserve: %s", args, u.name, err, out.String(), errb.String(), serr.String())
+		}
+		return out.String()
+	}
+	type entry struct {
+		Notebook string `json:"notebook"`
+		KernelID string `json:"kernel_id"`
+		PID      int    `json:"pid"`
+		User     string `json:"user"`
+		GPUBytes uint64 `json:"gpu_bytes"`
+		Idle     bool   `json:"idle"`
+	}
+	byPID := func(out string) map[int]entry {
+		var es []entry
+		if err := json.Unmarshal([]byte(out), &es); err != nil {
+			t.Fatalf("kernels --json: %v\n%s", err, out)
+		}
+		m := map[int]entry{}
+		for _, e := range es {
+			m[e.PID] = e
+		}
+		return m
+	}
+	var got map[int]entry
+	// ben's kernel sits at 0%: idle after the agent's 1 s window
+	waitFor(t, 30*time.Second, "both users' kernels, ben's idle, through the agent", func() bool {
+		got = byPID(as(ana, "kernels", "--json"))
+		return got[ana.pid].GPUBytes > 0 && got[ben.pid].Idle
+	})
+	for _, u := range []user{ana, ben} {
+		es := byPID(as(u, "kernels", "--json"))
+		for _, o := range []user{ana, ben} {
+			e := es[o.pid]
+			nb := "(another user's job)"
+			if o.uid == u.uid {
+				nb = filepath.Join(dir, o.name+".ipynb")
+			}
+			gpu := map[int]uint64{ana.pid: 6 << 30, ben.pid: 20 << 30}[o.pid]
+			if e.KernelID != o.kernel || e.User != o.name || e.GPUBytes != gpu || e.Notebook != nb || e.Idle != (o.uid == ben.uid) {
+				t.Errorf("%s's kernel as %s sees it: %+v; want kernel %s, user %s, %d bytes, notebook %q, idle %v",
+					o.name, u.name, e, o.kernel, o.name, gpu, nb, o.uid == ben.uid)
+			}
+		}
+	}
+	// the table: ana's own notebook, ben's kernel flagged idle by owner
+	out := as(ana, "kernels")
+	for _, want := range []string{ana.name + ".ipynb", ben.name, "20 GiB", "idle"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ana's kernels table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, ben.name+".ipynb") {
+		t.Errorf("ana's table shows ben's notebook:\n%s", out)
+	}
+}

@@ -1,0 +1,130 @@
+package agent
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+
+	"github.com/vramguard/vramguard/internal/jupyter"
+)
+
+// TestSharedSocketKernels: GET /api/v1/kernels over the API socket lists
+// both users' kernels (real kernel processes of two throwaway users, named
+// by their connection files; the GPU memory scripted), each user's own in
+// full and the other's owner and memory only; root sees both in full.
+func TestSharedSocketKernels(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
+	}
+	sfx := strconv.Itoa(os.Getpid() % 100000)
+	aliceN, bobN := "vgkalice"+sfx, "vgkbob"+sfx
+	alice, bob := testUser(t, aliceN), testUser(t, bobN)
+	dir, err := os.MkdirTemp("", "vramguard-kernels-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[int]string{alice: "0a1b2c3d-0000-4000-8000-00000000000a", bob: "0b1b2c3d-0000-4000-8000-00000000000b"}
+	pids := map[int]int{}
+	for uid, id := range ids {
+		// a kernel's command line: the connection file after -f
+		c := exec.Command("/usr/bin/python3", "-c", "import time; time.sleep(600)", "-f", filepath.Join(dir, "kernel-"+id+".json"))
+		// its notebook, as a server passes it: a detail only its owner sees
+		c.Env, c.Dir = append(os.Environ(), "JPY_SESSION_NAME=nb-"+strconv.Itoa(uid)+".ipynb"), dir
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go c.Wait()
+		t.Cleanup(func() { c.Process.Kill() })
+		pids[uid] = c.Process.Pid
+	}
+	env := map[string]string{"ALICE": strconv.Itoa(pids[alice]), "BOB": strconv.Itoa(pids[bob])}
+	sc := `{"name": "kernels", "duration": "1h",
+	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
+	  "processes": [
+	    {"pid": "$ALICE", "device": 0, "memory": "4GiB", "sm_util": 50},
+	    {"pid": "$BOB", "device": 0, "memory": "8GiB", "sm_util": 0}
+	  ]}`
+	sr := &sharedRig{rig: newRigEnv(t, sc, Config{KernelDirs: []string{filepath.Join(dir, "no-servers")}}, nil, func(k string) string { return env[k] }),
+		alice: alice, bob: bob, aliceN: aliceN, bobN: bobN}
+	sr.sock = filepath.Join(dir, "api.sock")
+	ln, err := net.Listen("unix", sr.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sr.sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: sr.ag.SocketHandler(), ConnContext: sr.ag.ConnContext}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr.bin = filepath.Join(dir, "client")
+	if err := os.WriteFile(sr.bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sr.step(2)
+
+	tests := []struct {
+		who  string
+		uid  int
+		full map[int]bool // by the kernel owner's UID: shown in full
+	}{
+		{"alice", alice, map[int]bool{alice: true, bob: false}},
+		{"bob", bob, map[int]bool{alice: false, bob: true}},
+		{"root", 0, map[int]bool{alice: true, bob: true}},
+	}
+	gpu := map[int]uint64{alice: 4 << 30, bob: 8 << 30}
+	user := map[int]string{alice: aliceN, bob: bobN}
+	for _, tt := range tests {
+		t.Run(tt.who, func(t *testing.T) {
+			code, body := sr.as(t, tt.uid, "GET /api/v1/kernels")
+			if code != 200 {
+				t.Fatalf("kernels: %d %s", code, body)
+			}
+			var got struct{ Kernels []jupyter.Entry }
+			if err := json.Unmarshal([]byte(body), &got); err != nil {
+				t.Fatal(err)
+			}
+			seen := map[int]bool{}
+			for _, e := range got.Kernels {
+				id, ours := ids[e.UID]
+				if !ours {
+					continue // a kernel of the machine's own
+				}
+				seen[e.UID] = true
+				if e.KernelID != id || e.PID != pids[e.UID] || e.User != user[e.UID] || e.GPUBytes != gpu[e.UID] {
+					t.Errorf("kernel of %s: id %s pid %d user %q gpu %d; want %s %d %q %d", user[e.UID], e.KernelID, e.PID, e.User, e.GPUBytes,
+						id, pids[e.UID], user[e.UID], gpu[e.UID])
+				}
+				want := hiddenName
+				if tt.full[e.UID] {
+					want = filepath.Join(dir, "nb-"+strconv.Itoa(e.UID)+".ipynb")
+				}
+				if e.Notebook != want {
+					t.Errorf("kernel of %s as %s sees it: notebook %q, want %q", user[e.UID], tt.who, e.Notebook, want)
+				}
+			}
+			if !seen[alice] || !seen[bob] {
+				t.Fatalf("both users' kernels, want 2: %s", body)
+			}
+		})
+	}
+}

@@ -1,0 +1,141 @@
+package jupyter_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/jupyter"
+	"github.com/vramguard/vramguard/internal/testbin"
+)
+
+// TestIdleKernelThroughServer: a real kernel of a real jupyter-server that
+// holds (simulated) GPU memory at 0% is flagged idle by `kernels` once
+// Jupyter has called it idle for the window, and `serve --reclaim-idle`
+// tells its owner and then shuts it down through that server.
+func TestIdleKernelThroughServer(t *testing.T) {
+	l := newLab(t)
+	l.startServer()
+	ctx := context.Background()
+	s, err := l.client.CreateSession(ctx, "idle.ipynb", "python3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.Kernel.ID
+	// a client's cell: Jupyter calls the kernel idle (not starting) after it
+	k := l.connect(id)
+	k.run("x = 1")
+	var pid int
+	testbin.WaitFor(t, 60*time.Second, "the kernel's process", func() bool {
+		pid = l.kernels()[id].PID
+		return pid > 0
+	})
+	dir := t.TempDir()
+	scen := filepath.Join(dir, "idle.json")
+	if err := os.WriteFile(scen, []byte(fmt.Sprintf(`{"name": "idle kernel", "duration": "1h",
+	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
+	  "processes": [{"pid": %d, "device": 0, "memory": "12GiB", "sm_util": 0}]}`, pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// kernels: not idle under a window longer than the kernel has lived,
+	// idle under one of 1 s once Jupyter has called it idle that long
+	flagged := func(window string) (kernelEntry, bool) {
+		r := l.vg("kernels", "--json", "--simulate", scen, "--runtime-dir", l.runtime, "--idle-window", window)
+		var es []kernelEntry
+		r.JSON(l.t, &es)
+		for _, e := range es {
+			if e.KernelID == id {
+				return e, e.Idle
+			}
+		}
+		t.Fatalf("kernels --json lacks kernel %s: %s", id, r.Stdout)
+		return kernelEntry{}, false
+	}
+	if e, idle := flagged("24h"); idle || *e.GPUBytes != 12<<30 {
+		t.Errorf("under a 24h window: idle %v, gpu_bytes %d (want not idle, 12 GiB)", idle, *e.GPUBytes)
+	}
+	var last kernelEntry
+	testbin.WaitFor(t, 30*time.Second, "kernels to flag the idle kernel", func() bool {
+		e, idle := flagged("1s")
+		last = e
+		if e.ExecutionState == "starting" {
+			// a loaded server may not have taken the kernel's status yet
+			k.run("x = 1")
+		}
+		return idle
+	}, func() { t.Logf("last: %+v", last) })
+	if last.ExecutionState != "idle" || *last.IdleS < 1 {
+		t.Errorf("flagged idle with state %q idle_s %v", last.ExecutionState, *last.IdleS)
+	}
+
+	// serve --reclaim-idle: the owner's notice, then the shutdown
+	serve := exec.Command(l.bin, "serve", "--listen", "127.0.0.1:0", "--json", "--simulate", scen, "--probe-socket", "none",
+		"--idle-window", "1s", "--reclaim-idle", "2s")
+	serve.Env = append(l.env(), "VRAMGUARD_HOME="+filepath.Join(dir, "agent"))
+	stdout, err := serve.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr strings.Builder
+	serve.Stderr = &serr
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		serve.Process.Signal(syscall.SIGTERM)
+		serve.Wait()
+		if t.Failed() {
+			t.Logf("serve's stderr:\n%s", serr.String())
+		}
+	})
+	var start struct{ URL string }
+	if err := json.NewDecoder(stdout).Decode(&start); err != nil || start.URL == "" {
+		t.Fatalf("serve's startup line: %v (url %q)", err, start.URL)
+	}
+	testbin.WaitFor(t, 60*time.Second, "the server to no longer list the reclaimed kernel", func() bool {
+		var ks []jupyter.Kernel
+		if err := l.client.Do(ctx, http.MethodGet, "api/kernels", nil, &ks); err != nil {
+			return false
+		}
+		for _, k := range ks {
+			if k.ID == id {
+				return false
+			}
+		}
+		return true
+	})
+	resp, err := http.Get(start.URL + "api/v1/notices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var notices struct {
+		Notices []struct{ Text string }
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&notices); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("vramguard: shutting down kernel %s (", id[:8])
+	var found bool
+	for _, n := range notices.Notices {
+		if strings.HasPrefix(n.Text, want) && strings.Contains(n.Text, fmt.Sprintf("pid %d): it has held 12 GiB on GPU 0 unused for", pid)) &&
+			strings.HasSuffix(n.Text, "(serve --reclaim-idle 2s)") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no notice to the owner saying kernel %s is shut down: %+v", id, notices.Notices)
+	}
+	if strings.Contains(serr.String(), "reclaim idle kernel") {
+		t.Errorf("the reclaim failed: %s", serr.String())
+	}
+}
