@@ -534,15 +534,25 @@ func (a *Agent) apiRuns(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"runs": runs})
 }
 
-func (a *Agent) apiRun(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	run, err := a.cfg.Store.Resolve(ctx, r.PathValue("id"))
+// pathRun is the run the request's path names ({id}); when there is none,
+// or the store fails, it answers the request itself and ok is false.
+func (a *Agent) pathRun(w http.ResponseWriter, r *http.Request) (run *store.Run, ok bool) {
+	run, err := a.cfg.Store.Resolve(r.Context(), r.PathValue("id"))
 	if errors.Is(err, store.ErrNotFound) {
 		writeErr(w, http.StatusNotFound, "no run %q", r.PathValue("id"))
-		return
+		return nil, false
 	}
 	if err != nil {
 		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return nil, false
+	}
+	return run, true
+}
+
+func (a *Agent) apiRun(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	run, ok := a.pathRun(w, r)
+	if !ok {
 		return
 	}
 	if !a.mayKey(r, "run:"+run.ID) {
@@ -664,13 +674,8 @@ func (a *Agent) apiRestart(w http.ResponseWriter, r *http.Request) {
 // timeline.
 func (a *Agent) signalRun(w http.ResponseWriter, r *http.Request, sig syscall.Signal, what string) {
 	ctx := r.Context()
-	run, err := a.cfg.Store.Resolve(ctx, r.PathValue("id"))
-	if errors.Is(err, store.ErrNotFound) {
-		writeErr(w, http.StatusNotFound, "no run %q", r.PathValue("id"))
-		return
-	}
-	if err != nil {
-		writeErr(w, http.StatusInternalServerError, "%v", err)
+	run, ok := a.pathRun(w, r)
+	if !ok {
 		return
 	}
 	if !a.mayKey(r, "run:"+run.ID) {

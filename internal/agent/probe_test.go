@@ -38,7 +38,9 @@ func TestMain(m *testing.M) {
 		os.Exit(apiHelper(p, os.Getenv("VRAMGUARD_TEST_API_REQ")))
 	}
 	testbin.Require(testbin.Torch)
-	os.Exit(m.Run())
+	code := m.Run()
+	removeTestUsers()
+	os.Exit(code)
 }
 
 // TestProbeSocketRefusesOtherUsers listens where every user can reach the

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/probe"
+	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/users"
 )
 
@@ -49,12 +50,27 @@ func apiHelper(sock, req string) int {
 
 // testUser adds a throwaway user (removed when the test ends) and returns
 // its UID.
+// testUsers are the users testUser made, removed when the package's tests
+// end (TestMain): removed earlier, a UID would be handed to the next test's
+// user while the agent still knows it by the old name (users.DB reads
+// /etc/passwd again at most every few seconds, as on a real machine).
+var testUsers []string
+
+// rigs counts the sharedRigs made, for their users' names.
+var rigs int
+
+func removeTestUsers() {
+	for _, name := range testUsers {
+		exec.Command("userdel", name).Run()
+	}
+}
+
 func testUser(t *testing.T, name string) int {
 	t.Helper()
 	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
 		t.Fatalf("useradd %s: %v %s", name, err, out)
 	}
-	t.Cleanup(func() { exec.Command("userdel", name).Run() })
+	testUsers = append(testUsers, name)
 	out, err := exec.Command("id", "-u", name).Output()
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +97,8 @@ func newSharedRig(t *testing.T, cfg Config) *sharedRig {
 	if os.Geteuid() != 0 {
 		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
 	}
-	sfx := strconv.Itoa(os.Getpid() % 100000)
+	rigs++ // users outlive their test (testUsers): each rig names its own
+	sfx := strconv.Itoa(os.Getpid()%100000) + "r" + strconv.Itoa(rigs)
 	sr := &sharedRig{aliceN: "vgalice" + sfx, bobN: "vgbob" + sfx, sleeps: map[string]*exec.Cmd{}}
 	sr.alice, sr.bob = testUser(t, sr.aliceN), testUser(t, sr.bobN)
 	start := func(name string, uid int) {
@@ -340,5 +357,29 @@ func TestSharedSocketAdmin(t *testing.T) {
 	}
 	if code, body := sr.as(t, sr.bob, "POST /api/v1/jobs/"+key[sr.alice]+"/kill"); code != http.StatusAccepted {
 		t.Fatalf("the admin killing alice's job: %d %s", code, body)
+	}
+}
+
+// TestSharedSocketRunDetails: a finished run's post-mortem and its OOM
+// snapshot (stacks, paths) are details: over the socket another user gets
+// 403 for both, root gets them.
+func TestSharedSocketRunDetails(t *testing.T) {
+	sr := newSharedRig(t, Config{})
+	ctx := context.Background()
+	pm, _ := json.Marshal(map[string]any{"probe": map[string]any{"oom": map[string]any{"pid": 1, "t": time.Now(),
+		"source": "observer", "snapshot_path": snapFixture}}})
+	if err := sr.st.CreateRun(ctx, &store.Run{ID: "oomed", Status: store.StatusRunning, StartedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sr.st.FinishRun(ctx, "oomed", store.StatusFinished, "cuda_oom", 1, time.Now(), pm); err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []string{"GET /api/v1/runs/oomed", "GET /api/v1/runs/oomed/snapshot?device=0"} {
+		if code, body := sr.as(t, sr.alice, req); code != http.StatusForbidden {
+			t.Errorf("alice: %s: %d %s, want 403", req, code, body)
+		}
+		if code, body := sr.as(t, 0, req); code != http.StatusOK {
+			t.Errorf("root: %s: %d %.200s, want 200", req, code, body)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"errors"
 	"io/fs"
 	"net/http"
 	"strconv"
@@ -10,7 +9,6 @@ import (
 	"github.com/vramguard/vramguard/internal/agent/web"
 	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/snapshot"
-	"github.com/vramguard/vramguard/internal/store"
 )
 
 // serveSnapshotView answers GET ...?device=N&points=P with s's view
@@ -71,13 +69,12 @@ type runSnapshots struct {
 // memory snapshot the run's probe dumped at its OOM (run --oom-snapshot).
 func (a *Agent) apiRunSnapshot(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	run, err := a.cfg.Store.Resolve(ctx, r.PathValue("id"))
-	if errors.Is(err, store.ErrNotFound) {
-		writeErr(w, http.StatusNotFound, "no run %q", r.PathValue("id"))
+	run, ok := a.pathRun(w, r)
+	if !ok {
 		return
 	}
-	if err != nil {
-		writeErr(w, http.StatusInternalServerError, "%v", err)
+	if !a.mayKey(r, "run:"+run.ID) {
+		writeErr(w, http.StatusForbidden, "run %s is another user's", run.ID)
 		return
 	}
 	doc, err := postmortem.Build(ctx, a.cfg.Store, run, a.cfg.Now())
