@@ -140,7 +140,7 @@ func TestTreeFigureOfADataLoaderJob(t *testing.T) {
 	// taken within 40 ms of each other, which a busy machine stretches
 	e := newEnv(t)
 	ready := filepath.Join(t.TempDir(), "ready")
-	cmd, _, se := e.start("run", "--sample-interval", "100ms", "--", python, job("dataloader_tree.py"), ready, "5")
+	cmd, _, se := e.start("run", "--sample-interval", "100ms", "--", python, job("dataloader_tree.py"), ready, "9")
 	var pids []int
 	waitFor(t, 90*time.Second, "the DataLoader workers", func() bool {
 		b, err := os.ReadFile(ready)
@@ -157,7 +157,9 @@ func TestTreeFigureOfADataLoaderJob(t *testing.T) {
 		t.Fatalf("pids %v, want the main process and two workers", pids)
 	}
 	var rs []reading
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(230 * time.Millisecond) {
+	// 7 s of readings: a loaded machine delays the sampler's readings, and
+	// only those within 40 ms of one of the test's are compared
+	for deadline := time.Now().Add(7 * time.Second); time.Now().Before(deadline); time.Sleep(230 * time.Millisecond) {
 		r := reading{pids: pids}
 		for _, pid := range pids {
 			ro, err := procfs.FS{}.SmapsRollup(pid)
