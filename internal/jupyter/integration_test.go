@@ -140,7 +140,8 @@ func (l *lab) startServer() {
 		if err != nil {
 			return false
 		}
-		l.client = jupyter.NewClient(s, 5*time.Second)
+		// a session starts its kernel before it answers: seconds on a loaded machine
+		l.client = jupyter.NewClient(s, 30*time.Second)
 		return l.client.Do(context.Background(), http.MethodGet, "api/status", nil, nil) == nil
 	})
 }
