@@ -22,17 +22,7 @@ import (
 // flagged idle.
 func TestSharedKernels(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
-	}
-	dir, err := os.MkdirTemp("", "vramguard-shared-kernels-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := sharedDir(t, "vramguard-shared-kernels-")
 	sfx := strconv.Itoa(os.Getpid() % 100000)
 	type user struct {
 		name, kernel string

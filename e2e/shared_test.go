@@ -26,17 +26,7 @@ import (
 // prints the one line about it.
 func TestSharedAgent(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
-	}
-	dir, err := os.MkdirTemp("", "vramguard-shared-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := sharedDir(t, "vramguard-shared-e2e-")
 	sfx := strconv.Itoa(os.Getpid() % 100000)
 	type user struct {
 		name string
@@ -164,4 +154,23 @@ func TestSharedAgent(t *testing.T) {
 	if r.HeldHours <= 0 || math.Abs(r.MemoryGiBHours-6*r.HeldHours) > 1e-9 || math.Abs(r.BusyHours-r.HeldHours) > 1e-9 || r.IdleHours != 0 || r.PeakBytes != 6<<30 {
 		t.Errorf("ana's report row %+v: want memory-hours 6 × held hours, all busy, peak 6 GiB", r)
 	}
+}
+
+// sharedDir is a directory every user may enter, removed after t, for a
+// test that adds users and runs processes as them (so it must run as root,
+// as CI does).
+func sharedDir(t *testing.T, prefix string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
+	}
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
