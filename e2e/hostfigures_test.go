@@ -130,9 +130,10 @@ type reading struct {
 // processes itself; each reading is set against the sample vramguard took
 // nearest to it (within 40 ms). The sample's tree figure is by definition
 // PSS summed over the job's live processes and its RSS the RSS sum, so both
-// must match the test's within 3%: the job is in a steady loop (its
-// footprint moves by well under 1 MB between batches against ~300 MB of
-// PSS), and the two readings are at most 40 ms apart. The workers share
+// must match the test's within 3% (PSS: of the span the test read around
+// the sample, as other processes sharing pages move it): the job is in a
+// steady loop (its footprint moves by well under 1 MB between batches
+// against ~300 MB of PSS), and the two readings are at most 40 ms apart. The workers share
 // their parent's pages, so the RSS sum must exceed the PSS sum by half at
 // least, and the reported tree figure is the PSS one.
 func TestTreeFigureOfADataLoaderJob(t *testing.T) {
@@ -190,7 +191,7 @@ func TestTreeFigureOfADataLoaderJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	matched := 0
-	for _, r := range rs {
+	for i, r := range rs {
 		var best *store.Sample
 		for _, x := range samples {
 			if best == nil || absDur(x.T.Sub(r.t)) < absDur(best.T.Sub(r.t)) {
@@ -223,8 +224,18 @@ func TestTreeFigureOfADataLoaderJob(t *testing.T) {
 			t.Errorf("sample PSS %v is not the sum of its processes' (%d)", best.PSS, pssOfProcs)
 			continue
 		}
-		if !near(*best.PSS, r.pss, 0.03) || !near(best.RSS, r.rss, 0.03) {
-			t.Errorf("sample pss %d rss %d; /proc read by the test: pss %d rss %d", *best.PSS, best.RSS, r.pss, r.rss)
+		// A process's PSS moves when any other process mapping the same
+		// pages (torch's libraries, in other tests' jobs) starts or exits,
+		// and one reading of three torch processes takes tens of ms: the
+		// sample's PSS must lie within 3% of the span the test read around
+		// it (this reading and its neighbours, 230 ms apart), its RSS,
+		// the job's own, within 3% of this reading.
+		lo, hi := r.pss, r.pss
+		for _, n := range rs[max(i-1, 0):min(i+2, len(rs))] {
+			lo, hi = min(lo, n.pss), max(hi, n.pss)
+		}
+		if float64(*best.PSS) < 0.97*float64(lo) || float64(*best.PSS) > 1.03*float64(hi) || !near(best.RSS, r.rss, 0.03) {
+			t.Errorf("sample pss %d rss %d; /proc read by the test: pss %d (%d–%d around it) rss %d", *best.PSS, best.RSS, r.pss, lo, hi, r.rss)
 		}
 		if float64(best.RSS) < 1.5*float64(*best.PSS) {
 			t.Errorf("rss sum %d not well above pss sum %d for forked workers sharing pages", best.RSS, *best.PSS)

@@ -53,6 +53,9 @@ type RunOptions struct {
 	// priorAutosave is a notebook kernel's newest autosave from an earlier
 	// kernel (run --kernel sets it), for the post-mortem's kernel section
 	priorAutosave *postmortem.Autosave
+	// sigs and restarts deliver the supervisor's stop signals and restart
+	// requests, caught from before the run is recorded (catchSignals).
+	sigs, restarts chan os.Signal
 	// runName is the name the run is recorded under: Name, or Name-2, ...
 	// when an earlier run has Name (run_name.go). Name itself stays what
 	// was asked for, which --adapt-remember keys on.
@@ -251,6 +254,13 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	if id == "" {
 		id = newRunID(f.Now())
 	}
+	// The supervisor's own signals are caught before the run is recorded:
+	// once `vramguard runs` shows it running, a SIGHUP (the terminal
+	// closing) or a restart request is the supervisor's to handle, not
+	// the default action's, which would kill it and leave the run lost.
+	o.sigs, o.restarts = catchSignals()
+	defer signal.Stop(o.sigs)
+	defer signal.Stop(o.restarts)
 	if o.Kernel {
 		return runKernel(ctx, f, o, st, limit, id)
 	}
@@ -267,6 +277,17 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	return err
 }
 
+// catchSignals starts delivering the signals a supervisor handles: stops
+// (SIGINT, SIGTERM, SIGHUP) and restart requests (`vramguard restart` and
+// serve's restart endpoint signal the supervisor).
+func catchSignals() (stops, restarts chan os.Signal) {
+	stops = make(chan os.Signal, 4)
+	signal.Notify(stops, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	restarts = make(chan os.Signal, 1)
+	signal.Notify(restarts, supervise.RestartSignal)
+	return stops, restarts
+}
+
 // superviseRun supervises a recorded run from attempt first on and maps the
 // outcome to vramguard's exit status.
 func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, run *store.Run, limit uint64, first int) error {
@@ -275,13 +296,7 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 		return Envf("find the vramguard executable: %v", err)
 	}
 	gb := o.gpu
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	// `vramguard restart` and serve's restart endpoint signal the supervisor
-	restarts := make(chan os.Signal, 1)
-	signal.Notify(restarts, supervise.RestartSignal)
-	defer signal.Stop(restarts)
+	sigs, restarts := o.sigs, o.restarts
 
 	id := run.ID
 	so := supervise.Options{
