@@ -194,7 +194,10 @@ EOF
   (cd "$stage" && find usr lib -type f -print0 | sort -z | xargs -0 md5sum > DEBIAN/md5sums)
   find "$stage" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
   deb=$DIST/vramguard_${deb_version}_$arch.deb
-  dpkg-deb --root-owner-group -Zxz -z6 --build "$stage" "$deb" >/dev/null
+  # xz -1: the package is 11% larger than at -6 (7.6 against 6.8 MB for
+  # amd64) and takes a fifth of the CPU (4 s against 21 s), here and in
+  # every test run that builds it; every dpkg reads it.
+  dpkg-deb --root-owner-group -Zxz -z1 --build "$stage" "$deb" >/dev/null
   say "  $(basename "$deb")"
 done
 

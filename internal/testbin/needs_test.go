@@ -35,8 +35,9 @@ func TestMissingNamesThePackageInOneLine(t *testing.T) {
 		cause   string
 	}{
 		{"program", Dep{Package: "vg-test-absent-prog", Programs: []string{"sh", "vramguard-no-such-program"}}, true, "vramguard-no-such-program is not on PATH"},
-		{"module", Dep{Package: "vg-test-absent-mod", Import: "import vramguard_no_such_module"}, true, "No module named 'vramguard_no_such_module'"},
-		{"present", Dep{Package: "vg-test-present", Programs: []string{"sh"}, Import: "import json"}, false, ""},
+		{"module", Dep{Package: "vg-test-absent-mod", Modules: []string{"json", "vramguard_no_such_module"}}, true, "No module named 'vramguard_no_such_module'"},
+		{"submodule", Dep{Package: "vg-test-absent-sub", Modules: []string{"email.vramguard_no_such_module"}}, true, "No module named 'email.vramguard_no_such_module'"},
+		{"present", Dep{Package: "vg-test-present", Programs: []string{"sh"}, Modules: []string{"json", "email.mime.text"}}, false, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -63,7 +64,7 @@ func TestImportIgnoresPYTHONPATH(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PYTHONPATH", dir)
-	d := Dep{Package: "vg-test-shadow", Import: "import vramguard_shadow_mod"}
+	d := Dep{Package: "vg-test-shadow", Modules: []string{"vramguard_shadow_mod"}}
 	if d.Missing() == "" {
 		t.Fatal("a module only on PYTHONPATH counted as installed")
 	}
