@@ -25,13 +25,17 @@ for i in $(seq "$n"); do
 import json, sys
 path, i, total, load = sys.argv[1:]
 passed = failed = skipped = 0
-pkgs = {}
+pkgs, outs, failures = {}, {}, []
 for line in open(path):
     try:
         e = json.loads(line)
     except ValueError:
         continue
     a, t = e.get("Action"), e.get("Test")
+    if t and a == "output":
+        outs.setdefault((e["Package"], t), []).append(e["Output"])
+    if t and a == "fail":
+        failures.append((e["Package"], t))
     if t:
         passed += a == "pass"; failed += a == "fail"; skipped += a == "skip"
     elif a in ("pass", "fail") and "Elapsed" in e:
@@ -39,6 +43,9 @@ for line in open(path):
 print(f"run {i}: {total} s wall (load before {load}); tests {passed} passed, {failed} failed, {skipped} skipped")
 for p, (el, a) in sorted(pkgs.items(), key=lambda kv: -kv[1][0])[:8]:
     print(f"  {el:7.1f} s  {a:4}  {p}")
+for key in failures:  # what a failed test printed, its last 60 lines
+    print(f"--- {key[1]} ({key[0]}):")
+    print("".join(outs.get(key, [])[-60:]), end="")
 PY
   [ "$rc" -eq 0 ] || { grep -v '"Action":"output"' "$work/log-$i.json" | grep '"fail"' | head -20; cat "$work/err-$i"; echo "run $i failed (rc $rc)" >&2; exit 1; }
   rm -rf "$work/clone-$i"

@@ -117,6 +117,9 @@ type JobWatch struct {
 	// envs caches what each process's environment says (read once per
 	// process: by PID and start time)
 	envs map[int]envEntry
+	// rollups keeps each process's last smaps_rollup read and the budget
+	// for the next (rollup.go)
+	rollups rollups
 }
 
 type envEntry struct {
@@ -162,6 +165,7 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 	x := timeline.Sample{T: now}
 	var pss uint64
 	pssOK := true
+	readRollup := w.rollups.plan(tree)
 	index := make(map[int]int, len(tree))
 	for _, p := range tree {
 		if p.State == "Z" {
@@ -190,10 +194,18 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 				r.Rank = &merged
 			}
 		}
-		roll, err := sp.Proc.SmapsRollup(p.PID)
+		var roll procfs.Rollup
+		var err error
+		if readRollup[p.PID] {
+			roll, err = w.rollups.read(sp.Proc, p)
+		} else if est, ok := w.rollups.estimate(p); ok {
+			roll = procfs.Rollup{RSS: p.RSSBytes, PSS: est} // stat's RSS; PSS from the last read (rollup.go)
+		} else {
+			roll, err = w.rollups.read(sp.Proc, p)
+		}
 		switch {
 		case err == nil && roll.RSS > 0:
-			// one read gives both figures at the same instant
+			// a read gives both figures at the same instant
 			r.RSS = roll.RSS
 			v := roll.PSS
 			r.PSS = &v
