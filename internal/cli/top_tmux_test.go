@@ -108,12 +108,7 @@ func TestTopUnderTmux(t *testing.T) {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Fatalf("this test needs tmux (Debian package tmux): %v", err)
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "vramguard")
-	build := exec.Command("go", "build", "-o", bin, "github.com/vramguard/vramguard/cmd/vramguard")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testbin.Path(t)
 	t.Run("keys", func(t *testing.T) { topKeys(t, bin) })
 	t.Run("80x24", func(t *testing.T) { topScreens80(t, bin) })
 	t.Run("200x50", func(t *testing.T) { topScreens200(t, bin) })

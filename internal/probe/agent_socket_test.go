@@ -63,17 +63,6 @@ func runJob(t *testing.T, cmd *exec.Cmd) jobResult {
 	return r
 }
 
-// buildVramguard builds the vramguard binary into t's temporary directory.
-func buildVramguard(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "vramguard")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/vramguard/vramguard/cmd/vramguard").CombinedOutput()
-	if err != nil {
-		t.Fatalf("build vramguard: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // recorder drains a Listener into a slice, so a probe is never held up by a
 // test that has not got round to reading yet.
 type recorder struct {
@@ -683,7 +672,7 @@ print(json.dumps({"job": os.getpid(), "probe": os.environ.get("VRAMGUARD_PROBE_S
 // without it. The post-mortem and the agent both hear the job's process.
 func TestAgentSocketUnderRun(t *testing.T) {
 	t.Parallel()
-	bin := buildVramguard(t)
+	bin := testbin.Path(t)
 	cases := []struct {
 		name string
 		// env is vramguard's extra environment, given the state directory

@@ -155,11 +155,10 @@ func pythonCmd(t *testing.T, env []string, args ...string) *exec.Cmd {
 func TestMain(m *testing.M) {
 	testbin.Require(testbin.Torch, testbin.NumPy, testbin.IPython, testbin.IPyKernel)
 	code := m.Run()
-	// The probe install and the vramguard binary are shared by all tests;
-	// remove them once every test is done.
+	// The probe install is shared by all tests; remove it once every test
+	// is done.
 	if installDir != "" {
 		os.RemoveAll(filepath.Dir(installDir))
 	}
-	testbin.Cleanup()
 	os.Exit(code)
 }

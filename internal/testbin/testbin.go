@@ -1,6 +1,6 @@
 // Package testbin is test support for the packages whose tests drive the
 // built vramguard binary (e2e, internal/jupyter, internal/probe): it builds
-// the binary once per test process, runs commands with a bound and captures
+// the binary once for all of them, runs commands with a bound and captures
 // what they print and how they end, waits for conditions with a deadline,
 // and names the Python interpreter that has torch.
 //
@@ -11,6 +11,8 @@ package testbin
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -21,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -44,26 +47,51 @@ var (
 	buildErr  error
 )
 
-// Build builds the vramguard binary into a temporary directory, once per
-// test process, and returns its path. Later calls return the first call's
-// result. Main (or Cleanup) removes the directory.
+// Build builds the vramguard binary and returns its path, once per test
+// process; later calls return the first call's result. Every test package
+// of a checkout shares the one binary, in the user's cache directory under
+// a name from the module's directory: go build links it only when it is
+// not the build of these sources already (its build ID says so), and a
+// lock keeps two test processes from linking it at once. Linking it is
+// 4 s of CPU, which each package that runs it paid before.
 func Build() (string, error) {
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "vramguard-test-")
-		if err != nil {
-			buildErr = fmt.Errorf("build vramguard: %w", err)
-			return
-		}
-		binPath = filepath.Join(dir, "vramguard")
-		// -buildvcs=auto: the binary records the checkout's revision, as a
-		// release build does, whatever GOFLAGS a machine sets
-		out, err := exec.Command("go", "build", "-o", binPath, "-buildvcs=auto",
-			"-ldflags", "-X github.com/vramguard/vramguard/internal/cli.Version="+Version, pkg).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build vramguard: %v\n%s", err, out)
-		}
+		binPath, buildErr = build()
 	})
 	return binPath, buildErr
+}
+
+func build() (string, error) {
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("build vramguard: find the module: %w", err)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	sum := sha256.Sum256(bytes.TrimSpace(root))
+	dir := filepath.Join(cache, "vramguard-test", hex.EncodeToString(sum[:6]))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("build vramguard: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("build vramguard: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("build vramguard: lock %s: %w", lock.Name(), err)
+	}
+	bin := filepath.Join(dir, "vramguard")
+	// -buildvcs=auto: the binary records the checkout's revision, as a
+	// release build does, whatever GOFLAGS a machine sets
+	out, err := exec.Command("go", "build", "-o", bin, "-buildvcs=auto",
+		"-ldflags", "-X github.com/vramguard/vramguard/internal/cli.Version="+Version, pkg).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build vramguard: %v\n%s", err, out)
+	}
+	return bin, nil
 }
 
 // Path is Build for a test: it fails t if the binary cannot be built.
@@ -76,20 +104,10 @@ func Path(t testing.TB) string {
 	return p
 }
 
-// Cleanup removes what Build made, if it made anything. Call it after
-// m.Run, when no test uses the binary any more.
-func Cleanup() {
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
-}
-
-// Main runs the tests of m, removes the binary and exits with the tests'
-// status: a whole TestMain for packages with nothing else to set up.
+// Main runs the tests of m and exits with their status: a whole TestMain
+// for packages with nothing else to set up.
 func Main(m *testing.M) {
-	code := m.Run()
-	Cleanup()
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // Parallel sets how many of a package's parallel tests run at once to n,
