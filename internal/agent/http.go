@@ -89,6 +89,7 @@ func (a *Agent) endpoints() []Endpoint {
 		{"POST", "/api/v1/jobs/{key}/kill", "signal=TERM|KILL", "signal a live job's root process", true, a.apiKill},
 		{"POST", "/api/v1/runs/{id}/stop", "", "stop a supervised run, as vramguard stop does", true, a.apiStop},
 		{"POST", "/api/v1/runs/{id}/restart", "", "restart a supervised run's attempt now, as vramguard restart does", true, a.apiRestart},
+		{"POST", "/api/v1/kernels/{id}/{action}", "", "interrupt, restart or shutdown a Jupyter kernel through its server, as vramguard kernels does; over the socket the caller's own kernels unless root or the admin group", true, a.apiKernelAction},
 	}
 }
 

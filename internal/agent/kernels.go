@@ -2,6 +2,8 @@ package agent
 
 import (
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/vramguard/vramguard/internal/jupyter"
 )
@@ -60,4 +62,58 @@ func redactKernel(e jupyter.Entry) jupyter.Entry {
 	return jupyter.Entry{Notebook: hiddenName, KernelID: e.KernelID, PID: e.PID, PIDs: e.PIDs, UID: e.UID, User: e.User,
 		GPUBytes: e.GPUBytes, AllocatedBytes: e.AllocatedBytes, ReservedBytes: e.ReservedBytes, RSSBytes: e.RSSBytes,
 		ExecutionState: e.ExecutionState, IdleS: e.IdleS, Idle: e.Idle}
+}
+
+// kernelPast is what each kernel action did, for the answer and the log.
+var kernelPast = map[string]string{"interrupt": "interrupted", "restart": "restarted", "shutdown": "shut down"}
+
+// apiKernelAction answers POST /api/v1/kernels/{id}/{action}: the action
+// (interrupt, restart, shutdown) on the kernel with that id, through the
+// Jupyter server that lists it, with that server's token (the agent reads
+// every user's server files when it runs as root). Over the socket only
+// the kernel's owner, root or the admin group may act on it.
+func (a *Agent) apiKernelAction(w http.ResponseWriter, r *http.Request) {
+	id, action := r.PathValue("id"), r.PathValue("action")
+	past, ok := kernelPast[action]
+	if !ok {
+		writeErr(w, http.StatusNotFound, "no kernel action %q: interrupt, restart or shutdown", action)
+		return
+	}
+	servers, err := jupyter.Discover(a.cfg.KernelDirs)
+	if err != nil {
+		a.log.Debug("jupyter server files", "err", err)
+	}
+	c := &jupyter.Collector{Servers: servers, Procs: jupyter.LiveProcs{}, Now: a.cfg.Now, Timeout: 10 * time.Second}
+	es, _ := c.Collect(r.Context())
+	var k *jupyter.Entry
+	for i := range es {
+		if es[i].KernelID == id {
+			k = &es[i]
+		}
+	}
+	switch caller, lim := limited(r); {
+	case k == nil:
+		writeErr(w, http.StatusNotFound, "no kernel %s on this machine", id)
+		return
+	case lim && !caller.owns(k.UID):
+		writeErr(w, http.StatusForbidden, "kernel %s belongs to %s: only its owner, root or the admin group may %s it", id, k.User, action)
+		return
+	case k.ServerInfo() == nil:
+		writeErr(w, http.StatusConflict, "kernel %s: no Jupyter server lists it, so none can %s it", id, action)
+		return
+	}
+	timeout := 10 * time.Second
+	if action == "restart" {
+		timeout = time.Minute // the server answers once the new kernel runs
+	}
+	if err := jupyter.Act(r.Context(), k, action, timeout); err != nil {
+		writeErr(w, http.StatusBadGateway, "%s kernel %s: %v", action, id, err)
+		return
+	}
+	by := "a token holder"
+	if caller, ok := callerOf(r); ok {
+		by = "uid " + strconv.Itoa(caller.uid)
+	}
+	a.log.Info("kernel "+past, "kernel", id, "owner", k.User, "by", by)
+	writeJSON(w, http.StatusOK, map[string]any{"kernel_id": id, "action": action, "done": true})
 }

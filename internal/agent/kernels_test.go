@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -124,6 +125,32 @@ func TestSharedSocketKernels(t *testing.T) {
 			}
 			if !seen[alice] || !seen[bob] {
 				t.Fatalf("both users' kernels, want 2: %s", body)
+			}
+		})
+	}
+}
+
+// TestKernelActionRefusals: POST /api/v1/kernels/{id}/{action} names what
+// it cannot do: no token (401), an action that is none (404), a kernel no
+// server or process shows (404). The action itself, and another user's
+// refusal over the socket, run against a real jupyter-server in
+// internal/jupyter (TestKernelActionsThroughSharedAgent).
+func TestKernelActionRefusals(t *testing.T) {
+	r := newRig(t, idleKernel, Config{KernelDirs: []string{t.TempDir()}})
+	tests := []struct {
+		name, path, token string
+		code              int
+		says              string
+	}{
+		{"no token", "/api/v1/kernels/9a8b7c6d-0000-4000-8000-000000000001/shutdown", "", 401, ""},
+		{"no such action", "/api/v1/kernels/9a8b7c6d-0000-4000-8000-000000000001/delete", r.token, 404, "interrupt, restart or shutdown"},
+		{"no such kernel", "/api/v1/kernels/00000000-0000-4000-8000-000000000000/shutdown", r.token, 404, "no kernel 00000000-0000-4000-8000-000000000000"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := r.do("POST", tt.path, tt.token, "")
+			if code != tt.code || !strings.Contains(body, tt.says) {
+				t.Errorf("POST %s: %d %s; want %d saying %q", tt.path, code, body, tt.code, tt.says)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +59,9 @@ none looks here instead).
 Actions go through the server's REST API, as the notebook's own menu would:
 
   vramguard kernels interrupt|restart|shutdown NOTEBOOK|KERNEL_ID...
+
+On a shared machine they go through the agent, which asks the kernel's server:
+a user may act on their own kernels only, root and serve's --admin-group on any.
 
 With --idle-longer-than and --holding-gpu they select kernels instead, and list
 what they would do unless --yes is given.`,
@@ -240,6 +244,7 @@ func shortKernel(id string) string {
 // kernelActionOptions are the flags of interrupt, restart and shutdown.
 type kernelActionOptions struct {
 	KernelsOptions
+	Agent          string
 	IdleLongerThan time.Duration
 	HoldingGPU     bool
 	Yes            bool
@@ -272,6 +277,7 @@ named): then the selection is listed, and acted on only with --yes.`, strings.To
 	fl.BoolVar(&o.HoldingGPU, "holding-gpu", false, "select kernels that hold GPU memory")
 	fl.BoolVar(&o.Yes, "yes", false, "act on a selection without listing it first")
 	fl.BoolVar(&o.JSON, "json", false, "print what was (or would be) done as JSON")
+	fl.StringVar(&o.Agent, "agent", "auto", "act through a machine-wide agent (serve --shared), which acts on the caller's own kernels only unless root or its --admin-group: auto (its socket under "+probe.SharedDirDefault+" when one runs), none, or its API socket")
 	return cmd
 }
 
@@ -295,9 +301,20 @@ func runKernelAction(ctx context.Context, f *Factory, o *kernelActionOptions, ac
 	if idleSet && o.IdleLongerThan < 0 {
 		return Usagef("--idle-longer-than must not be negative")
 	}
-	entries, err := collectKernels(ctx, f, &o.KernelsOptions)
+	entries, err := kernelsFromAgent(ctx, f, &o.KernelsOptions, o.Agent)
+	viaAgent := err == nil && entries != nil
+	if err == nil && entries == nil {
+		entries, err = collectKernels(ctx, f, &o.KernelsOptions)
+	}
 	if err != nil {
 		return err
+	}
+	act := func(e *jupyter.Entry, timeout time.Duration) error { return jupyter.Act(ctx, e, action, timeout) }
+	if viaAgent {
+		sock, _ := agentSocket(o.Agent, f.Getenv)
+		act = func(e *jupyter.Entry, timeout time.Duration) error {
+			return postAgent(ctx, agentClient(sock, timeout+5*time.Second), "/api/v1/kernels/"+url.PathEscape(e.KernelID)+"/"+action)
+		}
 	}
 	targets := entries
 	if len(args) > 0 {
@@ -349,7 +366,7 @@ func runKernelAction(ctx context.Context, f *Factory, o *kernelActionOptions, ac
 	failed := 0
 	for i := range sel {
 		timeout := max(o.Timeout, time.Minute) // a restart waits for the new kernel
-		err := jupyter.Act(ctx, &sel[i], action, timeout)
+		err := act(&sel[i], timeout)
 		if err != nil {
 			failed++
 			results[i].Error = err.Error()

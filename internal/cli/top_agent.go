@@ -66,6 +66,17 @@ func getAgent(ctx context.Context, c *http.Client, path string, out any) error {
 	return doAgent(c, req, out)
 }
 
+// postAgent POSTs to path on the agent and wants a 200 answer (its JSON
+// body is not needed).
+func postAgent(ctx context.Context, c *http.Client, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+path, nil)
+	if err != nil {
+		return err
+	}
+	var ignored map[string]any
+	return doAgent(c, req, &ignored)
+}
+
 // doAgent sends req and decodes a 200 answer into out; any other is an
 // error carrying the agent's message.
 func doAgent(c *http.Client, req *http.Request, out any) error {
