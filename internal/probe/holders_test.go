@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -21,6 +22,7 @@ type holdersStorage struct {
 }
 
 type holdersRun struct {
+	Seed      int                       `json:"seed"`
 	Report    nbWho                     `json:"report"`
 	Live      []holdersStorage          `json:"live"`
 	Evals     map[string]holdersStorage `json:"evals"`
@@ -28,16 +30,25 @@ type holdersRun struct {
 	Reachable []holdersStorage          `json:"reachable"`
 }
 
-func runHolders(t *testing.T, args ...string) holdersRun {
+func runHolders(t *testing.T, args ...string) []holdersRun {
 	t.Helper()
 	env := Env(baseEnv("IPYTHONDIR="+filepath.Join(t.TempDir(), "ipython")), probeDir(t), Options{})
 	r := runPython(t, env, nil, append([]string{testdata(t, "scripts/holders_cases.py")}, args...)...)
 	if r.code != 0 {
 		t.Fatalf("holders_cases.py %v: exit %d\nstderr:\n%s", args, r.code, r.stderr)
 	}
-	var h holdersRun
-	r.lastJSON(t, &h)
-	return h
+	var hs []holdersRun
+	for _, line := range strings.Split(string(r.stdout), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var h holdersRun
+		if err := json.Unmarshal([]byte(line), &h); err != nil {
+			t.Fatalf("holders_cases.py %v: %v\n%s", args, err, line)
+		}
+		hs = append(hs, h)
+	}
+	return hs
 }
 
 // checkEvery holds every storage of the report against gc's live tensors
@@ -106,7 +117,11 @@ func rootName(path string) string {
 
 func TestWhoHolders(t *testing.T) {
 	t.Parallel()
-	h := runHolders(t, "cases")
+	hs := runHolders(t, "cases")
+	if len(hs) != 1 {
+		t.Fatalf("%d reports, want 1", len(hs))
+	}
+	h := hs[0]
 	checkEvery(t, h)
 	cases := []struct {
 		name, path, holder string
@@ -161,10 +176,19 @@ func TestWhoHolders(t *testing.T) {
 // the tensors a plain walk of gc's referents from the names reaches.
 func TestWhoHoldersRandom(t *testing.T) {
 	t.Parallel()
-	for _, seed := range []int{1, 2, 3} {
+	// one interpreter for the three graphs (torch's import is most of the
+	// cost), each gone before the next
+	seeds := []int{1, 2, 3}
+	hs := runHolders(t, "random", "1", "2", "3")
+	if len(hs) != len(seeds) {
+		t.Fatalf("%d reports for %d seeds", len(hs), len(seeds))
+	}
+	for i, seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			t.Parallel()
-			h := runHolders(t, "random", fmt.Sprint(seed))
+			h := hs[i]
+			if h.Seed != seed {
+				t.Fatalf("report %d is of seed %d", i, h.Seed)
+			}
 			named := checkEvery(t, h)
 			if len(h.Reachable) == 0 {
 				t.Fatal("the graph reaches no tensor")

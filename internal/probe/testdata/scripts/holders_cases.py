@@ -12,7 +12,8 @@ Go test (TestWhoHolders) to check:
   gc.get_referents from the names reaches, never into classes.
 
     holders_cases.py cases          the table of shapes in TestWhoHolders
-    holders_cases.py random SEED    a random graph of containers and tensors
+    holders_cases.py random SEED... a random graph of containers and tensors
+                                    for each seed, a JSON line each
 """
 
 import collections
@@ -146,14 +147,9 @@ def storage(t):
     return {"ptr": int(s.data_ptr()), "bytes": int(s.nbytes()), "device": str(t.device)}
 
 
-def main():
-    out = {}
-    if sys.argv[1] == "cases":
-        ip.run_cell(CASES, store_history=True)
-    else:
-        names = random_graph(int(sys.argv[2]))
-        ip.user_ns.update(names)
-        out["reachable"] = reachable(names.values())
+def report(out):
+    """Scans the shell's namespace and prints out with the report, the live
+    storages and what each path evaluates to, as one JSON line."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         rep = holders.scan(ip)
@@ -175,7 +171,24 @@ def main():
                     continue
                 evals[p] = storage(v) if isinstance(v, torch.Tensor) else {"error": "not a tensor: %s" % type(v)}
     out.update(report=rep, live=list(live.values()), evals=evals, warnings=[str(w.message) for w in caught])
-    print(json.dumps(out))
+    print(json.dumps(out), flush=True)
+
+
+def main():
+    if sys.argv[1] == "cases":
+        ip.run_cell(CASES, store_history=True)
+        report({})
+        return
+    # one report per seed, each graph gone (its cycles collected) before
+    # the next is built, so every report's live tensors are its graph's
+    for seed in sys.argv[2:]:
+        names = random_graph(int(seed))
+        ip.user_ns.update(names)
+        report({"seed": int(seed), "reachable": reachable(names.values())})
+        for k in names:
+            del ip.user_ns[k]
+        del names
+        gc.collect()
 
 
 main()
