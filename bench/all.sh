@@ -11,7 +11,7 @@
 #   bench/all.sh gpu serve    # only these areas
 #   SMOKE=1 bench/all.sh      # tiny sizes: checks that every step runs, measures nothing
 #
-# Areas: output leak gpu probe ckpt snapshot doctor serve diagnose. The test suite's
+# Areas: output leak gpu pss probe ckpt snapshot doctor serve diagnose. The test suite's
 # wall time is bench/suite/time.sh, run on its own (several minutes per run).
 # Needs: go, /usr/bin/python3 with torch and psutil (python3-torch,
 # python3-psutil), chromium and chromium-driver for the dashboard, git
@@ -26,7 +26,7 @@ LOGDIR=${LOGDIR:-$(mktemp -d /tmp/vramguard-bench.XXXXXX)}
 mkdir -p "$LOGDIR"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-areas=${*:-output leak gpu probe ckpt snapshot doctor serve diagnose}
+areas=${*:-output leak gpu pss probe ckpt snapshot doctor serve diagnose}
 failed=()
 
 # quick configurations, and the tiny ones of a smoke run
@@ -41,6 +41,7 @@ if [ "$SMOKE" = 1 ]; then
 	SERVE_WINDOW=3 DASH_RUNS=1 INGEST_N=10x
 	DIAG_N=1 NOTEBOOK_CELLS=50
 	SNAP_ENV="MB=2 RUNS=1"
+	PSS_GIBS="1" PSS_SECS=3
 else
 	OUT_MB=300 OUT_REPS=5
 	DET_TIME=2s DET_COUNT=3
@@ -52,6 +53,7 @@ else
 	SERVE_WINDOW=30 DASH_RUNS=2 INGEST_N=300x
 	DIAG_N=10 NOTEBOOK_CELLS=1000
 	SNAP_ENV="MB=100 RUNS=2"
+	PSS_GIBS="2 8 16" PSS_SECS=30
 fi
 
 # The leak detector the page compares with ("previous"): the last one
@@ -178,6 +180,15 @@ area_gpu() {
 	grep -E '^(psutil|python)/' "$log" | awk '$1 == "psutil/steady" {r++} {print "[gpu] round " r ", " $0}'
 }
 
+area_pss() {
+	header "pss: a job's PSS on a budget against psutil and a read a second (bench/sampler/rollup.sh GIB $PSS_SECS, GIB in $PSS_GIBS)"
+	local g
+	for g in $PSS_GIBS; do
+		step pss "$g" bench/sampler/rollup.sh "$g" "$PSS_SECS" || continue
+		grep -E '% of a core' "$LOGDIR/pss-$g.log" | sed "s/^/[pss] $g GiB: /"
+	done
+}
+
 area_probe() {
 	header "probe: a CPU training loop without and with the probe (bench/probe/run.sh $PROBE_ARGS)"
 	# shellcheck disable=SC2086
@@ -264,8 +275,8 @@ start=$(date +%s)
 go build -o "$work/vramguard" ./cmd/vramguard || { echo "bench/all.sh: go build failed" >&2; exit 1; }
 for a in $areas; do
 	case $a in
-	output | leak | gpu | probe | ckpt | snapshot | doctor | serve | diagnose) "area_$a" ;;
-	*) echo "bench/all.sh: unknown area $a (want: output leak gpu probe ckpt snapshot doctor serve diagnose)" >&2; exit 2 ;;
+	output | leak | gpu | pss | probe | ckpt | snapshot | doctor | serve | diagnose) "area_$a" ;;
+	*) echo "bench/all.sh: unknown area $a (want: output leak gpu pss probe ckpt snapshot doctor serve diagnose)" >&2; exit 2 ;;
 	esac
 done
 echo

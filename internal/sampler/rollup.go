@@ -11,8 +11,7 @@ import (
 )
 
 // PSS on a budget. To produce smaps_rollup the kernel walks every resident
-// page of the process: about 16 ms of CPU per GiB resident (bench: a 4 GiB
-// process, 64 ms a read). Read at every sample, a job holding 64 GiB of host
+// page of the process: 14-25 ms of CPU per GiB resident. Read at every sample, a job holding 64 GiB of host
 // memory would cost its supervisor a core. So a JobWatch spends at most
 // RollupBudget of the wall time on rollups, and reads a process's:
 //
@@ -26,8 +25,9 @@ import (
 // this misses is sharing that changes outside the job (another process
 // mapping the same library pages), until the next read.
 //
-// At the default 1 s interval the budget reads every process of a job that
-// holds up to about 3 GiB at every sample.
+// At the default 1 s interval the budget reads a job that holds up to
+// about 2 GiB at nearly every sample, one of 16 GiB every 4-5 s
+// (bench/sampler/rollup.sh).
 
 // RollupBudget is the share of the wall time a JobWatch spends reading
 // smaps_rollup.
