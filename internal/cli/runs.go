@@ -1,21 +1,28 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/vramguard/vramguard/internal/agent"
+	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/termsafe"
 	"github.com/vramguard/vramguard/internal/units"
 )
 
 // NewCmdRuns builds `vramguard runs`.
 func NewCmdRuns(f *Factory) *cobra.Command {
 	var limit int
-	var asJSON bool
+	var asJSON, allUsers bool
+	var agentSpec string
 	cmd := &cobra.Command{
 		Use:   "runs",
 		Short: "List supervised runs, newest first",
@@ -30,14 +37,22 @@ explain shows every attempt.
 The table fits the terminal: with too little room, columns are dropped in this
 order: ATTEMPTS, PEAK RSS, DURATION, COMMAND, PEAK GPU, STARTED, NAME; COMMAND
 and NAME are cut short (…) first. ID and STATUS always show. Piped, or with
-$COLUMNS set wide, every column shows whole; --json gives every field.`,
+$COLUMNS set wide, every column shows whole; --json gives every field.
+
+Runs are read from your own state directory. On a shared machine (serve --shared
+running), --all-users lists every user's live runs through the agent instead:
+yours with their id and name, another user's with owner, process and memory only.`,
 		Example: `  vramguard runs
   vramguard runs --limit 5 --json | jq '.[] | select(.reason=="cuda_oom") | .id'
   vramguard runs --json | jq '.[] | select(.earlier_deaths | length > 0) | .id'
-  vramguard runs export last -o last.csv`,
+  vramguard runs export last -o last.csv
+  vramguard runs --all-users`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if allUsers {
+				return machineRuns(ctx, f, agentSpec, asJSON)
+			}
 			st, err := f.openStoreRead(ctx)
 			if errors.Is(err, store.ErrNoStore) {
 				// Nothing recorded, and a read creates nothing.
@@ -78,6 +93,8 @@ $COLUMNS set wide, every column shows whole; --json gives every field.`,
 	}
 	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "show at most N runs (0 for all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&allUsers, "all-users", false, "every user's live runs, through a machine-wide agent (serve --shared): another user's with owner, process and memory only")
+	cmd.Flags().StringVar(&agentSpec, "agent", "auto", "with --all-users, the agent to ask: auto (its socket under "+probe.SharedDirDefault+"), or its API socket")
 	cmd.AddCommand(newCmdRunsExport(f))
 	return cmd
 }
@@ -222,4 +239,71 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// machineRun is a live run as a machine-wide agent shows it to the caller.
+type machineRun struct {
+	User string `json:"user"`
+	UID  int    `json:"uid"`
+	// RunID and Name are the caller's own runs' only (root and the
+	// agent's admin group: everyone's).
+	RunID    string `json:"run_id,omitempty"`
+	Name     string `json:"name"`
+	PID      int    `json:"pid"`
+	GPUBytes uint64 `json:"gpu_bytes"`
+	RSSBytes uint64 `json:"rss_bytes"`
+}
+
+// machineRuns lists every user's live runs through the machine-wide agent
+// (runs --all-users).
+func machineRuns(ctx context.Context, f *Factory, spec string, asJSON bool) error {
+	if spec == "none" {
+		return Usagef("--all-users asks the machine-wide agent: give --agent auto or its API socket, not none")
+	}
+	sock, err := agentSocket(spec, f.Getenv)
+	if err != nil {
+		return err
+	}
+	if sock == "" {
+		return Envf("--all-users needs the machine-wide agent (serve --shared), and none listens at %s", probe.SharedAPISocket(f.Getenv))
+	}
+	var m agent.Machine
+	if err := getAgent(ctx, agentClient(sock, 10*time.Second), "/api/v1/machine", &m); err != nil {
+		return Envf("the agent at %s did not answer: %v", sock, err)
+	}
+	// the caller's own runs are named from their own state directory (the
+	// agent knows another user's run by its id only)
+	st, err := f.openStoreRead(ctx)
+	if err != nil {
+		st = nil
+	} else {
+		defer st.Close()
+	}
+	out := []machineRun{}
+	for _, j := range m.Jobs {
+		if j.Kind != attrib.KindRun {
+			continue
+		}
+		r := machineRun{User: j.User, UID: j.UID, RunID: j.RunID, Name: j.Name, PID: j.RootPID, GPUBytes: j.GPUBytes, RSSBytes: j.RSSBytes}
+		if st != nil && r.RunID != "" {
+			if own, err := st.Resolve(ctx, r.RunID); err == nil && own.ID == r.RunID {
+				r.Name = own.Name
+			}
+		}
+		out = append(out, r)
+	}
+	if asJSON {
+		return f.WriteJSON(out)
+	}
+	if len(out) == 0 {
+		fmt.Fprintln(f.IO.Out, "no live runs on this machine")
+		return nil
+	}
+	tw := tabwriter.NewWriter(f.IO.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "USER\tID\tNAME\tPID\tGPU\tHOST RSS")
+	for _, r := range out {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", termsafe.String(r.User), dash(r.RunID), termsafe.String(r.Name), r.PID,
+			units.FormatBytes(r.GPUBytes), units.FormatBytes(r.RSSBytes))
+	}
+	return tw.Flush()
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +38,8 @@ type Hints struct {
 	notebooks map[string]string // kernel id -> notebook path
 
 	conns map[string]string // absolute connection file -> kernel id
+
+	envRuns map[int]string // job PID -> run id from its environment ("": none)
 }
 
 var (
@@ -117,9 +121,45 @@ func (h *Hints) RunForPID(pid int) (string, string, bool) {
 	}
 	r, ok := h.byPID[pid]
 	if !ok {
+		if id, ok := h.runFromEnv(pid); ok {
+			return id, "", true
+		}
 		return "", "", false
 	}
 	return r.ID, r.Name, true
+}
+
+// ShimCommand is the hidden subcommand of the vramguard binary that starts
+// a supervised job (package supervise runs it).
+const ShimCommand = "__shim"
+
+// runFromEnv finds the run of a job that no store read here records: one
+// another user's vramguard supervises, seen by a machine-wide agent. Its
+// parent is a vramguard shim and its environment names the run
+// (VRAMGUARD_RUN_ID, which the supervisor sets). Each PID is read once
+// between two loads of the store.
+func (h *Hints) runFromEnv(pid int) (string, bool) {
+	if id, ok := h.envRuns[pid]; ok {
+		return id, id != ""
+	}
+	var id string
+	fs := procfs.FS{}
+	if p, err := fs.Proc(pid); err == nil {
+		if argv, err := fs.Cmdline(p.PPID); err == nil && slices.Contains(argv, ShimCommand) {
+			if env, err := fs.Environ(pid); err == nil {
+				for _, kv := range env {
+					if v, ok := strings.CutPrefix(kv, "VRAMGUARD_RUN_ID="); ok {
+						id = v
+					}
+				}
+			}
+		}
+	}
+	if h.envRuns == nil {
+		h.envRuns = map[int]string{}
+	}
+	h.envRuns[pid] = id
+	return id, id != ""
 }
 
 // NotebookForKernel implements attrib.NotebookHints: the notebook a kernel
@@ -162,6 +202,7 @@ func (h *Hints) loadNotebooks() {
 
 func (h *Hints) load() {
 	h.loaded = time.Now()
+	clear(h.envRuns) // a PID seen before may be another process now
 	ctx := context.Background()
 	st, done, ok := h.open()
 	if !ok {

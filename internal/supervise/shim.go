@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/vramguard/vramguard/internal/runctl"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,7 +20,7 @@ import (
 )
 
 // ShimCommand is the hidden subcommand that runs the shim.
-const ShimCommand = "__shim"
+const ShimCommand = runctl.ShimCommand
 
 // The shim sits between the supervisor and the job:
 //

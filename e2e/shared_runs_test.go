@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"github.com/vramguard/vramguard/internal/testbin"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSharedRuns: two users' `vramguard run` jobs (real supervised runs of
+// throwaway users, the GPU side scripted by the simulator) under a root
+// `serve --shared`: each user's `runs --all-users` lists both through the
+// agent's socket, their own with its id and name, the other's with owner,
+// process and memory only; plain `runs` stays their own state directory.
+func TestSharedRuns(t *testing.T) {
+	t.Parallel()
+	dir := sharedDir(t, "vramguard-shared-runs-")
+	vg := filepath.Join(dir, "vramguard")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(vg, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shared := filepath.Join(dir, "run")
+	sfx := strconv.Itoa(os.Getpid() % 100000)
+	type user struct {
+		name, run string
+		uid, pid  int // pid: the run's job process
+	}
+	command := func(u user, args ...string) *exec.Cmd {
+		home := filepath.Join(dir, "home-"+u.name)
+		os.MkdirAll(home, 0o700)
+		os.Chown(home, u.uid, u.uid)
+		c := exec.Command("setpriv", append([]string{"--reuid=" + strconv.Itoa(u.uid), "--regid=" + strconv.Itoa(u.uid), "--clear-groups", vg}, args...)...)
+		c.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "VRAMGUARD_SHARED_DIR=" + shared, "VRAMGUARD_HOME=" + filepath.Join(home, "state")}
+		return c
+	}
+	mk := func(name string) user {
+		if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+			t.Fatalf("useradd: %v %s", err, out)
+		}
+		t.Cleanup(func() { exec.Command("userdel", name).Run() })
+		out, err := exec.Command("id", "-u", name).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := user{name: name, run: name + "-train"}
+		u.uid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
+		c := command(u, "run", "--name", u.run, "--no-probe", "--gpu-backend", "none", "--", "sleep", "600")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Signal(syscall.SIGTERM); c.Wait() })
+		waitFor(t, 20*time.Second, name+"'s job", func() bool {
+			out, _ := exec.Command("pgrep", "-u", strconv.Itoa(u.uid), "-x", "sleep").Output()
+			u.pid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
+			return u.pid > 0
+		})
+		return u
+	}
+	ana, ben := mk("vgrana"+sfx), mk("vgrben"+sfx)
+	scen := filepath.Join(dir, "runs.json")
+	if err := os.WriteFile(scen, []byte(`{"name": "shared runs", "duration": "1h",
+	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
+	  "processes": [
+	    {"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
+	    {"pid": "$BEN", "device": 0, "memory": "20GiB", "sm_util": 30}
+	  ]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	serve := exec.Command(vg, "serve", "--shared", "--listen", "127.0.0.1:0", "--json", "--simulate", scen)
+	serve.Env = append(os.Environ(), "VRAMGUARD_HOME="+filepath.Join(dir, "agent-home"), "VRAMGUARD_SHARED_DIR="+shared,
+		fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid))
+	var serr bytes.Buffer
+	serve.Stderr = &serr
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() })
+	waitFor(t, 30*time.Second, "the shared API socket", func() bool {
+		st, err := os.Stat(filepath.Join(shared, "api.sock"))
+		return err == nil && st.Mode().Perm() == 0o666
+	})
+	as := func(u user, args ...string) string {
+		c := command(u, args...)
+		var out, errb bytes.Buffer
+		c.Stdout, c.Stderr = &out, &errb
+		if err := c.Run(); err != nil {
+			t.Fatalf("%v as %s: %v\n%s%s\nserve: %s", args, u.name, err, out.String(), errb.String(), serr.String())
+		}
+		return out.String()
+	}
+	type run struct {
+		User     string `json:"user"`
+		RunID    string `json:"run_id"`
+		Name     string `json:"name"`
+		PID      int    `json:"pid"`
+		GPUBytes uint64 `json:"gpu_bytes"`
+	}
+	byUser := func(u user) map[string]run {
+		var rs []run
+		if out := as(u, "runs", "--all-users", "--json"); json.Unmarshal([]byte(out), &rs) != nil {
+			t.Fatalf("runs --all-users --json as %s: %s", u.name, out)
+		}
+		m := map[string]run{}
+		for _, r := range rs {
+			m[r.User] = r
+		}
+		return m
+	}
+	testbin.WaitFor(t, 30*time.Second, "both users' runs through the agent", func() bool {
+		m := byUser(ana)
+		return m[ana.name].GPUBytes > 0 && m[ben.name].GPUBytes > 0
+	}, func() {
+		t.Logf("runs --all-users: %s\ntop: %s", as(ana, "runs", "--all-users", "--json"), as(ana, "top", "--once", "--json"))
+	})
+	ownID := map[string]string{}
+	for _, u := range []user{ana, ben} {
+		var own []struct {
+			ID   string `json:"id"`
+			Name string `json:"name"`
+		}
+		if out := as(u, "runs", "--json"); json.Unmarshal([]byte(out), &own) != nil || len(own) != 1 || own[0].Name != u.run {
+			t.Fatalf("%s's own runs: %s", u.name, out)
+		}
+		ownID[u.name] = own[0].ID
+	}
+	gpu := map[string]uint64{ana.name: 6 << 30, ben.name: 20 << 30}
+	for _, u := range []user{ana, ben} {
+		m := byUser(u)
+		for _, o := range []user{ana, ben} {
+			r := m[o.name]
+			id, name := "", "(another user's job)"
+			if o.uid == u.uid {
+				id, name = ownID[o.name], o.run
+			}
+			if r.RunID != id || r.Name != name || r.GPUBytes != gpu[o.name] || r.PID <= 0 {
+				t.Errorf("%s's run as %s sees it: %+v; want id %q, name %q, %d GPU bytes", o.name, u.name, r, id, name, gpu[o.name])
+			}
+		}
+		out := as(u, "runs", "--all-users")
+		other := map[string]user{ana.name: ben, ben.name: ana}[u.name]
+		if !strings.Contains(out, other.name) || !strings.Contains(out, "20 GiB") || strings.Contains(out, other.run) {
+			t.Errorf("%s's runs --all-users table:\n%s", u.name, out)
+		}
+	}
+}
