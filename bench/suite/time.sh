@@ -4,7 +4,8 @@
 # (-count=1; the build cache is kept, as a contributor's machine keeps it).
 # For each run: the wall time, the tests that passed (top-level and
 # subtests, from go test -json) and the slowest packages; then the median of
-# the totals, for docs/PERFORMANCE.md.
+# the totals, for docs/PERFORMANCE.md. KEEP=DIR keeps each run's go test
+# -json log there (suite-N.json): when each test started and ended.
 set -euo pipefail
 n=${1:-3}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -48,6 +49,7 @@ for key in failures:  # what a failed test printed, its last 60 lines
     print("".join(outs.get(key, [])[-60:]), end="")
 PY
   [ "$rc" -eq 0 ] || { grep -v '"Action":"output"' "$work/log-$i.json" | grep '"fail"' | head -20; cat "$work/err-$i"; echo "run $i failed (rc $rc)" >&2; exit 1; }
+  [ -z "${KEEP:-}" ] || cp "$work/log-$i.json" "$KEEP/suite-$i.json"
   rm -rf "$work/clone-$i"
 done
 printf '%s\n' "${totals[@]}" | sort -n | awk '{a[NR]=$1} END {printf "median of %d: %.0f s (min %.0f, max %.0f)\n", NR, a[int((NR+1)/2)], a[1], a[NR]}'
