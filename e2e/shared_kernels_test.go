@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -22,23 +20,15 @@ import (
 // flagged idle.
 func TestSharedKernels(t *testing.T) {
 	t.Parallel()
-	dir := sharedDir(t, "vramguard-shared-kernels-")
+	m := newSharedMachine(t, "vramguard-shared-kernels-")
+	dir := m.dir
 	sfx := strconv.Itoa(os.Getpid() % 100000)
 	type user struct {
 		name, kernel string
 		uid, pid     int
 	}
 	mk := func(name, kernel string) user {
-		if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-			t.Fatalf("useradd: %v %s", err, out)
-		}
-		t.Cleanup(func() { exec.Command("userdel", name).Run() })
-		out, err := exec.Command("id", "-u", name).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := user{name: name, kernel: kernel}
-		u.uid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
+		u := user{name: name, kernel: kernel, uid: m.user(name)}
 		// a kernel's command line (its connection file after -f), its
 		// notebook in its environment as a server passes it
 		c := exec.Command("setpriv", "--reuid="+strconv.Itoa(u.uid), "--regid="+strconv.Itoa(u.uid), "--clear-groups",
@@ -62,41 +52,10 @@ func TestSharedKernels(t *testing.T) {
 	  ]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	vg := filepath.Join(dir, "vramguard")
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(vg, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	shared := filepath.Join(dir, "run")
-	serve := exec.Command(vg, "serve", "--shared", "--listen", "127.0.0.1:0", "--json", "--simulate", scen, "--idle-window", "1s")
-	serve.Env = append(os.Environ(), "VRAMGUARD_HOME="+filepath.Join(dir, "agent-home"), "VRAMGUARD_SHARED_DIR="+shared,
-		fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid))
-	var serr bytes.Buffer
-	serve.Stderr = &serr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() })
-	sock := filepath.Join(shared, "api.sock")
-	waitFor(t, 30*time.Second, "the shared API socket", func() bool {
-		st, err := os.Stat(sock)
-		return err == nil && st.Mode().Perm() == 0o666
-	})
+	m.serve([]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)}, "--simulate", scen, "--idle-window", "1s")
 	as := func(u user, args ...string) string {
-		home := filepath.Join(dir, "home-"+u.name)
-		os.MkdirAll(home, 0o700)
-		os.Chown(home, u.uid, u.uid)
-		c := exec.Command("setpriv", append([]string{"--reuid=" + strconv.Itoa(u.uid), "--regid=" + strconv.Itoa(u.uid), "--clear-groups", vg}, args...)...)
-		c.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "VRAMGUARD_SHARED_DIR=" + shared, "VRAMGUARD_HOME=" + filepath.Join(home, "state")}
-		var out, errb bytes.Buffer
-		c.Stdout, c.Stderr = &out, &errb
-		if err := c.Run(); err != nil {
-			t.Fatalf("%v as %s: %v\n%s%s\nserve: %s", args, u.name, err, out.String(), errb.String(), serr.String())
-		}
-		return out.String()
+		out, _ := m.as(u.name, u.uid, args...)
+		return out
 	}
 	type entry struct {
 		Notebook string `json:"notebook"`

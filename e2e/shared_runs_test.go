@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"github.com/vramguard/vramguard/internal/testbin"
@@ -22,40 +21,15 @@ import (
 // process and memory only; plain `runs` stays their own state directory.
 func TestSharedRuns(t *testing.T) {
 	t.Parallel()
-	dir := sharedDir(t, "vramguard-shared-runs-")
-	vg := filepath.Join(dir, "vramguard")
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(vg, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	shared := filepath.Join(dir, "run")
+	m := newSharedMachine(t, "vramguard-shared-runs-")
 	sfx := strconv.Itoa(os.Getpid() % 100000)
 	type user struct {
 		name, run string
 		uid, pid  int // pid: the run's job process
 	}
-	command := func(u user, args ...string) *exec.Cmd {
-		home := filepath.Join(dir, "home-"+u.name)
-		os.MkdirAll(home, 0o700)
-		os.Chown(home, u.uid, u.uid)
-		c := exec.Command("setpriv", append([]string{"--reuid=" + strconv.Itoa(u.uid), "--regid=" + strconv.Itoa(u.uid), "--clear-groups", vg}, args...)...)
-		c.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "VRAMGUARD_SHARED_DIR=" + shared, "VRAMGUARD_HOME=" + filepath.Join(home, "state")}
-		return c
-	}
+	command := func(u user, args ...string) *exec.Cmd { return m.command(u.name, u.uid, args...) }
 	mk := func(name string) user {
-		if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-			t.Fatalf("useradd: %v %s", err, out)
-		}
-		t.Cleanup(func() { exec.Command("userdel", name).Run() })
-		out, err := exec.Command("id", "-u", name).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := user{name: name, run: name + "-train"}
-		u.uid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
+		u := user{name: name, run: name + "-train", uid: m.user(name)}
 		c := command(u, "run", "--name", u.run, "--no-probe", "--gpu-backend", "none", "--", "sleep", "600")
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
@@ -69,7 +43,7 @@ func TestSharedRuns(t *testing.T) {
 		return u
 	}
 	ana, ben := mk("vgrana"+sfx), mk("vgrben"+sfx)
-	scen := filepath.Join(dir, "runs.json")
+	scen := filepath.Join(m.dir, "runs.json")
 	if err := os.WriteFile(scen, []byte(`{"name": "shared runs", "duration": "1h",
 	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
 	  "processes": [
@@ -78,27 +52,10 @@ func TestSharedRuns(t *testing.T) {
 	  ]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	serve := exec.Command(vg, "serve", "--shared", "--listen", "127.0.0.1:0", "--json", "--simulate", scen)
-	serve.Env = append(os.Environ(), "VRAMGUARD_HOME="+filepath.Join(dir, "agent-home"), "VRAMGUARD_SHARED_DIR="+shared,
-		fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid))
-	var serr bytes.Buffer
-	serve.Stderr = &serr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() })
-	waitFor(t, 30*time.Second, "the shared API socket", func() bool {
-		st, err := os.Stat(filepath.Join(shared, "api.sock"))
-		return err == nil && st.Mode().Perm() == 0o666
-	})
+	m.serve([]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)}, "--simulate", scen)
 	as := func(u user, args ...string) string {
-		c := command(u, args...)
-		var out, errb bytes.Buffer
-		c.Stdout, c.Stderr = &out, &errb
-		if err := c.Run(); err != nil {
-			t.Fatalf("%v as %s: %v\n%s%s\nserve: %s", args, u.name, err, out.String(), errb.String(), serr.String())
-		}
-		return out.String()
+		out, _ := m.as(u.name, u.uid, args...)
+		return out
 	}
 	type run struct {
 		User     string `json:"user"`

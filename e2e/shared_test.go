@@ -26,7 +26,7 @@ import (
 // prints the one line about it.
 func TestSharedAgent(t *testing.T) {
 	t.Parallel()
-	dir := sharedDir(t, "vramguard-shared-e2e-")
+	m := newSharedMachine(t, "vramguard-shared-e2e-")
 	sfx := strconv.Itoa(os.Getpid() % 100000)
 	type user struct {
 		name string
@@ -34,16 +34,7 @@ func TestSharedAgent(t *testing.T) {
 		pid  int
 	}
 	mk := func(name string) user {
-		if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-			t.Fatalf("useradd: %v %s", err, out)
-		}
-		t.Cleanup(func() { exec.Command("userdel", name).Run() })
-		out, err := exec.Command("id", "-u", name).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := user{name: name}
-		u.uid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
+		u := user{name: name, uid: m.user(name)}
 		c := exec.Command("setpriv", "--reuid="+strconv.Itoa(u.uid), "--regid="+strconv.Itoa(u.uid), "--clear-groups", "sleep", "600")
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
@@ -53,7 +44,7 @@ func TestSharedAgent(t *testing.T) {
 		return u
 	}
 	ana, ben := mk("vgana"+sfx), mk("vgben"+sfx)
-	scen := filepath.Join(dir, "shared.json")
+	scen := filepath.Join(m.dir, "shared.json")
 	if err := os.WriteFile(scen, []byte(`{"name": "shared", "duration": "1h",
 	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
 	  "processes": [
@@ -62,44 +53,9 @@ func TestSharedAgent(t *testing.T) {
 	  ]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// the binary where the users can run it
-	vg := filepath.Join(dir, "vramguard")
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(vg, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	shared := filepath.Join(dir, "run")
-	serve := exec.Command(vg, "serve", "--shared", "--listen", "127.0.0.1:0", "--json", "--simulate", scen,
+	m.serve([]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)}, "--simulate", scen,
 		"--idle-window", "2s", "--notify-idle", "3s")
-	serve.Env = append(os.Environ(), "VRAMGUARD_HOME="+filepath.Join(dir, "agent-home"), "VRAMGUARD_SHARED_DIR="+shared,
-		fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid))
-	var serr bytes.Buffer
-	serve.Stderr = &serr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() })
-	sock := filepath.Join(shared, "api.sock")
-	waitFor(t, 30*time.Second, "the shared API socket", func() bool {
-		st, err := os.Stat(sock)
-		return err == nil && st.Mode().Perm() == 0o666
-	})
-	as := func(u user, args ...string) (string, string) {
-		home := filepath.Join(dir, "home-"+u.name)
-		os.MkdirAll(home, 0o700)
-		os.Chown(home, u.uid, u.uid)
-		c := exec.Command("setpriv", append([]string{"--reuid=" + strconv.Itoa(u.uid), "--regid=" + strconv.Itoa(u.uid), "--clear-groups", vg}, args...)...)
-		c.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "VRAMGUARD_SHARED_DIR=" + shared, "VRAMGUARD_HOME=" + filepath.Join(home, "state")}
-		var out, errb bytes.Buffer
-		c.Stdout, c.Stderr = &out, &errb
-		if err := c.Run(); err != nil {
-			t.Fatalf("%v as %s: %v\n%s%s\nserve: %s", args, u.name, err, out.String(), errb.String(), serr.String())
-		}
-		return out.String(), errb.String()
-	}
+	as := func(u user, args ...string) (string, string) { return m.as(u.name, u.uid, args...) }
 	type snap struct{ Jobs []attrib.Job }
 	var s snap
 	waitFor(t, 30*time.Second, "both users' jobs through the agent", func() bool {
@@ -173,4 +129,86 @@ func sharedDir(t *testing.T, prefix string) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// sharedMachine is a machine shared by throwaway users for the tests of
+// `serve --shared`: a directory every user may enter (sharedDir), a copy
+// of the binary there that they may run, and the shared directory
+// (VRAMGUARD_SHARED_DIR) of the root agent serve starts.
+type sharedMachine struct {
+	t      *testing.T
+	dir    string
+	vg     string
+	shared string
+	serr   bytes.Buffer // serve's stderr
+}
+
+func newSharedMachine(t *testing.T, prefix string) *sharedMachine {
+	t.Helper()
+	m := &sharedMachine{t: t, dir: sharedDir(t, prefix)}
+	m.vg, m.shared = filepath.Join(m.dir, "vramguard"), filepath.Join(m.dir, "run")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.vg, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// user adds a throwaway user, removed after the test, and returns its UID.
+func (m *sharedMachine) user(name string) int {
+	m.t.Helper()
+	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+		m.t.Fatalf("useradd: %v %s", err, out)
+	}
+	m.t.Cleanup(func() { exec.Command("userdel", name).Run() })
+	out, err := exec.Command("id", "-u", name).Output()
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	return uid
+}
+
+// serve starts the root agent, `serve --shared` with args, its environment
+// this process's with env added, and waits for its API socket.
+func (m *sharedMachine) serve(env []string, args ...string) {
+	m.t.Helper()
+	cmd := exec.Command(m.vg, append([]string{"serve", "--shared", "--listen", "127.0.0.1:0", "--json"}, args...)...)
+	cmd.Env = append(append(os.Environ(), "VRAMGUARD_HOME="+filepath.Join(m.dir, "agent-home"), "VRAMGUARD_SHARED_DIR="+m.shared), env...)
+	cmd.Stderr = &m.serr
+	if err := cmd.Start(); err != nil {
+		m.t.Fatal(err)
+	}
+	m.t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+	waitFor(m.t, 30*time.Second, "the shared API socket", func() bool {
+		st, err := os.Stat(filepath.Join(m.shared, "api.sock"))
+		return err == nil && st.Mode().Perm() == 0o666
+	})
+}
+
+// command is the binary with args run as the user (a home and state
+// directory of their own, the agent's shared directory).
+func (m *sharedMachine) command(name string, uid int, args ...string) *exec.Cmd {
+	home := filepath.Join(m.dir, "home-"+name)
+	os.MkdirAll(home, 0o700)
+	os.Chown(home, uid, uid)
+	c := exec.Command("setpriv", append([]string{"--reuid=" + strconv.Itoa(uid), "--regid=" + strconv.Itoa(uid), "--clear-groups", m.vg}, args...)...)
+	c.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "VRAMGUARD_SHARED_DIR=" + m.shared, "VRAMGUARD_HOME=" + filepath.Join(home, "state")}
+	return c
+}
+
+// as runs the binary with args as the user and returns its stdout and
+// stderr, failing the test when it fails.
+func (m *sharedMachine) as(name string, uid int, args ...string) (string, string) {
+	m.t.Helper()
+	c := m.command(name, uid, args...)
+	var out, errb bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errb
+	if err := c.Run(); err != nil {
+		m.t.Fatalf("%v as %s: %v\n%s%s\nserve: %s", args, name, err, out.String(), errb.String(), m.serr.String())
+	}
+	return out.String(), errb.String()
 }
