@@ -2,8 +2,6 @@ package agent
 
 import (
 	"encoding/json"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,29 +56,7 @@ func TestSharedSocketKernels(t *testing.T) {
 	  ]}`
 	sr := &sharedRig{rig: newRigEnv(t, sc, Config{KernelDirs: []string{filepath.Join(dir, "no-servers")}}, nil, func(k string) string { return env[k] }),
 		alice: alice, bob: bob, aliceN: aliceN, bobN: bobN}
-	sr.sock = filepath.Join(dir, "api.sock")
-	ln, err := net.Listen("unix", sr.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(sr.sock, 0o666); err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: sr.ag.SocketHandler(), ConnContext: sr.ag.ConnContext}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sr.bin = filepath.Join(dir, "client")
-	if err := os.WriteFile(sr.bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	sr.listen(t, dir)
 	sr.step(2)
 
 	tests := []struct {

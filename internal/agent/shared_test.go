@@ -131,6 +131,15 @@ func newSharedRig(t *testing.T, cfg Config) *sharedRig {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	sr.listen(t, dir)
+	sr.step(2)
+	return sr
+}
+
+// listen serves the agent's API socket in dir (a directory every user can
+// enter), mode 0666, and copies the test binary there for as to run.
+func (sr *sharedRig) listen(t *testing.T, dir string) {
+	t.Helper()
 	sr.sock = filepath.Join(dir, "api.sock")
 	ln, err := net.Listen("unix", sr.sock)
 	if err != nil {
@@ -154,8 +163,6 @@ func newSharedRig(t *testing.T, cfg Config) *sharedRig {
 	if err := os.WriteFile(sr.bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sr.step(2)
-	return sr
 }
 
 // as sends req to the API socket from a process of uid, and returns the
