@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -33,7 +34,8 @@ const MaxFileBytes = 8 << 20
 const refresh = 5 * time.Second
 
 // missRecheck is how soon a UID the database does not name makes it look
-// at the files again (a user added since they were read).
+// at the files again (a user added since they were read); a UID not
+// missed before makes it look at once.
 const missRecheck = 200 * time.Millisecond
 
 // DB resolves UIDs and group memberships. The zero value reads the live
@@ -45,11 +47,21 @@ type DB struct {
 
 	mu      sync.Mutex
 	checked time.Time
-	mtime   [2]time.Time
+	files   [2]fileID         // passwd and group as last read
+	missed  map[int]time.Time // UIDs not named, when each last made it look again
 	names   map[int]string
 	uids    map[string]int
 	gids    map[int]int // a user's primary group, by UID
 	groups  map[string]group
+}
+
+// fileID tells a file's versions apart: its modification time alone does
+// not, as the kernel stamps it from a coarse clock, and useradd replaces
+// the file (a new inode) at every change.
+type fileID struct {
+	mtime time.Time
+	size  int64
+	ino   uint64
 }
 
 type group struct {
@@ -79,7 +91,11 @@ func (db *DB) Name(uid int) string {
 	db.load()
 	db.mu.Lock()
 	n, ok := db.names[uid]
-	if !ok && time.Since(db.checked) > missRecheck {
+	if t, seen := db.missed[uid]; !ok && (!seen || time.Since(t) > missRecheck) {
+		if db.missed == nil || len(db.missed) > 4096 {
+			db.missed = map[int]time.Time{}
+		}
+		db.missed[uid] = time.Now()
 		db.checked = time.Time{} // a user added since: look again, now
 	}
 	db.mu.Unlock()
@@ -146,16 +162,20 @@ func (db *DB) load() {
 		return
 	}
 	db.checked = now
-	var mt [2]time.Time
+	var ids [2]fileID
 	for i, f := range []string{"passwd", "group"} {
 		if fi, err := os.Stat(db.path(f)); err == nil {
-			mt[i] = fi.ModTime()
+			ids[i] = fileID{mtime: fi.ModTime(), size: fi.Size()}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				ids[i].ino = st.Ino
+			}
 		}
 	}
-	if db.names != nil && mt == db.mtime {
+	if db.names != nil && ids == db.files {
 		return
 	}
-	db.mtime = mt
+	db.files = ids
+	clear(db.missed)
 	db.names, db.uids, db.gids = map[int]string{}, map[string]int{}, map[int]int{}
 	db.groups = map[string]group{}
 	readLines(db.path("passwd"), func(f []string) {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func fixture(t *testing.T, passwd, group string) *DB {
@@ -152,3 +153,38 @@ func BenchmarkName(b *testing.B) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestUserAddedAtOnce: a user added just after the database was read, in
+// a passwd file with the same modification time (the kernel stamps files
+// from a coarse clock), is named at the first lookup of their UID.
+func TestUserAddedAtOnce(t *testing.T) {
+	root := t.TempDir()
+	etc := filepath.Join(root, "etc")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	passwd := filepath.Join(etc, "passwd")
+	write := func(content string, mtime time.Time) {
+		t.Helper()
+		tmp := passwd + "+"
+		if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(tmp, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, passwd); err != nil { // as useradd replaces it
+			t.Fatal(err)
+		}
+	}
+	mtime := time.Now().Truncate(time.Second)
+	write("root:x:0:0::/root:/bin/sh\n", mtime)
+	db := &DB{Root: root}
+	if got := db.Name(0); got != "root" {
+		t.Fatalf("Name(0) = %q", got)
+	}
+	write("root:x:0:0::/root:/bin/sh\nana:x:1001:1001::/home/ana:/bin/sh\n", mtime)
+	if got := db.Name(1001); got != "ana" {
+		t.Errorf("Name(1001) just after useradd = %q, want ana", got)
+	}
+}
