@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	tea "github.com/vramguard/vramguard/internal/third_party/bubbletea"
+
 	"github.com/vramguard/vramguard/internal/attrib"
 )
 
@@ -303,3 +305,41 @@ func TestTopOwnerFilter(t *testing.T) {
 		t.Errorf("--user with --mine: %v", err)
 	}
 }
+
+// The terminal reader hands the runes of one read as one message: keys
+// typed faster than it reads ("/", then "train") are still each a key.
+func TestTopKeysOfOneRead(t *testing.T) {
+	tests := []struct {
+		name    string
+		msgs    []tea.KeyMsg
+		filter  string
+		editing bool
+		sortBy  string
+	}{
+		{"slash and text in one read", []tea.KeyMsg{runes("/train"), {Type: tea.KeyEnter}}, "train", false, "gpu"},
+		{"sort, then filter, in one read", []tea.KeyMsg{runes("s/ab")}, "ab", true, "rss"},
+		{"one key per read", []tea.KeyMsg{runes("/"), runes("x"), runes("y"), {Type: tea.KeyEnter}}, "xy", false, "gpu"},
+		{"a paste is text, not keys", []tea.KeyMsg{runes("/"), {Type: tea.KeyRunes, Runes: []rune("s/q"), Paste: true}}, "s/q", true, "gpu"},
+		{"a paste outside the filter presses nothing", []tea.KeyMsg{{Type: tea.KeyRunes, Runes: []rune("s/"), Paste: true}}, "", false, "gpu"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &topModel{opts: &topOptions{}, sortBy: "gpu", expanded: map[string]bool{}}
+			for _, k := range tt.msgs {
+				m.Update(k)
+			}
+			if m.filter != tt.filter || m.editing != tt.editing || m.sortBy != tt.sortBy {
+				t.Errorf("filter %q editing %v sort %s, want %q %v %s", m.filter, m.editing, m.sortBy, tt.filter, tt.editing, tt.sortBy)
+			}
+		})
+	}
+	// a quit among the runes still quits
+	m := &topModel{opts: &topOptions{}, sortBy: "gpu", expanded: map[string]bool{}}
+	if _, cmd := m.Update(runes("sq")); cmd == nil {
+		t.Error(`"sq" in one read gave no command, want quit`)
+	} else if _, ok := cmd().(tea.QuitMsg); !ok {
+		t.Errorf(`"sq" in one read: %T, want tea.QuitMsg`, cmd())
+	}
+}
+
+func runes(s string) tea.KeyMsg { return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(s)} }

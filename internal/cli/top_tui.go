@@ -178,9 +178,27 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.width, m.height = msg.Width, msg.Height
 		return m, nil
 	case tea.KeyMsg:
-		return m.key(msg)
+		return m.keys(msg)
 	}
 	return m, nil
+}
+
+// keys handles a key message. The terminal reader gives the runes of one read
+// as one message ("/train" when the keys came faster than it read, as over
+// ssh, tmux or a loaded machine), so each rune is a key of its own: only a
+// paste is typed text as a whole.
+func (m *topModel) keys(k tea.KeyMsg) (tea.Model, tea.Cmd) {
+	if k.Type != tea.KeyRunes || len(k.Runes) < 2 || k.Paste {
+		return m.key(k)
+	}
+	var cmds []tea.Cmd
+	for _, r := range k.Runes {
+		_, cmd := m.key(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}, Alt: k.Alt})
+		if cmd != nil {
+			cmds = append(cmds, cmd)
+		}
+	}
+	return m, tea.Batch(cmds...)
 }
 
 func (m *topModel) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
