@@ -12,6 +12,7 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -176,6 +177,9 @@ type Agent struct {
 	// notices are lines for users (idle jobs), newest last
 	notices   []Notice
 	noticeSeq int64
+	// keySecret keys the hash that stands for another user's job key over
+	// the socket (opaqueKey); drawn once per agent
+	keySecret []byte
 }
 
 // New returns an Agent; it does nothing until Run.
@@ -202,6 +206,10 @@ func New(cfg Config) (*Agent, error) {
 		start: cfg.Now(),
 		jobs:  map[string]*jobState{},
 		evCh:  make(chan struct{}),
+	}
+	a.keySecret = make([]byte, 32)
+	if _, err := rand.Read(a.keySecret); err != nil {
+		return nil, fmt.Errorf("agent: key secret: %w", err)
 	}
 	a.alerts = NewAlerts(cfg.Alerts, cfg.Log, cfg.Now)
 	return a, nil
