@@ -3,10 +3,13 @@ package agent
 import (
 	"bytes"
 	"compress/flate"
+	"context"
 	"encoding/binary"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/vramguard/vramguard/internal/timeline"
 )
@@ -123,5 +126,57 @@ func TestPeakGPUs(t *testing.T) {
 				t.Errorf("reuses a's readings: %v, want %v", same, tt.reusesA)
 			}
 		})
+	}
+}
+
+// TestCoarsePeaksPerGPU: the coarse tier keeps each step's peak on each
+// GPU, as this test computes it from the samples it adds (a job on GPUs 0
+// and 1 whose memory on each moves apart, GPU 1 gone for a while), stored
+// and read back.
+func TestCoarsePeaksPerGPU(t *testing.T) {
+	ctx := context.Background()
+	tl := NewTimelines(openStore(t), Retention{Fine: time.Hour, Coarse: 3 * time.Hour, CoarseStep: time.Minute})
+	r := rand.New(rand.NewPCG(3, 4))
+	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC).UnixMilli()
+	type peakOf struct{ bytes, util int64 }
+	want := map[int64]map[int]peakOf{} // by step start, by GPU
+	for s := range int64(300) {
+		p := Point{T: t0 + s*1000, Alloc: -1, Reserved: -1, Util: -1}
+		for _, g := range []int{0, 1} {
+			if g == 1 && s >= 100 && s < 170 {
+				continue
+			}
+			d := timeline.DevicePoint{Index: g, Bytes: r.Int64N(40 << 30), Util: r.Int64N(101) - 1}
+			p.GPUs = append(p.GPUs, d)
+			p.GPU += d.Bytes
+			step := p.T - p.T%time.Minute.Milliseconds()
+			if want[step] == nil {
+				want[step] = map[int]peakOf{}
+			}
+			w, ok := want[step][g]
+			if !ok {
+				w = peakOf{-1 << 62, -1 << 62}
+			}
+			want[step][g] = peakOf{max(w.bytes, d.Bytes), max(w.util, d.Util)}
+		}
+		tl.Add(1, p)
+	}
+	if err := tl.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pts, err := tl.points(ctx, 1, ResCoarse, time.UnixMilli(t0), time.UnixMilli(t0+300_000))
+	if err != nil || len(pts) != len(want) {
+		t.Fatalf("%d coarse points, want %d: %v", len(pts), len(want), err)
+	}
+	for _, p := range pts {
+		if len(p.GPUs) != len(want[p.T]) {
+			t.Errorf("step %d: %+v, want GPUs %+v", p.T, p.GPUs, want[p.T])
+			continue
+		}
+		for _, d := range p.GPUs {
+			if w := want[p.T][d.Index]; d.Bytes != w.bytes || d.Util != w.util {
+				t.Errorf("step %d GPU %d: %d bytes at %d%%, want the step's peak %d at %d%%", p.T, d.Index, d.Bytes, d.Util, w.bytes, w.util)
+			}
+		}
 	}
 }
