@@ -105,8 +105,19 @@ func TestSharedRuns(t *testing.T) {
 				t.Errorf("%s's run as %s sees it: %+v; want id %q, name %q, %d GPU bytes", o.name, u.name, r, id, name, gpu[o.name])
 			}
 		}
-		out := as(u, "runs", "--all-users")
 		other := map[string]user{ana.name: ben, ben.name: ana}[u.name]
+		// the other's run id reaches u nowhere: not as its job's key
+		// (run:ID) in top's JSON, nor in runs --all-users'
+		for _, args := range [][]string{{"top", "--once", "--json"}, {"runs", "--all-users", "--json"}} {
+			out := as(u, args...)
+			if strings.Contains(out, ownID[other.name]) || strings.Contains(out, other.run) {
+				t.Errorf("%s's %v shows %s's run %s (%s):\n%s", u.name, args, other.name, ownID[other.name], other.run, out)
+			}
+		}
+		if out := as(u, "top", "--once", "--json"); !strings.Contains(out, `"run:`+ownID[u.name]+`"`) {
+			t.Errorf("%s's top --once --json lacks their own run's key run:%s:\n%s", u.name, ownID[u.name], out)
+		}
+		out := as(u, "runs", "--all-users")
 		if !strings.Contains(out, other.name) || !strings.Contains(out, "20 GiB") || strings.Contains(out, other.run) {
 			t.Errorf("%s's runs --all-users table:\n%s", u.name, out)
 		}

@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"net"
 	"net/http"
 	"slices"
@@ -94,12 +97,59 @@ func (a *Agent) ConnContext(ctx context.Context, c net.Conn) context.Context {
 func (c caller) owns(uid int) bool { return c.admin || c.uid == uid }
 
 // redact is what a user sees of another user's job: its owner, kind and
-// memory.
-func redact(j JobView) JobView {
-	return JobView{Key: j.Key, Kind: j.Kind, Name: hiddenName, RootPID: j.RootPID, UID: j.UID, User: j.User, PIDs: j.PIDs,
+// memory, under key (its opaqueKey).
+func redact(j JobView, key string) JobView {
+	return JobView{Key: key, Kind: j.Kind, Name: hiddenName, RootPID: j.RootPID, UID: j.UID, User: j.User, PIDs: j.PIDs,
 		Processes: []JobProcess{}, Labels: Labels{Job: hiddenName, Kind: j.Kind, User: j.User, UID: j.UID},
 		Devices: j.Devices, GPUBytes: j.GPUBytes, GPUs: j.GPUs, RSSBytes: j.RSSBytes, Limit: j.Limit, FirstSeen: j.FirstSeen,
 		Idle: j.Idle, IdleS: j.IdleS, Live: j.Live, EndedAt: j.EndedAt, id: j.id}
+}
+
+// opaquePrefix begins the key a user sees for another user's job.
+const opaquePrefix = "job:"
+
+// opaqueKey is the key a user sees over the socket for another user's job
+// with key: "job:" and 16 hex digits of a hash of key keyed by the agent's
+// secret, so it names neither the run (run:ID), the kernel nor the start
+// time, and is the same in every answer for the agent's life (the caller
+// may pass it back where the API takes a key: resolveKey).
+func (a *Agent) opaqueKey(key string) string {
+	m := hmac.New(sha256.New, a.keySecret)
+	m.Write([]byte(key))
+	return opaquePrefix + hex.EncodeToString(m.Sum(nil)[:8])
+}
+
+// viewKey is the key the caller of r sees for a job of uid with key.
+func (a *Agent) viewKey(r *http.Request, uid int, key string) string {
+	if c, lim := limited(r); lim && !c.owns(uid) {
+		return a.opaqueKey(key)
+	}
+	return key
+}
+
+// resolveKey is the job key an opaque key (opaqueKey) stands for, among
+// the live jobs and the stored ones within the coarse retention; any other
+// key is itself. An opaque key no job has is left as it is (and names no
+// job).
+func (a *Agent) resolveKey(ctx context.Context, key string) string {
+	if !strings.HasPrefix(key, opaquePrefix) {
+		return key
+	}
+	for _, j := range a.Snapshot().Jobs {
+		if a.opaqueKey(j.Key) == key {
+			return j.Key
+		}
+	}
+	jobs, err := a.jobsIn(ctx, a.cfg.Now().Add(-a.tl.Retention().Coarse))
+	if err != nil {
+		return key
+	}
+	for _, j := range jobs {
+		if a.opaqueKey(j.Key) == key {
+			return j.Key
+		}
+	}
+	return key
 }
 
 // FlagIdle marks an idle job in top's FLAGS (GET /api/v1/machine).
@@ -109,7 +159,7 @@ const FlagIdle = "idle"
 const hiddenName = "(another user's job)"
 
 // viewJobs is jobs as the caller of r may see them.
-func viewJobs(r *http.Request, jobs []JobView) []JobView {
+func (a *Agent) viewJobs(r *http.Request, jobs []JobView) []JobView {
 	c, lim := limited(r)
 	if !lim {
 		return jobs
@@ -119,15 +169,16 @@ func viewJobs(r *http.Request, jobs []JobView) []JobView {
 		if c.owns(j.UID) {
 			out[i] = j
 		} else {
-			out[i] = redact(j)
+			out[i] = redact(j, a.opaqueKey(j.Key))
 		}
 	}
 	return out
 }
 
-// ownerOfKey is the UID of the job with key, live or stored (NoUID when
-// unknown).
+// ownerOfKey is the UID of the job with key (or the opaque key standing
+// for it), live or stored; ok is false when no job has it.
 func (a *Agent) ownerOfKey(ctx context.Context, key string) (int, bool) {
+	key = a.resolveKey(ctx, key)
 	for _, j := range a.Snapshot().Jobs {
 		if j.Key == key {
 			return j.UID, true
@@ -205,9 +256,10 @@ func (a *Agent) apiMachine(w http.ResponseWriter, r *http.Request) {
 	smp := a.latest
 	idle := map[string]float64{}
 	flagged := map[string]bool{}
+	idleS := map[string]float64{}
 	for k, js := range a.jobs {
 		if js.idleS > 0 {
-			idle[k] = js.idleS
+			idleS[k] = js.idleS
 		}
 		flagged[k] = a.isIdle(js)
 	}
@@ -222,22 +274,27 @@ func (a *Agent) apiMachine(w http.ResponseWriter, r *http.Request) {
 	}
 	c, lim := limited(r)
 	for _, j := range smp.Attrib.Jobs {
+		key := j.Key
 		if lim && !c.owns(j.UID) {
-			j = redactJob(j)
+			j = redactJob(j, a.opaqueKey(key))
 		} else if jd := smp.Judged[j.Key]; jd != nil {
 			m.Verdicts[j.Key] = jd.Summary
 		}
-		if flagged[j.Key] {
+		if flagged[key] {
 			j.Flags = append(slices.Clip(j.Flags), FlagIdle)
+		}
+		if s, ok := idleS[key]; ok {
+			idle[j.Key] = s
 		}
 		m.Jobs = append(m.Jobs, j)
 	}
 	writeJSON(w, http.StatusOK, m)
 }
 
-// redactJob is another user's job as top shows it: owner, memory and PIDs.
-func redactJob(j attrib.Job) attrib.Job {
-	out := attrib.Job{Key: j.Key, Kind: j.Kind, Name: hiddenName, RootPID: j.RootPID, UID: j.UID, User: j.User,
+// redactJob is another user's job as top shows it: owner, memory and PIDs,
+// under key (its opaqueKey).
+func redactJob(j attrib.Job, key string) attrib.Job {
+	out := attrib.Job{Key: key, Kind: j.Kind, Name: hiddenName, RootPID: j.RootPID, UID: j.UID, User: j.User,
 		Devices: j.Devices, GPUBytes: j.GPUBytes, RSSBytes: j.RSSBytes, SMUtilPercent: j.SMUtilPercent, Orphan: j.Orphan}
 	for _, p := range j.Processes {
 		out.Processes = append(out.Processes, attrib.Process{PID: p.PID, PPID: p.PPID, UID: p.UID, User: p.User, Role: p.Role,

@@ -12,6 +12,7 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -176,6 +177,9 @@ type Agent struct {
 	// notices are lines for users (idle jobs), newest last
 	notices   []Notice
 	noticeSeq int64
+	// keySecret keys the hash that stands for another user's job key over
+	// the socket (opaqueKey); drawn once per agent
+	keySecret []byte
 }
 
 // New returns an Agent; it does nothing until Run.
@@ -202,6 +206,10 @@ func New(cfg Config) (*Agent, error) {
 		start: cfg.Now(),
 		jobs:  map[string]*jobState{},
 		evCh:  make(chan struct{}),
+	}
+	a.keySecret = make([]byte, 32)
+	if _, err := rand.Read(a.keySecret); err != nil {
+		return nil, fmt.Errorf("agent: key secret: %w", err)
 	}
 	a.alerts = NewAlerts(cfg.Alerts, cfg.Log, cfg.Now)
 	return a, nil
@@ -308,7 +316,7 @@ func (a *Agent) Ingest(ctx context.Context, smp sampler.Reading) {
 		} else {
 			touch = append(touch, js.ID)
 		}
-		p := Point{T: now.UnixMilli(), GPU: int64(j.GPUBytes), RSS: int64(j.RSSBytes), Alloc: -1, Reserved: -1, Util: int64(j.SMUtilPercent)}
+		p := Point{T: now.UnixMilli(), GPU: int64(j.GPUBytes), RSS: int64(j.RSSBytes), Alloc: -1, Reserved: -1, Util: int64(j.SMUtilPercent), GPUs: devicePoints(&j)}
 		if j.AllocatedBytes != nil {
 			p.Alloc = int64(*j.AllocatedBytes)
 		}
@@ -773,6 +781,29 @@ func gpusOf(j *attrib.Job) []JobGPU {
 		}
 		return out[a].UUID < out[b].UUID
 	})
+	return out
+}
+
+// devicePoints is j's reading per GPU index, in index order: the memory
+// the driver reports for its processes there and the SM utilisation it
+// attributes to them (summed, at most 100; -1 when it reports none). A MIG
+// instance counts for its GPU. nil for a job on no GPU.
+func devicePoints(j *attrib.Job) []timeline.DevicePoint {
+	var out []timeline.DevicePoint
+	for _, p := range j.Processes {
+		for _, r := range p.GPU {
+			i := slices.IndexFunc(out, func(d timeline.DevicePoint) bool { return d.Index == r.DeviceIndex })
+			if i < 0 {
+				out = append(out, timeline.DevicePoint{Index: r.DeviceIndex, Util: -1})
+				i = len(out) - 1
+			}
+			out[i].Bytes += int64(r.UsedBytes)
+			if r.SMUtilPercent >= 0 {
+				out[i].Util = min(max(out[i].Util, 0)+int64(r.SMUtilPercent), 100)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b timeline.DevicePoint) int { return a.Index - b.Index })
 	return out
 }
 

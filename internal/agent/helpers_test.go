@@ -41,6 +41,7 @@ type rig struct {
 	srv   *httptest.Server
 	token string
 	runs  *rigRuns // which PIDs attribution takes for supervised runs
+	gpus  *sim.Backend
 }
 
 // rigRuns is the attributor's run hints in a rig: none until a test sets h.
@@ -99,7 +100,7 @@ func newRigEnv(t testing.TB, scenario string, cfg Config, pods *attrib.PodIndex,
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, clk: clk, smp: smp, ag: ag, st: st, token: "s3cret", runs: runs}
+	r := &rig{t: t, clk: clk, smp: smp, ag: ag, st: st, token: "s3cret", runs: runs, gpus: b}
 	r.srv = httptest.NewServer(ag.Handler(r.token))
 	t.Cleanup(r.srv.Close)
 	return r

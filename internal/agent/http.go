@@ -79,7 +79,7 @@ func (a *Agent) endpoints() []Endpoint {
 		{"GET", "/api/v1/timelines", "range=1h | from=&to=, job=KEY (repeatable), points=N", "memory timelines as columns, with the range's events", false, a.apiTimelines},
 		{"GET", "/api/v1/events", "after=ID, job=KEY, range=, limit=N, wait=25s", "events after an id; wait holds the request until one arrives", false, a.apiEvents},
 		{"GET", "/api/v1/alerts", "", "recent alerts and webhook counters", false, a.apiAlerts},
-		{"GET", "/api/v1/report", "by=user|job|gpu, range=168h | from=&to=", "GPU accounting: memory-hours, held, busy and idle hours, peak, deaths, per user, job or GPUs; over the socket the caller's own jobs", false, a.apiReport},
+		{"GET", "/api/v1/report", "by=user|job|gpu, range=168h | from=&to=", "GPU accounting: memory-hours, held, busy and idle hours, peak, deaths, per user, job or GPU; over the socket the caller's own jobs", false, a.apiReport},
 		{"GET", "/api/v1/notices", "after=ID", "lines for users (an idle job's owner); over the socket the caller's own", false, a.apiNotices},
 		{"GET", "/api/v1/kernels", "", "Jupyter kernels with their notebook, owner, GPU memory and idle flag; over the socket another user's owner and memory only", false, a.apiKernels},
 		{"GET", "/api/v1/runs", "", "the newest 100 supervised runs", false, a.apiRuns},
@@ -216,7 +216,7 @@ func (a *Agent) apiDevices(w http.ResponseWriter, r *http.Request) {
 		for _, j := range s.Jobs {
 			for _, i := range j.Devices {
 				if i == d.Index {
-					jobs = append(jobs, j.Key)
+					jobs = append(jobs, a.viewKey(r, j.UID, j.Key))
 				}
 			}
 		}
@@ -318,14 +318,14 @@ func (a *Agent) apiJobs(w http.ResponseWriter, r *http.Request) {
 	if jobs == nil {
 		jobs = []JobView{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"time": a.Snapshot().Time, "jobs": viewJobs(r, jobs)})
+	writeJSON(w, http.StatusOK, map[string]any{"time": a.Snapshot().Time, "jobs": a.viewJobs(r, jobs)})
 }
 
 func (a *Agent) apiJob(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("key")
+	key := a.resolveKey(r.Context(), r.PathValue("key"))
 	for _, j := range a.Snapshot().Jobs {
 		if j.Key == key {
-			writeJSON(w, http.StatusOK, viewJobs(r, []JobView{j})[0])
+			writeJSON(w, http.StatusOK, a.viewJobs(r, []JobView{j})[0])
 			return
 		}
 	}
@@ -336,11 +336,11 @@ func (a *Agent) apiJob(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, j := range jobs {
 		if j.Key == key {
-			writeJSON(w, http.StatusOK, viewJobs(r, []JobView{j})[0])
+			writeJSON(w, http.StatusOK, a.viewJobs(r, []JobView{j})[0])
 			return
 		}
 	}
-	writeErr(w, http.StatusNotFound, "no job %q", key)
+	writeErr(w, http.StatusNotFound, "no job %q", r.PathValue("key"))
 }
 
 // Timeline is one job's memory over a range, as columns (what uPlot takes).
@@ -388,11 +388,11 @@ func (a *Agent) apiTimelines(w http.ResponseWriter, r *http.Request) {
 		}
 		maxPts = n
 	}
+	ctx := r.Context()
 	want := map[string]bool{}
 	for _, k := range r.URL.Query()["job"] {
-		want[k] = true
+		want[a.resolveKey(ctx, k)] = true
 	}
-	ctx := r.Context()
 	jobs, err := a.jobsIn(ctx, from)
 	if err != nil {
 		writeErr(w, http.StatusInternalServerError, "%v", err)
@@ -420,11 +420,11 @@ func (a *Agent) apiTimelines(w http.ResponseWriter, r *http.Request) {
 		if devs == nil {
 			devs = []int{}
 		}
-		name := j.Name
+		name, key := j.Name, j.Key
 		if !a.mayKey(r, j.Key) {
-			name = hiddenName
+			name, key = hiddenName, a.opaqueKey(j.Key)
 		}
-		tl := Timeline{Key: j.Key, Name: name, Kind: j.Kind, Limit: j.Limit, Devices: devs, Live: j.Live,
+		tl := Timeline{Key: key, Name: name, Kind: j.Kind, Limit: j.Limit, Devices: devs, Live: j.Live,
 			T: make([]float64, len(pts)), GPU: make([]int64, len(pts)), RSS: make([]int64, len(pts)),
 			Alloc: make([]*int64, len(pts)), Reserved: make([]*int64, len(pts))}
 		for i, p := range pts {
@@ -464,7 +464,7 @@ func (a *Agent) apiTimelines(w http.ResponseWriter, r *http.Request) {
 // (at most 30 s), for live updates without polling.
 func (a *Agent) apiEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.AgentEventFilter{JobKey: q.Get("job"), Limit: 500}
+	f := store.AgentEventFilter{JobKey: a.resolveKey(r.Context(), q.Get("job")), Limit: 500}
 	if v := q.Get("after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -606,7 +606,7 @@ func (a *Agent) apiPostEvent(w http.ResponseWriter, r *http.Request) {
 // apiKill sends SIGTERM (or ?signal=KILL) to a live job's root process,
 // after checking it is still the process the sampler saw.
 func (a *Agent) apiKill(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("key")
+	key := a.resolveKey(r.Context(), r.PathValue("key"))
 	var job *JobView
 	for _, j := range a.Snapshot().Jobs {
 		if j.Key == key {
@@ -614,11 +614,11 @@ func (a *Agent) apiKill(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if job == nil {
-		writeErr(w, http.StatusNotFound, "no live job %q", key)
+		writeErr(w, http.StatusNotFound, "no live job %q", r.PathValue("key"))
 		return
 	}
 	if c, lim := limited(r); lim && !c.owns(job.UID) {
-		writeErr(w, http.StatusForbidden, "job %s belongs to %s: only its owner, root or the admin group may kill it", key, job.User)
+		writeErr(w, http.StatusForbidden, "job %s belongs to %s: only its owner, root or the admin group may kill it", r.PathValue("key"), job.User)
 		return
 	}
 	sig := syscall.SIGTERM

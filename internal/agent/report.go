@@ -4,8 +4,6 @@ import (
 	"context"
 	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/vramguard/vramguard/internal/store"
@@ -42,12 +40,7 @@ func (a *Agent) Report(ctx context.Context, by string, from, to time.Time, keep 
 		if err != nil {
 			return usage.Report{}, err
 		}
-		devs := make([]string, len(j.Devices))
-		for i, d := range j.Devices {
-			devs[i] = strconv.Itoa(d)
-		}
-		slices.Sort(devs)
-		uj := usage.Job{Key: j.Key, Name: j.Labels.Job, User: j.User, GPUs: strings.Join(devs, ","), Died: died[j.Key],
+		uj := usage.Job{Key: j.Key, Name: j.Labels.Job, User: j.User, Devices: j.Devices, Died: died[j.Key],
 			Series: []usage.Series{{Step: a.tl.Retention().CoarseStep, Points: coarse}, {Step: interval, Points: fine}}}
 		if uj.Name == "" {
 			uj.Name = j.Name

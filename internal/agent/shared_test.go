@@ -390,3 +390,172 @@ func TestSharedSocketRunDetails(t *testing.T) {
 		}
 	}
 }
+
+// runOf plays the run store's hints: pid is the root of run id, name.
+type runOf struct {
+	pid      int
+	id, name string
+}
+
+func (r runOf) RunForPID(pid int) (string, string, bool) {
+	if pid == r.pid {
+		return r.id, r.name, true
+	}
+	return "", "", false
+}
+
+// TestSharedSocketRunKey: another user's supervised run reaches a user
+// over the socket under an opaque key (job: and a keyed hash), never its
+// run:ID key: no answer that lists jobs carries any part of the run's id
+// or name, the opaque key is the same in every answer, and it names the
+// job where the API takes a key (the job, its timeline, a refused kill).
+// The run's owner and root see run:ID.
+func TestSharedSocketRunKey(t *testing.T) {
+	sr := newSharedRig(t, Config{})
+	const id, name = "r7f3a9c2e51", "bobs-secret-train"
+	sr.runs.set(runOf{pid: sr.sleeps["bob"].Process.Pid, id: id, name: name})
+	sr.step(3)
+	if err := sr.ag.Timelines().Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var real string
+	for _, j := range sr.ag.Snapshot().Jobs {
+		if j.UID == sr.bob {
+			real = j.Key
+		}
+	}
+	if real != "run:"+id {
+		t.Fatalf("bob's job has key %q, want run:%s (the hint made it a run)", real, id)
+	}
+	// every 4-character piece of the id and of the name: none may show
+	var pieces []string
+	for _, s := range []string{id, name} {
+		for i := 0; i+4 <= len(s); i++ {
+			pieces = append(pieces, s[i:i+4])
+		}
+	}
+	leaks := func(body string) []string {
+		var out []string
+		for _, p := range pieces {
+			if strings.Contains(body, p) {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	// bob's live job's keys in each answer (its pid: key ended when it
+	// became a run, and stays in the range as an ended job)
+	keysOf := map[string]func(string) []string{
+		"GET /api/v1/machine": func(b string) []string {
+			var m Machine
+			json.Unmarshal([]byte(b), &m)
+			var ks []string
+			for _, j := range m.Jobs {
+				if j.UID == sr.bob {
+					ks = append(ks, j.Key)
+				}
+			}
+			return ks
+		},
+		"GET /api/v1/jobs": func(b string) []string {
+			var v struct{ Jobs []JobView }
+			json.Unmarshal([]byte(b), &v)
+			var ks []string
+			for _, j := range v.Jobs {
+				if j.UID == sr.bob && j.Live {
+					ks = append(ks, j.Key)
+				}
+			}
+			return ks
+		},
+		"GET /api/v1/timelines?range=1h": func(b string) []string {
+			var v struct{ Timelines []Timeline }
+			json.Unmarshal([]byte(b), &v)
+			var ks []string
+			for _, tl := range v.Timelines {
+				if tl.Name == hiddenName && tl.Live {
+					ks = append(ks, tl.Key)
+				}
+			}
+			return ks
+		},
+		"GET /api/v1/devices": func(b string) []string {
+			var v struct {
+				Devices []struct{ Jobs []string }
+			}
+			json.Unmarshal([]byte(b), &v)
+			var ks []string
+			for _, d := range v.Devices {
+				for _, k := range d.Jobs {
+					if !strings.HasPrefix(k, "pid:") { // alice's own
+						ks = append(ks, k)
+					}
+				}
+			}
+			return ks
+		},
+	}
+	opaque := ""
+	for req, keys := range keysOf {
+		code, body := sr.as(t, sr.alice, req)
+		if code != 200 {
+			t.Fatalf("alice: %s: %d %s", req, code, body)
+		}
+		if l := leaks(body); len(l) > 0 {
+			t.Errorf("alice: %s shows pieces %q of bob's run id %s or name %s:\n%s", req, l, id, name, body)
+		}
+		ks := keys(body)
+		if len(ks) != 1 || !strings.HasPrefix(ks[0], opaquePrefix) {
+			t.Errorf("alice: %s: bob's job under keys %q, want one %s key", req, ks, opaquePrefix)
+			continue
+		}
+		if opaque == "" {
+			opaque = ks[0]
+		} else if ks[0] != opaque {
+			t.Errorf("alice: %s: bob's job is %q, elsewhere %q: the key is not stable", req, ks[0], opaque)
+		}
+	}
+	if opaque == "" {
+		t.Fatal("no opaque key for bob's job")
+	}
+	// the opaque key names the job where the API takes a key
+	code, body := sr.as(t, sr.alice, "GET /api/v1/jobs/"+opaque)
+	var j JobView
+	if err := json.Unmarshal([]byte(body), &j); code != 200 || err != nil || j.UID != sr.bob || j.Key != opaque || j.GPUBytes != 8<<30 || j.Name != hiddenName {
+		t.Errorf("alice: GET /api/v1/jobs/%s: %d %v %s", opaque, code, err, body)
+	}
+	if l := leaks(body); len(l) > 0 {
+		t.Errorf("alice: GET /api/v1/jobs/%s shows %q: %s", opaque, l, body)
+	}
+	code, body = sr.as(t, sr.alice, "GET /api/v1/timelines?range=1h&job="+opaque)
+	var tls struct{ Timelines []Timeline }
+	if err := json.Unmarshal([]byte(body), &tls); code != 200 || err != nil || len(tls.Timelines) != 1 || tls.Timelines[0].Key != opaque ||
+		len(tls.Timelines[0].GPU) == 0 || tls.Timelines[0].GPU[len(tls.Timelines[0].GPU)-1] != 8<<30 {
+		t.Errorf("alice: bob's timeline by its opaque key: %d %v %s", code, err, body)
+	}
+	code, body = sr.as(t, sr.alice, "POST /api/v1/jobs/"+opaque+"/kill")
+	if code != http.StatusForbidden || !strings.Contains(body, sr.bobN) || len(leaks(body)) > 0 {
+		t.Errorf("alice killing bob's job by its opaque key: %d %s, want 403 naming its owner and not its run", code, body)
+	}
+	if code, body := sr.as(t, sr.alice, "GET /api/v1/jobs/job:0000000000000000"); code != http.StatusNotFound {
+		t.Errorf("an opaque key no job has: %d %s, want 404", code, body)
+	}
+	// the run's owner and root see its key
+	for _, who := range []struct {
+		name string
+		uid  int
+	}{{"bob", sr.bob}, {"root", 0}} {
+		code, body := sr.as(t, who.uid, "GET /api/v1/jobs")
+		var v struct{ Jobs []JobView }
+		if err := json.Unmarshal([]byte(body), &v); code != 200 || err != nil {
+			t.Fatalf("%s: jobs: %d %v %s", who.name, code, err, body)
+		}
+		found := false
+		for _, j := range v.Jobs {
+			found = found || (j.Key == real && j.RunID == id)
+		}
+		if !found {
+			t.Errorf("%s does not see bob's run as %s: %s", who.name, real, body)
+		}
+	}
+}

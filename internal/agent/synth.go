@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/timeline"
 )
 
 // Synthesize writes span of 1 Hz samples ending at end for n made-up jobs
@@ -16,8 +17,8 @@ import (
 // test and the dashboard benchmark (bench/serve), which need a day of data
 // without waiting a day.
 //
-// Each job looks like a training job seen through NVML and the probe: the
-// driver's figure moves in 2 MiB steps every few seconds, host RSS changes
+// Each job looks like a training job on one GPU seen through NVML and the
+// probe (its per-GPU reading is its total): the driver's figure moves in 2 MiB steps every few seconds, host RSS changes
 // by pages every second, and (for every other job, the ones "with a probe")
 // allocated memory swings with each training step and reserved follows the
 // allocator's segments.
@@ -49,7 +50,8 @@ func Synthesize(ctx context.Context, st *store.Store, ret Retention, n int, span
 				g.gpu += int64(g.r.IntN(3)-1) * 2 << 20
 			}
 			g.rss += int64(g.r.IntN(33)-16) * 4096
-			p := Point{T: t, GPU: g.gpu, RSS: g.rss, Alloc: -1, Reserved: -1, Util: -1}
+			p := Point{T: t, GPU: g.gpu, RSS: g.rss, Alloc: -1, Reserved: -1, Util: -1,
+				GPUs: []timeline.DevicePoint{{Index: i % 8, Bytes: g.gpu, Util: -1}}}
 			if g.probe {
 				if g.r.IntN(20) == 0 {
 					g.res += int64(g.r.IntN(3)-1) * 20 << 20

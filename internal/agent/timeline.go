@@ -116,7 +116,7 @@ func (tl *Timelines) Add(job int64, p Point) {
 		tl.closeStep(job, b)
 	}
 	if b.accStep == 0 {
-		b.accStep, b.acc = cs, Point{T: cs, GPU: p.GPU, RSS: p.RSS, Alloc: p.Alloc, Reserved: p.Reserved, Util: p.Util}
+		b.accStep, b.acc = cs, Point{T: cs, GPU: p.GPU, RSS: p.RSS, Alloc: p.Alloc, Reserved: p.Reserved, Util: p.Util, GPUs: p.GPUs}
 	} else {
 		b.acc = peak(b.acc, p)
 	}
@@ -137,8 +137,50 @@ func (tl *Timelines) closeStep(job int64, b *jobBuf) {
 	b.accStep = 0
 }
 
+// peak is the point of a's time whose every figure is the higher of a's
+// and p's, each GPU's too.
 func peak(a, p Point) Point {
-	return Point{T: a.T, GPU: max(a.GPU, p.GPU), RSS: max(a.RSS, p.RSS), Alloc: max(a.Alloc, p.Alloc), Reserved: max(a.Reserved, p.Reserved), Util: max(a.Util, p.Util)}
+	return Point{T: a.T, GPU: max(a.GPU, p.GPU), RSS: max(a.RSS, p.RSS), Alloc: max(a.Alloc, p.Alloc), Reserved: max(a.Reserved, p.Reserved), Util: max(a.Util, p.Util),
+		GPUs: peakGPUs(a.GPUs, p.GPUs)}
+}
+
+// peakGPUs is each GPU's higher memory and utilisation of a and p (both in
+// index order), a GPU only one has as that one has it. It returns a itself
+// when a already holds the peak (the common case: memory moves in steps),
+// and otherwise a new slice: neither a's nor p's is written.
+func peakGPUs(a, p []timeline.DevicePoint) []timeline.DevicePoint {
+	if len(p) == 0 {
+		return a
+	}
+	if len(a) == len(p) {
+		same := true
+		for i := range a {
+			if a[i].Index != p[i].Index || a[i].Bytes < p[i].Bytes || a[i].Util < p[i].Util {
+				same = false
+				break
+			}
+		}
+		if same {
+			return a
+		}
+	}
+	out := make([]timeline.DevicePoint, 0, max(len(a), len(p)))
+	i, j := 0, 0
+	for i < len(a) || j < len(p) {
+		switch {
+		case j == len(p) || (i < len(a) && a[i].Index < p[j].Index):
+			out = append(out, a[i])
+			i++
+		case i == len(a) || p[j].Index < a[i].Index:
+			out = append(out, p[j])
+			j++
+		default:
+			out = append(out, timeline.DevicePoint{Index: a[i].Index, Bytes: max(a[i].Bytes, p[j].Bytes), Util: max(a[i].Util, p[j].Util)})
+			i++
+			j++
+		}
+	}
+	return out
 }
 
 // End stores what is buffered for job (it has gone) and forgets it.
@@ -337,13 +379,18 @@ func downsample(ps []Point, n int) []Point {
 	return out
 }
 
-// Block encoding (version 2): a version byte, the point count, then per
+// Block encoding (version 3): a version byte, the point count, then per
 // point the time step in ms and the change of each value from the previous
-// point (zig-zag varints: GPU, RSS, allocated, reserved, utilisation), the
-// whole deflated. Memory moves in steps, so most changes are zero or repeat
-// and compress well. Version 1 blocks (no utilisation) still read, their
-// utilisation unknown (-1).
-const blockVersion = 2
+// point (zig-zag varints: GPU, RSS, allocated, reserved, utilisation), then
+// the point's per-GPU readings (GPUs): 1 and the GPU's index for one GPU
+// whose reading is the point's total (a job on one GPU), else twice their
+// number and for each its index and the change of its memory and
+// utilisation from the previous point's reading at the same place when
+// that is the same GPU (from 0 otherwise); the whole deflated. Memory moves in steps, so most changes
+// are zero or repeat and compress well. Older blocks still read: version 2
+// (no per-GPU readings: GPUs nil) and version 1 (no utilisation either:
+// -1).
+const blockVersion = 3
 
 var flateWriters = sync.Pool{New: func() any {
 	w, _ := flate.NewWriter(io.Discard, flate.BestSpeed)
@@ -364,6 +411,20 @@ func encodeBlock(job int64, res int, ps []Point) store.AgentBlock {
 		raw = binary.AppendVarint(raw, p.Alloc-prev.Alloc)
 		raw = binary.AppendVarint(raw, p.Reserved-prev.Reserved)
 		raw = binary.AppendVarint(raw, p.Util-prev.Util)
+		if len(p.GPUs) == 1 && p.GPUs[0].Bytes == p.GPU && p.GPUs[0].Util == p.Util {
+			// a job on one GPU: its reading there is its total
+			raw = binary.AppendUvarint(raw, 1)
+			raw = binary.AppendUvarint(raw, uint64(p.GPUs[0].Index))
+			prev = p
+			continue
+		}
+		raw = binary.AppendUvarint(raw, uint64(len(p.GPUs))<<1)
+		for k, d := range p.GPUs {
+			was := prevGPU(prev.GPUs, k, d.Index)
+			raw = binary.AppendUvarint(raw, uint64(d.Index))
+			raw = binary.AppendVarint(raw, d.Bytes-was.Bytes)
+			raw = binary.AppendVarint(raw, d.Util-was.Util)
+		}
 		prev = p
 	}
 	var buf bytes.Buffer
@@ -375,6 +436,15 @@ func encodeBlock(job int64, res int, ps []Point) store.AgentBlock {
 	w.Close()
 	flateWriters.Put(w)
 	return store.AgentBlock{Job: job, Res: res, T0: time.UnixMilli(ps[0].T), T1: time.UnixMilli(ps[len(ps)-1].T), N: len(ps), Data: buf.Bytes()}
+}
+
+// prevGPU is what a point's k-th per-GPU reading, of GPU index, is encoded
+// against: the previous point's k-th when it is of the same GPU, else zero.
+func prevGPU(prev []timeline.DevicePoint, k, index int) timeline.DevicePoint {
+	if k < len(prev) && prev[k].Index == index {
+		return prev[k]
+	}
+	return timeline.DevicePoint{Index: index}
 }
 
 var errBlock = errors.New("corrupt timeline block")
@@ -395,11 +465,12 @@ func decodeBlock(data []byte) ([]Point, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errBlock, err)
 	}
-	if len(raw) == 0 || (raw[0] != blockVersion && raw[0] != 1) {
+	if len(raw) == 0 || raw[0] < 1 || raw[0] > blockVersion {
 		return nil, fmt.Errorf("%w: unknown version", errBlock)
 	}
+	version := raw[0]
 	fields := 5
-	if raw[0] == 1 {
+	if version == 1 {
 		fields = 4
 	}
 	r := bytes.NewReader(raw[1:])
@@ -408,6 +479,7 @@ func decodeBlock(data []byte) ([]Point, error) {
 		return nil, errBlock
 	}
 	out := make([]Point, 0, n)
+	var slab []timeline.DevicePoint // the points' GPUs, one allocation a block mostly
 	prev := Point{T: t0}
 	for range n {
 		dt, err := binary.ReadUvarint(r)
@@ -423,6 +495,42 @@ func decodeBlock(data []byte) ([]Point, error) {
 		p := Point{T: prev.T + int64(dt), GPU: prev.GPU + d[0], RSS: prev.RSS + d[1], Alloc: prev.Alloc + d[2], Reserved: prev.Reserved + d[3], Util: prev.Util + d[4]}
 		if fields == 4 {
 			p.Util = -1
+		}
+		if version >= 3 {
+			h, err := binary.ReadUvarint(r)
+			if err != nil || h > 1<<11 {
+				return nil, errBlock
+			}
+			if h&1 == 1 { // one GPU, with the job's figures
+				idx, err := binary.ReadUvarint(r)
+				if err != nil || idx > 1<<16 {
+					return nil, errBlock
+				}
+				if cap(slab) == len(slab) {
+					slab = make([]timeline.DevicePoint, 0, max(int(n), 64))
+				}
+				slab = append(slab, timeline.DevicePoint{Index: int(idx), Bytes: p.GPU, Util: p.Util})
+				p.GPUs = slab[len(slab)-1 : len(slab) : len(slab)]
+			} else if m := h >> 1; m > 0 {
+				if cap(slab)-len(slab) < int(m) {
+					slab = make([]timeline.DevicePoint, 0, max(int(m)*int(n), 64))
+				}
+				at := len(slab)
+				for k := range int(m) {
+					idx, err := binary.ReadUvarint(r)
+					if err != nil || idx > 1<<16 {
+						return nil, errBlock
+					}
+					db, err1 := binary.ReadVarint(r)
+					du, err2 := binary.ReadVarint(r)
+					if err1 != nil || err2 != nil {
+						return nil, errBlock
+					}
+					was := prevGPU(prev.GPUs, k, int(idx))
+					slab = append(slab, timeline.DevicePoint{Index: int(idx), Bytes: was.Bytes + db, Util: was.Util + du})
+				}
+				p.GPUs = slab[at:len(slab):len(slab)]
+			}
 		}
 		out = append(out, p)
 		prev = p

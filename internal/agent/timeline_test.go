@@ -86,7 +86,7 @@ func TestTimelinesResolutionsAndRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res != ResFine || len(pts) != 601 || pts[len(pts)-1] != last {
+	if res != ResFine || len(pts) != 601 || !reflect.DeepEqual(pts[len(pts)-1], last) {
 		t.Fatalf("fine query: res %d, %d points, last %v (want 601 ending %v)", res, len(pts), pts[len(pts)-1], last)
 	}
 	// Coarse: a range longer than fineView uses the per-minute peaks.

@@ -48,8 +48,17 @@ range of its history, grouped by user, job or GPU:
 
 The figures are sums over the agent's stored samples, so retention applies:
 within --keep-fine every sample counts; older stretches count by their
-per-step peaks (--coarse-step), an upper bound. --by gpu groups jobs by the
-GPUs they held memory on ("0,1" for a job on both).
+per-step peaks (--coarse-step), an upper bound.
+
+--by gpu gives one row per GPU index: the memory held on that GPU, the
+hours each job held memory there (busy or idle by the utilisation the
+driver attributes to its processes on that GPU), the most one job held
+there, and the deaths of jobs that held memory on it. A job on GPUs 0 and 1
+counts in both rows, with its memory on each; the total's hours are then
+GPU-hours (the rows' sum), its jobs and deaths each job's once. A MIG
+instance counts for its GPU. Samples stored before the agent kept per-GPU
+readings are split evenly over the GPUs the job held memory on. Jobs that
+held no GPU memory are under "-".
 
 It asks the shared agent's socket (serve --shared) when one runs: there a
 user's report covers their own jobs; root and --admin-group members see
@@ -153,8 +162,12 @@ func writeReport(w io.Writer, rep usage.Report) {
 	tw.Flush()
 	var why []string
 	for _, r := range rep.Rows {
+		g := r.Group
+		if rep.By == usage.ByGPU && g != usage.NoGPU {
+			g = "GPU " + g // a job on two GPUs is listed under both
+		}
 		for _, d := range r.DiedWhy {
-			why = append(why, "  "+r.Group+": "+d)
+			why = append(why, "  "+g+": "+d)
 		}
 	}
 	if len(why) > 0 {

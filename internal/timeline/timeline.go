@@ -79,12 +79,25 @@ type RunState struct {
 // the dashboard's stored timelines, top's sparklines. Alloc and Reserved
 // are PyTorch's own figures, -1 when no probe reported them; Util is the
 // SM utilisation (percent) the driver attributes to the job's processes,
-// -1 when it reports none.
+// -1 when it reports none. GPUs, where the agent recorded it, is the same
+// by GPU (nil where it was not: before the agent kept it, and in views
+// that need the job's total only).
 type Point struct {
-	T        int64 `json:"t"` // Unix milliseconds
-	GPU      int64 `json:"gpu"`
-	RSS      int64 `json:"rss"`
-	Alloc    int64 `json:"alloc"`
-	Reserved int64 `json:"reserved"`
-	Util     int64 `json:"util"`
+	T        int64         `json:"t"` // Unix milliseconds
+	GPU      int64         `json:"gpu"`
+	RSS      int64         `json:"rss"`
+	Alloc    int64         `json:"alloc"`
+	Reserved int64         `json:"reserved"`
+	Util     int64         `json:"util"`
+	GPUs     []DevicePoint `json:"gpus,omitempty"`
+}
+
+// DevicePoint is a job's reading on one GPU: the memory the driver reports
+// for its processes there and their SM utilisation (percent, at most 100;
+// -1 when the driver reports none). A MIG instance counts for its GPU
+// (Index is the GPU's).
+type DevicePoint struct {
+	Index int   `json:"index"`
+	Bytes int64 `json:"bytes"`
+	Util  int64 `json:"util"`
 }
