@@ -48,8 +48,8 @@ for key in failures:  # what a failed test printed, its last 60 lines
     print(f"--- {key[1]} ({key[0]}):")
     print("".join(outs.get(key, [])[-60:]), end="")
 PY
+  [ -z "${KEEP:-}" ] || { mkdir -p "$KEEP" && cp "$work/log-$i.json" "$KEEP/suite-$i.json"; }
   [ "$rc" -eq 0 ] || { grep -v '"Action":"output"' "$work/log-$i.json" | grep '"fail"' | head -20; cat "$work/err-$i"; echo "run $i failed (rc $rc)" >&2; exit 1; }
-  [ -z "${KEEP:-}" ] || cp "$work/log-$i.json" "$KEEP/suite-$i.json"
   rm -rf "$work/clone-$i"
 done
 printf '%s\n' "${totals[@]}" | sort -n | awk '{a[NR]=$1} END {printf "median of %d: %.0f s (min %.0f, max %.0f)\n", NR, a[int((NR+1)/2)], a[1], a[NR]}'

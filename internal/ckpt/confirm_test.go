@@ -119,7 +119,7 @@ def flat(x, out):
 fa, fb = flat(a, []), flat(b, [])
 print("loaded", "differ" if any(not torch.equal(x, y) for x, y in zip(fa, fb)) else "same")
 `
-	out := runPython(t, script, filepath.Join(dir, "ckpt-100.pt"), filepath.Join(dir, "ckpt-200.pt"))
+	out := runPython(t, "", script, filepath.Join(dir, "ckpt-100.pt"), filepath.Join(dir, "ckpt-200.pt"))
 	if strings.TrimSpace(out) != "loaded differ" {
 		t.Errorf("torch.load of the damaged file: %q, want it loaded with other weights", out)
 	}
@@ -146,7 +146,7 @@ func TestSizeOverflow(t *testing.T) {
 			t.Errorf("%s: valid=%v %q, want %v with %q", tc.file, rep.Valid, rep.Reason, tc.valid, tc.why)
 		}
 	}
-	out := runPython(t, `
+	out := runPython(t, "", `
 import sys, torch
 for p in sys.argv[1:]:
     try:

@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // loaderRunScript opens each file named on stdin with the real loader
@@ -56,14 +53,9 @@ func runLoader(t *testing.T, load string, files []string) map[string]bool {
 		abs = append(abs, p)
 	}
 	script := strings.Replace(loaderRunScript, "        LOAD", strings.TrimLeft(load, "\n"), 1)
-	cmd := exec.Command(testbin.Python(), "-c", script, load)
-	cmd.Stdin = strings.NewReader(strings.Join(abs, "\n"))
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s: %v (%s)", testbin.Python(), err, out)
-	}
+	out := runPython(t, strings.Join(abs, "\n"), script, load)
 	var ran map[string]bool
-	if err := json.Unmarshal(out, &ran); err != nil {
+	if err := json.Unmarshal([]byte(out), &ran); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	return ran
@@ -207,21 +199,6 @@ func TestScanNotUnderstood(t *testing.T) {
 	}
 }
 
-// runPython runs a Python program with args and returns its stdout.
-func runPython(t *testing.T, script string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(testbin.Python(), append([]string{"-c", script}, args...)...)
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("%s: %v\n%s%s", testbin.Python(), err, out, stderr)
-	}
-	return string(out)
-}
-
 // TestScanBuildSideEffects: BUILD on an allowlisted function, on what an
 // allowlisted non-container returns and on what a persistent id returns,
 // and persistent ids other than torch's storage records are findings
@@ -303,7 +280,7 @@ func TestBuildPatchRunsUnderTorch(t *testing.T) {
 				t.Errorf("scan: %d BUILD and %d module-record findings, want 1 and %d: %+v", builds, records, tc.records, res)
 			}
 			dir := t.TempDir()
-			runPython(t, `
+			runPython(t, "", `
 import os, sys, warnings
 warnings.simplefilter("ignore")
 import torch

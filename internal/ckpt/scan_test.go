@@ -7,13 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/vramguard/vramguard/internal/ckpt/pickle"
-	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // marker is the file every payload in testdata/malicious would create.
@@ -196,14 +194,9 @@ func TestMaliciousFixturesRunUnderTorch(t *testing.T) {
 		}
 		paths = append(paths, p)
 	}
-	cmd := exec.Command(testbin.Python(), "-c", torchLoadScript)
-	cmd.Stdin = strings.NewReader(strings.Join(paths, "\n"))
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s with torch: %v (%s)", testbin.Python(), err, out)
-	}
+	out := runPython(t, strings.Join(paths, "\n"), torchLoadScript)
 	var ran map[string]bool
-	if err := json.Unmarshal(out, &ran); err != nil {
+	if err := json.Unmarshal([]byte(out), &ran); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	for _, tc := range attacks {
@@ -268,7 +261,7 @@ func TestScanLegacyWholeModel(t *testing.T) {
 	t.Parallel()
 	p := "testdata/malicious/benign_module_nn_legacy.pt"
 	var want []string
-	if err := json.Unmarshal([]byte(runPython(t, legacyModuleClasses, p)), &want); err != nil || len(want) < 2 {
+	if err := json.Unmarshal([]byte(runPython(t, "", legacyModuleClasses, p)), &want); err != nil || len(want) < 2 {
 		t.Fatalf("torch's module records: %v %v", want, err)
 	}
 	res, err := ScanFile(p)
@@ -379,14 +372,9 @@ func TestAllowlistAsPython(t *testing.T) {
 	for full, home := range allowIndex {
 		in.WriteString(full + " " + home + "\n")
 	}
-	cmd := exec.Command(testbin.Python(), "-c", allowSplitsScript)
-	cmd.Stdin = strings.NewReader(in.String())
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s with torch: %v (%s)", testbin.Python(), err, out)
-	}
+	out := runPython(t, in.String(), allowSplitsScript)
 	var got struct{ Missing, Mismatch, Torch []string }
-	if err := json.Unmarshal(out, &got); err != nil {
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	for _, m := range got.Mismatch {
@@ -536,13 +524,7 @@ func TestScanSafetensorsPolyglot(t *testing.T) {
 	if h := res.Hits[0]; h.Global != "multiprocessing.popen_spawn_posix.os.path.os.path.os.path.os.system" {
 		t.Errorf("hit %+v", h)
 	}
-	cmd := exec.Command(testbin.Python(), "-c", torchLoadScript)
-	cmd.Stdin = strings.NewReader(p)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s with torch: %v (%s)", testbin.Python(), err, out)
-	}
-	if !strings.Contains(string(out), `"pytorch_model.bin": true`) {
+	if out := runPython(t, p, torchLoadScript); !strings.Contains(out, `"pytorch_model.bin": true`) {
 		t.Errorf("torch.load did not run the polyglot's payload: %s", out)
 	}
 }
@@ -591,13 +573,7 @@ func TestScanPickleTarPolyglot(t *testing.T) {
 	if res.Safe || res.Dangerous != 1 || res.Hits[len(res.Hits)-1].Record != "storages" {
 		t.Errorf("format %s safe=%v dangerous=%d hits %+v errors %v", res.Format, res.Safe, res.Dangerous, res.Hits, res.Errors)
 	}
-	cmd := exec.Command(testbin.Python(), "-c", torchLoadScript)
-	cmd.Stdin = strings.NewReader(p)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s with torch: %v (%s)", testbin.Python(), err, out)
-	}
-	if !strings.Contains(string(out), `"model.pt": true`) {
+	if out := runPython(t, p, torchLoadScript); !strings.Contains(out, `"model.pt": true`) {
 		t.Errorf("torch.load did not run the tar's payload: %s", out)
 	}
 	// storages as a hard link to a member of another name.

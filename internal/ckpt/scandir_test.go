@@ -68,7 +68,7 @@ func TestScanCompressedPickles(t *testing.T) {
 		}
 	}
 	// bigdict.xz is sound: lzma.open reads it (allocating what it declares).
-	if out := runPython(t, "import lzma, pickle, sys; print(pickle.load(lzma.open(sys.argv[1]))['name'])", "testdata/edges/bigdict.xz"); out != "run\n" {
+	if out := runPython(t, "", "import lzma, pickle, sys; print(pickle.load(lzma.open(sys.argv[1]))['name'])", "testdata/edges/bigdict.xz"); out != "run\n" {
 		t.Errorf("bigdict.xz under lzma.open: %q", out)
 	}
 	// In a directory too: a file whose first byte is no pickle opcode is
