@@ -91,7 +91,7 @@ for arch in $ARCHES; do
   say "  $(basename "$out") ($arch): $desc"
 done
 
-go build -o "$build/disttool" ./packaging/disttool
+go build -trimpath -o "$build/disttool" ./packaging/disttool
 for arch in $ARCHES; do
   "$build/disttool" elf -binary "$DIST/linux-$arch/vramguard" -arch "$arch" > "$build/elf-$arch.json"
 done
