@@ -27,6 +27,20 @@ fi
 if [ "${1:-}" = --setup ]; then exit 0; fi
 pkgs_or_flags=("$@")
 [ ${#pkgs_or_flags[@]} -gt 0 ] || pkgs_or_flags=(./...)
+# ./... with the longest packages first: go test starts packages in the
+# order given, and one of them started last (internal/probe, 2 minutes)
+# ended the run alone.
+first=(./e2e ./internal/probe ./e2e/install ./internal/jupyter ./internal/ckpt ./internal/agent ./internal/cli)
+for i in "${!pkgs_or_flags[@]}"; do
+  if [ "${pkgs_or_flags[$i]}" = ./... ]; then
+    mapfile -t rest < <(go list -f '{{.Dir}}' ./... | sed "s|^$PWD|.|")
+    ordered=()
+    for p in "${first[@]}"; do [[ " ${rest[*]} " == *" $p "* ]] && ordered+=("$p"); done
+    for p in "${rest[@]}"; do [[ " ${first[*]} " == *" $p "* ]] || ordered+=("$p"); done
+    pkgs_or_flags=("${pkgs_or_flags[@]:0:$i}" "${ordered[@]}" "${pkgs_or_flags[@]:$((i + 1))}")
+    break
+  fi
+done
 # Test binaries at once: go's default is one per core, but the slowest
 # packages (e2e, e2e/install, internal/probe) spend much of their time
 # waiting on jobs they supervise, so on a small machine more run alongside.
