@@ -131,7 +131,8 @@ type reading struct {
 // nearest to it (within 40 ms). The sample's tree figure is by definition
 // PSS summed over the job's live processes and its RSS the RSS sum, so both
 // must match the test's within 3% (PSS: of the span the test read around
-// the sample, as other processes sharing pages move it): the job is in a
+// the sample and since the rollup reads the sample rests on, as other
+// processes sharing pages move it): the job is in a
 // steady loop (its footprint moves by well under 1 MB between batches
 // against ~300 MB of PSS), and the two readings are at most 40 ms apart. The workers share
 // their parent's pages, so the RSS sum must exceed the PSS sum by half at
@@ -203,20 +204,28 @@ func TestTreeFigureOfADataLoaderJob(t *testing.T) {
 		}
 		matched++
 		var procs []struct {
-			PID int     `json:"pid"`
-			PSS *uint64 `json:"pss_bytes"`
+			PID    int     `json:"pid"`
+			PSS    *uint64 `json:"pss_bytes"`
+			ReadAt int64   `json:"pss_read_at"`
 		}
 		json.Unmarshal(best.Procs, &procs)
 		var got []int
 		var pssOfProcs uint64
+		since := best.T // the oldest rollup read the sample's PSS rests on
 		for _, p := range procs {
 			got = append(got, p.PID)
 			if p.PSS != nil {
 				pssOfProcs += *p.PSS
 			}
+			if p.ReadAt != 0 && time.UnixMilli(p.ReadAt).Before(since) {
+				since = time.UnixMilli(p.ReadAt)
+			}
 		}
-		t.Logf("Δt %v: sample pss %s rss %s over %v; test pss %s rss %s", best.T.Sub(r.t).Round(time.Millisecond),
-			mb(deref(best.PSS)), mb(best.RSS), got, mb(r.pss), mb(r.rss))
+		t.Logf("Δt %v: sample pss %s (read %v before) rss %s over %v; test pss %s rss %s", best.T.Sub(r.t).Round(time.Millisecond),
+			mb(deref(best.PSS)), best.T.Sub(since), mb(best.RSS), got, mb(r.pss), mb(r.rss))
+		if stale := best.T.Sub(since); stale > 3*time.Second {
+			t.Errorf("the sample's PSS rests on a rollup read %v before it: within its budget the sampler re-reads each process of a job this size every second or so", stale)
+		}
 		if fmt.Sprint(got) != fmt.Sprint(r.pids) {
 			t.Errorf("sample's processes %v, the job's %v", got, r.pids)
 		}
@@ -228,11 +237,15 @@ func TestTreeFigureOfADataLoaderJob(t *testing.T) {
 		// pages (torch's libraries, in other tests' jobs) starts or exits,
 		// and one reading of three torch processes takes tens of ms: the
 		// sample's PSS must lie within 3% of the span the test read around
-		// it (this reading and its neighbours, 230 ms apart), its RSS,
-		// the job's own, within 3% of this reading.
+		// it (this reading and its neighbours, 230 ms apart) and since the
+		// rollup reads it rests on (pss_read_at: between reads the sampler
+		// adds the RSS change to the last read, within its CPU budget), its
+		// RSS, the job's own, within 3% of this reading.
 		lo, hi := r.pss, r.pss
-		for _, n := range rs[max(i-1, 0):min(i+2, len(rs))] {
-			lo, hi = min(lo, n.pss), max(hi, n.pss)
+		for j, n := range rs {
+			if (j >= i-1 && j <= i+1) || (n.t.After(since.Add(-250*time.Millisecond)) && n.t.Before(best.T)) {
+				lo, hi = min(lo, n.pss), max(hi, n.pss)
+			}
 		}
 		if float64(*best.PSS) < 0.97*float64(lo) || float64(*best.PSS) > 1.03*float64(hi) || !near(best.RSS, r.rss, 0.03) {
 			t.Errorf("sample pss %d rss %d; /proc read by the test: pss %d (%d–%d around it) rss %d", *best.PSS, best.RSS, r.pss, lo, hi, r.rss)

@@ -37,9 +37,12 @@ const RollupBudget = 0.05
 type rollupRead struct {
 	start uint64 // the process's start time: a reused PID is another process
 	pss   uint64
-	rss   uint64 // stat's RSS just after the read: the base of the estimate
-	at    time.Time
-	cost  time.Duration
+	rss   uint64    // stat's RSS just after the read: the base of the estimate
+	at    time.Time // r.now's (the budget's clock)
+	// sample is the time of the reading it was read for (the sampler's
+	// clock, as timeline.Sample.T): ProcReading.PSSReadAt
+	sample time.Time
+	cost   time.Duration
 }
 
 // rollups is a JobWatch's budget and the last read of each process.
@@ -116,8 +119,9 @@ func (r *rollups) plan(tree []procfs.Proc) map[int]bool {
 	return read
 }
 
-// read reads p's rollup, charging its cost to the budget and keeping it.
-func (r *rollups) read(fs procfs.FS, p procfs.Proc) (procfs.Rollup, error) {
+// read reads p's rollup for the reading at t (the sample's time), charging
+// its cost to the budget and keeping it.
+func (r *rollups) read(fs procfs.FS, p procfs.Proc, t time.Time) (procfs.Rollup, error) {
 	var roll procfs.Rollup
 	var err error
 	cost := r.measure(func() { roll, err = fs.SmapsRollup(p.PID) })
@@ -133,7 +137,7 @@ func (r *rollups) read(fs procfs.FS, p procfs.Proc) (procfs.Rollup, error) {
 	if q, err := fs.Proc(p.PID); err == nil && q.StartTicks == p.StartTicks {
 		base = q.RSSBytes
 	}
-	r.procs[p.PID] = &rollupRead{start: p.StartTicks, pss: roll.PSS, rss: base, at: r.now(), cost: cost}
+	r.procs[p.PID] = &rollupRead{start: p.StartTicks, pss: roll.PSS, rss: base, at: r.now(), sample: t, cost: cost}
 	return roll, nil
 }
 
@@ -161,17 +165,17 @@ func threadCPU(f func()) time.Duration {
 // not name.
 const rusageThread = 1
 
-// estimate is p's PSS from its last read and its RSS since; ok is false
-// when it has none.
-func (r *rollups) estimate(p procfs.Proc) (pss uint64, ok bool) {
+// estimate is p's PSS from its last read, made for the reading at at, and
+// its RSS since; ok is false when it has none.
+func (r *rollups) estimate(p procfs.Proc) (pss uint64, at time.Time, ok bool) {
 	st := r.procs[p.PID]
 	if st == nil || st.start != p.StartTicks {
-		return 0, false
+		return 0, time.Time{}, false
 	}
 	if p.RSSBytes >= st.rss {
-		return st.pss + (p.RSSBytes - st.rss), true
+		return st.pss + (p.RSSBytes - st.rss), st.sample, true
 	}
-	return st.pss - min(st.pss, st.rss-p.RSSBytes), true
+	return st.pss - min(st.pss, st.rss-p.RSSBytes), st.sample, true
 }
 
 func pids(tree []procfs.Proc) []int {

@@ -48,10 +48,14 @@ func TestRollupBudget(t *testing.T) {
 		}
 	}
 	// read takes a reading 100 ms after the last and returns PSS by PID and
-	// how many rollups it read
+	// how many rollups it read; readAt is each process's PSSReadAt, sampleT
+	// the reading's time
+	readAt := map[int]int64{}
+	var sampleT time.Time
 	read := func() (map[int]uint64, int) {
 		t.Helper()
 		rc.t = rc.t.Add(100 * time.Millisecond)
+		c.t = c.t.Add(100 * time.Millisecond)
 		before := rc.reads
 		x, _, err := w.Read(context.Background())
 		if err != nil {
@@ -69,7 +73,9 @@ func TestRollupBudget(t *testing.T) {
 			}
 			pss[p.PID] = *p.PSS
 			sum += *p.PSS
+			readAt[p.PID] = p.PSSReadAt
 		}
+		sampleT = x.T
 		if x.PSS == nil || *x.PSS != sum {
 			t.Fatalf("tree PSS %v, its processes' sum %d", x.PSS, sum)
 		}
@@ -78,9 +84,10 @@ func TestRollupBudget(t *testing.T) {
 
 	// the first reading reads both processes
 	pss, n := read()
-	if n != 2 || pss[101] != 3000*kib || pss[102] != 1000*kib {
-		t.Fatalf("first reading: %d rollups read, PSS %v", n, pss)
+	if n != 2 || pss[101] != 3000*kib || pss[102] != 1000*kib || readAt[101] != 0 || readAt[102] != 0 {
+		t.Fatalf("first reading: %d rollups read, PSS %v, read at %v (want 0: now)", n, pss, readAt)
 	}
+	first := sampleT
 	// 101 gains 500 pages; its rollup would now say otherwise, but the 20 ms
 	// just spent are over the budget of this reading: both are estimated
 	write("proc/101/stat", stat(101, 100, "python3", "R", 50, 1500))
@@ -88,6 +95,10 @@ func TestRollupBudget(t *testing.T) {
 	pss, n = read()
 	if want := 3000*kib + 500*uint64(procfs.PageSize); n != 0 || pss[101] != want || pss[102] != 1000*kib {
 		t.Fatalf("second reading: %d rollups read, PSS %v, want none read and 101 at %d", n, pss, want)
+	}
+	// an estimate says which reading its rollup was read for
+	if readAt[101] != first.UnixMilli() || readAt[102] != first.UnixMilli() || !sampleT.After(first) {
+		t.Errorf("second reading at %v: PSS read at %v, want the first reading's %d", sampleT, readAt, first.UnixMilli())
 	}
 
 	// over 60 readings the reads stay within the budget and reach both

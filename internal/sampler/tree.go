@@ -64,9 +64,13 @@ type ProcReading struct {
 	PPID int    `json:"ppid"`
 	Comm string `json:"comm"`
 	RSS  uint64 `json:"rss_bytes"`
-	// PSS is nil when smaps_rollup could not be read.
-	PSS *uint64 `json:"pss_bytes,omitempty"`
-	GPU uint64  `json:"gpu_bytes,omitempty"`
+	// PSS is nil when smaps_rollup could not be read. Between two reads
+	// (the PSS budget, rollup.go) it is the last read's plus the change in
+	// RSS since, and PSSReadAt (Unix milliseconds) says when that read
+	// was; it is 0 when the rollup was read for this reading.
+	PSS       *uint64 `json:"pss_bytes,omitempty"`
+	PSSReadAt int64   `json:"pss_read_at,omitempty"`
+	GPU       uint64  `json:"gpu_bytes,omitempty"`
 	// Rank is the process's place in a distributed job: from
 	// torch.distributed (JobSpec.RankOf), else its environment (RANK,
 	// SLURM_PROCID, …, read once per process); nil when it has none. A
@@ -197,11 +201,12 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 		var roll procfs.Rollup
 		var err error
 		if readRollup[p.PID] {
-			roll, err = w.rollups.read(sp.Proc, p)
-		} else if est, ok := w.rollups.estimate(p); ok {
+			roll, err = w.rollups.read(sp.Proc, p, now)
+		} else if est, at, ok := w.rollups.estimate(p); ok {
 			roll = procfs.Rollup{RSS: p.RSSBytes, PSS: est} // stat's RSS; PSS from the last read (rollup.go)
+			r.PSSReadAt = at.UnixMilli()
 		} else {
-			roll, err = w.rollups.read(sp.Proc, p)
+			roll, err = w.rollups.read(sp.Proc, p, now)
 		}
 		switch {
 		case err == nil && roll.RSS > 0:
