@@ -13,6 +13,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/gpu"
+	"github.com/vramguard/vramguard/internal/jupyter"
 	"github.com/vramguard/vramguard/internal/monitor"
 	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/store"
@@ -117,6 +118,16 @@ func (a *Agent) opaqueKey(key string) string {
 	m := hmac.New(sha256.New, a.keySecret)
 	m.Write([]byte(key))
 	return opaquePrefix + hex.EncodeToString(m.Sum(nil)[:8])
+}
+
+// opaqueKernel is the id a user sees over the socket for another user's
+// kernel with Jupyter's id: jupyter.OpaqueKernelPrefix and 16 hex digits
+// of a hash of it keyed by the agent's secret (as opaqueKey), the same in
+// every answer for the agent's life; apiKernelAction takes it back.
+func (a *Agent) opaqueKernel(id string) string {
+	m := hmac.New(sha256.New, a.keySecret)
+	m.Write([]byte("kernel\x00" + id))
+	return jupyter.OpaqueKernelPrefix + hex.EncodeToString(m.Sum(nil)[:8])
 }
 
 // viewKey is the key the caller of r sees for a job of uid with key.

@@ -48,18 +48,19 @@ func (a *Agent) apiKernels(w http.ResponseWriter, r *http.Request) {
 	if caller, lim := limited(r); lim {
 		for i, e := range es {
 			if !caller.owns(e.UID) {
-				es[i] = redactKernel(e)
+				es[i] = redactKernel(e, a.opaqueKernel(e.KernelID))
 			}
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"kernels": es})
 }
 
-// redactKernel is another user's kernel as a user sees it: its owner,
-// process, memory and whether it is an idle holder (as top flags another
-// user's idle job); no notebook, server, session or run.
-func redactKernel(e jupyter.Entry) jupyter.Entry {
-	return jupyter.Entry{Notebook: hiddenName, KernelID: e.KernelID, PID: e.PID, PIDs: e.PIDs, UID: e.UID, User: e.User,
+// redactKernel is another user's kernel as a user sees it, under id (its
+// opaqueKernel): its owner, process, memory and whether it is an idle
+// holder (as top flags another user's idle job); no notebook, server,
+// session, run or Jupyter's kernel id.
+func redactKernel(e jupyter.Entry, id string) jupyter.Entry {
+	return jupyter.Entry{Notebook: hiddenName, KernelID: id, PID: e.PID, PIDs: e.PIDs, UID: e.UID, User: e.User,
 		GPUBytes: e.GPUBytes, AllocatedBytes: e.AllocatedBytes, ReservedBytes: e.ReservedBytes, RSSBytes: e.RSSBytes,
 		ExecutionState: e.ExecutionState, IdleS: e.IdleS, Idle: e.Idle}
 }
@@ -71,7 +72,8 @@ var kernelPast = map[string]string{"interrupt": "interrupted", "restart": "resta
 // (interrupt, restart, shutdown) on the kernel with that id, through the
 // Jupyter server that lists it, with that server's token (the agent reads
 // every user's server files when it runs as root). Over the socket only
-// the kernel's owner, root or the admin group may act on it.
+// the kernel's owner, root or the admin group may act on it; another
+// user's kernel may be named by the opaque id the socket showed for it.
 func (a *Agent) apiKernelAction(w http.ResponseWriter, r *http.Request) {
 	id, action := r.PathValue("id"), r.PathValue("action")
 	past, ok := kernelPast[action]
@@ -87,7 +89,7 @@ func (a *Agent) apiKernelAction(w http.ResponseWriter, r *http.Request) {
 	es, _ := c.Collect(r.Context())
 	var k *jupyter.Entry
 	for i := range es {
-		if es[i].KernelID == id {
+		if es[i].KernelID == id || a.opaqueKernel(es[i].KernelID) == id {
 			k = &es[i]
 		}
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,9 +88,25 @@ func TestSharedSocketKernels(t *testing.T) {
 					continue // a kernel of the machine's own
 				}
 				seen[e.UID] = true
-				if e.KernelID != id || e.PID != pids[e.UID] || e.User != user[e.UID] || e.GPUBytes != gpu[e.UID] {
-					t.Errorf("kernel of %s: id %s pid %d user %q gpu %d; want %s %d %q %d", user[e.UID], e.KernelID, e.PID, e.User, e.GPUBytes,
-						id, pids[e.UID], user[e.UID], gpu[e.UID])
+				if e.PID != pids[e.UID] || e.User != user[e.UID] || e.GPUBytes != gpu[e.UID] {
+					t.Errorf("kernel of %s: pid %d user %q gpu %d; want %d %q %d", user[e.UID], e.PID, e.User, e.GPUBytes,
+						pids[e.UID], user[e.UID], gpu[e.UID])
+				}
+				if tt.full[e.UID] && e.KernelID != id {
+					t.Errorf("kernel of %s as %s sees it: id %s, want Jupyter's %s", user[e.UID], tt.who, e.KernelID, id)
+				}
+				if !tt.full[e.UID] {
+					// another user's: an opaque id, the same in the next
+					// answer, that the kernel actions take (403, not 404)
+					if !strings.HasPrefix(e.KernelID, jupyter.OpaqueKernelPrefix) || strings.Contains(body, id) {
+						t.Errorf("kernel of %s as %s sees it: id %s (Jupyter's %s in the answer: %v)", user[e.UID], tt.who, e.KernelID, id, strings.Contains(body, id))
+					}
+					if _, again := sr.as(t, tt.uid, "GET /api/v1/kernels"); !strings.Contains(again, `"kernel_id":"`+e.KernelID+`"`) {
+						t.Errorf("the opaque id %s is not in the next answer: %s", e.KernelID, again)
+					}
+					if code, ans := sr.as(t, tt.uid, "POST /api/v1/kernels/"+e.KernelID+"/shutdown"); code != http.StatusForbidden || !strings.Contains(ans, "belongs to "+user[e.UID]) {
+						t.Errorf("shutdown of %s's kernel by its opaque id: %d %s, want 403 naming the owner", user[e.UID], code, ans)
+					}
 				}
 				want := hiddenName
 				if tt.full[e.UID] {

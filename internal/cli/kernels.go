@@ -235,6 +235,9 @@ func printKernels(w io.Writer, es []jupyter.Entry) {
 }
 
 func shortKernel(id string) string {
+	if h, ok := strings.CutPrefix(id, jupyter.OpaqueKernelPrefix); ok && len(h) > 6 {
+		return jupyter.OpaqueKernelPrefix + h[:6] // another user's, as the shared agent shows it
+	}
 	if len(id) > 8 {
 		return id[:8]
 	}

@@ -12,14 +12,21 @@ import (
 	"github.com/vramguard/vramguard/internal/users"
 )
 
+// OpaqueKernelPrefix begins the id a shared agent shows a user for another
+// user's kernel.
+const OpaqueKernelPrefix = "kernel:"
+
 // Entry is one kernel as `vramguard kernels` shows it: which notebook it
 // serves, its process, its memory and its activity.
 type Entry struct {
 	// Notebook is the notebook's absolute path when the server's root is
 	// known, else the path as the server gives it; "" for a kernel without
 	// a session (a console, or one started through /api/kernels).
-	Notebook   string `json:"notebook"`
-	Path       string `json:"path"`
+	Notebook string `json:"notebook"`
+	Path     string `json:"path"`
+	// KernelID is Jupyter's id of the kernel; over a shared agent's socket
+	// another user's kernel has an opaque one instead (OpaqueKernelPrefix),
+	// which the agent's kernel actions take back.
 	KernelID   string `json:"kernel_id"`
 	KernelName string `json:"kernel_name"`
 	SessionID  string `json:"session_id,omitempty"`

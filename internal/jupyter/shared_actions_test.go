@@ -132,10 +132,27 @@ func TestKernelActionsThroughSharedAgent(t *testing.T) {
 		return rs[0]
 	}
 
-	// a user outside the admin group: refused, the kernel untouched
-	r := as(plain, "kernels", "shutdown", id, "--json")
-	if got := one(r); r.Code == 0 || got.KernelID != id || got.Done || !strings.Contains(got.Error, "belongs to root") {
+	// a user outside the admin group sees root's kernel under an opaque id,
+	// not Jupyter's; named by it, the shutdown is refused and the kernel
+	// untouched; Jupyter's id names nothing they can see
+	var seen []jupyter.Entry
+	r := as(plain, "kernels", "--json")
+	r.JSON(t, &seen)
+	opaque := ""
+	for _, e := range seen {
+		if e.UID == 0 && e.User == "root" {
+			opaque = e.KernelID
+		}
+	}
+	if !strings.HasPrefix(opaque, jupyter.OpaqueKernelPrefix) || strings.Contains(r.Stdout, id) {
+		t.Fatalf("uid %d's kernels list root's kernel as %q (Jupyter's id %s shown: %v)\n%s", plain, opaque, id, strings.Contains(r.Stdout, id), r.Stdout)
+	}
+	r = as(plain, "kernels", "shutdown", opaque, "--json")
+	if got := one(r); r.Code == 0 || got.KernelID != opaque || got.Done || !strings.Contains(got.Error, "belongs to root") {
 		t.Errorf("shutdown of root's kernel by uid %d: exit %d, %+v; want refused, saying whose it is", plain, r.Code, got)
+	}
+	if r := as(plain, "kernels", "shutdown", id); r.Code == 0 || !strings.Contains(r.Stderr, "no running kernel matches") {
+		t.Errorf("shutdown by Jupyter's id from uid %d: exit %d\n%s%s", plain, r.Code, r.Stdout, r.Stderr)
 	}
 	if !listed() {
 		t.Fatal("the refused shutdown shut the kernel down")
