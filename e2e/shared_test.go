@@ -35,12 +35,7 @@ func TestSharedAgent(t *testing.T) {
 	}
 	mk := func(name string) user {
 		u := user{name: name, uid: m.user(name)}
-		c := exec.Command("setpriv", "--reuid="+strconv.Itoa(u.uid), "--regid="+strconv.Itoa(u.uid), "--clear-groups", "sleep", "600")
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-		u.pid = c.Process.Pid
+		u.pid = m.start(u.uid, nil, "sleep", "600")
 		return u
 	}
 	ana, ben := mk("vgana"+sfx), mk("vgben"+sfx)
@@ -189,13 +184,31 @@ func (m *sharedMachine) serve(env []string, args ...string) {
 	})
 }
 
+// asUID is argv run as uid (setpriv: its UID and GID, no other groups).
+func asUID(uid int, argv ...string) *exec.Cmd {
+	return exec.Command("setpriv", append([]string{"--reuid=" + strconv.Itoa(uid), "--regid=" + strconv.Itoa(uid), "--clear-groups"}, argv...)...)
+}
+
+// start starts argv as uid, in this process's environment with env added,
+// killed when the test ends, and returns its PID: a user's job.
+func (m *sharedMachine) start(uid int, env []string, argv ...string) int {
+	m.t.Helper()
+	c := asUID(uid, argv...)
+	c.Env = append(os.Environ(), env...)
+	if err := c.Start(); err != nil {
+		m.t.Fatal(err)
+	}
+	m.t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	return c.Process.Pid
+}
+
 // command is the binary with args run as the user (a home and state
 // directory of their own, the agent's shared directory).
 func (m *sharedMachine) command(name string, uid int, args ...string) *exec.Cmd {
 	home := filepath.Join(m.dir, "home-"+name)
 	os.MkdirAll(home, 0o700)
 	os.Chown(home, uid, uid)
-	c := exec.Command("setpriv", append([]string{"--reuid=" + strconv.Itoa(uid), "--regid=" + strconv.Itoa(uid), "--clear-groups", m.vg}, args...)...)
+	c := asUID(uid, append([]string{m.vg}, args...)...)
 	c.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "VRAMGUARD_SHARED_DIR=" + m.shared, "VRAMGUARD_HOME=" + filepath.Join(home, "state")}
 	return c
 }

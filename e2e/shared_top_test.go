@@ -32,12 +32,7 @@ func TestSharedTopLive(t *testing.T) {
 	// ana's job is a sleep, ben's a tail: its command must not reach ana
 	mk := func(name string, argv ...string) user {
 		u := user{name: name, uid: m.user(name)}
-		c := exec.Command("setpriv", append([]string{"--reuid=" + strconv.Itoa(u.uid), "--regid=" + strconv.Itoa(u.uid), "--clear-groups"}, argv...)...)
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-		u.pid = c.Process.Pid
+		u.pid = m.start(u.uid, nil, argv...)
 		return u
 	}
 	ana, ben := mk("vgtana"+sfx, "sleep", "600"), mk("vgtben"+sfx, "tail", "-f", "/dev/null")
