@@ -79,6 +79,17 @@ func testUser(t *testing.T, name string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The agent names users through users.System(), which reads a changed
+	// passwd again within a few seconds: until then a UID another test
+	// (in any package) just deleted and useradd gave out again has its old
+	// name.
+	deadline := time.Now().Add(10 * time.Second)
+	for users.System().Name(uid) != name {
+		if time.Now().After(deadline) {
+			t.Fatalf("users.System() still names uid %d %q, not %s", uid, users.System().Name(uid), name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	return uid
 }
 
