@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/postmortem"
+	"github.com/vramguard/vramguard/internal/testbin"
 	"github.com/vramguard/vramguard/internal/timeline"
 )
 
@@ -176,6 +177,14 @@ func TestStackSignal(t *testing.T) {
 	if err := cmd.Process.Signal(StackSignal); err != nil {
 		t.Fatal(err)
 	}
+	// the job carries on once its stacks are written (as a stalled job the
+	// supervisor asks does); ending it while Python writes them is another
+	// matter (faulthandler writes from the signal handler)
+	stacks := filepath.Join(runDir, fmt.Sprintf("stacks-3-%d.txt", cmd.Process.Pid))
+	testbin.WaitFor(t, 30*time.Second, "the job's stacks", func() bool {
+		b, _ := os.ReadFile(stacks)
+		return strings.Contains(string(b), "in <module>")
+	})
 	stdin.Close()
 	rest, _ := io.ReadAll(rd)
 	if err := cmd.Wait(); err != nil {
@@ -184,7 +193,7 @@ func TestStackSignal(t *testing.T) {
 	if string(rest) != "done\n" {
 		t.Errorf("job output after the signal %q", rest)
 	}
-	b, err := os.ReadFile(filepath.Join(runDir, fmt.Sprintf("stacks-3-%d.txt", cmd.Process.Pid)))
+	b, err := os.ReadFile(stacks)
 	if err != nil {
 		t.Fatal(err)
 	}
