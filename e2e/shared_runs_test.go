@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/vramguard/vramguard/internal/testbin"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestSharedRuns: two users' `vramguard run` jobs (real supervised runs of
