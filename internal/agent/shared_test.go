@@ -20,6 +20,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/testbin"
 	"github.com/vramguard/vramguard/internal/users"
 )
 
@@ -83,13 +84,9 @@ func testUser(t *testing.T, name string) int {
 	// passwd again within a few seconds: until then a UID another test
 	// (in any package) just deleted and useradd gave out again has its old
 	// name.
-	deadline := time.Now().Add(10 * time.Second)
-	for users.System().Name(uid) != name {
-		if time.Now().After(deadline) {
-			t.Fatalf("users.System() still names uid %d %q, not %s", uid, users.System().Name(uid), name)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testbin.WaitFor(t, 10*time.Second, fmt.Sprintf("users.System() to name uid %d %s", uid, name), func() bool {
+		return users.System().Name(uid) == name
+	}, func() { t.Logf("users.System() names uid %d %q", uid, users.System().Name(uid)) })
 	return uid
 }
 
