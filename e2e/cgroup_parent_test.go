@@ -22,11 +22,19 @@ func TestHostOOMUnderAncestorLimit(t *testing.T) {
 		t.Fatal("this test creates memory cgroups and must run as root (as CI does)")
 	}
 	const limit = 160 << 20
-	parent, err := cgroup.Create(fmt.Sprintf("vramguard-e2e-ancestor-%d", os.Getpid()), limit)
+	parent, err := cgroup.Create("vramguard-e2e-ancestor", limit)
 	if err != nil || parent.Dir == "" {
 		t.Fatalf("create the limited parent cgroup: %v", err)
 	}
 	child := filepath.Join(parent.Dir, "task")
+	// Registered before anything can fail, so a failed test leaves no
+	// cgroup behind.
+	t.Cleanup(func() {
+		cgroup.KillDir(child, 5e9)
+		os.Remove(child)
+		parent.Kill(5e9)
+		os.Remove(parent.Dir)
+	})
 	if parent.Version == 2 {
 		// the child gets memory accounting of its own; the parent holds no
 		// process, so it may hand the controller down
@@ -37,12 +45,6 @@ func TestHostOOMUnderAncestorLimit(t *testing.T) {
 	if err := os.Mkdir(child, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cgroup.KillDir(child, 5e9)
-		os.Remove(child)
-		parent.Kill(5e9)
-		os.Remove(parent.Dir)
-	})
 	e := newEnv(t)
 	// vramguard starts inside the child, as a job launched in a limited
 	// slice or SLURM step would

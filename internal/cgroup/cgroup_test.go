@@ -1,8 +1,12 @@
 package cgroup
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -109,5 +113,54 @@ func TestCreateAndKill(t *testing.T) {
 	}
 	if err := g.Kill(0); err != nil {
 		t.Errorf("kill an empty group: %v", err)
+	}
+}
+
+// TestCreateIsUniquePerCall: two runs supervised in one process (a test
+// binary's parallel tests) ask for the same name at once. Each must get a
+// directory of its own, never one the other created and may be removing:
+// with names from the process id, one run removed the directory while the
+// other wrote its limit ("memory.limit_in_bytes: no such device"). Each
+// caller sets a limit of its own and reads it back, so two callers sharing
+// a directory see each other's limit.
+func TestCreateIsUniquePerCall(t *testing.T) {
+	const callers, rounds = 16, 5
+	var wg sync.WaitGroup
+	errs := make(chan error, callers*rounds*3)
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			limit := uint64(64+i) << 20
+			for range rounds {
+				g, err := Create("vramguard-test-unique", limit)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if g.Dir == "" {
+					errs <- fmt.Errorf("a systemd scope, not a directory: %+v", g)
+					return
+				}
+				if !strings.HasPrefix(filepath.Base(g.Dir), "vramguard-test-unique-") {
+					errs <- fmt.Errorf("%s: not named after the caller's name", g.Dir)
+				}
+				m, err := ReadMemory(g.Dir, g.Version)
+				if err != nil || m.Limit != limit {
+					errs <- fmt.Errorf("%s: limit %d, %v; this caller set %d (another call shares or removed it)", g.Dir, m.Limit, err, limit)
+				}
+				if err := g.Remove(); err != nil {
+					errs <- err
+				}
+				if _, err := os.Stat(g.Dir); !errors.Is(err, os.ErrNotExist) {
+					errs <- fmt.Errorf("%s left behind after Remove: %v", g.Dir, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -1,6 +1,8 @@
 package cgroup
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -37,8 +39,11 @@ func (g *Group) ProcsFile() string {
 	return filepath.Join(g.Dir, "cgroup.procs")
 }
 
-// Create makes a memory cgroup capped at limit bytes for the job named name.
-// It tries, in order: a child of the caller's own v1 memory cgroup; a cgroup
+// Create makes a memory cgroup capped at limit bytes for a job. Its
+// directory is named name followed by a random suffix ("NAME-1a2b3c4d"), made
+// anew by each call: a creator never adopts a directory that exists, which
+// another creator (two runs supervised in one process, a test binary's
+// concurrent tests) may be writing or about to remove. It tries, in order: a child of the caller's own v1 memory cgroup; a cgroup
 // v2 child of the caller's cgroup or its parent, where the memory controller
 // is delegated; systemd's user manager (systemd-run --user --scope). It
 // returns an error wrapping ErrUnavailable, saying what it tried, when none
@@ -60,12 +65,12 @@ func Create(name string, limit uint64) (*Group, error) {
 		}
 	}
 	if v1Path != "" && exists("/sys/fs/cgroup/memory/memory.limit_in_bytes") {
-		dir := filepath.Join("/sys/fs/cgroup/memory", v1Path, name)
-		g, err := createV1(dir, limit)
+		parent := filepath.Join("/sys/fs/cgroup/memory", v1Path)
+		g, err := createV1(parent, name, limit)
 		if err == nil {
 			return g, nil
 		}
-		tried = append(tried, "cgroup v1 "+dir+": "+err.Error())
+		tried = append(tried, "cgroup v1 under "+parent+": "+err.Error())
 	}
 	if hasV2 && exists("/sys/fs/cgroup/cgroup.controllers") {
 		for _, parent := range []string{filepath.Join("/sys/fs/cgroup", v2Path), filepath.Dir(filepath.Join("/sys/fs/cgroup", v2Path))} {
@@ -85,8 +90,29 @@ func Create(name string, limit uint64) (*Group, error) {
 		ErrUnavailable, strings.Join(tried, "\n  "))
 }
 
-func createV1(dir string, limit uint64) (*Group, error) {
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+// mkdirUnique makes a new directory under parent named name-XXXXXXXX and
+// returns its path; it never returns one that existed before the call.
+func mkdirUnique(parent, name string) (string, error) {
+	for range 8 {
+		var b [4]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", err
+		}
+		dir := filepath.Join(parent, name+"-"+hex.EncodeToString(b[:]))
+		err := os.Mkdir(dir, 0o755)
+		if err == nil {
+			return dir, nil
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("no unused name %s-XXXXXXXX under %s", name, parent)
+}
+
+func createV1(parent, name string, limit uint64) (*Group, error) {
+	dir, err := mkdirUnique(parent, name)
+	if err != nil {
 		return nil, err
 	}
 	if err := writeFile(filepath.Join(dir, "memory.limit_in_bytes"), strconv.FormatUint(limit, 10)); err != nil {
@@ -110,8 +136,8 @@ func createV2(parent, name string, limit uint64) (*Group, error) {
 			return nil, fmt.Errorf("enable the memory controller: %w", err)
 		}
 	}
-	dir := filepath.Join(parent, name)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+	dir, err := mkdirUnique(parent, name)
+	if err != nil {
 		return nil, err
 	}
 	if err := writeFile(filepath.Join(dir, "memory.max"), strconv.FormatUint(limit, 10)); err != nil {

@@ -242,8 +242,7 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 
 	if limit > 0 {
 		// Refuse before starting anything when no cgroup can be had.
-		probe := fmt.Sprintf("vramguard-check-%d", os.Getpid())
-		g, err := cgroup.Create(probe, limit)
+		g, err := cgroup.Create("vramguard-check", limit)
 		if err != nil {
 			return Envf("--memory-limit: %v", err)
 		}
