@@ -97,13 +97,13 @@ type Limits struct {
 // DefaultLimits fit the pickle of any real checkpoint (a state_dict with a
 // hundred thousand tensors is a few tens of MiB of pickle).
 var DefaultLimits = Limits{
-	MaxBytes:  256 << 20,
-	MaxOps:    50_000_000,
-	MaxMemo:   5_000_000,
-	MaxStack:  5_000_000,
-	MaxMarks:  10_000,
-	MaxDepth:  1_000,
-	MaxString: 64 << 20,
+	MaxBytes:     256 << 20,
+	MaxOps:       50_000_000,
+	MaxMemo:      5_000_000,
+	MaxStack:     5_000_000,
+	MaxMarks:     10_000,
+	MaxDepth:     1_000,
+	MaxString:    64 << 20,
 	Slack:        1 << 18,
 	BytesPer:     4,
 	MemoBytesPer: 2,
