@@ -10,7 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/vramguard/vramguard/internal/ckpt/pickle"
+	"github.com/vramguard/vramguard/internal/pickle"
 )
 
 // Verdicts of the security scan.
