@@ -43,6 +43,17 @@ type Result struct {
 	ErrAt              int64 // offset of the opcode that failed; -1 when none did
 }
 
+// NextUnbuffered is where the next read of a file opened unbuffered starts
+// (torch's legacy loader opens a tar's storages and tensors members with
+// buffering=0): CPython's unpickler reads a FRAME whole from such a file,
+// so after a STOP inside a frame the file stands at the frame's end.
+func (r *Result) NextUnbuffered() int64 {
+	if r.FrameEnd > r.End {
+		return r.FrameEnd
+	}
+	return r.End
+}
+
 // ErrOpaque is wrapped by a stop CPython need not make: APPENDS, SETITEMS
 // or ADDITEMS on an object the decoder only knows symbolically (what a
 // call returned, a class, a persistent id's object), where CPython calls
@@ -172,6 +183,31 @@ func (t *tree) Append(target *any, items []any) error {
 
 func (t *tree) SetItems(target *any, kv []any) error {
 	switch c := (*target).(type) {
+	case *List:
+		// list[index] = value: an int index in range; what a call
+		// returned may be an int's subclass or have __index__
+		for i := 0; i < len(kv); i += 2 {
+			var k int64
+			switch x := kv[i].(type) {
+			case int64:
+				k = x
+			case bool:
+				if x {
+					k = 1
+				}
+			case *Call:
+				return opaqueErr(x, "SETITEM on a list with a %s index", describe(x))
+			default:
+				return fmt.Errorf("SETITEM on a list with a %T index", kv[i])
+			}
+			if k < 0 {
+				k += int64(len(c.Items))
+			}
+			if k < 0 || k >= int64(len(c.Items)) {
+				return fmt.Errorf("SETITEM on a list of %d items at %v: list assignment index out of range", len(c.Items), kv[i])
+			}
+			c.Items[k] = kv[i+1]
+		}
 	case *Dict:
 		for i := 0; i < len(kv); i += 2 {
 			c.set(kv[i], kv[i+1])
@@ -190,12 +226,18 @@ func (t *tree) SetItems(target *any, kv []any) error {
 }
 
 func (t *tree) AddItems(target *any, items []any) error {
-	s, ok := (*target).(*Set)
-	if !ok {
-		return opaqueErr(*target, "ADDITEMS on %T", *target)
+	switch x := (*target).(type) {
+	case *Set:
+		x.Items = append(x.Items, items...)
+		return nil
+	case *Call:
+		// a set that builtins.set or frozenset built: PySet_Check holds
+		if g, ok := x.Global(); ok && (g == Global{"builtins", "set"} || g == Global{"__builtin__", "set"}) {
+			x.ListItems = append(x.ListItems, items...)
+			return nil
+		}
 	}
-	s.Items = append(s.Items, items...)
-	return nil
+	return opaqueErr(*target, "ADDITEMS on %T", *target)
 }
 
 func (t *tree) Global(op byte, mod, name string) (any, error) {
@@ -229,40 +271,52 @@ func (t *tree) PersID(id any, text bool) (any, error) {
 	return PersID{ID: id}, nil
 }
 
-func (t *tree) callArgs(op string, a any) (Tuple, error) {
-	args, ok := a.(Tuple)
-	if !ok {
-		return nil, fmt.Errorf("%s arguments are %T, not a tuple", op, a)
+// callArgs checks the argument tuple of REDUCE, NEWOBJ and NEWOBJ_EX as
+// CPython does (PyTuple_Check): a tuple, or what a call returned, which may
+// be a tuple's subclass (torch.Size); anything else stops CPython too.
+func (t *tree) callArgs(op string, a any, c *Call) error {
+	switch x := a.(type) {
+	case Tuple:
+		c.Args = x
+	case *Call:
+		c.ArgsValue = a
+	default:
+		return fmt.Errorf("%s arguments are %T, not a tuple", op, a)
 	}
-	return args, nil
+	return nil
 }
 
 func (t *tree) Reduce(fn, a any) (any, error) {
-	args, err := t.callArgs("REDUCE", a)
-	if err != nil {
+	c := &Call{Func: fn}
+	if err := t.callArgs("REDUCE", a, c); err != nil {
 		return nil, err
 	}
-	return &Call{Func: fn, Args: args}, nil
+	return c, nil
 }
 
 func (t *tree) NewObj(cls, a any) (any, error) {
-	args, err := t.callArgs("NEWOBJ", a)
-	if err != nil {
+	c := &Call{Func: cls, New: true}
+	if err := t.callArgs("NEWOBJ", a, c); err != nil {
 		return nil, err
 	}
-	return &Call{Func: cls, Args: args, New: true}, nil
+	return c, nil
 }
 
 func (t *tree) NewObjEx(cls, a, kw any) (any, error) {
-	args, err := t.callArgs("NEWOBJ_EX", a)
-	if err != nil {
+	c := &Call{Func: cls, New: true}
+	if err := t.callArgs("NEWOBJ_EX", a, c); err != nil {
 		return nil, err
 	}
-	kd, ok := kw.(*Dict)
-	if !ok {
+	// PyDict_Check: a dict, or what a call returned (an OrderedDict)
+	switch x := kw.(type) {
+	case *Dict:
+		c.Kwargs = x
+	case *Call:
+		c.KwargsValue = kw
+	default:
 		return nil, fmt.Errorf("NEWOBJ_EX keywords are %T, not a dict", kw)
 	}
-	return &Call{Func: cls, Args: args, Kwargs: kd, New: true}, nil
+	return c, nil
 }
 
 func (t *tree) Inst(mod, name string, args []any) (any, error) {

@@ -65,14 +65,19 @@ type PersID struct{ ID any }
 // __setstate__(State) or __dict__.update(State) from BUILD, then the items
 // APPENDS/SETITEMS added to the result.
 type Call struct {
-	Func      any
-	Args      Tuple
-	Kwargs    *Dict // NEWOBJ_EX only
-	New       bool  // cls.__new__ (NEWOBJ) rather than a call
-	State     any   // from BUILD; nil when none
-	HasState  bool
-	ListItems []any
-	DictItems *Dict
+	Func   any
+	Args   Tuple
+	Kwargs *Dict // NEWOBJ_EX only
+	// ArgsValue and KwargsValue are the arguments when they are not a
+	// plain tuple and dict but what a call returned (a torch.Size, an
+	// OrderedDict): CPython takes a tuple's or a dict's subclass there
+	// and goes on.
+	ArgsValue, KwargsValue any
+	New                    bool // cls.__new__ (NEWOBJ) rather than a call
+	State                  any  // from BUILD; nil when none
+	HasState               bool
+	ListItems              []any
+	DictItems              *Dict
 }
 
 // Build is one BUILD opcode: Target is what it acts on (a *Call, a
