@@ -618,7 +618,7 @@ func operandWidth(op byte) int {
 // str reads n bytes of a string operand (valid until the next read).
 func (m *Machine[V]) str(n uint64) ([]byte, error) {
 	if n > uint64(m.lim.MaxString) {
-		return nil, fmt.Errorf("%w: string of %d bytes (a value of %d bytes is over the %d-byte limit)", ErrLimit, n, n, m.lim.MaxString)
+		return nil, fmt.Errorf("%w: a string of %d bytes is over the %d-byte limit", ErrLimit, n, m.lim.MaxString)
 	}
 	return m.src.bytes(int64(n))
 }
