@@ -2,7 +2,6 @@ package snapshot
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"runtime"
 	"strings"
@@ -26,11 +25,6 @@ func allocated(f func()) uint64 {
 // 1000 blocks: walked once per segment, it is 10 M blocks from 600 KiB.
 func sharedBlocks(segments, blocks int) []byte {
 	var b bytes.Buffer
-	le := func(v uint32) {
-		var x [4]byte
-		binary.LittleEndian.PutUint32(x[:], v)
-		b.Write(x[:])
-	}
 	b.WriteString("\x80\x02}(X\x08\x00\x00\x00segments](")
 	// the first segment writes the list, every other reads it from memo 1
 	b.WriteString("}(X\x0a\x00\x00\x00total_sizeJ\x00\x00\x00\x40X\x06\x00\x00\x00blocks]q\x01(")
@@ -42,7 +36,6 @@ func sharedBlocks(segments, blocks int) []byte {
 		b.WriteString("}(X\x0a\x00\x00\x00total_sizeJ\x00\x00\x00\x40X\x06\x00\x00\x00blocksh\x01u")
 	}
 	b.WriteString("eu.")
-	_ = le
 	return b.Bytes()
 }
 
@@ -89,5 +82,25 @@ func TestCycleRefusedOrRendered(t *testing.T) {
 	}
 	if !strings.Contains(s.UserMetadata, "...") || len(s.UserMetadata) > 4096 {
 		t.Errorf("user_metadata rendered as %q", s.UserMetadata)
+	}
+}
+
+// BenchmarkHostile decodes each hostile snapshot: B/op is what it
+// allocates, collected or not.
+func BenchmarkHostile(b *testing.B) {
+	cases := append(pickletest.Bombs(),
+		pickletest.Bomb{Name: "shared blocks", Data: sharedBlocks(10_000, 1000)},
+		pickletest.Bomb{Name: "JSON whitespace", Data: []byte(strings.Repeat(" ", 48<<20) + `{"segments": []}`)},
+	)
+	for _, c := range cases {
+		b.Run(c.Name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.Data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Decode(bytes.NewReader(c.Data), DefaultLimits, nil); err != nil && !errors.Is(err, ErrNotSnapshot) {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
