@@ -114,8 +114,6 @@ var ErrLimit = errors.New("pickle limit exceeded")
 
 var errTruncated = errors.New("pickle truncated")
 
-var errStop = errors.New("stop")
-
 // Machine runs the opcodes of one pickle, building values through B.
 type Machine[V any] struct {
 	src    src
@@ -676,15 +674,12 @@ func (m *Machine[V]) run() (V, error) {
 			return m.stack[len(m.stack)-1], nil
 		}
 		if err := m.step(op); err != nil {
-			if errors.Is(err, errTruncated) {
-				return zero, fmt.Errorf("opcode %s: %w", opName(op), err)
-			}
 			return zero, fmt.Errorf("opcode %s: %w", opName(op), err)
 		}
 	}
 }
 
-// call pushes what a builder made from popped values, as a container.
+// nestB pushes what a builder made from popped values, as a container.
 func (m *Machine[V]) nestB(v V, err error) error {
 	if err != nil {
 		return err
