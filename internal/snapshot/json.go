@@ -294,6 +294,27 @@ func (j *jsonReader) number() (val, error) {
 		j.advance(1)
 	}
 	j.scratch = t
+	// the common case, a plain integer of up to 18 digits, without a copy
+	if neg, digits := len(t) > 0 && t[0] == '-', t; len(t) > 0 && len(t) <= 19 {
+		if neg {
+			digits = t[1:]
+		}
+		var v int64
+		ok := len(digits) > 0 && len(digits) <= 18 && (digits[0] != '0' || len(digits) == 1)
+		for _, c := range digits {
+			if c < '0' || c > '9' {
+				ok = false
+				break
+			}
+			v = v*10 + int64(c-'0')
+		}
+		if ok {
+			if neg {
+				v = -v
+			}
+			return val{k: kInt, i: v}, nil
+		}
+	}
 	s := string(t)
 	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
 		return val{k: kInt, i: i}, nil
