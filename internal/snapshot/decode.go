@@ -144,6 +144,8 @@ type decoder struct {
 	// segments, the history of two blocks): a snapshot never does, and
 	// walking it once per owner is what a hostile file would want
 	shared string
+	// refused is why the schema refuses what the file holds
+	refused error
 	// off is where a JSON error is (the pickle machine reports its own)
 	off int64
 }
@@ -188,6 +190,10 @@ func Decode(r io.Reader, lim Limits, progress func(int64)) (*Snapshot, error) {
 		d.m = pickle.NewMachine[val](br, 0, -1, pickleLimits(lim), d, progress)
 		root, err = d.m.Run()
 		if err != nil {
+			if d.refused != nil {
+				// what the file holds, said as the schema says it
+				return nil, fmt.Errorf("%w: %v (at byte %d)", ErrNotSnapshot, d.refused, d.m.OpPos())
+			}
 			return nil, fmt.Errorf("%w: %v", ErrNotSnapshot, err)
 		}
 	case isJSONStart(head[0]):
@@ -214,8 +220,9 @@ func (d *decoder) errf(format string, a ...any) error {
 }
 
 // plain is the error for anything a snapshot, plain data only, never holds.
-func plain(what string) error {
-	return fmt.Errorf("it holds %s, and a memory snapshot holds plain data only", what)
+func (d *decoder) plain(what string) error {
+	d.refused = fmt.Errorf("it holds %s, and a memory snapshot holds plain data only", what)
+	return d.refused
 }
 
 // The decoder is the pickle reader's Builder for the snapshot's schema: it
@@ -254,7 +261,7 @@ func (d *decoder) Long(le []byte, n uint64) (val, error) {
 
 func (d *decoder) Parsed(op byte, _ any) (val, error) {
 	if op == 'P' {
-		return val{}, plain("a persistent id")
+		return val{}, d.plain("a persistent id")
 	}
 	return val{}, fmt.Errorf("%s is not one of pickle protocols 2 to 5's plain-data opcodes", pickle.OpName(op))
 }
@@ -306,28 +313,28 @@ func (d *decoder) SetItems(t *val, kv []val) error {
 }
 
 func (d *decoder) Global(_ byte, mod, name string) (val, error) {
-	return val{}, plain("global " + mod + "." + name)
+	return val{}, d.plain("global " + mod + "." + name)
 }
 
 func (d *decoder) StackGlobal(m, n val) (val, error) {
 	if m.k == kStr && n.k == kStr {
-		return val{}, plain("global " + m.str() + "." + n.str())
+		return val{}, d.plain("global " + m.str() + "." + n.str())
 	}
-	return val{}, plain("a global (STACK_GLOBAL)")
+	return val{}, d.plain("a global (STACK_GLOBAL)")
 }
 
-func (d *decoder) Reduce(_, _ val) (val, error)      { return val{}, plain("a call (REDUCE)") }
-func (d *decoder) NewObj(_, _ val) (val, error)      { return val{}, plain("a call (NEWOBJ)") }
-func (d *decoder) NewObjEx(_, _, _ val) (val, error) { return val{}, plain("a call (NEWOBJ_EX)") }
+func (d *decoder) Reduce(_, _ val) (val, error)      { return val{}, d.plain("a call (REDUCE)") }
+func (d *decoder) NewObj(_, _ val) (val, error)      { return val{}, d.plain("a call (NEWOBJ)") }
+func (d *decoder) NewObjEx(_, _, _ val) (val, error) { return val{}, d.plain("a call (NEWOBJ_EX)") }
 func (d *decoder) Inst(_, _ string, _ []val) (val, error) {
-	return val{}, plain("a call (INST)")
+	return val{}, d.plain("a call (INST)")
 }
-func (d *decoder) Obj(_ val, _ []val) (val, error)   { return val{}, plain("a call (OBJ)") }
-func (d *decoder) Build(_ *val, _ val) error         { return plain("a call (BUILD)") }
-func (d *decoder) PersID(_ val, _ bool) (val, error) { return val{}, plain("a persistent id") }
-func (d *decoder) Ext(_ byte, _ int32) (val, error)  { return val{}, plain("an extension code (EXT)") }
-func (d *decoder) NextBuffer(int) (val, error)       { return val{}, plain("an out-of-band buffer") }
-func (d *decoder) ReadonlyBuffer(*val) error         { return plain("an out-of-band buffer") }
+func (d *decoder) Obj(_ val, _ []val) (val, error)   { return val{}, d.plain("a call (OBJ)") }
+func (d *decoder) Build(_ *val, _ val) error         { return d.plain("a call (BUILD)") }
+func (d *decoder) PersID(_ val, _ bool) (val, error) { return val{}, d.plain("a persistent id") }
+func (d *decoder) Ext(_ byte, _ int32) (val, error)  { return val{}, d.plain("an extension code (EXT)") }
+func (d *decoder) NextBuffer(int) (val, error)       { return val{}, d.plain("an out-of-band buffer") }
+func (d *decoder) ReadonlyBuffer(*val) error         { return d.plain("an out-of-band buffer") }
 
 // Memoized records where a dict is memoised, so that once typed the memo
 // holds its model value.
