@@ -36,7 +36,11 @@ type List struct{ Items []any }
 type Dict struct {
 	Keys []any
 	Vals []any
-	idx  map[any]int // scalar keys -> position, so SETITEM stays O(1)
+	// scalar keys -> position, so SETITEM stays O(1): typed maps, a
+	// fraction of what one map of interfaces costs for millions of keys
+	strIdx   map[string]int32
+	intIdx   map[int64]int32
+	floatIdx map[float64]int32
 }
 
 // Set is a Python set or frozenset.
@@ -118,17 +122,51 @@ func (d *Dict) Get(key string) (any, bool) {
 
 func (d *Dict) set(k, v any) {
 	// Only scalar keys are deduplicated; anything else is appended, which
-	// keeps decoding linear and is what a report needs.
-	switch k.(type) {
-	case string, int64, bool, float64:
-		if d.idx == nil {
-			d.idx = map[any]int{}
+	// keeps decoding linear and is what a report needs. A bool is the int
+	// it equals, as a Python dict has it.
+	n := int32(len(d.Keys))
+	var i int32
+	var ok bool
+	switch x := k.(type) {
+	case string:
+		if d.strIdx == nil {
+			d.strIdx = map[string]int32{}
 		}
-		if i, ok := d.idx[k]; ok {
-			d.Vals[i] = v
-			return
+		if i, ok = d.strIdx[x]; !ok {
+			d.strIdx[x] = n
 		}
-		d.idx[k] = len(d.Keys)
+	case int64, bool:
+		var key int64
+		if b, isBool := x.(bool); isBool {
+			if b {
+				key = 1
+			}
+		} else {
+			key = x.(int64)
+		}
+		if d.intIdx == nil {
+			d.intIdx = map[int64]int32{}
+		}
+		if i, ok = d.intIdx[key]; !ok {
+			d.intIdx[key] = n
+		}
+	case float64:
+		if d.floatIdx == nil {
+			d.floatIdx = map[float64]int32{}
+		}
+		if i, ok = d.floatIdx[x]; !ok {
+			d.floatIdx[x] = n
+		}
+	}
+	if ok {
+		d.Vals[i] = v
+		return
+	}
+	if len(d.Keys) == cap(d.Keys) {
+		// double: append's growth of large slices copies five times over
+		c := max(2*cap(d.Keys), 4)
+		d.Keys = append(make([]any, 0, c), d.Keys...)
+		d.Vals = append(make([]any, 0, c), d.Vals...)
 	}
 	d.Keys = append(d.Keys, k)
 	d.Vals = append(d.Vals, v)
