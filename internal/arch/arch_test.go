@@ -48,6 +48,8 @@ func TestImportsRunOneWay(t *testing.T) {
 		{"runctl", []string{"supervise", "agent", "cli"}},
 		// snapshots are read and computed on, never served or printed there
 		{"snapshot", []string{"cli", "agent", "supervise", "probe", "store", "sampler"}},
+		// the one pickle reader knows no view: checkpoints and snapshots use it
+		{"pickle", []string{"ckpt", "snapshot", "cli", "agent", "supervise", "probe", "store", "sampler"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pkg, func(t *testing.T) {

@@ -21,9 +21,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/vramguard/vramguard/internal/ckpt/pickle"
 	"github.com/vramguard/vramguard/internal/ckpt/ziparc"
 	"github.com/vramguard/vramguard/internal/lazyre"
+	"github.com/vramguard/vramguard/internal/pickle"
 )
 
 // Format names, as reported in Entry.Format and Report.Format.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vramguard/vramguard/internal/ckpt/pickle"
+	"github.com/vramguard/vramguard/internal/pickle"
 )
 
 // inspectDir handles directory checkpoints: torch.distributed.checkpoint

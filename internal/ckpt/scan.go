@@ -10,7 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/vramguard/vramguard/internal/ckpt/pickle"
+	"github.com/vramguard/vramguard/internal/pickle"
 )
 
 // Verdicts of the security scan.
@@ -393,8 +393,10 @@ func scanPickleView(r io.ReaderAt, size int64, res *ScanResult) {
 // storage class) followed by an 8-byte element count and the raw elements,
 // then a pickle of storage views; "tensors" is a count, then per tensor a
 // pickle followed by ndim (4 bytes), 4 bytes, sizes and strides (8 bytes
-// each per dimension) and an 8-byte offset. A layout it cannot follow fails
-// the scan: torch would read pickles the scan did not see.
+// each per dimension) and an 8-byte offset. torch opens both members
+// unbuffered, so each read after a pickle starts where the pickle's FRAME
+// ends (pickle.Result.NextUnbuffered). A layout it cannot follow fails the
+// scan: torch would read pickles the scan did not see.
 func scanTarRecord(r io.ReaderAt, off, end int64, name string, res *ScanResult) {
 	pr, ok := scanOne(r, off, end, name, res)
 	if !ok || (name != "storages" && name != "tensors") {
@@ -404,11 +406,11 @@ func scanTarRecord(r io.ReaderAt, off, end int64, name string, res *ScanResult) 
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %s; torch reads pickles from here on that scan cannot find", name, fmt.Sprintf(format, a...)))
 	}
 	n, isInt := pr.Value.(int64)
-	if !isInt || n < 0 || n > end-pr.End {
+	if !isInt || n < 0 || n > end-pr.NextUnbuffered() {
 		fail("the count is %v, not a number of records", describeValue(pr.Value))
 		return
 	}
-	off = pr.End
+	off = pr.NextUnbuffered()
 	le := func(at int64, w int) (int64, bool) {
 		var b [8]byte
 		if at < 0 || at+int64(w) > end {
@@ -432,12 +434,12 @@ func scanTarRecord(r io.ReaderAt, off, end int64, name string, res *ScanResult) 
 			return
 		}
 		if name == "tensors" {
-			ndim, ok := le(pr.End, 4)
+			ndim, ok := le(pr.NextUnbuffered(), 4)
 			if !ok || ndim < 0 || ndim > 64 {
 				fail("tensor %d: bad ndim", i)
 				return
 			}
-			off = pr.End + 8 + 16*ndim + 8
+			off = pr.NextUnbuffered() + 8 + 16*ndim + 8
 			continue
 		}
 		args, _ := pr.Value.(pickle.Tuple)
@@ -447,12 +449,12 @@ func scanTarRecord(r io.ReaderAt, off, end int64, name string, res *ScanResult) 
 		}
 		dt, known := dtypeFromStorageClass(g.Name)
 		esize := elemSize[dt]
-		count, ok := le(pr.End, 8)
-		if !known || esize == 0 || !ok || count < 0 || count > (end-pr.End)/esize {
+		count, ok := le(pr.NextUnbuffered(), 8)
+		if !known || esize == 0 || !ok || count < 0 || count > (end-pr.NextUnbuffered())/esize {
 			fail("storage %d: not (key, location, storage class) followed by its elements", i)
 			return
 		}
-		off = pr.End + 8 + count*esize
+		off = pr.NextUnbuffered() + 8 + count*esize
 	}
 	if name == "storages" && off < end {
 		// (torch stops with EOFError when the views pickle is missing)

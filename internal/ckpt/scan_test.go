@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vramguard/vramguard/internal/ckpt/pickle"
+	"github.com/vramguard/vramguard/internal/pickle"
 )
 
 // marker is the file every payload in testdata/malicious would create.

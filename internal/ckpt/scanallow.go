@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/vramguard/vramguard/internal/ckpt/pickle"
+	"github.com/vramguard/vramguard/internal/pickle"
 )
 
 // The scan allowlist. A global passes only when the object Python's

@@ -60,6 +60,24 @@ func tarChecksum0o() []byte {
 	return append(f, make([]byte, 1024)...)
 }
 
+// tarFramedStorages: a tar whose storages member holds the count in a
+// FRAME whose STOP comes pad bytes before the frame's end, then the payload
+// at the frame's end: torch opens the member unbuffered, CPython's
+// unpickler reads the whole frame, and the next load() starts there.
+func tarFramedStorages(pad int) []byte {
+	inner := "K\x01." + strings.Repeat("\xfe", pad)
+	var data []byte
+	data = append(data, "\x80\x04\x95"...)
+	data = binary.LittleEndian.AppendUint64(data, uint64(len(inner)))
+	data = append(data, inner...)
+	data = append(data, osSystemPayload...)
+	var f []byte
+	f = append(f, tarBlock("storages", len(data), '0')...)
+	f = append(f, data...)
+	f = append(f, make([]byte, (512-len(data)%512)%512)...)
+	return append(f, make([]byte, 1024)...)
+}
+
 // TestScanStreamsAsCPython: every pickle CPython's unpickler reads from a
 // file and every member tarfile finds are scanned, and the real loaders
 // run each payload (pickle.load in a loop, torch.load of the tars).
@@ -67,10 +85,12 @@ func TestScanStreamsAsCPython(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	files := map[string][]byte{
-		"framed.pkl":     framedAfterStop(),
-		"six.pkl":        sixPickles(),
-		"after_dir.pt":   tarAfterDir(),
-		"checksum_0o.pt": tarChecksum0o(),
+		"framed.pkl":      framedAfterStop(),
+		"six.pkl":         sixPickles(),
+		"after_dir.pt":    tarAfterDir(),
+		"checksum_0o.pt":  tarChecksum0o(),
+		"framed_small.pt": tarFramedStorages(100),
+		"framed_large.pt": tarFramedStorages(9000),
 	}
 	for name, b := range files {
 		p := filepath.Join(dir, name)
@@ -90,9 +110,11 @@ func TestScanStreamsAsCPython(t *testing.T) {
         while True:
             pickle.load(f)`, []string{filepath.Join(dir, "framed.pkl"), filepath.Join(dir, "six.pkl")})
 	tars := runLoader(t, `
-        torch.load(p)`, []string{filepath.Join(dir, "after_dir.pt"), filepath.Join(dir, "checksum_0o.pt")})
+        torch.load(p)`, []string{filepath.Join(dir, "after_dir.pt"), filepath.Join(dir, "checksum_0o.pt"),
+		filepath.Join(dir, "framed_small.pt"), filepath.Join(dir, "framed_large.pt")})
 	for name, ran := range map[string]bool{"framed.pkl": pickles["framed.pkl"], "six.pkl": pickles["six.pkl"],
-		"after_dir.pt": tars["after_dir.pt"], "checksum_0o.pt": tars["checksum_0o.pt"]} {
+		"after_dir.pt": tars["after_dir.pt"], "checksum_0o.pt": tars["checksum_0o.pt"],
+		"framed_small.pt": tars["framed_small.pt"], "framed_large.pt": tars["framed_large.pt"]} {
 		if !ran {
 			t.Errorf("%s: the real loader did not run the payload", name)
 		}
@@ -116,19 +138,26 @@ func TestPyTarNumber(t *testing.T) {
 	}
 }
 
-// TestSafetensorsViewStops: in the pickle view of a safetensors file, a
-// stop CPython would not make is a finding. ADDITEMS on what builtins.set
-// returns stops the decoder (it knows the object only symbolically), while
-// CPython adds the items and goes on to the payload, which pickle.loads
-// runs.
+// TestSafetensorsViewStops: in the pickle view of a safetensors file, the
+// decoder goes on where CPython does (ADDITEMS on what builtins.set
+// returns adds the items), so the payload after it is found; a stop CPython
+// need not make (ADDITEMS on an object known only symbolically, whose own
+// add CPython calls) is a finding. pickle.loads runs the payload.
 func TestSafetensorsViewStops(t *testing.T) {
 	t.Parallel()
 	view := []byte("\x80\x04cbuiltins\nset\n)R(K\x01\x900" + osSystemPayload)
 	res := newScanResult("view", FormatSafetensors, ScanOptions{})
 	scanPickleView(bytes.NewReader(view), int64(len(view)), res)
 	res.finish()
+	if res.Safe || res.Dangerous != 1 || len(res.Errors) != 0 {
+		t.Errorf("set: safe=%v dangerous=%d errors %v hits %+v", res.Safe, res.Dangerous, res.Errors, res.Hits)
+	}
+	opaque := []byte("\x80\x04cmymod\nBag\n)R(K\x01\x900" + osSystemPayload)
+	res = newScanResult("view", FormatSafetensors, ScanOptions{})
+	scanPickleView(bytes.NewReader(opaque), int64(len(opaque)), res)
+	res.finish()
 	if res.Safe || len(res.Errors) != 1 || !strings.Contains(res.Errors[0], "CPython may go on") {
-		t.Errorf("safe=%v errors %v hits %+v", res.Safe, res.Errors, res.Hits)
+		t.Errorf("opaque: safe=%v errors %v hits %+v", res.Safe, res.Errors, res.Hits)
 	}
 	p := filepath.Join(t.TempDir(), "view.pkl")
 	os.WriteFile(p, view, 0o644)

@@ -5,8 +5,8 @@ import (
 	"io"
 	"strings"
 
-	"github.com/vramguard/vramguard/internal/ckpt/pickle"
 	"github.com/vramguard/vramguard/internal/ckpt/ziparc"
+	"github.com/vramguard/vramguard/internal/pickle"
 )
 
 // maxPickleRecord bounds data.pkl; the pickle of a state_dict with a

@@ -6,7 +6,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/vramguard/vramguard/internal/ckpt/pickle"
+	"github.com/vramguard/vramguard/internal/pickle"
 )
 
 func sprintf(format string, a ...any) string { return fmt.Sprintf(format, a...) }

@@ -6,8 +6,8 @@ import (
 	"io"
 	"strings"
 
-	"github.com/vramguard/vramguard/internal/ckpt/pickle"
 	"github.com/vramguard/vramguard/internal/ckpt/ziparc"
+	"github.com/vramguard/vramguard/internal/pickle"
 )
 
 // Zip findings are reported as dangerous hits with this global and opcode,

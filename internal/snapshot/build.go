@@ -130,7 +130,7 @@ func (d *decoder) apply(t any, kv []val) {
 			case "frames":
 				x.Stack = d.stackOf(v)
 			case "blocks":
-				if l := v.list(); l != nil {
+				if l := v.list(); l != nil && d.claim(l, "the blocks of two segments") {
 					x.Blocks = make([]Block, 0, len(l.items))
 					for _, it := range l.items {
 						if b, ok := typed[*Block](it); ok {
@@ -164,7 +164,7 @@ func (d *decoder) apply(t any, kv []val) {
 			case "frames":
 				x.Stack = d.stackOf(v)
 			case "history":
-				if l := v.list(); l != nil {
+				if l := v.list(); l != nil && d.claim(l, "the history of two blocks") {
 					for _, it := range l.items {
 						if h, ok := typed[*History](it); ok {
 							x.History = append(x.History, *h)
@@ -335,7 +335,7 @@ func (d *decoder) build(root val) error {
 			s.Schema = Schema23
 			if sd := p.v.dict(); sd != nil {
 				for j := 0; j+1 < len(sd.kv); j += 2 {
-					s.AllocatorSettings = append(s.AllocatorSettings, Setting{key(sd.kv[j]), render(sd.kv[j+1])})
+					s.AllocatorSettings = append(s.AllocatorSettings, Setting{key(sd.kv[j]), render(sd.kv[j+1], 0)})
 				}
 			}
 		case "external_annotations":
@@ -343,8 +343,11 @@ func (d *decoder) build(root val) error {
 				s.ExternalAnnotations = l.n
 			}
 		case "user_metadata":
-			s.UserMetadata = render(p.v)
+			s.UserMetadata = render(p.v, 0)
 		}
+	}
+	if d.shared != "" {
+		return d.errf("one list is %s: not a memory snapshot", d.shared)
 	}
 	if !sawSegments {
 		return d.errf("the pickle's dict has no \"segments\": not a memory snapshot")
@@ -360,8 +363,12 @@ func (d *decoder) build(root val) error {
 	return nil
 }
 
-// render writes a plain value as Python would print it, for settings.
-func render(v val) string {
+// render writes a plain value as Python would print it, for settings; what
+// is nested deeper than a few levels (a container may hold itself) is "...".
+func render(v val, depth int) string {
+	if depth > 8 {
+		return "..."
+	}
 	switch v.k {
 	case kNone:
 		return "None"
@@ -385,7 +392,7 @@ func render(v val) string {
 			if i > 0 {
 				out += ", "
 			}
-			out += fmt.Sprintf("%s: %s", key(db.kv[i]), render(db.kv[i+1]))
+			out += fmt.Sprintf("%s: %s", key(db.kv[i]), render(db.kv[i+1], depth+1))
 		}
 		return out + "}"
 	case kList:
@@ -397,7 +404,7 @@ func render(v val) string {
 			if i > 0 {
 				out += ", "
 			}
-			out += render(x)
+			out += render(x, depth+1)
 		}
 		return out + ")"
 	}

@@ -1,13 +1,15 @@
 package snapshot
 
 import (
-	"encoding/binary"
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"strconv"
 	"unsafe"
+
+	"github.com/vramguard/vramguard/internal/pickle"
 )
 
 // Limits bound one decode: what a file can make the decoder hold.
@@ -102,6 +104,18 @@ type dictB struct {
 	memo   uint64 // 1 + its memo index; 0 when not memoised
 }
 
+// claim says whether l has no owner yet, and makes it owned: a list a
+// snapshot gives to one owner (a segment's blocks, a block's history) that
+// a file gives to two is walked once and named in d.shared.
+func (d *decoder) claim(l *listB, what string) bool {
+	if l.claimed {
+		d.shared = what
+		return false
+	}
+	l.claimed = true
+	return true
+}
+
 // listB is a list as it is built. A list of frames holds them as a Stack
 // from the start, so a stack costs a pointer per frame, as in the file.
 type listB struct {
@@ -109,22 +123,13 @@ type listB struct {
 	st      Stack
 	frames  bool // items went to st.Frames
 	counted bool // counted in Snapshot.Stacks
+	claimed bool // taken by an owner (see claim)
 	n       int  // items appended, of either kind
 }
 
 type decoder struct {
-	src      io.Reader
-	buf      []byte // read-ahead: buf[pos:end]
-	pos      int
-	end      int
-	eof      bool
-	off      int64 // bytes consumed
 	lim      Limits
-	stack    []val
-	marks    []int
-	memo     [][]val // pages of memoPage values
-	memoN    uint64
-	proto    int
+	m        *pickle.Machine[val]
 	strs     map[string]string // short strings, interned
 	contexts map[TraceContext]*TraceContext
 	tab      *frameTable
@@ -133,36 +138,71 @@ type decoder struct {
 	snap        *Snapshot
 	frames      int
 	stacks      int
-	counter     func(int64)
 	// blockAddrs: a block carried its address (torch >= 2.1)
 	blockAddrs bool
+	// shared names a list the file gives two owners (the blocks of two
+	// segments, the history of two blocks): a snapshot never does, and
+	// walking it once per owner is what a hostile file would want
+	shared string
+	// refused is why the schema refuses what the file holds
+	refused error
+	// off is where a JSON error is (the pickle machine reports its own)
+	off int64
 }
 
-const memoPage = 1 << 12
+// pickleLimits are the reader's bounds for a snapshot's pickle: no bound on
+// its length (snapshots of a long history are GiBs), the rest from lim and
+// in proportion to the bytes read.
+func pickleLimits(lim Limits) pickle.Limits {
+	return pickle.Limits{
+		MaxBytes:  math.MaxInt64,
+		MaxOps:    math.MaxInt,
+		MaxMemo:   lim.MaxMemo,
+		MaxStack:  lim.MaxStack,
+		MaxMarks:  lim.MaxDepth,
+		MaxDepth:  lim.MaxDepth,
+		MaxString: lim.MaxString,
+		// a snapshot's values are dicts and keys of tens of bytes each:
+		// a real one is far inside these
+		Slack:        1 << 16,
+		BytesPer:     8,
+		MemoBytesPer: 4,
+	}
+}
 
 // Decode reads a snapshot from r: a pickle (protocol 2 to 5, as
 // torch.cuda.memory._dump_snapshot or the C++ writer wrote it) or the same
 // schema as JSON. progress, when not nil, is called with the bytes read so
 // far every few MiB.
 func Decode(r io.Reader, lim Limits, progress func(int64)) (*Snapshot, error) {
-	d := &decoder{src: r, buf: make([]byte, 256<<10), lim: lim, strs: map[string]string{}, contexts: map[TraceContext]*TraceContext{}, tab: &frameTable{}, snap: &Snapshot{},
-		counter: progress}
-	var root val
-	var err error
-	if err := d.fill(1); err != nil {
-		return nil, fmt.Errorf("%w: the file is empty", ErrNotSnapshot)
+	d := &decoder{lim: lim, strs: map[string]string{}, contexts: map[TraceContext]*TraceContext{}, tab: &frameTable{}, snap: &Snapshot{}}
+	br := bufio.NewReaderSize(r, 256<<10)
+	head, err := br.Peek(1)
+	if err != nil {
+		if err == io.EOF {
+			return nil, fmt.Errorf("%w: the file is empty", ErrNotSnapshot)
+		}
+		return nil, fmt.Errorf("read: %w", err)
 	}
-	head := d.buf[d.pos:]
+	var root val
 	switch {
 	case head[0] == 0x80:
-		root, err = d.run()
+		d.m = pickle.NewMachine[val](br, 0, -1, pickleLimits(lim), d, progress)
+		root, err = d.m.Run()
+		if err != nil {
+			if d.refused != nil {
+				// what the file holds, said as the schema says it
+				return nil, fmt.Errorf("%w: %v (at byte %d)", ErrNotSnapshot, d.refused, d.m.OpPos())
+			}
+			return nil, fmt.Errorf("%w: %v", ErrNotSnapshot, err)
+		}
 	case isJSONStart(head[0]):
-		root, err = d.runJSON()
+		root, err = d.runJSON(br, progress)
+		if err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("%w: neither a pickle (protocol 2 to 5) nor JSON (first byte 0x%02x)", ErrNotSnapshot, head[0])
-	}
-	if err != nil {
-		return nil, err
 	}
 	if err := d.build(root); err != nil {
 		return nil, err
@@ -172,171 +212,136 @@ func Decode(r io.Reader, lim Limits, progress func(int64)) (*Snapshot, error) {
 }
 
 func (d *decoder) errf(format string, a ...any) error {
-	return fmt.Errorf("%w: %s (at byte %d)", ErrNotSnapshot, fmt.Sprintf(format, a...), d.off)
+	at := d.off
+	if d.m != nil {
+		at = d.m.OpPos()
+	}
+	return fmt.Errorf("%w: %s (at byte %d)", ErrNotSnapshot, fmt.Sprintf(format, a...), at)
 }
 
-// fill makes at least n bytes readable at buf[pos:], n <= len(buf).
-func (d *decoder) fill(n int) error {
-	if d.end-d.pos >= n {
-		return nil
-	}
-	copy(d.buf, d.buf[d.pos:d.end])
-	d.end -= d.pos
-	d.pos = 0
-	for d.end < n && !d.eof {
-		m, err := d.src.Read(d.buf[d.end:])
-		d.end += m
-		if err == io.EOF {
-			d.eof = true
-		} else if err != nil {
-			return fmt.Errorf("read: %w", err)
-		}
-	}
-	if d.end < n {
-		return d.errf("the file ends inside a value (truncated?)")
+// plain is the error for anything a snapshot, plain data only, never holds.
+func (d *decoder) plain(what string) error {
+	d.refused = fmt.Errorf("it holds %s, and a memory snapshot holds plain data only", what)
+	return d.refused
+}
+
+// The decoder is the pickle reader's Builder for the snapshot's schema: it
+// makes plain values, types dicts as they fill, and refuses the rest.
+
+func (d *decoder) Proto(p int) error {
+	if p < 2 || p > 5 {
+		return fmt.Errorf("pickle protocol %d (snapshots are protocol 2 to 5)", p)
 	}
 	return nil
 }
 
-func (d *decoder) advance(n int) {
-	d.pos += n
-	before := d.off
-	d.off += int64(n)
-	if d.counter != nil && before>>22 != d.off>>22 {
-		d.counter(d.off)
+func (d *decoder) None() val { return val{k: kNone} }
+
+func (d *decoder) Bool(b bool) val {
+	if b {
+		return val{k: kBool, i: 1}
 	}
+	return val{k: kBool}
 }
 
-// read returns the next n bytes, valid until the next read.
-func (d *decoder) read(n int64) ([]byte, error) {
-	if n > d.lim.MaxString {
-		return nil, d.errf("a value of %d bytes is over the %d-byte limit", n, d.lim.MaxString)
-	}
-	if int(n) > len(d.buf) {
-		// a value longer than the read-ahead: read it whole
-		b := make([]byte, n)
-		k := copy(b, d.buf[d.pos:d.end])
-		d.advance(k)
-		if _, err := io.ReadFull(d.src, b[k:]); err != nil {
-			return nil, d.errf("the file ends inside a value (truncated?)")
-		}
-		before := d.off
-		d.off += n - int64(k)
-		if d.counter != nil && before>>22 != d.off>>22 {
-			d.counter(d.off)
-		}
-		return b, nil
-	}
-	if err := d.fill(int(n)); err != nil {
-		return nil, err
-	}
-	b := d.buf[d.pos : d.pos+int(n)]
-	d.advance(int(n))
-	return b, nil
-}
+func (d *decoder) Int(i int64) val     { return val{k: kInt, i: i} }
+func (d *decoder) Float(f float64) val { return val{k: kFloat, i: int64(math.Float64bits(f))} }
 
-func (d *decoder) u8() (uint64, error) {
-	if d.pos < d.end {
-		c := d.buf[d.pos]
-		d.advance(1)
-		return uint64(c), nil
+func (d *decoder) Long(le []byte, n uint64) (val, error) {
+	if le == nil && n > 0 {
+		d.snap.Saturated++
+		return val{k: kBig, i: math.MaxInt64}, nil
 	}
-	b, err := d.read(1)
-	if err != nil {
-		return 0, err
-	}
-	return uint64(b[0]), nil
-}
-
-func (d *decoder) le(n int64) (uint64, error) {
-	b, err := d.read(n)
-	if err != nil {
-		return 0, err
-	}
-	var v uint64
-	for i := n - 1; i >= 0; i-- {
-		v = v<<8 | uint64(b[i])
+	v := long(le)
+	if v.k == kBig {
+		d.snap.Saturated++
 	}
 	return v, nil
 }
 
-// line reads a text operand (GLOBAL's module and name).
-func (d *decoder) line() string {
-	var out []byte
-	for len(out) < 256 {
-		c, err := d.u8()
-		if err != nil || c == '\n' {
-			break
-		}
-		out = append(out, byte(c))
+func (d *decoder) Parsed(op byte, _ any) (val, error) {
+	if op == 'P' {
+		return val{}, d.plain("a persistent id")
 	}
-	return string(out)
+	return val{}, fmt.Errorf("%s is not one of pickle protocols 2 to 5's plain-data opcodes", pickle.OpName(op))
 }
 
-func (d *decoder) push(v val) error {
-	if len(d.stack) >= d.lim.MaxStack {
-		return d.errf("more than %d values on the pickle stack", d.lim.MaxStack)
+func (d *decoder) Text(_ byte, b []byte) (val, error)  { return strVal(d.string(b), kStr), nil }
+func (d *decoder) Bytes(_ byte, b []byte) (val, error) { return strVal(d.string(b), kBytes), nil }
+func (d *decoder) EmptyTuple() val                     { return tupleVal(nil) }
+func (d *decoder) EmptyList() val                      { return listVal(&listB{}) }
+func (d *decoder) EmptySet() val                       { return listVal(&listB{}) }
+func (d *decoder) EmptyDict() val                      { return dictVal(&dictB{}) }
+
+func (d *decoder) Tuple(items []val) (val, error) {
+	return tupleVal(append([]val(nil), items...)), nil
+}
+
+func (d *decoder) List(items []val) (val, error) {
+	l := &listB{}
+	d.appendItems(l, items)
+	return listVal(l), nil
+}
+
+func (d *decoder) FrozenSet(items []val) (val, error) { return d.List(items) }
+
+func (d *decoder) Dict(items []val) (val, error) {
+	db := &dictB{}
+	if err := d.setItems(db, items); err != nil {
+		return val{}, err
 	}
-	d.stack = append(d.stack, v)
+	return dictVal(db), nil
+}
+
+func (d *decoder) Append(t *val, items []val) error {
+	l := t.list()
+	if l == nil {
+		return fmt.Errorf("APPENDS on a %s", t.kindName())
+	}
+	d.appendItems(l, items)
 	return nil
 }
 
-func (d *decoder) pop() (val, error) {
-	n := len(d.stack)
-	if n == 0 || (len(d.marks) > 0 && d.marks[len(d.marks)-1] == n) {
-		return val{}, d.errf("pickle stack underflow")
+func (d *decoder) AddItems(t *val, items []val) error { return d.Append(t, items) }
+
+func (d *decoder) SetItems(t *val, kv []val) error {
+	db := t.dict()
+	if db == nil {
+		return fmt.Errorf("SETITEM on a %s", t.kindName())
 	}
-	v := d.stack[n-1]
-	d.stack = d.stack[:n-1]
-	return v, nil
+	return d.setItems(db, kv)
 }
 
-func (d *decoder) popMark() ([]val, error) {
-	if len(d.marks) == 0 {
-		return nil, d.errf("no MARK")
-	}
-	m := d.marks[len(d.marks)-1]
-	d.marks = d.marks[:len(d.marks)-1]
-	items := d.stack[m:]
-	d.stack = d.stack[:m]
-	return items, nil
+func (d *decoder) Global(_ byte, mod, name string) (val, error) {
+	return val{}, d.plain("global " + mod + "." + name)
 }
 
-func (d *decoder) top() (*val, error) {
-	n := len(d.stack)
-	if n == 0 || (len(d.marks) > 0 && d.marks[len(d.marks)-1] == n) {
-		return nil, d.errf("pickle stack underflow")
+func (d *decoder) StackGlobal(m, n val) (val, error) {
+	if m.k == kStr && n.k == kStr {
+		return val{}, d.plain("global " + m.str() + "." + n.str())
 	}
-	return &d.stack[n-1], nil
+	return val{}, d.plain("a global (STACK_GLOBAL)")
 }
 
-func (d *decoder) memoPut(i uint64) error {
-	n := len(d.stack)
-	if n == 0 {
-		return d.errf("memo of an empty stack")
-	}
-	if i >= uint64(d.lim.MaxMemo) {
-		return d.errf("memo index %d over the limit %d", i, d.lim.MaxMemo)
-	}
-	for uint64(len(d.memo))*memoPage <= i {
-		d.memo = append(d.memo, make([]val, memoPage))
-	}
-	v := d.stack[n-1]
-	d.memo[i/memoPage][i%memoPage] = v
+func (d *decoder) Reduce(_, _ val) (val, error)      { return val{}, d.plain("a call (REDUCE)") }
+func (d *decoder) NewObj(_, _ val) (val, error)      { return val{}, d.plain("a call (NEWOBJ)") }
+func (d *decoder) NewObjEx(_, _, _ val) (val, error) { return val{}, d.plain("a call (NEWOBJ_EX)") }
+func (d *decoder) Inst(_, _ string, _ []val) (val, error) {
+	return val{}, d.plain("a call (INST)")
+}
+func (d *decoder) Obj(_ val, _ []val) (val, error)   { return val{}, d.plain("a call (OBJ)") }
+func (d *decoder) Build(_ *val, _ val) error         { return d.plain("a call (BUILD)") }
+func (d *decoder) PersID(_ val, _ bool) (val, error) { return val{}, d.plain("a persistent id") }
+func (d *decoder) Ext(_ byte, _ int32) (val, error)  { return val{}, d.plain("an extension code (EXT)") }
+func (d *decoder) NextBuffer(int) (val, error)       { return val{}, d.plain("an out-of-band buffer") }
+func (d *decoder) ReadonlyBuffer(*val) error         { return d.plain("an out-of-band buffer") }
+
+// Memoized records where a dict is memoised, so that once typed the memo
+// holds its model value.
+func (d *decoder) Memoized(k uint64, v *val) {
 	if db := v.dict(); db != nil {
-		db.memo = i + 1
+		db.memo = k + 1
 	}
-	if i >= d.memoN {
-		d.memoN = i + 1
-	}
-	return nil
-}
-
-func (d *decoder) memoGet(i uint64) error {
-	if i >= d.memoN {
-		return d.errf("memo %d read before it was written", i)
-	}
-	return d.push(d.memo[i/memoPage][i%memoPage])
 }
 
 // long decodes a little-endian two's complement integer of any width,
@@ -376,80 +381,6 @@ func long(b []byte) val {
 	return val{k: kInt, i: int64(u)}
 }
 
-func (d *decoder) run() (val, error) {
-	for {
-		// The opcodes that make up most of a snapshot (memo reads and
-		// writes of shared frames, keys and strings, small ints, marks) are
-		// decoded here when their operands are in the read-ahead.
-		if d.end-d.pos >= 6 {
-			b := d.buf[d.pos:]
-			switch b[0] {
-			case 'h': // BINGET
-				i := uint64(b[1])
-				if i < d.memoN && len(d.stack) < d.lim.MaxStack {
-					d.stack = append(d.stack, d.memo[i/memoPage][i%memoPage])
-					d.advance(2)
-					continue
-				}
-			case 'j': // LONG_BINGET
-				i := uint64(binary.LittleEndian.Uint32(b[1:]))
-				if i < d.memoN && len(d.stack) < d.lim.MaxStack {
-					d.stack = append(d.stack, d.memo[i/memoPage][i%memoPage])
-					d.advance(5)
-					continue
-				}
-			case 0x94: // MEMOIZE
-				d.advance(1)
-				if err := d.memoPut(d.memoN); err != nil {
-					return val{}, err
-				}
-				continue
-			case 'K': // BININT1
-				if len(d.stack) < d.lim.MaxStack {
-					d.stack = append(d.stack, val{k: kInt, i: int64(b[1])})
-					d.advance(2)
-					continue
-				}
-			case '(': // MARK
-				if len(d.marks) < d.lim.MaxDepth {
-					d.marks = append(d.marks, len(d.stack))
-					d.advance(1)
-					continue
-				}
-			}
-		}
-		op, err := d.u8()
-		if err != nil {
-			return val{}, d.errf("the file ends before the pickle's STOP (truncated?)")
-		}
-		if op == '.' {
-			v, err := d.pop()
-			if err != nil {
-				return val{}, err
-			}
-			return v, nil
-		}
-		if err := d.step(byte(op)); err != nil {
-			return val{}, err
-		}
-	}
-}
-
-func (d *decoder) str(width int64, k kind) error {
-	n, err := d.le(width)
-	if err != nil {
-		return err
-	}
-	if n > uint64(d.lim.MaxString) {
-		return d.errf("a value of %d bytes is over the %d-byte limit", n, d.lim.MaxString)
-	}
-	b, err := d.read(int64(n))
-	if err != nil {
-		return err
-	}
-	return d.push(strVal(d.string(b), k))
-}
-
 // string copies b, interning short strings: frame names and files repeat
 // across frames that differ only in their line.
 func (d *decoder) string(b []byte) string {
@@ -463,243 +394,6 @@ func (d *decoder) string(b []byte) string {
 	d.strs[s] = s
 	return s
 }
-
-func (d *decoder) step(op byte) error {
-	switch op {
-	case 0x80: // PROTO
-		p, err := d.u8()
-		if err != nil {
-			return err
-		}
-		if p < 2 || p > 5 {
-			return d.errf("pickle protocol %d (snapshots are protocol 2 to 5)", p)
-		}
-		d.proto = int(p)
-	case 0x95: // FRAME
-		_, err := d.le(8)
-		return err
-	case '(': // MARK
-		if len(d.marks) >= d.lim.MaxDepth {
-			return d.errf("more than %d nested MARKs", d.lim.MaxDepth)
-		}
-		d.marks = append(d.marks, len(d.stack))
-	case '0': // POP
-		if n := len(d.stack); n > 0 && (len(d.marks) == 0 || d.marks[len(d.marks)-1] < n) {
-			d.stack = d.stack[:n-1]
-		} else if _, err := d.popMark(); err != nil {
-			return err
-		}
-	case '1': // POP_MARK
-		_, err := d.popMark()
-		return err
-	case '2': // DUP
-		t, err := d.top()
-		if err != nil {
-			return err
-		}
-		return d.push(*t)
-	case 'N':
-		return d.push(val{k: kNone})
-	case 0x88, 0x89: // NEWTRUE, NEWFALSE
-		var i int64
-		if op == 0x88 {
-			i = 1
-		}
-		return d.push(val{k: kBool, i: i})
-	case 'K':
-		v, err := d.le(1)
-		if err != nil {
-			return err
-		}
-		return d.push(val{k: kInt, i: int64(v)})
-	case 'M':
-		v, err := d.le(2)
-		if err != nil {
-			return err
-		}
-		return d.push(val{k: kInt, i: int64(v)})
-	case 'J':
-		v, err := d.le(4)
-		if err != nil {
-			return err
-		}
-		return d.push(val{k: kInt, i: int64(int32(uint32(v)))})
-	case 0x8a, 0x8b: // LONG1, LONG4
-		w := int64(1)
-		if op == 0x8b {
-			w = 4
-		}
-		n, err := d.le(w)
-		if err != nil {
-			return err
-		}
-		if n > uint64(d.lim.MaxString) {
-			return d.errf("an integer of %d bytes is over the limit", n)
-		}
-		b, err := d.read(int64(n))
-		if err != nil {
-			return err
-		}
-		v := long(b)
-		if v.k == kBig {
-			d.snap.Saturated++
-		}
-		return d.push(v)
-	case 'G': // BINFLOAT
-		b, err := d.read(8)
-		if err != nil {
-			return err
-		}
-		return d.push(val{k: kFloat, i: int64(binary.BigEndian.Uint64(b))})
-	case 0x8c: // SHORT_BINUNICODE
-		return d.str(1, kStr)
-	case 'X': // BINUNICODE
-		return d.str(4, kStr)
-	case 0x8d: // BINUNICODE8
-		return d.str(8, kStr)
-	case 'U': // SHORT_BINSTRING
-		return d.str(1, kStr)
-	case 'T': // BINSTRING
-		return d.str(4, kStr)
-	case 'C': // SHORT_BINBYTES
-		return d.str(1, kBytes)
-	case 'B': // BINBYTES
-		return d.str(4, kBytes)
-	case 0x8e: // BINBYTES8
-		return d.str(8, kBytes)
-	case 0x96: // BYTEARRAY8
-		return d.str(8, kBytes)
-	case ')':
-		return d.push(tupleVal(nil))
-	case 0x85, 0x86, 0x87: // TUPLE1..3
-		n := int(op-0x85) + 1
-		if len(d.stack) < n || (len(d.marks) > 0 && len(d.stack)-n < d.marks[len(d.marks)-1]) {
-			return d.errf("pickle stack underflow")
-		}
-		t := make([]val, n)
-		copy(t, d.stack[len(d.stack)-n:])
-		d.stack = d.stack[:len(d.stack)-n]
-		return d.push(tupleVal(t))
-	case 't': // TUPLE
-		items, err := d.popMark()
-		if err != nil {
-			return err
-		}
-		return d.push(tupleVal(append([]val(nil), items...)))
-	case ']', 0x8f: // EMPTY_LIST, EMPTY_SET
-		return d.push(listVal(&listB{}))
-	case 'l', 0x91: // LIST, FROZENSET
-		items, err := d.popMark()
-		if err != nil {
-			return err
-		}
-		l := &listB{}
-		d.appendItems(l, items)
-		return d.push(listVal(l))
-	case 'a': // APPEND
-		v, err := d.pop()
-		if err != nil {
-			return err
-		}
-		return d.appendTo([]val{v})
-	case 'e', 0x90: // APPENDS, ADDITEMS
-		items, err := d.popMark()
-		if err != nil {
-			return err
-		}
-		return d.appendTo(items)
-	case '}':
-		return d.push(dictVal(&dictB{}))
-	case 'd': // DICT
-		items, err := d.popMark()
-		if err != nil {
-			return err
-		}
-		db := &dictB{}
-		if err := d.setItems(db, items); err != nil {
-			return err
-		}
-		return d.push(dictVal(db))
-	case 's': // SETITEM
-		n := len(d.stack)
-		if n < 3 || (len(d.marks) > 0 && n-3 < d.marks[len(d.marks)-1]) {
-			return d.errf("pickle stack underflow")
-		}
-		db := d.stack[n-3].dict()
-		if db == nil {
-			return d.errf("SETITEM on a %s", d.stack[n-3].kindName())
-		}
-		if err := d.setItems(db, d.stack[n-2:]); err != nil {
-			return err
-		}
-		d.stack = d.stack[:n-2]
-	case 'u': // SETITEMS
-		items, err := d.popMark()
-		if err != nil {
-			return err
-		}
-		t, err := d.top()
-		if err != nil {
-			return err
-		}
-		db := t.dict()
-		if db == nil {
-			return d.errf("SETITEMS on a %s", t.kindName())
-		}
-		return d.setItems(db, items)
-	case 'q': // BINPUT
-		i, err := d.le(1)
-		if err != nil {
-			return err
-		}
-		return d.memoPut(i)
-	case 'r': // LONG_BINPUT
-		i, err := d.le(4)
-		if err != nil {
-			return err
-		}
-		return d.memoPut(i)
-	case 0x94: // MEMOIZE
-		return d.memoPut(d.memoN)
-	case 'h': // BINGET
-		i, err := d.le(1)
-		if err != nil {
-			return err
-		}
-		return d.memoGet(i)
-	case 'j': // LONG_BINGET
-		i, err := d.le(4)
-		if err != nil {
-			return err
-		}
-		return d.memoGet(i)
-	case 'c': // GLOBAL
-		mod := d.line()
-		name := d.line()
-		return d.errf("it holds global %s.%s, and a memory snapshot holds plain data only", mod, name)
-	case 0x93: // STACK_GLOBAL
-		if len(d.stack) >= 2 {
-			m, n := d.stack[len(d.stack)-2], d.stack[len(d.stack)-1]
-			if m.k == kStr && n.k == kStr {
-				return d.errf("it holds global %s.%s, and a memory snapshot holds plain data only", m.str(), n.str())
-			}
-		}
-		return d.errf("it holds a global (STACK_GLOBAL), and a memory snapshot holds plain data only")
-	case 'R', 'b', 0x81, 0x92, 'i', 'o':
-		return d.errf("it holds a call (%s), and a memory snapshot holds plain data only", opNames[op])
-	case 'P', 'Q':
-		return d.errf("it holds a persistent id, and a memory snapshot holds plain data only")
-	case 0x82, 0x83, 0x84:
-		return d.errf("it holds an extension code (EXT), and a memory snapshot holds plain data only")
-	case 0x97, 0x98:
-		return d.errf("it holds an out-of-band buffer, and a memory snapshot holds plain data only")
-	default:
-		return d.errf("opcode 0x%02x is not one of pickle protocols 2 to 5's plain-data opcodes", op)
-	}
-	return nil
-}
-
-var opNames = map[byte]string{'R': "REDUCE", 'b': "BUILD", 0x81: "NEWOBJ", 0x92: "NEWOBJ_EX", 'i': "INST", 'o': "OBJ"}
 
 func (v val) kindName() string {
 	switch v.k {
@@ -725,19 +419,6 @@ func (v val) kindName() string {
 		return "dict"
 	}
 	return "mark"
-}
-
-func (d *decoder) appendTo(items []val) error {
-	t, err := d.top()
-	if err != nil {
-		return err
-	}
-	l := t.list()
-	if l == nil {
-		return d.errf("APPENDS on a %s", t.kindName())
-	}
-	d.appendItems(l, items)
-	return nil
 }
 
 // appendItems adds items to l: while every item is a frame, as frames.
@@ -873,9 +554,8 @@ func (d *decoder) retype(db *dictB) {
 	if db.memo == 0 {
 		return
 	}
-	if v, ok := direct(db); ok {
-		i := db.memo - 1
-		d.memo[i/memoPage][i%memoPage] = v
+	if v, ok := direct(db); ok && d.m != nil {
+		d.m.SetMemo(db.memo-1, v)
 	}
 }
 

@@ -290,7 +290,7 @@ func TestRefuses(t *testing.T) {
 	}{
 		{"global", "\x80\x02cos\nsystem\nq\x00.", "it holds global os.system"},
 		{"stack global", "\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x8c\x06system\x93.", "it holds global os.system"},
-		{"reduce", "\x80\x02)\x85R.", "it holds a call (REDUCE)"},
+		{"reduce", "\x80\x02N)\x85R.", "it holds a call (REDUCE)"},
 		{"build", "\x80\x02}}b.", "it holds a call (BUILD)"},
 		{"persid", "\x80\x02K\x01Q.", "persistent id"},
 		{"protocol 0", "(dp0\n.", "neither a pickle"},
@@ -333,8 +333,9 @@ func TestLimits(t *testing.T) {
 	}
 	lim = DefaultLimits
 	lim.MaxMemo = 4
-	_, err = Decode(strings.NewReader("\x80\x02Nr\x10\x00\x00\x00."), lim, nil)
-	if err == nil || !strings.Contains(err.Error(), "memo index 16 over the limit 4") {
+	// the memo is sparse: an index far out costs one entry, the fifth entry is refused
+	_, err = Decode(strings.NewReader("\x80\x02Nr\x10\x00\x00\x00q\x01q\x02q\x03q\x04."), lim, nil)
+	if err == nil || !strings.Contains(err.Error(), "memo over 4 entries") {
 		t.Errorf("error %v", err)
 	}
 }

@@ -339,8 +339,8 @@ func refSeeds(t testing.TB) [][]byte {
 	for _, s := range pyRuleCases {
 		seeds = append(seeds, []byte(s))
 	}
-	files, _ := filepath.Glob("../testdata/malicious/*.pkl")
-	torch, _ := filepath.Glob("../testdata/torch/*.pkl")
+	files, _ := filepath.Glob("../ckpt/testdata/malicious/*.pkl")
+	torch, _ := filepath.Glob("../ckpt/testdata/torch/*.pkl")
 	for _, p := range append(files, torch...) {
 		b, err := os.ReadFile(p)
 		if err != nil {

@@ -1,13 +1,20 @@
-// Package pickle decodes Python pickles (protocols 0 to 5) into a symbolic
-// tree without executing anything. A global reference becomes a Global value,
+// Package pickle is vramguard's one reader of Python pickles (protocols 0 to
+// 5). Nothing is imported, looked up or run: a Machine reads the opcodes and
+// their operands (as CPython's C unpickler reads them), keeps the stack, the
+// marks and a sparse memo, and bounds everything a file can make it hold in
+// proportion to the bytes read (Limits); a Builder says what each value is.
+//
+// Two views use it. Decode builds a symbolic tree, what checkpoints are
+// scanned and inspected through: a global reference becomes a Global value,
 // a call (REDUCE, NEWOBJ, INST, OBJ) becomes a Call node that records what
 // would have been called and with what, and BUILD records the state it would
-// have set. Nothing is imported, looked up or run.
+// have set. Inputs that break a bound or the pickle grammar are rejected with
+// an error that says where; the globals seen up to that point are still
+// returned so a scanner can report them. The snapshot package builds its
+// typed model through its own Builder and refuses anything but plain data.
 //
-// Every decode is bounded: input size, opcode count, memo entries, stack size
-// and mark nesting (Limits). Inputs that break a bound or the pickle grammar
-// are rejected with an error that says where; the globals seen up to that
-// point are still returned so a scanner can report them.
+// Walks over a decoded tree must bound their depth and remember what they
+// have visited: a memoised container may hold itself.
 package pickle
 
 import (
@@ -29,7 +36,11 @@ type List struct{ Items []any }
 type Dict struct {
 	Keys []any
 	Vals []any
-	idx  map[any]int // scalar keys -> position, so SETITEM stays O(1)
+	// scalar keys -> position, so SETITEM stays O(1): typed maps, a
+	// fraction of what one map of interfaces costs for millions of keys
+	strIdx   map[string]int32
+	intIdx   map[int64]int32
+	floatIdx map[float64]int32
 }
 
 // Set is a Python set or frozenset.
@@ -58,14 +69,19 @@ type PersID struct{ ID any }
 // __setstate__(State) or __dict__.update(State) from BUILD, then the items
 // APPENDS/SETITEMS added to the result.
 type Call struct {
-	Func      any
-	Args      Tuple
-	Kwargs    *Dict // NEWOBJ_EX only
-	New       bool  // cls.__new__ (NEWOBJ) rather than a call
-	State     any   // from BUILD; nil when none
-	HasState  bool
-	ListItems []any
-	DictItems *Dict
+	Func   any
+	Args   Tuple
+	Kwargs *Dict // NEWOBJ_EX only
+	// ArgsValue and KwargsValue are the arguments when they are not a
+	// plain tuple and dict but what a call returned (a torch.Size, an
+	// OrderedDict): CPython takes a tuple's or a dict's subclass there
+	// and goes on.
+	ArgsValue, KwargsValue any
+	New                    bool // cls.__new__ (NEWOBJ) rather than a call
+	State                  any  // from BUILD; nil when none
+	HasState               bool
+	ListItems              []any
+	DictItems              *Dict
 }
 
 // Build is one BUILD opcode: Target is what it acts on (a *Call, a
@@ -106,17 +122,51 @@ func (d *Dict) Get(key string) (any, bool) {
 
 func (d *Dict) set(k, v any) {
 	// Only scalar keys are deduplicated; anything else is appended, which
-	// keeps decoding linear and is what a report needs.
-	switch k.(type) {
-	case string, int64, bool, float64:
-		if d.idx == nil {
-			d.idx = map[any]int{}
+	// keeps decoding linear and is what a report needs. A bool is the int
+	// it equals, as a Python dict has it.
+	n := int32(len(d.Keys))
+	var i int32
+	var ok bool
+	switch x := k.(type) {
+	case string:
+		if d.strIdx == nil {
+			d.strIdx = map[string]int32{}
 		}
-		if i, ok := d.idx[k]; ok {
-			d.Vals[i] = v
-			return
+		if i, ok = d.strIdx[x]; !ok {
+			d.strIdx[x] = n
 		}
-		d.idx[k] = len(d.Keys)
+	case int64, bool:
+		var key int64
+		if b, isBool := x.(bool); isBool {
+			if b {
+				key = 1
+			}
+		} else {
+			key = x.(int64)
+		}
+		if d.intIdx == nil {
+			d.intIdx = map[int64]int32{}
+		}
+		if i, ok = d.intIdx[key]; !ok {
+			d.intIdx[key] = n
+		}
+	case float64:
+		if d.floatIdx == nil {
+			d.floatIdx = map[float64]int32{}
+		}
+		if i, ok = d.floatIdx[x]; !ok {
+			d.floatIdx[x] = n
+		}
+	}
+	if ok {
+		d.Vals[i] = v
+		return
+	}
+	if len(d.Keys) == cap(d.Keys) {
+		// double: append's growth of large slices copies five times over
+		c := max(2*cap(d.Keys), 4)
+		d.Keys = append(make([]any, 0, c), d.Keys...)
+		d.Vals = append(make([]any, 0, c), d.Vals...)
 	}
 	d.Keys = append(d.Keys, k)
 	d.Vals = append(d.Vals, v)

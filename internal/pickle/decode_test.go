@@ -13,8 +13,8 @@ func TestDecodeValues(t *testing.T) {
 		name, in string
 		want     string // fmt of the decoded value
 	}{
-		{"proto2 dict", "\x80\x02}q\x00X\x04\x00\x00\x00stepq\x01K\x05s.", "&{[step] [5] map[step:0]}"},
-		{"proto0 dict", "(dp0\nS'a'\np1\nI01\ns.", "&{[a] [true] map[a:0]}"},
+		{"proto2 dict", "\x80\x02}q\x00X\x04\x00\x00\x00stepq\x01K\x05s.", "&{[step] [5] map[step:0] map[] map[]}"},
+		{"proto0 dict", "(dp0\nS'a'\np1\nI01\ns.", "&{[a] [true] map[a:0] map[] map[]}"},
 		{"proto0 int and long", "(I42\nL123456789012345678901234567890L\ntp0\n.", "[42 123456789012345678901234567890]"},
 		{"binfloat", "\x80\x02G?\xf0\x00\x00\x00\x00\x00\x00.", "1"},
 		{"text float", "F0.25\n.", "0.25"},
@@ -93,7 +93,7 @@ func TestDecodeErrorsAndLimits(t *testing.T) {
 		{"unknown opcode", "\x80\x02\xff.", false, "unknown opcode"},
 		{"bad protocol", "\x80\x09.", false, "protocol"},
 		{"underflow", "\x80\x02a.", false, "underflow"},
-		{"missing memo", "\x80\x02h\x05.", false, "memo key 5"},
+		{"missing memo", "\x80\x02h\x05.", false, "memo 5 read before"},
 		{"ops", "\x80\x02" + strings.Repeat("N0", 600) + "N.", true, "opcodes"},
 		{"stack", "\x80\x02" + strings.Repeat("N", 200) + ".", true, "stack"},
 		{"marks", "\x80\x02" + strings.Repeat("(", 10) + ".", true, "marks"},

@@ -456,12 +456,3 @@ func asciiLine(l string) error {
 	}
 	return nil
 }
-
-// IsOpcode says whether c is a pickle opcode (protocols 0 to 5): the
-// unpickler refuses any other first byte at once.
-func IsOpcode(c byte) bool {
-	if c >= 0x80 {
-		return c <= 0x98
-	}
-	return strings.IndexByte("(.012FIJKLMNPQRSTUVXabcdegh}ijl]opqrstu)BCG", c) >= 0
-}
