@@ -315,7 +315,20 @@ func scanPickles(r io.ReaderAt, off, size int64, record string, res *ScanResult,
 			if name == "" {
 				name = fmt.Sprintf("pickle %d", i+1)
 			}
+			nErr := len(res.Errors)
 			pr, ok := scanOne(r, off, size, name, res)
+			if !ok && i == 0 && probe && off == 0 && res.Format == "" && refusedAtFirstOpcode(pr, res.Errors[nErr:]) {
+				// Text whose first byte happens to be an opcode (YAML's
+				// "b", CSV's "e"): CPython's unpickler raises at that
+				// opcode, before anything is imported or called. It is
+				// no pickle, as a first byte that is no opcode.
+				res.Pickles--
+				why := strings.TrimPrefix(res.Errors[nErr], name+": ")
+				res.Errors = res.Errors[:nErr]
+				res.notUnderstood("", "in no format the scanner reads, and not a pickle: CPython's unpickler refuses it at byte 0 (%s)", why)
+				res.skipWhy = fmt.Sprintf("in no checkpoint, numpy or pickle format: torch.load, numpy.load and pickle.load refuse it at byte 0 (%s)", why)
+				break
+			}
 			if !ok || record != "" {
 				break // a zip record is read by one load()
 			}
@@ -325,6 +338,19 @@ func scanPickles(r io.ReaderAt, off, size int64, record string, res *ScanResult,
 			off = pr.End
 		}
 	}
+}
+
+// refusedAtFirstOpcode says whether a decode stopped at its first opcode
+// with one of the grammar or type errors CPython raises at the same byte
+// (a stack underflow, no MARK, a bad operand), having met no global, BUILD
+// or persistent id. A bound of the decoder, a stop where CPython may go on
+// and input cut short are not such a refusal.
+func refusedAtFirstOpcode(pr *pickle.Result, errs []string) bool {
+	if pr == nil || pr.ErrAt != 0 || len(errs) != 1 || len(pr.Globals) > 0 || len(pr.Builds) > 0 || len(pr.PersIDList) > 0 {
+		return false
+	}
+	e := errs[0]
+	return !strings.Contains(e, pickle.ErrLimit.Error()) && !strings.Contains(e, pickle.ErrOpaque.Error()) && !strings.Contains(e, "pickle truncated")
 }
 
 // scanOne decodes one pickle at off, classifies its globals and records a
