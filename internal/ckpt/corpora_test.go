@@ -1,7 +1,9 @@
 package ckpt
 
 import (
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -42,5 +44,82 @@ func TestScanRunDirTextIsNoPickle(t *testing.T) {
 	}
 	if seen != 2 {
 		t.Fatalf("saw %d of hparams.yaml and metrics.csv", seen)
+	}
+}
+
+// TestLFSPointers: Git LFS pointer files under checkpoint names (what a
+// clone without git-lfs leaves) are named as such, with the size the
+// pointer gives and how to fetch the file, by inspect, verify, ls (Scan),
+// latest (FindLatest, also run --resume-from's lookup), scan and prune.
+func TestLFSPointers(t *testing.T) {
+	t.Parallel()
+	dir := testbin.CorpusFile(t, "checkpoints/lfs-pointers")
+	for _, name := range []string{"training_args.bin", "pytorch_globals.bin"} {
+		p := filepath.Join(dir, name)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var size int64 = -1
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "size "); ok {
+				size, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		if size <= 0 {
+			t.Fatalf("%s: no size line", name)
+		}
+		rep, err := Verify(p, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Valid || rep.Format != FormatLFSPointer || !strings.Contains(rep.Reason, "Git LFS pointer") ||
+			!strings.Contains(rep.Reason, "git lfs pull") || !strings.Contains(rep.Reason, humanBytes(size)) {
+			t.Errorf("%s: verify valid=%v format %q reason %q; want a Git LFS pointer of %s", name, rep.Valid, rep.Format, rep.Reason, humanBytes(size))
+		}
+		sr, err := ScanFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sr.Safe || sr.Status != StatusNotUnderstood || len(sr.NotUnderstood) != 1 || !strings.Contains(sr.NotUnderstood[0], "git lfs pull") {
+			t.Errorf("%s: scan %s %q", name, sr.Status, sr.NotUnderstood)
+		}
+	}
+	// In a directory scan too: not skipped as text would be.
+	srs, err := ScanPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sr := range srs {
+		if sr.Status != StatusNotUnderstood {
+			t.Errorf("scan DIR: %s is %s", sr.Path, sr.Status)
+		}
+	}
+	es, err := Scan(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 2 {
+		t.Fatalf("ls: %d entries, want the 2 pointers", len(es))
+	}
+	for _, e := range es {
+		if e.Kind != KindInvalid || !strings.Contains(e.Reason, "git lfs pull") {
+			t.Errorf("ls: %s kind %s reason %q", e.Path, e.Kind, e.Reason)
+		}
+	}
+	res, err := FindLatest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Best != nil || res.Problem() == nil || !strings.Contains(res.Problem().Error(), "Git LFS pointers") ||
+		!strings.Contains(res.Problem().Error(), "git lfs pull") {
+		t.Errorf("latest: best %v, problem %v", res.Best, res.Problem())
+	}
+	plan, err := PlanPrune(es, PrunePolicy{KeepLast: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Items) != 0 || len(plan.LeftAlone) != 2 {
+		t.Errorf("prune: %d items, %d left alone; want the pointers left alone", len(plan.Items), len(plan.LeftAlone))
 	}
 }

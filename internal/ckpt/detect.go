@@ -75,6 +75,10 @@ func detectFile(r io.ReaderAt, size int64) string {
 		return FormatPickle
 	case isTar(r):
 		return FormatTorchTar
+	case head[0] == 'v' && size < maxLFSPointer:
+		if _, ok := readLFSPointer(r, size); ok {
+			return FormatLFSPointer
+		}
 	case isProto01Pickle(r, size, head[0]):
 		return FormatPickle
 	}

@@ -266,6 +266,13 @@ func classify(r *Report) (kind, note string) {
 			return KindInvalid, ""
 		}
 		return KindCheckpoint, ""
+	case FormatLFSPointer:
+		// What a clone without git-lfs leaves: the checkpoint is not
+		// here. Under a checkpoint's name it is one that cannot be used.
+		if lfsCheckpointName(r.Path) {
+			return KindInvalid, ""
+		}
+		return KindOther, "a Git LFS pointer to a file not named as a checkpoint"
 	case FormatTorchTar:
 		// Pre-1.0 torch.save: tensors are not listed.
 		if !r.Valid {
@@ -413,6 +420,16 @@ type NoValidCheckpointError struct {
 
 func (e *NoValidCheckpointError) Error() string {
 	var b strings.Builder
+	if n := e.LFSPointers(); n == len(e.Invalid) {
+		fmt.Fprintf(&b, "no valid checkpoint in %s: ", e.Dir)
+		if n == 1 {
+			fmt.Fprintf(&b, "%s is a Git LFS pointer, not the checkpoint", e.Invalid[0].Path)
+		} else {
+			fmt.Fprintf(&b, "its %d checkpoints are Git LFS pointers, not the files", n)
+		}
+		b.WriteString(" (a clone without git-lfs): run `git lfs pull` in the repository")
+		return b.String()
+	}
 	fmt.Fprintf(&b, "no valid checkpoint in %s: %d checkpoint", e.Dir, len(e.Invalid))
 	if len(e.Invalid) != 1 {
 		b.WriteString("s")
@@ -429,6 +446,17 @@ func (e *NoValidCheckpointError) Error() string {
 		fmt.Fprintf(&b, " %s (%s)", x.Path, x.Reason)
 	}
 	return b.String()
+}
+
+// LFSPointers counts the invalid candidates that are Git LFS pointers.
+func (e *NoValidCheckpointError) LFSPointers() int {
+	n := 0
+	for _, x := range e.Invalid {
+		if x.Format == FormatLFSPointer {
+			n++
+		}
+	}
+	return n
 }
 
 // Problem returns a *NoValidCheckpointError when checkpoints were found but

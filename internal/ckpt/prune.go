@@ -79,8 +79,11 @@ func PlanPrune(entries []Entry, pol PrunePolicy) (*PrunePlan, error) {
 	var order []string
 	series := map[string][]Entry{}
 	for _, e := range es {
-		switch e.Kind {
-		case KindCheckpoint, KindInvalid:
+		switch {
+		case e.Format == FormatLFSPointer:
+			plan.LeftAlone = append(plan.LeftAlone, LeftAlone{Path: e.Path, Format: e.Format,
+				Why: "a Git LFS pointer: the checkpoint itself is in Git LFS (`git lfs pull` fetches it), and deleting the pointer frees nothing"})
+		case e.Kind == KindCheckpoint, e.Kind == KindInvalid:
 			if _, ok := series[e.Series]; !ok {
 				order = append(order, e.Series)
 			}

@@ -203,6 +203,11 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 		if pythonTarHeader(r) {
 			scanTar(r, size, res)
 		}
+	case res.Format == FormatLFSPointer:
+		// Not the file: nothing of it can be scanned, in a directory
+		// as alone (never skipped in silence).
+		p, _ := readLFSPointer(r, size)
+		res.notUnderstood("", "%s, then scan it", p.describe())
 	case res.Format == FormatSafetensors, res.Format == FormatTorchTar:
 		if res.Format == FormatTorchTar {
 			scanTar(r, size, res)

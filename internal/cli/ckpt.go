@@ -277,6 +277,10 @@ with its reason.`,
 				if asJSON {
 					return Silent(ExitFailed)
 				}
+				var nv *ckpt.NoValidCheckpointError
+				if errors.As(res.Problem(), &nv) && nv.LFSPointers() == len(nv.Invalid) {
+					return Failf("%v", nv)
+				}
 				if res.Problem() != nil {
 					return Failf("no valid checkpoint under %s: %d saved, every one failed verification (above)", args[0], len(res.Invalid))
 				}
