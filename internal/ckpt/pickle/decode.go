@@ -58,6 +58,10 @@ type Result struct {
 	// the scan checks, since BUILD calls the target's __setstate__ or sets
 	// its attributes.
 	Builds []Build
+	// Calls are the calls met (REDUCE, NEWOBJ, NEWOBJ_EX, INST, OBJ),
+	// in order, each with its node: also those whose result the pickle
+	// drops (POP), which the value tree does not hold.
+	Calls []CallRef
 	// PersIDList are the persistent ids met, each with its value: the
 	// loader's persistent_load decides what they do.
 	PersIDList []PersIDRef
@@ -362,6 +366,19 @@ func (d *decoder) memoGet(k uint64) error {
 		return fmt.Errorf("memo key %d not defined", k)
 	}
 	return d.pushD(e.v, e.depth)
+}
+
+// CallRef is one call opcode and the Call node it built (a later BUILD
+// sets the node's State).
+type CallRef struct {
+	Offset int64
+	Opcode string
+	Call   *Call
+}
+
+func (d *decoder) call(c *Call, op string) *Call {
+	d.res.Calls = append(d.res.Calls, CallRef{Offset: d.opPos, Opcode: op, Call: c})
+	return c
 }
 
 func (d *decoder) global(g Global, op string, resolved bool, detail string) {
@@ -860,13 +877,13 @@ func (d *decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		return d.nest(&Call{Func: fn, Args: t})
+		return d.nest(d.call(&Call{Func: fn, Args: t}, "REDUCE"))
 	case 0x81: // NEWOBJ
 		cls, t, err := d.popCall("NEWOBJ")
 		if err != nil {
 			return err
 		}
-		return d.nest(&Call{Func: cls, Args: t, New: true})
+		return d.nest(d.call(&Call{Func: cls, Args: t, New: true}, "NEWOBJ"))
 	case 0x92: // NEWOBJ_EX
 		kw, args, ad, err := d.pop2()
 		if err != nil {
@@ -885,7 +902,7 @@ func (d *decoder) step(op byte) error {
 			return fmt.Errorf("NEWOBJ_EX keywords are %T, not a dict", kw)
 		}
 		d.popped = ad
-		return d.nest(&Call{Func: cls, Args: t, Kwargs: kd, New: true})
+		return d.nest(d.call(&Call{Func: cls, Args: t, Kwargs: kd, New: true}, "NEWOBJ_EX"))
 	case 'i': // INST
 		mod, err := d.src.line()
 		if err != nil {
@@ -910,7 +927,7 @@ func (d *decoder) step(op byte) error {
 		}
 		g := Global{Module: mod, Name: name}
 		d.global(g, "INST", true, "")
-		return d.nest(&Call{Func: g, Args: Tuple(items)})
+		return d.nest(d.call(&Call{Func: g, Args: Tuple(items)}, "INST"))
 	case 'o': // OBJ
 		items, err := d.popMark()
 		if err != nil {
@@ -919,7 +936,7 @@ func (d *decoder) step(op byte) error {
 		if len(items) == 0 {
 			return errors.New("OBJ without a class")
 		}
-		return d.nest(&Call{Func: items[0], Args: Tuple(items[1:])})
+		return d.nest(d.call(&Call{Func: items[0], Args: Tuple(items[1:])}, "OBJ"))
 	case 'b': // BUILD
 		state, err := d.pop()
 		if err != nil {
