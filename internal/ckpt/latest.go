@@ -26,7 +26,7 @@ type Entry struct {
 	Tensors int       `json:"tensors"`
 	// Metrics are the top-level numeric scalars other than step and epoch
 	// (loss, accuracy, best_metric, ...).
-	Metrics map[string]float64 `json:"metrics,omitempty"`
+	Metrics Metrics `json:"metrics,omitempty"`
 	// Kind says what the entry was recognised as, by what it holds:
 	// KindCheckpoint, KindInvalid or KindOther.
 	Kind string `json:"kind"`

@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"encoding/json"
+	"io/fs"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -30,6 +33,71 @@ func TestCkptLFSPointersCLI(t *testing.T) {
 		}
 		if strings.Contains(out+errOut, "no pickle opcode") || strings.Contains(out+errOut, "no checkpoints") {
 			t.Errorf("ckpt %s still says the old words:\n%s%s", strings.Join(tc.args, " "), out, errOut)
+		}
+	}
+}
+
+// TestCkptInspectJSONEveryCorpusFile: inspect --json of every real file
+// (checkpoints, run directories, scanners' samples, snapshots) and of every
+// HF checkpoint directory is valid JSON and never a usage or read error;
+// no internal type name leaks into a path.
+func TestCkptInspectJSONEveryCorpusFile(t *testing.T) {
+	root := testbin.Corpora(t)
+	var paths []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), "checkpoint-") {
+			paths = append(paths, p)
+		}
+		if d.Type().IsRegular() {
+			paths = append(paths, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) < 150 {
+		t.Fatalf("only %d corpus paths", len(paths))
+	}
+	for _, p := range paths {
+		code, out, errOut := runCkpt(t, "inspect", "--json", p)
+		if code == 2 || !json.Valid([]byte(out)) {
+			t.Errorf("inspect --json %s: exit %d, valid JSON %v; stderr %s", p, code, json.Valid([]byte(out)), errOut)
+			continue
+		}
+		if strings.Contains(out, "<pickle.") {
+			t.Errorf("inspect --json %s names an internal type: %s", p, out[strings.Index(out, "<pickle."):][:40])
+		}
+	}
+}
+
+// TestCkptInspectLightningCallbacks: ReduceLROnPlateau's mode_worse (inf)
+// comes out as "inf", and Lightning 1.x's class-keyed callback states
+// under each callback's class.
+func TestCkptInspectLightningCallbacks(t *testing.T) {
+	code, out, errOut := runCkpt(t, "inspect", "--json", testbin.CorpusFile(t, "checkpoints/lightning-argparse/DeepONet-RD-epoch=2953-val_loss=0.00.ckpt"))
+	var rep struct {
+		Scalars map[string]any `json:"scalars"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v; stderr %s", code, err, errOut)
+	}
+	if v := rep.Scalars["lr_schedulers.0.mode_worse"]; v != "inf" {
+		t.Errorf("mode_worse = %#v, want \"inf\"", v)
+	}
+	code, out, errOut = runCkpt(t, "inspect", "--json", testbin.CorpusFile(t, "checkpoints/lightning-1.4/last.ckpt"))
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v; stderr %s", code, err, errOut)
+	}
+	for k, want := range map[string]any{
+		"callbacks.pytorch_lightning.callbacks.early_stopping.EarlyStopping.patience": 10.0,
+		"callbacks.pytorch_lightning.callbacks.model_checkpoint.ModelCheckpoint.monitor": "Val/Accuracy",
+	} {
+		if got := rep.Scalars[k]; got != want {
+			t.Errorf("%s = %#v, want %#v", k, got, want)
 		}
 	}
 }
