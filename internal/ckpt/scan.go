@@ -67,22 +67,29 @@ type ScanResult struct {
 	Hits      []ScanHit `json:"globals"`
 	Dangerous int       `json:"dangerous"`
 	Unknown   int       `json:"unknown"`
-	Errors    []string  `json:"errors"`
+	// Framework counts globals of the framework tier (VerdictFramework):
+	// known frameworks' classes only referenced, or their plain data
+	// classes built the plain way. They pass unless the scan is strict.
+	Framework int      `json:"framework"`
+	Errors    []string `json:"errors"`
 	// NotUnderstood names content a loader could unpickle that the
 	// scanner cannot read (a file in no format it knows, a .npy header it
 	// cannot parse): neither safe nor known to be dangerous.
 	NotUnderstood []string `json:"not_understood"`
-	// Safe: every global is on the allowlist, every pickle decoded to its
-	// end and every part of the file understood. Anything else fails.
+	// Safe: every global is on the allowlist (or of the framework tier,
+	// unless strict), every pickle decoded to its end and every part of the
+	// file understood. Anything else fails.
 	Safe bool `json:"safe"`
 	// Status is the one word for the result, in order of precedence:
 	// dangerous, unknown (globals off the allowlist), failed (a pickle not
-	// read to its end), not-understood, skipped (in a directory scan: no
-	// loader in scope unpickles the file, Skipped says why), ok.
+	// read to its end), not-understood, framework (framework classes, no
+	// code from the file run: safe unless strict), skipped (in a directory
+	// scan: no loader in scope unpickles the file, Skipped says why), ok.
 	Status  string `json:"status"`
 	Skipped string `json:"skipped,omitempty"`
 
-	allow map[string]bool
+	allow  map[string]bool
+	strict bool
 	// skipWhy: no loader in scope unpickles the file; a directory scan
 	// skips it for this reason.
 	skipWhy string
@@ -94,6 +101,9 @@ type ScanOptions struct {
 	// "mypkg.models.Net") of the user's own classes and functions, accepted
 	// like the built-in allowlist.
 	Allow []string
+	// Strict fails the framework tier too: only the allowlist (and
+	// Allow) passes.
+	Strict bool
 }
 
 // scanLimits bound a scan's decode. Python's unpickler has no limit on
@@ -158,7 +168,7 @@ func ScanFileWith(path string, opts ScanOptions) (*ScanResult, error) {
 }
 
 func newScanResult(path, format string, opts ScanOptions) *ScanResult {
-	return &ScanResult{Path: path, Format: format, Hits: []ScanHit{}, Errors: []string{}, NotUnderstood: []string{}, allow: allowSet(opts.Allow)}
+	return &ScanResult{Path: path, Format: format, Hits: []ScanHit{}, Errors: []string{}, NotUnderstood: []string{}, allow: allowSet(opts.Allow), strict: opts.Strict}
 }
 
 // notUnderstood records content the scanner cannot read; where says which
@@ -240,16 +250,19 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 const unknownFormatSkip = "in no checkpoint, numpy or pickle format, and its first byte is no pickle opcode: torch.load, numpy.load and pickle.load refuse it there"
 
 func (res *ScanResult) finish() {
-	res.Dangerous, res.Unknown = 0, 0
+	res.Dangerous, res.Unknown, res.Framework = 0, 0, 0
 	for _, h := range res.Hits {
 		switch h.Verdict {
 		case VerdictDangerous:
 			res.Dangerous++
 		case VerdictUnknown:
 			res.Unknown++
+		case VerdictFramework:
+			res.Framework++
 		}
 	}
-	res.Safe = res.Dangerous == 0 && res.Unknown == 0 && len(res.Errors) == 0 && len(res.NotUnderstood) == 0 && res.Skipped == ""
+	res.Safe = res.Dangerous == 0 && res.Unknown == 0 && len(res.Errors) == 0 && len(res.NotUnderstood) == 0 && res.Skipped == "" &&
+		(res.Framework == 0 || !res.strict)
 	switch {
 	case res.Dangerous > 0:
 		res.Status = StatusDangerous
@@ -259,6 +272,8 @@ func (res *ScanResult) finish() {
 		res.Status = StatusFailed
 	case len(res.NotUnderstood) > 0:
 		res.Status = StatusNotUnderstood
+	case res.Framework > 0:
+		res.Status = StatusFramework
 	case res.Skipped != "":
 		res.Status = StatusSkipped
 	default:
@@ -274,6 +289,9 @@ const (
 	StatusFailed        = "failed"
 	StatusNotUnderstood = "not-understood"
 	StatusSkipped       = "skipped"
+	// StatusFramework: every global is allowlisted or of the framework
+	// tier (VerdictFramework), and some are of that tier.
+	StatusFramework = "framework"
 )
 
 // scanPickles decodes consecutive pickles starting at off, every one up
@@ -364,13 +382,7 @@ func scanOne(r io.ReaderAt, off, size int64, name string, res *ScanResult) (*pic
 	pr, err := pickle.Decode(r, off, size, scanLimits)
 	if pr != nil {
 		res.Pickles++
-		for _, g := range pr.Globals {
-			v, why := Classify(g, res.allow)
-			if g.Detail != "" {
-				why = g.Detail + "; " + why
-			}
-			res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: v, Reason: why, Record: name, Offset: g.Offset, Opcode: g.Opcode})
-		}
+		classifyGlobals(pr, name, res)
 		checkSideEffects(pr, name, res)
 	}
 	if err != nil {
@@ -378,6 +390,31 @@ func scanOne(r io.ReaderAt, off, size int64, name string, res *ScanResult) (*pic
 		return pr, false
 	}
 	return pr, true
+}
+
+// classifyGlobals adds a hit for every global of a decoded pickle: its
+// verdict by name (Classify), and for an unknown one of a known framework
+// whose every use in the pickle is inert, the framework tier.
+func classifyGlobals(pr *pickle.Result, name string, res *ScanResult) {
+	verdicts := make([]string, len(pr.Globals))
+	whys := make([]string, len(pr.Globals))
+	var unknown []int
+	for i, g := range pr.Globals {
+		verdicts[i], whys[i] = Classify(g, res.allow)
+		if verdicts[i] == VerdictUnknown && g.Resolved && !strings.Contains(g.Name, ".") {
+			unknown = append(unknown, i)
+		}
+	}
+	for i, why := range frameworkUses(pr, unknown) {
+		verdicts[i], whys[i] = VerdictFramework, why
+	}
+	for i, g := range pr.Globals {
+		why := whys[i]
+		if g.Detail != "" {
+			why = g.Detail + "; " + why
+		}
+		res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: verdicts[i], Reason: why, Record: name, Offset: g.Offset, Opcode: g.Opcode})
+	}
 }
 
 // scanPickleView reads a file of another format the way torch.load and
@@ -406,13 +443,7 @@ func scanPickleView(r io.ReaderAt, size int64, res *ScanResult) {
 	}
 	name := "the file read as a pickle (what torch.load does with it)"
 	res.Pickles++
-	for _, g := range pr.Globals {
-		v, why := Classify(g, res.allow)
-		if g.Detail != "" {
-			why = g.Detail + "; " + why
-		}
-		res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: v, Reason: why, Record: name, Offset: g.Offset, Opcode: g.Opcode})
-	}
+	classifyGlobals(pr, name, res)
 	checkSideEffects(pr, name, res)
 	if cpythonGoesOn {
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", name, err))

@@ -370,10 +370,10 @@ reported with what was already deleted.`,
 }
 
 func newCmdCkptScan(f *Factory) *cobra.Command {
-	var asJSON bool
+	var asJSON, strict bool
 	var allow []string
 	cmd := &cobra.Command{
-		Use:   "scan FILE|DIR [--allow MODULE.QUALNAME]... [--json]",
+		Use:   "scan FILE|DIR [--allow MODULE.QUALNAME]... [--strict] [--json]",
 		Short: "Fail unless every pickle global a checkpoint references is known to be safe",
 		Long: `scan lists every Python global a checkpoint's pickles reference, without
 running them, and passes a file only when every one is on an allowlist:
@@ -391,6 +391,17 @@ on anything but a plain data container or torch.nn module, a persistent id
 other than torch's storage records (a legacy-format whole-model save's
 module records are unknown until --allow names their classes), and a
 pickle the scanner cannot read to its end.
+
+Between the allowlist and unknown lies one tier of its own, shown as
+"ok (framework classes, no code run)" and passed: a class of a known
+framework (PyTorch, Lightning, Hugging Face Transformers, Accelerate, PEFT,
+argparse) that the pickle only references, never calls, BUILDs or hands to
+anything that may call it (Lightning 2.x's optimizer class in
+hyper_parameters, Lightning 1.x's callback classes as dict keys), or one of
+their plain data classes built as real saves build it (HF's
+TrainingArguments and its enums in training_args.bin, argparse.Namespace).
+torch.load imports the framework's module and runs no code from the file.
+--strict fails that tier too (exit 1).
 
 Content it does not understand (a file in no format it reads, a .npy
 header it cannot parse) is neither: "NOT UNDERSTOOD", exit 4 when nothing
@@ -420,7 +431,7 @@ input, 4 nothing failed but something was not understood.`,
 					return Usagef("--allow: %v", err)
 				}
 			}
-			results, err := ckpt.ScanPathWith(args[0], ckpt.ScanOptions{Allow: allow})
+			results, err := ckpt.ScanPathWith(args[0], ckpt.ScanOptions{Allow: allow, Strict: strict})
 			if err != nil {
 				return ckptInputErr(err)
 			}
@@ -428,6 +439,10 @@ input, 4 nothing failed but something was not understood.`,
 			for _, r := range results {
 				switch r.Status {
 				case ckpt.StatusOK, ckpt.StatusSkipped:
+				case ckpt.StatusFramework:
+					if strict {
+						failed++
+					}
 				case ckpt.StatusNotUnderstood:
 					notUnderstood++
 				default:
@@ -455,6 +470,7 @@ input, 4 nothing failed but something was not understood.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print results as JSON")
 	cmd.Flags().StringArrayVar(&allow, "allow", nil, "also accept this global, by its full dotted path (module.qualname); repeatable")
+	cmd.Flags().BoolVar(&strict, "strict", false, "fail framework classes too (referenced only, or plain data classes): pass only the allowlist and --allow")
 	return cmd
 }
 

@@ -206,6 +206,11 @@ func renderScan(f *Factory, rs []*ckpt.ScanResult) {
 			verdict = "FAILED (pickle not read to its end)"
 		case ckpt.StatusNotUnderstood:
 			verdict = "NOT UNDERSTOOD"
+		case ckpt.StatusFramework:
+			verdict = fmt.Sprintf("ok (framework classes, no code run: %d)", r.Framework)
+			if !r.Safe {
+				verdict = fmt.Sprintf("FRAMEWORK CLASSES (%d, --strict)", r.Framework)
+			}
 		case ckpt.StatusSkipped:
 			fmt.Fprintf(w, "skipped  %s: %s\n", ckpt.DisplayPath(r.Path), r.Skipped)
 			continue

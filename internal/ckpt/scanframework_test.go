@@ -1,0 +1,124 @@
+package ckpt
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vramguard/vramguard/internal/ckpt/pickle"
+	"github.com/vramguard/vramguard/internal/testbin"
+)
+
+// TestScanFrameworkTierRealFiles: the 15 real benign files that named
+// framework classes (HF training_args.bin, Lightning 2.4's optimizer class
+// in hyper_parameters, Lightning 1.x's class-keyed callbacks,
+// argparse.Namespace) pass in the framework tier, each such global named;
+// --strict fails them.
+func TestScanFrameworkTierRealFiles(t *testing.T) {
+	t.Parallel()
+	want := map[string][]string{} // file -> framework globals
+	ta := []string{"transformers.training_args.TrainingArguments", "transformers.trainer_utils.IntervalStrategy",
+		"transformers.trainer_utils.SchedulerType", "transformers.trainer_pt_utils.AcceleratorConfig",
+		"transformers.training_args.OptimizerNames", "transformers.trainer_utils.HubStrategy",
+		"accelerate.state.PartialState", "accelerate.utils.dataclasses.DistributedType"}
+	for _, n := range []string{"500", "872", "1000", "1500", "7000", "7500"} {
+		want["checkpoints/hf-trainer-mixed-runs/results/checkpoint-"+n+"/training_args.bin"] = ta
+	}
+	for _, n := range []string{"epoch=70-step=4331.ckpt", "epoch=84-step=5185.ckpt", "epoch=98-step=6039.ckpt", "last.ckpt"} {
+		want["checkpoints/lightning-2.4-run/lightning_logs/version_0/checkpoints/"+n] = []string{"torch.optim.adam.Adam"}
+	}
+	mc := "pytorch_lightning.callbacks.model_checkpoint.ModelCheckpoint"
+	want["checkpoints/lightning-1.3/last.ckpt"] = []string{mc}
+	want["checkpoints/lightning-1.3/temp_training_checkpoints/last.ckpt"] = []string{mc}
+	want["checkpoints/lightning-1.3/temp_training_checkpoints/CHIRAL1-v1.ckpt"] = []string{mc}
+	want["checkpoints/lightning-1.4/last.ckpt"] = []string{"pytorch_lightning.callbacks.early_stopping.EarlyStopping", mc}
+	want["checkpoints/lightning-argparse/DeepONet-RD-epoch=2953-val_loss=0.00.ckpt"] = []string{"argparse.Namespace"}
+	if len(want) != 15 {
+		t.Fatalf("%d files, want 15", len(want))
+	}
+	for name, globals := range want {
+		p := testbin.CorpusFile(t, name)
+		res, err := ScanFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, h := range res.Hits {
+			if h.Verdict == VerdictFramework {
+				got = append(got, h.Global)
+			}
+		}
+		if res.Status != StatusFramework || !res.Safe || res.Framework != len(globals) || strings.Join(got, ",") != strings.Join(globals, ",") {
+			t.Errorf("%s: status %s safe %v framework %v; want framework tier for %v", name, res.Status, res.Safe, got, globals)
+		}
+		strict, err := ScanFileWith(p, ScanOptions{Strict: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strict.Safe {
+			t.Errorf("%s: safe under --strict", name)
+		}
+	}
+}
+
+// TestScanFrameworkTierRefuses: the tier is for inert uses only. A
+// framework class that is called (also when the call's result is dropped),
+// handed to anything that may call it, BUILT on, or a data class built
+// another way stays unknown (or dangerous).
+func TestScanFrameworkTierRefuses(t *testing.T) {
+	t.Parallel()
+	const adam = "ctorch.optim.adam\nAdam\n"
+	const ns = "cargparse\nNamespace\n"
+	const od = "ccollections\nOrderedDict\n"
+	cases := []struct {
+		name, pickle string
+		verdict      string // of the first global that is not OrderedDict
+	}{
+		{"referenced in a dict", "\x80\x02}(X\x03\x00\x00\x00opt" + adam + "u.", VerdictFramework},
+		{"referenced in an OrderedDict", "\x80\x02" + od + "((X\x03\x00\x00\x00opt" + adam + "tl\x85R.", VerdictFramework},
+		{"called", "\x80\x02" + adam + "(]tR.", VerdictUnknown},
+		{"called, the result dropped", "\x80\x02" + adam + ")R0N.", VerdictUnknown},
+		{"handed to defaultdict", "\x80\x02ccollections\ndefaultdict\n" + adam + "\x85R.", VerdictUnknown},
+		{"BUILD on the class", "\x80\x02" + adam + "}b.", VerdictUnknown}, // and the BUILD is dangerous
+		{"Namespace built plainly", "\x80\x02" + ns + ")\x81}(X\x01\x00\x00\x00aK\x01ub.", VerdictFramework},
+		{"Namespace called with arguments", "\x80\x02" + ns + "(K\x01t\x81.", VerdictUnknown},
+		{"Namespace by REDUCE", "\x80\x02" + ns + ")R.", VerdictUnknown},
+		{"Namespace with a state that is no dict", "\x80\x02" + ns + ")\x81]b.", VerdictUnknown},
+		{"enum by value", "\x80\x02ctransformers.trainer_utils\nIntervalStrategy\nX\x05\x00\x00\x00steps\x85R.", VerdictFramework},
+		{"enum with a dict", "\x80\x02ctransformers.trainer_utils\nIntervalStrategy\n}\x85R.", VerdictUnknown},
+		{"not a framework module", "\x80\x02}(X\x01\x00\x00\x00kcmypkg\nThing\nu.", VerdictUnknown},
+	}
+	for _, tc := range cases {
+		p := filepath.Join(t.TempDir(), "x.pkl")
+		if err := os.WriteFile(p, []byte(tc.pickle), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res, err := ScanFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Errors) > 0 {
+			t.Errorf("%s: decode errors %q", tc.name, res.Errors)
+			continue
+		}
+		var got *ScanHit
+		for i := range res.Hits {
+			if res.Hits[i].Global != "collections.OrderedDict" && res.Hits[i].Global != "collections.defaultdict" {
+				got = &res.Hits[i]
+				break
+			}
+		}
+		if got == nil || got.Verdict != tc.verdict {
+			t.Errorf("%s: hits %+v; want the first %s", tc.name, res.Hits, tc.verdict)
+		}
+		if (tc.verdict == VerdictFramework) != res.Safe {
+			t.Errorf("%s: safe %v, status %s", tc.name, res.Safe, res.Status)
+		}
+	}
+	// The decoder's call list is what catches a dropped call.
+	pr, err := pickle.DecodeBytes([]byte("\x80\x02"+adam+")R0N."), pickle.DefaultLimits)
+	if err != nil || len(pr.Calls) != 1 {
+		t.Fatalf("calls %v, %v", pr, err)
+	}
+}
