@@ -387,9 +387,49 @@ func scanOne(r io.ReaderAt, off, size int64, name string, res *ScanResult) (*pic
 	}
 	if err != nil {
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", name, err))
+		if pr != nil && pr.ErrAt >= off && strings.Contains(err.Error(), "runs past the input") {
+			scanPastFrame(r, off, size, pr.ErrAt, name, res)
+		}
 		return pr, false
 	}
 	return pr, true
+}
+
+// maxPastFrame bounds the bytes scanPastFrame reads again.
+const maxPastFrame = 64 << 20
+
+// scanPastFrame names the globals a pickle reaches past a FRAME that
+// declares more bytes than are left: CPython's C unpickler stops there,
+// but Python's own pure-Python one (pickle._Unpickler) reads the short
+// frame without checking its length and goes on to STOP, importing what
+// follows. The scan decodes the pickle again without that FRAME opcode
+// and classifies every global past it (the decode error stays a finding).
+func scanPastFrame(r io.ReaderAt, off, size, frameAt int64, name string, res *ScanResult) {
+	if size-off > maxPastFrame || frameAt+9 > size {
+		return
+	}
+	buf := make([]byte, size-off)
+	if n, _ := r.ReadAt(buf, off); int64(n) != size-off {
+		return
+	}
+	rel := frameAt - off
+	rest := append(buf[:rel:rel], buf[rel+9:]...)
+	pr, _ := pickle.DecodeBytes(rest, scanLimits)
+	if pr == nil {
+		return
+	}
+	for _, g := range pr.Globals {
+		if g.Offset < rel {
+			continue // seen before the frame
+		}
+		v, why := Classify(g, res.allow)
+		if g.Detail != "" {
+			why = g.Detail + "; " + why
+		}
+		res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: v,
+			Reason: why + fmt.Sprintf(" (past the damaged FRAME at byte %d, which Python's pure-Python unpickler reads on from)", frameAt),
+			Record: name, Offset: off + g.Offset + 9, Opcode: g.Opcode})
+	}
 }
 
 // classifyGlobals adds a hit for every global of a decoded pickle: its
