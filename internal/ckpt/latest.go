@@ -23,7 +23,11 @@ type Entry struct {
 	Size    int64     `json:"size"`
 	Step    *int64    `json:"step,omitempty"`  // when known from metadata
 	Epoch   *int64    `json:"epoch,omitempty"` // when known from metadata
-	Tensors int       `json:"tensors"`
+	// EpochValue, Run, Incomplete: as in Report.
+	EpochValue *float64 `json:"epoch_value,omitempty"`
+	Run        string   `json:"run,omitempty"`
+	Incomplete string   `json:"incomplete,omitempty"`
+	Tensors    int      `json:"tensors"`
 	// Metrics are the top-level numeric scalars other than step and epoch
 	// (loss, accuracy, best_metric, ...).
 	Metrics Metrics `json:"metrics,omitempty"`
@@ -230,7 +234,13 @@ func SeriesOf(path string) string {
 func entryOf(r *Report) Entry {
 	e := Entry{Path: r.Path, Format: r.Format, Layout: r.Layout, Valid: r.Valid, Reason: r.Reason,
 		ModTime: r.ModTime, Size: r.Size, Step: r.Step, Epoch: r.Epoch, Tensors: len(r.Tensors),
-		Series: SeriesOf(r.Path), BestRefs: bestRefsOf(r.Scalars)}
+		Series: SeriesOf(r.Path), BestRefs: bestRefsOf(r.Scalars),
+		EpochValue: r.EpochValue, Run: r.Run, Incomplete: r.Incomplete}
+	if r.Run != "" {
+		// Checkpoints of two runs in one output directory are two
+		// series: prune never deletes one run's in favour of another's.
+		e.Series += " [run " + r.Run + "]"
+	}
 	e.Kind, e.Note = classify(r)
 	for k, v := range r.Scalars {
 		if strings.Contains(k, ".") && !strings.HasPrefix(k, "__metadata__") {
@@ -508,6 +518,7 @@ func pickLatest(es []Entry) *LatestResult {
 	b := valid[0]
 	res.Best = &b
 	preferNewestLightningRun(valid, res)
+	mixedRuns(valid, res)
 	for _, e := range res.Invalid {
 		if Newer(&e, &b) {
 			res.SkippedNewer = append(res.SkippedNewer, e)

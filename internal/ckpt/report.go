@@ -57,8 +57,17 @@ type Report struct {
 	Storages     []Storage `json:"storages,omitempty"`
 	Step         *int64    `json:"step,omitempty"`
 	Epoch        *int64    `json:"epoch,omitempty"`
-	Parts        []*Report `json:"parts,omitempty"` // files of a directory checkpoint
-	BytesRead    int64     `json:"bytes_read"`
+	// EpochValue is the epoch as recorded when it is a fraction (HF
+	// Trainer: 0.96 of the first epoch); Epoch is its whole part.
+	EpochValue *float64 `json:"epoch_value,omitempty"`
+	// Run identifies the training run of an HF Trainer checkpoint (see
+	// hfRunIdentity); checkpoints of different runs do not compare.
+	Run string `json:"run,omitempty"`
+	// Incomplete says what the checkpoint lacks for a resume ("" when
+	// nothing: HF's optimizer.pt).
+	Incomplete string    `json:"incomplete,omitempty"`
+	Parts      []*Report `json:"parts,omitempty"` // files of a directory checkpoint
+	BytesRead  int64     `json:"bytes_read"`
 }
 
 func (r *Report) invalid(format string, a ...any) {

@@ -82,6 +82,9 @@ Only metadata is read.`,
 				return f.WriteJSON(es)
 			}
 			renderEntries(f, es)
+			for _, m := range ckpt.MixedRuns(es) {
+				fmt.Fprintf(f.IO.ErrOut, "vramguard: %s\n", termsafe.String(m))
+			}
 			return nil
 		},
 	}
@@ -354,6 +357,9 @@ reported with what was already deleted.`,
 				return f.WriteJSON(plan)
 			}
 			renderPlan(f, plan)
+			for _, m := range plan.MixedRuns {
+				fmt.Fprintf(f.IO.ErrOut, "vramguard: %s: each run is pruned on its own\n", termsafe.String(m))
+			}
 			return nil
 		},
 	}

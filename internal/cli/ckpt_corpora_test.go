@@ -93,11 +93,46 @@ func TestCkptInspectLightningCallbacks(t *testing.T) {
 		t.Fatalf("exit %d, %v; stderr %s", code, err, errOut)
 	}
 	for k, want := range map[string]any{
-		"callbacks.pytorch_lightning.callbacks.early_stopping.EarlyStopping.patience": 10.0,
+		"callbacks.pytorch_lightning.callbacks.early_stopping.EarlyStopping.patience":    10.0,
 		"callbacks.pytorch_lightning.callbacks.model_checkpoint.ModelCheckpoint.monitor": "Val/Accuracy",
 	} {
 		if got := rep.Scalars[k]; got != want {
 			t.Errorf("%s = %#v, want %#v", k, got, want)
 		}
+	}
+}
+
+// TestCkptHFMixedRunsCLI: ls shows HF's fractional epochs and the
+// checkpoints a resume would find incomplete, and ls, latest and prune say
+// the output directory mixes three runs; prune never deletes run C's last
+// checkpoint for run B's higher steps.
+func TestCkptHFMixedRunsCLI(t *testing.T) {
+	dir := testbin.CorpusFile(t, "checkpoints/hf-trainer-mixed-runs/results")
+	code, out, errOut := runCkpt(t, "ls", dir)
+	if code != 0 || !strings.Contains(errOut, "mixes 3 training runs") {
+		t.Errorf("ls: exit %d, stderr %s", code, errOut)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.Contains(l, "checkpoint-7500 "):
+			if !strings.Contains(l, " 0.96 ") {
+				t.Errorf("ls: epoch of checkpoint-7500 (0.956 in trainer_state.json) not 0.96: %s", l)
+			}
+		case strings.Contains(l, "checkpoint-872 "), strings.Contains(l, "checkpoint-500 "):
+			if !strings.Contains(l, "incomplete for a resume: no optimizer.pt") {
+				t.Errorf("ls: %s", l)
+			}
+		}
+	}
+	code, _, errOut = runCkpt(t, "latest", dir)
+	if code != 0 || !strings.Contains(errOut, "mixes 3 training runs") {
+		t.Errorf("latest: exit %d, stderr %s", code, errOut)
+	}
+	code, out, errOut = runCkpt(t, "prune", dir, "--keep-last", "1")
+	if code != 0 || !strings.Contains(errOut, "each run is pruned on its own") || strings.Contains(out, "delete  "+dir+"/checkpoint-872") {
+		t.Errorf("prune: exit %d\n%s%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "keep    "+dir+"/checkpoint-872") {
+		t.Errorf("prune does not keep checkpoint-872:\n%s", out)
 	}
 }
