@@ -82,7 +82,7 @@ func frameworkUses(pr *pickle.Result, unknown []int) map[int]string {
 	cand := map[pickle.Global]bool{}
 	for _, i := range unknown {
 		g := pr.Globals[i].Global
-		if _, ok := dataClasses[g.String()]; ok || inModules(g.Module, referenceModules) {
+		if _, ok := dataClasses[g.String()]; ok || referenceable(g) {
 			cand[g] = true
 		}
 	}
@@ -178,6 +178,27 @@ func shapeWords(s callShape) string {
 		return "an Enum member looked up by value"
 	}
 	return "cls.__new__ and its attributes set"
+}
+
+// notReferenceModules are framework modules whose import does more than
+// define names (test harnesses that read sys.argv, benchmark and
+// profiling entry points): a class of theirs gets no tier.
+var notReferenceModules = []string{"torch.testing", "torch.utils.benchmark", "torch.utils.bottleneck", "torch.distributed.run",
+	"torch.distributed.launch", "torch.distributed.elastic", "lightning.app", "transformers.commands", "accelerate.commands"}
+
+// referenceable: g is a public name of a public module of a known
+// framework (no component starting with "_": no private module, no
+// __main__), whose import only defines names.
+func referenceable(g pickle.Global) bool {
+	if !inModules(g.Module, referenceModules) || inModules(g.Module, notReferenceModules) || strings.HasPrefix(g.Name, "_") {
+		return false
+	}
+	for _, p := range strings.Split(g.Module, ".") {
+		if p == "" || strings.HasPrefix(p, "_") {
+			return false
+		}
+	}
+	return true
 }
 
 func inModules(module string, mods []string) bool {

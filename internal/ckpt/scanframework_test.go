@@ -88,6 +88,9 @@ func TestScanFrameworkTierRefuses(t *testing.T) {
 		{"enum by value", "\x80\x02ctransformers.trainer_utils\nIntervalStrategy\nX\x05\x00\x00\x00steps\x85R.", VerdictFramework},
 		{"enum with a dict", "\x80\x02ctransformers.trainer_utils\nIntervalStrategy\n}\x85R.", VerdictUnknown},
 		{"not a framework module", "\x80\x02}(X\x01\x00\x00\x00kcmypkg\nThing\nu.", VerdictUnknown},
+		{"a private framework module", "\x80\x02}(X\x01\x00\x00\x00kctorch._classes\nThing\nu.", VerdictUnknown},
+		{"a framework module whose import runs more", "\x80\x02}(X\x01\x00\x00\x00kctorch.testing._internal.common_utils\nTestCase\nu.", VerdictUnknown},
+		{"a framework __main__", "\x80\x02}(X\x01\x00\x00\x00kctransformers.__main__\nmain\nu.", VerdictUnknown},
 	}
 	for _, tc := range cases {
 		p := filepath.Join(t.TempDir(), "x.pkl")
