@@ -140,7 +140,7 @@ func frameworkUses(pr *pickle.Result, unknown []int) map[int]string {
 			out[i] = fmt.Sprintf("a plain data class of %s, built as real saves build it (%s); torch.load imports %s and runs no code from the file (--strict fails it)",
 				frameworkOf(g.Module), shapeWords(dataClasses[g.String()]), g.Module)
 		default:
-			out[i] = fmt.Sprintf("a %s class the pickle only references (never calls or builds); torch.load imports %s and runs no code from the file (--strict fails it)",
+			out[i] = fmt.Sprintf("a class of %s the pickle only references (never calls or builds); torch.load imports %s and runs no code from the file (--strict fails it)",
 				frameworkOf(g.Module), g.Module)
 		}
 	}

@@ -1,7 +1,9 @@
 package ckpt
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -123,5 +125,112 @@ func TestScanFrameworkTierRefuses(t *testing.T) {
 	pr, err := pickle.DecodeBytes([]byte("\x80\x02"+adam+")R0N."), pickle.DefaultLimits)
 	if err != nil || len(pr.Calls) != 1 {
 		t.Fatalf("calls %v, %v", pr, err)
+	}
+}
+
+// standinUnpickler is CPython's own unpickler with every global that is
+// not a tensor rebuild or OrderedDict replaced by a stand-in class that
+// records how the pickle uses it: called (REDUCE: "call" and the argument
+// count), cls.__new__ (NEWOBJ: "new"), __setstate__ (BUILD: "setstate"
+// and the state's type).
+const standinUnpickler = `import collections, json, pickle, sys, zipfile
+
+calls = {}
+class Meta(type):
+    def __call__(cls, *a, **k):
+        calls.setdefault(cls._name, []).append(["call", len(a)])
+        return object.__new__(cls)
+def standin(name):
+    def new(cls, *a, **k):
+        calls.setdefault(name, []).append(["new", len(a)])
+        return object.__new__(cls)
+    def setstate(self, st):
+        calls.setdefault(name, []).append(["setstate", type(st).__name__])
+    return Meta(name, (), {"_name": name, "__new__": new, "__setstate__": setstate})
+class U(pickle.Unpickler):
+    def find_class(self, m, n):
+        full = m + "." + n
+        if full == "collections.OrderedDict":
+            return collections.OrderedDict
+        if m.startswith("torch._utils") or full.endswith("Storage"):
+            return lambda *a: None
+        calls.setdefault(full, [])
+        return standin(full)
+    def persistent_load(self, pid):
+        return None
+out = {}
+for path in sys.argv[1:]:
+    calls = {}
+    z = zipfile.ZipFile(path)
+    name = [x for x in z.namelist() if x.endswith("data.pkl")][0]
+    U(z.open(name)).load()
+    out[path] = calls
+print(json.dumps(out))
+`
+
+// TestFrameworkTierAsPython: what the framework tier concludes of each of
+// the 15 real files, CPython's unpickler confirms: a global the scan says
+// is only referenced is never called, built or set; a data class is only
+// made by cls.__new__(cls) and a dict of attributes, an enum only called
+// with one value.
+func TestFrameworkTierAsPython(t *testing.T) {
+	t.Parallel()
+	testbin.Need(t, testbin.NumPy) // (any Debian Python package brings /usr/bin/python3)
+	root := testbin.Corpora(t)
+	var files []string
+	for _, dir := range []string{"checkpoints/hf-trainer-mixed-runs", "checkpoints/lightning-1.3", "checkpoints/lightning-1.4", "checkpoints/lightning-2.4-run", "checkpoints/lightning-argparse"} {
+		filepath.WalkDir(filepath.Join(root, dir), func(p string, d os.DirEntry, err error) error {
+			if err == nil && (strings.HasSuffix(p, ".ckpt") || strings.HasSuffix(p, "training_args.bin")) {
+				files = append(files, p)
+			}
+			return nil
+		})
+	}
+	if len(files) != 15 {
+		t.Fatalf("%d files, want 15", len(files))
+	}
+	out, err := exec.Command("/usr/bin/python3", append([]string{"-c", standinUnpickler}, files...)...).Output()
+	if err != nil {
+		t.Fatalf("python: %v", err)
+	}
+	var uses map[string]map[string][][2]any
+	if err := json.Unmarshal(out, &uses); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range files {
+		res, err := ScanFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, h := range res.Hits {
+			if h.Verdict != VerdictFramework {
+				continue
+			}
+			n++
+			got, seen := uses[p][h.Global]
+			if !seen {
+				t.Errorf("%s: CPython never imports %s", p, h.Global)
+				continue
+			}
+			for _, u := range got {
+				kind, arg := u[0], u[1]
+				ok := false
+				switch shape := dataClasses[h.Global]; {
+				case strings.Contains(h.Reason, "only references"), shape == shapeNone:
+					ok = false // referenced only: no use at all
+				case shape == shapeNew:
+					ok = (kind == "new" && arg == 0.0) || (kind == "setstate" && arg == "dict")
+				case shape == shapeEnum:
+					ok = kind == "call" && arg == 1.0
+				}
+				if !ok {
+					t.Errorf("%s: %s is used as %v under CPython, which the tier (%s) does not allow", p, h.Global, u, h.Reason)
+				}
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: no framework global", p)
+		}
 	}
 }
