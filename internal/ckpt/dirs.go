@@ -357,6 +357,12 @@ func inspectHF(dir string, rep *Report, opt Options) {
 	}
 	if n := len(hs.LogHistory); n > 0 {
 		for k, v := range hs.LogHistory[n-1] {
+			if k == "epoch" || k == "step" {
+				// trainer_state.json's own epoch and step are the
+				// checkpoint's; the last log entry may be older (logged
+				// at step 870 of a checkpoint at 872).
+				continue
+			}
 			switch x := v.(type) {
 			case float64, string, bool:
 				rep.Scalars[k] = x

@@ -96,7 +96,7 @@ func hfIncomplete(dir string) string {
 	if m, _ := filepath.Glob(filepath.Join(dir, "optimizer*")); len(m) > 0 {
 		return "" // sharded or distributed optimizer state
 	}
-	return "incomplete for a resume: no optimizer.pt (the Trainer resumes it with a fresh optimizer: the weights load, Adam's moments are lost)"
+	return "incomplete for a resume: no optimizer.pt (the Trainer resumes it with a fresh optimizer and learning-rate schedule, silently: the weights load, the optimizer's state is lost)"
 }
 
 // hfRun is one training run's checkpoints in a directory.

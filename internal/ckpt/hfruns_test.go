@@ -48,6 +48,13 @@ func TestHFMixedRuns(t *testing.T) {
 		if e.EpochValue == nil || *e.EpochValue != st.Epoch {
 			t.Errorf("%s: epoch %v, trainer_state.json says %v", name, e.EpochValue, st.Epoch)
 		}
+		rep, err := Inspect(e.Path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Scalars["epoch"] != st.Epoch {
+			t.Errorf("%s: scalar epoch %v, trainer_state.json says %v", name, rep.Scalars["epoch"], st.Epoch)
+		}
 		if !strings.Contains(e.Run, "max_steps "+itoa(st.MaxSteps)) {
 			t.Errorf("%s: run %q lacks max_steps %d", name, e.Run, st.MaxSteps)
 		}

@@ -167,6 +167,9 @@ type verifyResult struct {
 	Format string `json:"format"`
 	Valid  bool   `json:"valid"`
 	Reason string `json:"reason,omitempty"`
+	// Incomplete: what a sound checkpoint lacks for a resume (HF's
+	// optimizer.pt).
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 func runCkptVerify(f *Factory, path string, deep, asJSON bool) error {
@@ -213,7 +216,7 @@ func runCkptVerify(f *Factory, path string, deep, asJSON bool) error {
 		if err != nil {
 			return ckptInputErr(err)
 		}
-		results = append(results, verifyResult{Path: p, Format: rep.Format, Valid: rep.Valid, Reason: rep.Reason})
+		results = append(results, verifyResult{Path: p, Format: rep.Format, Valid: rep.Valid, Reason: rep.Reason, Incomplete: rep.Incomplete})
 		if !rep.Valid {
 			bad++
 		}
@@ -226,6 +229,9 @@ func runCkptVerify(f *Factory, path string, deep, asJSON bool) error {
 		for _, r := range results {
 			if r.Valid {
 				fmt.Fprintf(f.IO.Out, "ok       %s (%s)\n", ckpt.DisplayPath(r.Path), r.Format)
+				if r.Incomplete != "" {
+					fmt.Fprintf(f.IO.Out, "         %s\n", termsafe.String(r.Incomplete))
+				}
 			} else {
 				format := r.Format
 				if format == "" {

@@ -124,6 +124,10 @@ func TestCkptHFMixedRunsCLI(t *testing.T) {
 			}
 		}
 	}
+	code, out, _ = runCkpt(t, "verify", dir+"/checkpoint-872")
+	if code != 0 || !strings.Contains(out, "incomplete for a resume: no optimizer.pt") {
+		t.Errorf("verify checkpoint-872: exit %d\n%s", code, out)
+	}
 	code, _, errOut = runCkpt(t, "latest", dir)
 	if code != 0 || !strings.Contains(errOut, "mixes 3 training runs") {
 		t.Errorf("latest: exit %d, stderr %s", code, errOut)

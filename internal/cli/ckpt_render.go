@@ -102,7 +102,13 @@ func renderReport(f *Factory, r *ckpt.Report, limit int) {
 	}
 	fmt.Fprintf(w, "%s\n  format:    %s%s\n  status:    %s\n  size:      %s\n", ckpt.DisplayPath(r.Path), r.Format, layout, status, units.FormatBytes(r.Size))
 	if r.Step != nil || r.Epoch != nil {
-		fmt.Fprintf(w, "  step:      %s   epoch: %s\n", optInt(r.Step), optInt(r.Epoch))
+		fmt.Fprintf(w, "  step:      %s   epoch: %s\n", optInt(r.Step), epochString(r.Epoch, r.EpochValue))
+	}
+	if r.Run != "" {
+		fmt.Fprintf(w, "  run:       %s\n", termsafe.String(r.Run))
+	}
+	if r.Incomplete != "" {
+		fmt.Fprintf(w, "  note:      %s\n", termsafe.String(r.Incomplete))
 	}
 	fmt.Fprintf(w, "  tensors:   %d, %s (unique storage %s), %s\n", len(r.Tensors), units.FormatBytes(r.TensorBytes), units.FormatBytes(r.StorageBytes), units.Plural(int(r.Parameters), "parameter"))
 	e := r.Resume
