@@ -74,6 +74,25 @@ func TestCkptInspectJSONEveryCorpusFile(t *testing.T) {
 	}
 }
 
+// TestCkptJSONOverTheCorpus: ls, latest, prune (a dry run) and scan with
+// --json over the whole corpus write valid JSON.
+func TestCkptJSONOverTheCorpus(t *testing.T) {
+	root := testbin.Corpora(t)
+	ck := filepath.Join(root, "checkpoints")
+	for _, args := range [][]string{
+		{"ls", "--json", ck},
+		{"latest", "--json", filepath.Join(ck, "hf-trainer-mixed-runs")},
+		{"latest", "--json", filepath.Join(ck, "lightning-argparse")},
+		{"prune", "--json", "--keep-last", "1", ck},
+		{"scan", "--json", root},
+	} {
+		code, out, errOut := runCkpt(t, args...)
+		if code == 2 || !json.Valid([]byte(out)) {
+			t.Errorf("ckpt %s: exit %d, valid JSON %v; stderr %s", strings.Join(args, " "), code, json.Valid([]byte(out)), errOut)
+		}
+	}
+}
+
 // TestCkptInspectLightningCallbacks: ReduceLROnPlateau's mode_worse (inf)
 // comes out as "inf", and Lightning 1.x's class-keyed callback states
 // under each callback's class.
