@@ -69,6 +69,78 @@ func adapterTargets(dir string) string {
 	return ""
 }
 
+// runFields splits an identity into its fields by name.
+func runFields(run string) map[string]string {
+	m := map[string]string{}
+	for _, p := range strings.Split(run, ", ") {
+		k, v, _ := strings.Cut(p, " ")
+		m[k] = v
+	}
+	return m
+}
+
+// sameRun: two identities are one run when every field both record
+// agrees (a checkpoint saved before the first log has no first log).
+func sameRun(a, b string) bool {
+	fa, fb := runFields(a), runFields(b)
+	for k, v := range fa {
+		if w, ok := fb[k]; ok && w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// separateRuns gives the HF checkpoints of each directory their run's
+// fullest identity (one that lacks a field takes the one run it agrees
+// with, when there is exactly one) and, where a directory holds more than
+// one run, makes each run a series of its own: prune never deletes one
+// run's checkpoint in favour of another's.
+func separateRuns(es []Entry) {
+	byDir := map[string][]int{}
+	for i := range es {
+		if es[i].Run != "" {
+			d := filepath.Dir(es[i].Path)
+			byDir[d] = append(byDir[d], i)
+		}
+	}
+	for _, idx := range byDir {
+		var ids []string // distinct identities, fullest first
+		seen := map[string]bool{}
+		for _, i := range idx {
+			if !seen[es[i].Run] {
+				seen[es[i].Run] = true
+				ids = append(ids, es[i].Run)
+			}
+		}
+		sort.SliceStable(ids, func(a, b int) bool { return len(runFields(ids[a])) > len(runFields(ids[b])) })
+		canon := map[string]string{}
+		for _, id := range ids {
+			var match []string
+			for _, c := range ids {
+				if c != id && len(runFields(c)) > len(runFields(id)) && sameRun(id, c) && canon[c] == c {
+					match = append(match, c)
+				}
+			}
+			canon[id] = id
+			if len(match) == 1 {
+				canon[id] = match[0]
+			}
+		}
+		runs := map[string]bool{}
+		for _, i := range idx {
+			es[i].Run = canon[es[i].Run]
+			runs[es[i].Run] = true
+		}
+		if len(runs) < 2 {
+			continue
+		}
+		for _, i := range idx {
+			es[i].Series += " [run " + es[i].Run + "]"
+		}
+	}
+}
+
 // runLabel is the short form of a run identity for messages: its
 // max_steps and target modules.
 func runLabel(run string) string {

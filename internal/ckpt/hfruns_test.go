@@ -232,3 +232,35 @@ func copyFileAt(t *testing.T, src, dst string, mtime time.Time) {
 	}
 	os.Chtimes(dst, mtime, mtime)
 }
+
+// TestHFOneRunBeforeItsFirstLog: a checkpoint saved before the run's first
+// log entry (empty log_history) is of the same run as the later ones, not
+// a run of its own.
+func TestHFOneRunBeforeItsFirstLog(t *testing.T) {
+	t.Parallel()
+	src := testbin.CorpusFile(t, hfMixed)
+	dir := t.TempDir()
+	t0 := time.Date(2024, 10, 1, 0, 0, 0, 0, time.UTC)
+	copyDirAt(t, filepath.Join(src, "checkpoint-1000"), filepath.Join(dir, "checkpoint-1000"), t0)
+	copyDirAt(t, filepath.Join(src, "checkpoint-1500"), filepath.Join(dir, "checkpoint-1500"), t0.Add(time.Hour))
+	p := filepath.Join(dir, "checkpoint-1000", "trainer_state.json")
+	var st map[string]any
+	b, _ := os.ReadFile(p)
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	st["log_history"] = []any{}
+	b, _ = json.Marshal(st)
+	os.WriteFile(p, b, 0o644)
+	es, err := Scan(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 2 || es[0].Run != es[1].Run || es[0].Series != es[1].Series || len(MixedRuns(es)) != 0 {
+		t.Errorf("runs %q / %q, series %q / %q, mixed %q", es[0].Run, es[1].Run, es[0].Series, es[1].Series, MixedRuns(es))
+	}
+	res, err := FindLatest(dir)
+	if err != nil || res.Best == nil || filepath.Base(res.Best.Path) != "checkpoint-1500" || res.Disagreement != "" {
+		t.Errorf("latest %+v, %v", res, err)
+	}
+}

@@ -186,6 +186,7 @@ func scanTree(dir string) (*tree, error) {
 		}
 	}
 	refineSeries(t.entries)
+	separateRuns(t.entries)
 	sortEntries(t.entries)
 	return t, nil
 }
@@ -236,11 +237,6 @@ func entryOf(r *Report) Entry {
 		ModTime: r.ModTime, Size: r.Size, Step: r.Step, Epoch: r.Epoch, Tensors: len(r.Tensors),
 		Series: SeriesOf(r.Path), BestRefs: bestRefsOf(r.Scalars),
 		EpochValue: r.EpochValue, Run: r.Run, Incomplete: r.Incomplete}
-	if r.Run != "" {
-		// Checkpoints of two runs in one output directory are two
-		// series: prune never deletes one run's in favour of another's.
-		e.Series += " [run " + r.Run + "]"
-	}
 	e.Kind, e.Note = classify(r)
 	for k, v := range r.Scalars {
 		if strings.Contains(k, ".") && !strings.HasPrefix(k, "__metadata__") {
