@@ -68,6 +68,11 @@ func detectFile(r io.ReaderAt, size int64) string {
 		// Checked before pickle: a header length of 0x..80 starts with the
 		// PROTO opcode's byte.
 		return FormatSafetensors
+	case len(head) >= 10 && head[8] == '{' && head[9] == '"' && binary.LittleEndian.Uint64(head) > maxSafetensorsHeader &&
+		binary.LittleEndian.Uint64(head) <= uint64(size-8):
+		// A whole header over the format's limit: a safetensors file
+		// that every reader refuses (said so), not something else.
+		return FormatSafetensors
 	case head[0] == 0x80 && head[1] >= 2 && head[1] <= 5:
 		if isLegacyHead(head) {
 			return FormatTorchLegacy
@@ -75,6 +80,10 @@ func detectFile(r io.ReaderAt, size int64) string {
 		return FormatPickle
 	case isTar(r):
 		return FormatTorchTar
+	case head[0] == 'v' && size < maxLFSPointer:
+		if _, ok := readLFSPointer(r, size); ok {
+			return FormatLFSPointer
+		}
 	case isProto01Pickle(r, size, head[0]):
 		return FormatPickle
 	}

@@ -305,6 +305,10 @@ type hfState struct {
 	BestMetric          *float64         `json:"best_metric"`
 	BestModelCheckpoint *string          `json:"best_model_checkpoint"`
 	LogHistory          []map[string]any `json:"log_history"`
+	MaxSteps            *int64           `json:"max_steps"`
+	NumTrainEpochs      *float64         `json:"num_train_epochs"`
+	TrainBatchSize      *int64           `json:"train_batch_size"`
+	SaveSteps           *int64           `json:"save_steps"`
 }
 
 // inspectHF checks an HF Trainer checkpoint-N directory: trainer_state.json
@@ -340,7 +344,11 @@ func inspectHF(dir string, rep *Report, opt Options) {
 		rep.Scalars["epoch"] = *hs.Epoch
 		e := int64(*hs.Epoch)
 		rep.Epoch = &e
+		ev := *hs.Epoch
+		rep.EpochValue = &ev
 	}
+	rep.Run = hfRunIdentity(dir, &hs)
+	rep.Incomplete = hfIncomplete(dir)
 	if hs.BestMetric != nil {
 		rep.Scalars["best_metric"] = *hs.BestMetric
 	}
@@ -349,6 +357,12 @@ func inspectHF(dir string, rep *Report, opt Options) {
 	}
 	if n := len(hs.LogHistory); n > 0 {
 		for k, v := range hs.LogHistory[n-1] {
+			if k == "epoch" || k == "step" {
+				// trainer_state.json's own epoch and step are the
+				// checkpoint's; the last log entry may be older (logged
+				// at step 870 of a checkpoint at 872).
+				continue
+			}
 			switch x := v.(type) {
 			case float64, string, bool:
 				rep.Scalars[k] = x

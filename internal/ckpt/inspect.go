@@ -112,6 +112,9 @@ func inspectReader(r io.ReaderAt, size int64, rep *Report, opt Options) error {
 		inspectSafetensors(r, size, rep, opt)
 	case FormatPickle:
 		inspectPickle(r, size, rep)
+	case FormatLFSPointer:
+		p, _ := readLFSPointer(r, size)
+		rep.invalid("%s", p.describe())
 	default:
 		rep.invalid("not a checkpoint: no torch zip, legacy torch, safetensors or pickle structure found")
 	}

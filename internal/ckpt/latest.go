@@ -23,10 +23,14 @@ type Entry struct {
 	Size    int64     `json:"size"`
 	Step    *int64    `json:"step,omitempty"`  // when known from metadata
 	Epoch   *int64    `json:"epoch,omitempty"` // when known from metadata
-	Tensors int       `json:"tensors"`
+	// EpochValue, Run, Incomplete: as in Report.
+	EpochValue *float64 `json:"epoch_value,omitempty"`
+	Run        string   `json:"run,omitempty"`
+	Incomplete string   `json:"incomplete,omitempty"`
+	Tensors    int      `json:"tensors"`
 	// Metrics are the top-level numeric scalars other than step and epoch
 	// (loss, accuracy, best_metric, ...).
-	Metrics map[string]float64 `json:"metrics,omitempty"`
+	Metrics Metrics `json:"metrics,omitempty"`
 	// Kind says what the entry was recognised as, by what it holds:
 	// KindCheckpoint, KindInvalid or KindOther.
 	Kind string `json:"kind"`
@@ -182,6 +186,7 @@ func scanTree(dir string) (*tree, error) {
 		}
 	}
 	refineSeries(t.entries)
+	separateRuns(t.entries)
 	sortEntries(t.entries)
 	return t, nil
 }
@@ -230,7 +235,8 @@ func SeriesOf(path string) string {
 func entryOf(r *Report) Entry {
 	e := Entry{Path: r.Path, Format: r.Format, Layout: r.Layout, Valid: r.Valid, Reason: r.Reason,
 		ModTime: r.ModTime, Size: r.Size, Step: r.Step, Epoch: r.Epoch, Tensors: len(r.Tensors),
-		Series: SeriesOf(r.Path), BestRefs: bestRefsOf(r.Scalars)}
+		Series: SeriesOf(r.Path), BestRefs: bestRefsOf(r.Scalars),
+		EpochValue: r.EpochValue, Run: r.Run, Incomplete: r.Incomplete}
 	e.Kind, e.Note = classify(r)
 	for k, v := range r.Scalars {
 		if strings.Contains(k, ".") && !strings.HasPrefix(k, "__metadata__") {
@@ -266,6 +272,13 @@ func classify(r *Report) (kind, note string) {
 			return KindInvalid, ""
 		}
 		return KindCheckpoint, ""
+	case FormatLFSPointer:
+		// What a clone without git-lfs leaves: the checkpoint is not
+		// here. Under a checkpoint's name it is one that cannot be used.
+		if lfsCheckpointName(r.Path) {
+			return KindInvalid, ""
+		}
+		return KindOther, "a Git LFS pointer to a file not named as a checkpoint"
 	case FormatTorchTar:
 		// Pre-1.0 torch.save: tensors are not listed.
 		if !r.Valid {
@@ -413,6 +426,16 @@ type NoValidCheckpointError struct {
 
 func (e *NoValidCheckpointError) Error() string {
 	var b strings.Builder
+	if n := e.LFSPointers(); n == len(e.Invalid) {
+		fmt.Fprintf(&b, "no valid checkpoint in %s: ", e.Dir)
+		if n == 1 {
+			fmt.Fprintf(&b, "%s is a Git LFS pointer, not the checkpoint", e.Invalid[0].Path)
+		} else {
+			fmt.Fprintf(&b, "its %d checkpoints are Git LFS pointers, not the files", n)
+		}
+		b.WriteString(" (a clone without git-lfs): run `git lfs pull` in the repository")
+		return b.String()
+	}
 	fmt.Fprintf(&b, "no valid checkpoint in %s: %d checkpoint", e.Dir, len(e.Invalid))
 	if len(e.Invalid) != 1 {
 		b.WriteString("s")
@@ -429,6 +452,17 @@ func (e *NoValidCheckpointError) Error() string {
 		fmt.Fprintf(&b, " %s (%s)", x.Path, x.Reason)
 	}
 	return b.String()
+}
+
+// LFSPointers counts the invalid candidates that are Git LFS pointers.
+func (e *NoValidCheckpointError) LFSPointers() int {
+	n := 0
+	for _, x := range e.Invalid {
+		if x.Format == FormatLFSPointer {
+			n++
+		}
+	}
+	return n
 }
 
 // Problem returns a *NoValidCheckpointError when checkpoints were found but
@@ -480,6 +514,7 @@ func pickLatest(es []Entry) *LatestResult {
 	b := valid[0]
 	res.Best = &b
 	preferNewestLightningRun(valid, res)
+	mixedRuns(valid, res)
 	for _, e := range res.Invalid {
 		if Newer(&e, &b) {
 			res.SkippedNewer = append(res.SkippedNewer, e)

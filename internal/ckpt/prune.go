@@ -44,6 +44,9 @@ type PruneItem struct {
 
 // PrunePlan is the outcome of a policy over a directory.
 type PrunePlan struct {
+	// MixedRuns names each directory whose HF checkpoints belong to more
+	// than one training run; each run is its own series (MixedRuns).
+	MixedRuns []string `json:"mixed_runs,omitempty"`
 	// Items are the checkpoints and invalid checkpoint candidates, series by
 	// series, each series newest first.
 	Items []PruneItem `json:"items"`
@@ -75,12 +78,15 @@ func PlanPrune(entries []Entry, pol PrunePolicy) (*PrunePlan, error) {
 	}
 	es := append([]Entry(nil), entries...)
 	SortNewestFirst(es)
-	plan := &PrunePlan{Items: []PruneItem{}, LeftAlone: []LeftAlone{}, Deleted: []string{}}
+	plan := &PrunePlan{Items: []PruneItem{}, LeftAlone: []LeftAlone{}, Deleted: []string{}, MixedRuns: MixedRuns(es)}
 	var order []string
 	series := map[string][]Entry{}
 	for _, e := range es {
-		switch e.Kind {
-		case KindCheckpoint, KindInvalid:
+		switch {
+		case e.Format == FormatLFSPointer:
+			plan.LeftAlone = append(plan.LeftAlone, LeftAlone{Path: e.Path, Format: e.Format,
+				Why: "a Git LFS pointer: the checkpoint itself is in Git LFS (`git lfs pull` fetches it), and deleting the pointer frees nothing"})
+		case e.Kind == KindCheckpoint, e.Kind == KindInvalid:
 			if _, ok := series[e.Series]; !ok {
 				order = append(order, e.Series)
 			}

@@ -77,8 +77,17 @@ func keepBestRefs(plan *PrunePlan) {
 	}
 }
 
+// sameCheckpointRef matches a recorded path by its last element, as the
+// training machine wrote it: with / or, on Windows, with a backslash
+// (E:\runs\checkpoints\epoch=98-step=6039.ckpt). Either reading
+// matching is a match: when unsure, keep.
 func sameCheckpointRef(ref, path string) bool {
-	return filepath.Base(filepath.Clean(ref)) == filepath.Base(path)
+	base := filepath.Base(path)
+	if filepath.Base(filepath.Clean(ref)) == base {
+		return true
+	}
+	ref = strings.TrimRight(ref, `/\`)
+	return ref[strings.LastIndexAny(ref, `/\`)+1:] == base
 }
 
 // bestRefsOf returns the scalars where trainers record their best

@@ -1,6 +1,8 @@
 package ckpt
 
 import (
+	"encoding/json"
+	"math"
 	"sort"
 	"time"
 )
@@ -37,26 +39,35 @@ type Estimate struct {
 
 // Report is what Inspect and Verify learn about one checkpoint.
 type Report struct {
-	Path         string         `json:"path"`
-	Format       string         `json:"format"`
-	Layout       string         `json:"layout,omitempty"` // "lightning", "hf-trainer", "state_dict", "training", "module"
-	Valid        bool           `json:"valid"`
-	Reason       string         `json:"reason,omitempty"`
-	Size         int64          `json:"size"`
-	ModTime      time.Time      `json:"mtime"`
-	Tensors      []Tensor       `json:"tensors"`
-	Scalars      map[string]any `json:"scalars"`
-	TensorBytes  int64          `json:"tensor_bytes"`
-	StorageBytes int64          `json:"storage_bytes"`
-	Parameters   int64          `json:"parameters"`
-	Resume       Estimate       `json:"resume_estimate"`
-	Globals      []string       `json:"globals"`
-	Findings     []string       `json:"findings"`
-	Storages     []Storage      `json:"storages,omitempty"`
-	Step         *int64         `json:"step,omitempty"`
-	Epoch        *int64         `json:"epoch,omitempty"`
-	Parts        []*Report      `json:"parts,omitempty"` // files of a directory checkpoint
-	BytesRead    int64          `json:"bytes_read"`
+	Path         string    `json:"path"`
+	Format       string    `json:"format"`
+	Layout       string    `json:"layout,omitempty"` // "lightning", "hf-trainer", "state_dict", "training", "module"
+	Valid        bool      `json:"valid"`
+	Reason       string    `json:"reason,omitempty"`
+	Size         int64     `json:"size"`
+	ModTime      time.Time `json:"mtime"`
+	Tensors      []Tensor  `json:"tensors"`
+	Scalars      Scalars   `json:"scalars"`
+	TensorBytes  int64     `json:"tensor_bytes"`
+	StorageBytes int64     `json:"storage_bytes"`
+	Parameters   int64     `json:"parameters"`
+	Resume       Estimate  `json:"resume_estimate"`
+	Globals      []string  `json:"globals"`
+	Findings     []string  `json:"findings"`
+	Storages     []Storage `json:"storages,omitempty"`
+	Step         *int64    `json:"step,omitempty"`
+	Epoch        *int64    `json:"epoch,omitempty"`
+	// EpochValue is the epoch as recorded when it is a fraction (HF
+	// Trainer: 0.96 of the first epoch); Epoch is its whole part.
+	EpochValue *float64 `json:"epoch_value,omitempty"`
+	// Run identifies the training run of an HF Trainer checkpoint (see
+	// hfRunIdentity); checkpoints of different runs do not compare.
+	Run string `json:"run,omitempty"`
+	// Incomplete says what the checkpoint lacks for a resume ("" when
+	// nothing: HF's optimizer.pt).
+	Incomplete string    `json:"incomplete,omitempty"`
+	Parts      []*Report `json:"parts,omitempty"` // files of a directory checkpoint
+	BytesRead  int64     `json:"bytes_read"`
 }
 
 func (r *Report) invalid(format string, a ...any) {
@@ -175,4 +186,66 @@ func numel(shape []int64) int64 {
 		n *= s
 	}
 	return n
+}
+
+// Scalars are a checkpoint's scalar values by path. In JSON a float that
+// JSON cannot hold (ReduceLROnPlateau's mode_worse is inf, a diverged
+// loss nan) is the string Python's float() reads back: "inf", "-inf",
+// "nan".
+type Scalars map[string]any
+
+// MarshalJSON writes s with non-finite floats as strings.
+func (s Scalars) MarshalJSON() ([]byte, error) {
+	if s == nil {
+		return []byte("null"), nil
+	}
+	m := make(map[string]any, len(s))
+	for k, v := range s {
+		m[k] = finiteJSON(v)
+	}
+	return json.Marshal(m)
+}
+
+// Metrics are an entry's numeric scalars; non-finite ones are written to
+// JSON as Scalars writes them.
+type Metrics map[string]float64
+
+// MarshalJSON writes m with non-finite floats as strings.
+func (m Metrics) MarshalJSON() ([]byte, error) {
+	if m == nil {
+		return []byte("null"), nil
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = finiteJSON(v)
+	}
+	return json.Marshal(out)
+}
+
+func finiteJSON(v any) any {
+	switch x := v.(type) {
+	case float64:
+		return floatJSON(x)
+	case float32:
+		return floatJSON(float64(x))
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = finiteJSON(e)
+		}
+		return out
+	}
+	return v
+}
+
+func floatJSON(f float64) any {
+	switch {
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	case math.IsNaN(f):
+		return "nan"
+	}
+	return f
 }

@@ -85,7 +85,7 @@ func ParseSafetensors(r io.ReaderAt, size int64) (*SafetensorsHeader, error) {
 	}
 	n := binary.LittleEndian.Uint64(lb[:])
 	if n > maxSafetensorsHeader {
-		return nil, fmt.Errorf("header length %d is over the %d-byte limit", n, maxSafetensorsHeader)
+		return nil, fmt.Errorf("header length %d is over the format's limit of %d bytes (100 MiB): safetensors refuses it (HeaderTooLarge); the file is not truncated", n, maxSafetensorsHeader)
 	}
 	if int64(n) > size-8 {
 		return nil, fmt.Errorf("header length %d runs past the end of the %d-byte file: truncated", n, size)

@@ -67,22 +67,29 @@ type ScanResult struct {
 	Hits      []ScanHit `json:"globals"`
 	Dangerous int       `json:"dangerous"`
 	Unknown   int       `json:"unknown"`
-	Errors    []string  `json:"errors"`
+	// Framework counts globals of the framework tier (VerdictFramework):
+	// known frameworks' classes only referenced, or their plain data
+	// classes built the plain way. They pass unless the scan is strict.
+	Framework int      `json:"framework"`
+	Errors    []string `json:"errors"`
 	// NotUnderstood names content a loader could unpickle that the
 	// scanner cannot read (a file in no format it knows, a .npy header it
 	// cannot parse): neither safe nor known to be dangerous.
 	NotUnderstood []string `json:"not_understood"`
-	// Safe: every global is on the allowlist, every pickle decoded to its
-	// end and every part of the file understood. Anything else fails.
+	// Safe: every global is on the allowlist (or of the framework tier,
+	// unless strict), every pickle decoded to its end and every part of the
+	// file understood. Anything else fails.
 	Safe bool `json:"safe"`
 	// Status is the one word for the result, in order of precedence:
 	// dangerous, unknown (globals off the allowlist), failed (a pickle not
-	// read to its end), not-understood, skipped (in a directory scan: no
-	// loader in scope unpickles the file, Skipped says why), ok.
+	// read to its end), not-understood, framework (framework classes, no
+	// code from the file run: safe unless strict), skipped (in a directory
+	// scan: no loader in scope unpickles the file, Skipped says why), ok.
 	Status  string `json:"status"`
 	Skipped string `json:"skipped,omitempty"`
 
-	allow map[string]bool
+	allow  map[string]bool
+	strict bool
 	// skipWhy: no loader in scope unpickles the file; a directory scan
 	// skips it for this reason.
 	skipWhy string
@@ -94,6 +101,9 @@ type ScanOptions struct {
 	// "mypkg.models.Net") of the user's own classes and functions, accepted
 	// like the built-in allowlist.
 	Allow []string
+	// Strict fails the framework tier too: only the allowlist (and
+	// Allow) passes.
+	Strict bool
 }
 
 // scanLimits bound a scan's decode. Python's unpickler has no limit on
@@ -158,7 +168,7 @@ func ScanFileWith(path string, opts ScanOptions) (*ScanResult, error) {
 }
 
 func newScanResult(path, format string, opts ScanOptions) *ScanResult {
-	return &ScanResult{Path: path, Format: format, Hits: []ScanHit{}, Errors: []string{}, NotUnderstood: []string{}, allow: allowSet(opts.Allow)}
+	return &ScanResult{Path: path, Format: format, Hits: []ScanHit{}, Errors: []string{}, NotUnderstood: []string{}, allow: allowSet(opts.Allow), strict: opts.Strict}
 }
 
 // notUnderstood records content the scanner cannot read; where says which
@@ -203,6 +213,11 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 		if pythonTarHeader(r) {
 			scanTar(r, size, res)
 		}
+	case res.Format == FormatLFSPointer:
+		// Not the file: nothing of it can be scanned, in a directory
+		// as alone (never skipped in silence).
+		p, _ := readLFSPointer(r, size)
+		res.notUnderstood("", "%s, then scan it", p.describe())
 	case res.Format == FormatSafetensors, res.Format == FormatTorchTar:
 		if res.Format == FormatTorchTar {
 			scanTar(r, size, res)
@@ -235,16 +250,19 @@ func scanReader(r io.ReaderAt, size int64, res *ScanResult) {
 const unknownFormatSkip = "in no checkpoint, numpy or pickle format, and its first byte is no pickle opcode: torch.load, numpy.load and pickle.load refuse it there"
 
 func (res *ScanResult) finish() {
-	res.Dangerous, res.Unknown = 0, 0
+	res.Dangerous, res.Unknown, res.Framework = 0, 0, 0
 	for _, h := range res.Hits {
 		switch h.Verdict {
 		case VerdictDangerous:
 			res.Dangerous++
 		case VerdictUnknown:
 			res.Unknown++
+		case VerdictFramework:
+			res.Framework++
 		}
 	}
-	res.Safe = res.Dangerous == 0 && res.Unknown == 0 && len(res.Errors) == 0 && len(res.NotUnderstood) == 0 && res.Skipped == ""
+	res.Safe = res.Dangerous == 0 && res.Unknown == 0 && len(res.Errors) == 0 && len(res.NotUnderstood) == 0 && res.Skipped == "" &&
+		(res.Framework == 0 || !res.strict)
 	switch {
 	case res.Dangerous > 0:
 		res.Status = StatusDangerous
@@ -254,6 +272,8 @@ func (res *ScanResult) finish() {
 		res.Status = StatusFailed
 	case len(res.NotUnderstood) > 0:
 		res.Status = StatusNotUnderstood
+	case res.Framework > 0:
+		res.Status = StatusFramework
 	case res.Skipped != "":
 		res.Status = StatusSkipped
 	default:
@@ -269,6 +289,9 @@ const (
 	StatusFailed        = "failed"
 	StatusNotUnderstood = "not-understood"
 	StatusSkipped       = "skipped"
+	// StatusFramework: every global is allowlisted or of the framework
+	// tier (VerdictFramework), and some are of that tier.
+	StatusFramework = "framework"
 )
 
 // scanPickles decodes consecutive pickles starting at off, every one up
@@ -315,7 +338,20 @@ func scanPickles(r io.ReaderAt, off, size int64, record string, res *ScanResult,
 			if name == "" {
 				name = fmt.Sprintf("pickle %d", i+1)
 			}
+			nErr := len(res.Errors)
 			pr, ok := scanOne(r, off, size, name, res)
+			if !ok && i == 0 && probe && off == 0 && res.Format == "" && refusedAtFirstOpcode(pr, res.Errors[nErr:]) {
+				// Text whose first byte happens to be an opcode (YAML's
+				// "b", CSV's "e"): CPython's unpickler raises at that
+				// opcode, before anything is imported or called. It is
+				// no pickle, as a first byte that is no opcode.
+				res.Pickles--
+				why := strings.TrimPrefix(res.Errors[nErr], name+": ")
+				res.Errors = res.Errors[:nErr]
+				res.notUnderstood("", "in no format the scanner reads, and not a pickle: CPython's unpickler refuses it at byte 0 (%s)", why)
+				res.skipWhy = fmt.Sprintf("in no checkpoint, numpy or pickle format: torch.load, numpy.load and pickle.load refuse it at byte 0 (%s)", why)
+				break
+			}
 			if !ok || record != "" {
 				break // a zip record is read by one load()
 			}
@@ -327,26 +363,98 @@ func scanPickles(r io.ReaderAt, off, size int64, record string, res *ScanResult,
 	}
 }
 
+// refusedAtFirstOpcode says whether a decode stopped at its first opcode
+// with one of the grammar or type errors CPython raises at the same byte
+// (a stack underflow, no MARK, a bad operand), having met no global, BUILD
+// or persistent id. A bound of the decoder, a stop where CPython may go on
+// and input cut short are not such a refusal.
+func refusedAtFirstOpcode(pr *pickle.Result, errs []string) bool {
+	if pr == nil || pr.ErrAt != 0 || len(errs) != 1 || len(pr.Globals) > 0 || len(pr.Builds) > 0 || len(pr.PersIDList) > 0 {
+		return false
+	}
+	e := errs[0]
+	return !strings.Contains(e, pickle.ErrLimit.Error()) && !strings.Contains(e, pickle.ErrOpaque.Error()) && !strings.Contains(e, "pickle truncated")
+}
+
 // scanOne decodes one pickle at off, classifies its globals and records a
 // decode error; ok is false after an error.
 func scanOne(r io.ReaderAt, off, size int64, name string, res *ScanResult) (*pickle.Result, bool) {
 	pr, err := pickle.Decode(r, off, size, scanLimits)
 	if pr != nil {
 		res.Pickles++
-		for _, g := range pr.Globals {
-			v, why := Classify(g, res.allow)
-			if g.Detail != "" {
-				why = g.Detail + "; " + why
-			}
-			res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: v, Reason: why, Record: name, Offset: g.Offset, Opcode: g.Opcode})
-		}
+		classifyGlobals(pr, name, res)
 		checkSideEffects(pr, name, res)
 	}
 	if err != nil {
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", name, err))
+		if pr != nil && pr.ErrAt >= off && strings.Contains(err.Error(), "runs past the input") {
+			scanPastFrame(r, off, size, pr.ErrAt, name, res)
+		}
 		return pr, false
 	}
 	return pr, true
+}
+
+// maxPastFrame bounds the bytes scanPastFrame reads again.
+const maxPastFrame = 64 << 20
+
+// scanPastFrame names the globals a pickle reaches past a FRAME that
+// declares more bytes than are left: CPython's C unpickler stops there,
+// but Python's own pure-Python one (pickle._Unpickler) reads the short
+// frame without checking its length and goes on to STOP, importing what
+// follows. The scan decodes the pickle again without that FRAME opcode
+// and classifies every global past it (the decode error stays a finding).
+func scanPastFrame(r io.ReaderAt, off, size, frameAt int64, name string, res *ScanResult) {
+	if size-off > maxPastFrame || frameAt+9 > size {
+		return
+	}
+	buf := make([]byte, size-off)
+	if n, _ := r.ReadAt(buf, off); int64(n) != size-off {
+		return
+	}
+	rel := frameAt - off
+	rest := append(buf[:rel:rel], buf[rel+9:]...)
+	pr, _ := pickle.DecodeBytes(rest, scanLimits)
+	if pr == nil {
+		return
+	}
+	for _, g := range pr.Globals {
+		if g.Offset < rel {
+			continue // seen before the frame
+		}
+		v, why := Classify(g, res.allow)
+		if g.Detail != "" {
+			why = g.Detail + "; " + why
+		}
+		res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: v,
+			Reason: why + fmt.Sprintf(" (past the damaged FRAME at byte %d, which Python's pure-Python unpickler reads on from)", frameAt),
+			Record: name, Offset: off + g.Offset + 9, Opcode: g.Opcode})
+	}
+}
+
+// classifyGlobals adds a hit for every global of a decoded pickle: its
+// verdict by name (Classify), and for an unknown one of a known framework
+// whose every use in the pickle is inert, the framework tier.
+func classifyGlobals(pr *pickle.Result, name string, res *ScanResult) {
+	verdicts := make([]string, len(pr.Globals))
+	whys := make([]string, len(pr.Globals))
+	var unknown []int
+	for i, g := range pr.Globals {
+		verdicts[i], whys[i] = Classify(g, res.allow)
+		if verdicts[i] == VerdictUnknown && g.Resolved && !strings.Contains(g.Name, ".") {
+			unknown = append(unknown, i)
+		}
+	}
+	for i, why := range frameworkUses(pr, unknown) {
+		verdicts[i], whys[i] = VerdictFramework, why
+	}
+	for i, g := range pr.Globals {
+		why := whys[i]
+		if g.Detail != "" {
+			why = g.Detail + "; " + why
+		}
+		res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: verdicts[i], Reason: why, Record: name, Offset: g.Offset, Opcode: g.Opcode})
+	}
 }
 
 // scanPickleView reads a file of another format the way torch.load and
@@ -375,13 +483,7 @@ func scanPickleView(r io.ReaderAt, size int64, res *ScanResult) {
 	}
 	name := "the file read as a pickle (what torch.load does with it)"
 	res.Pickles++
-	for _, g := range pr.Globals {
-		v, why := Classify(g, res.allow)
-		if g.Detail != "" {
-			why = g.Detail + "; " + why
-		}
-		res.Hits = append(res.Hits, ScanHit{Global: g.String(), Verdict: v, Reason: why, Record: name, Offset: g.Offset, Opcode: g.Opcode})
-	}
+	classifyGlobals(pr, name, res)
 	checkSideEffects(pr, name, res)
 	if cpythonGoesOn {
 		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", name, err))

@@ -151,12 +151,49 @@ func (w *walker) again(c any, path string) bool {
 	return true
 }
 
+// pathKey renders a dict key as a path element. A class used as a key
+// (Lightning 1.x keys its callbacks' states by the callback's class) is
+// its qualified name, as Python's repr names it, so two callbacks' states
+// are told apart: callbacks.pytorch_lightning.callbacks.early_stopping.EarlyStopping.best_score.
+func pathKey(k any) string { return pathKeyDepth(k, 0) }
+
+func pathKeyDepth(k any, depth int) string {
+	switch v := k.(type) {
+	case pickle.Global:
+		return v.String()
+	case pickle.Tuple:
+		if depth > 8 {
+			return "..."
+		}
+		var b strings.Builder
+		b.WriteString("(")
+		for i, e := range v {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			if i >= 16 {
+				b.WriteString("...")
+				break
+			}
+			b.WriteString(pathKeyDepth(e, depth+1))
+		}
+		b.WriteString(")")
+		return b.String()
+	case *pickle.Call:
+		if g, ok := v.Global(); ok {
+			return "<" + g.String() + " object>"
+		}
+		return "<object>"
+	}
+	return pickle.KeyString(k)
+}
+
 func (w *walker) walkDict(x *pickle.Dict, path string, depth int, role string) {
 	if role == "" && isOptimizerState(x) {
 		role = "optimizer"
 	}
 	for i, k := range x.Keys {
-		w.walk(x.Vals[i], join(path, pickle.KeyString(k)), depth+1, role)
+		w.walk(x.Vals[i], join(path, pathKey(k)), depth+1, role)
 	}
 }
 
@@ -280,7 +317,7 @@ func (w *walker) walkModule(st *pickle.Dict, path string, depth int, role string
 		v, _ := st.Get(field)
 		if d := asDict(v); d != nil {
 			for i, k := range d.Keys {
-				w.walk(d.Vals[i], join(path, pickle.KeyString(k)), depth+1, role)
+				w.walk(d.Vals[i], join(path, pathKey(k)), depth+1, role)
 			}
 		}
 	}
@@ -290,17 +327,17 @@ func (w *walker) walkModule(st *pickle.Dict, path string, depth int, role string
 				child := d.Vals[i]
 				if c, ok := child.(*pickle.Call); ok {
 					if cs, ok := c.State.(*pickle.Dict); ok && isModuleState(cs) {
-						w.walkModule(cs, join(path, pickle.KeyString(k)), depth+1, role)
+						w.walkModule(cs, join(path, pathKey(k)), depth+1, role)
 						continue
 					}
 				}
-				w.walk(child, join(path, pickle.KeyString(k)), depth+1, role)
+				w.walk(child, join(path, pathKey(k)), depth+1, role)
 			}
 		}
 	}
 	// Plain attributes (ints, floats, strings) of the module are scalars.
 	for i, k := range st.Keys {
-		ks := pickle.KeyString(k)
+		ks := pathKey(k)
 		if strings.HasPrefix(ks, "_") {
 			continue
 		}

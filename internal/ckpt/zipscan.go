@@ -90,6 +90,10 @@ func scanZipArchive(r io.ReaderAt, size int64, res *ScanResult) {
 			zipFinding(res, e.Name, int64(e.HeaderOffset), "record %q inflates from %d to %d bytes (%d:1): a deflate bomb; torch.load allocates and inflates all of it",
 				e.Name, e.CompSize, e.Size, e.Size/max(e.CompSize, 1))
 		}
+		if e.Encrypted() {
+			res.notUnderstood(e.Name, "encrypted (a password-protected zip): nothing of it can be read without the password, so it is not scanned (torch's zip reader refuses encrypted records)")
+			continue
+		}
 		if e.ReadErr != nil {
 			zipFinding(res, e.Name, int64(e.HeaderOffset), "record %q cannot be read as torch would read it, so it is not scanned: %v", e.Name, e.ReadErr)
 			continue

@@ -82,6 +82,9 @@ Only metadata is read.`,
 				return f.WriteJSON(es)
 			}
 			renderEntries(f, es)
+			for _, m := range ckpt.MixedRuns(es) {
+				fmt.Fprintf(f.IO.ErrOut, "vramguard: %s\n", termsafe.String(m))
+			}
 			return nil
 		},
 	}
@@ -164,6 +167,9 @@ type verifyResult struct {
 	Format string `json:"format"`
 	Valid  bool   `json:"valid"`
 	Reason string `json:"reason,omitempty"`
+	// Incomplete: what a sound checkpoint lacks for a resume (HF's
+	// optimizer.pt).
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 func runCkptVerify(f *Factory, path string, deep, asJSON bool) error {
@@ -210,7 +216,7 @@ func runCkptVerify(f *Factory, path string, deep, asJSON bool) error {
 		if err != nil {
 			return ckptInputErr(err)
 		}
-		results = append(results, verifyResult{Path: p, Format: rep.Format, Valid: rep.Valid, Reason: rep.Reason})
+		results = append(results, verifyResult{Path: p, Format: rep.Format, Valid: rep.Valid, Reason: rep.Reason, Incomplete: rep.Incomplete})
 		if !rep.Valid {
 			bad++
 		}
@@ -223,6 +229,9 @@ func runCkptVerify(f *Factory, path string, deep, asJSON bool) error {
 		for _, r := range results {
 			if r.Valid {
 				fmt.Fprintf(f.IO.Out, "ok       %s (%s)\n", ckpt.DisplayPath(r.Path), r.Format)
+				if r.Incomplete != "" {
+					fmt.Fprintf(f.IO.Out, "         %s\n", termsafe.String(r.Incomplete))
+				}
 			} else {
 				format := r.Format
 				if format == "" {
@@ -276,6 +285,10 @@ with its reason.`,
 			if res.Best == nil {
 				if asJSON {
 					return Silent(ExitFailed)
+				}
+				var nv *ckpt.NoValidCheckpointError
+				if errors.As(res.Problem(), &nv) && nv.LFSPointers() == len(nv.Invalid) {
+					return Failf("%v", nv)
 				}
 				if res.Problem() != nil {
 					return Failf("no valid checkpoint under %s: %d saved, every one failed verification (above)", args[0], len(res.Invalid))
@@ -350,6 +363,9 @@ reported with what was already deleted.`,
 				return f.WriteJSON(plan)
 			}
 			renderPlan(f, plan)
+			for _, m := range plan.MixedRuns {
+				fmt.Fprintf(f.IO.ErrOut, "vramguard: %s: each run is pruned on its own\n", termsafe.String(m))
+			}
 			return nil
 		},
 	}
@@ -366,10 +382,10 @@ reported with what was already deleted.`,
 }
 
 func newCmdCkptScan(f *Factory) *cobra.Command {
-	var asJSON bool
+	var asJSON, strict bool
 	var allow []string
 	cmd := &cobra.Command{
-		Use:   "scan FILE|DIR [--allow MODULE.QUALNAME]... [--json]",
+		Use:   "scan FILE|DIR [--allow MODULE.QUALNAME]... [--strict] [--json]",
 		Short: "Fail unless every pickle global a checkpoint references is known to be safe",
 		Long: `scan lists every Python global a checkpoint's pickles reference, without
 running them, and passes a file only when every one is on an allowlist:
@@ -387,6 +403,17 @@ on anything but a plain data container or torch.nn module, a persistent id
 other than torch's storage records (a legacy-format whole-model save's
 module records are unknown until --allow names their classes), and a
 pickle the scanner cannot read to its end.
+
+Between the allowlist and unknown lies one tier of its own, shown as
+"ok (framework classes, no code run)" and passed: a class of a known
+framework (PyTorch, Lightning, Hugging Face Transformers, Accelerate, PEFT,
+argparse) that the pickle only references, never calls, BUILDs or hands to
+anything that may call it (Lightning 2.x's optimizer class in
+hyper_parameters, Lightning 1.x's callback classes as dict keys), or one of
+their plain data classes built as real saves build it (HF's
+TrainingArguments and its enums in training_args.bin, argparse.Namespace).
+torch.load imports the framework's module and runs no code from the file.
+--strict fails that tier too (exit 1).
 
 Content it does not understand (a file in no format it reads, a .npy
 header it cannot parse) is neither: "NOT UNDERSTOOD", exit 4 when nothing
@@ -416,7 +443,7 @@ input, 4 nothing failed but something was not understood.`,
 					return Usagef("--allow: %v", err)
 				}
 			}
-			results, err := ckpt.ScanPathWith(args[0], ckpt.ScanOptions{Allow: allow})
+			results, err := ckpt.ScanPathWith(args[0], ckpt.ScanOptions{Allow: allow, Strict: strict})
 			if err != nil {
 				return ckptInputErr(err)
 			}
@@ -424,6 +451,10 @@ input, 4 nothing failed but something was not understood.`,
 			for _, r := range results {
 				switch r.Status {
 				case ckpt.StatusOK, ckpt.StatusSkipped:
+				case ckpt.StatusFramework:
+					if strict {
+						failed++
+					}
 				case ckpt.StatusNotUnderstood:
 					notUnderstood++
 				default:
@@ -451,6 +482,7 @@ input, 4 nothing failed but something was not understood.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print results as JSON")
 	cmd.Flags().StringArrayVar(&allow, "allow", nil, "also accept this global, by its full dotted path (module.qualname); repeatable")
+	cmd.Flags().BoolVar(&strict, "strict", false, "fail framework classes too (referenced only, or plain data classes): pass only the allowlist and --allow")
 	return cmd
 }
 

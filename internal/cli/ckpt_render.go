@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -31,7 +32,7 @@ func renderEntries(f *Factory, es []ckpt.Entry) {
 	fmt.Fprintln(tw, "PATH\tFORMAT\tSIZE\tMODIFIED\tSTEP\tEPOCH\tMETRICS\tSTATUS")
 	for _, e := range es {
 		status := "ok"
-		step, epoch, metrics := optInt(e.Step), optInt(e.Epoch), metricsString(e.Metrics)
+		step, epoch, metrics := optInt(e.Step), epochString(e.Epoch, e.EpochValue), metricsString(e.Metrics)
 		switch {
 		case e.Kind == ckpt.KindOther:
 			// A vocabulary's "step" entry is a word's index, not a step.
@@ -39,11 +40,25 @@ func renderEntries(f *Factory, es []ckpt.Entry) {
 			step, epoch, metrics = "-", "-", "-"
 		case !e.Valid:
 			status = "INVALID: " + termsafe.String(e.Reason)
+		case e.Incomplete != "":
+			status = "ok, " + termsafe.String(e.Incomplete)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ckpt.DisplayPath(e.Path), e.Format, units.FormatBytes(e.Size),
 			e.ModTime.Local().Format("2006-01-02 15:04"), step, epoch, metrics, status)
 	}
 	tw.Flush()
+}
+
+// epochString shows a fractional epoch as recorded (HF Trainer's 0.96),
+// a whole one as an integer.
+func epochString(e *int64, v *float64) string {
+	if v != nil && *v != float64(int64(*v)) {
+		if s := strconv.FormatFloat(*v, 'f', 2, 64); !strings.HasSuffix(s, ".00") {
+			return s
+		}
+		return strconv.FormatFloat(*v, 'g', 4, 64) // a fraction that rounds away
+	}
+	return optInt(e)
 }
 
 func metricsString(m map[string]float64) string {
@@ -87,7 +102,13 @@ func renderReport(f *Factory, r *ckpt.Report, limit int) {
 	}
 	fmt.Fprintf(w, "%s\n  format:    %s%s\n  status:    %s\n  size:      %s\n", ckpt.DisplayPath(r.Path), r.Format, layout, status, units.FormatBytes(r.Size))
 	if r.Step != nil || r.Epoch != nil {
-		fmt.Fprintf(w, "  step:      %s   epoch: %s\n", optInt(r.Step), optInt(r.Epoch))
+		fmt.Fprintf(w, "  step:      %s   epoch: %s\n", optInt(r.Step), epochString(r.Epoch, r.EpochValue))
+	}
+	if r.Run != "" {
+		fmt.Fprintf(w, "  run:       %s\n", termsafe.String(r.Run))
+	}
+	if r.Incomplete != "" {
+		fmt.Fprintf(w, "  note:      %s\n", termsafe.String(r.Incomplete))
 	}
 	fmt.Fprintf(w, "  tensors:   %d, %s (unique storage %s), %s\n", len(r.Tensors), units.FormatBytes(r.TensorBytes), units.FormatBytes(r.StorageBytes), units.Plural(int(r.Parameters), "parameter"))
 	e := r.Resume
@@ -136,6 +157,9 @@ func renderLatest(f *Factory, res *ckpt.LatestResult) {
 		fmt.Fprintf(f.IO.ErrOut, "vramguard: %s\n", termsafe.String(res.Disagreement))
 	}
 	if res.Best != nil {
+		if res.Best.Incomplete != "" {
+			fmt.Fprintf(f.IO.ErrOut, "vramguard: %s is %s\n", ckpt.DisplayPath(res.Best.Path), termsafe.String(res.Best.Incomplete))
+		}
 		fmt.Fprintln(f.IO.Out, ckpt.DisplayPath(res.Best.Path))
 	}
 }
@@ -157,7 +181,7 @@ func renderPlan(f *Factory, p *ckpt.PrunePlan) {
 				action = "deleted"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", action, ckpt.DisplayPath(it.Path), units.FormatBytes(it.Size), optInt(it.Step), optInt(it.Epoch), termsafe.String(strings.Join(it.Why, "; ")))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", action, ckpt.DisplayPath(it.Path), units.FormatBytes(it.Size), optInt(it.Step), epochString(it.Epoch, it.EpochValue), termsafe.String(strings.Join(it.Why, "; ")))
 	}
 	tw.Flush()
 	renderLeftAlone(f, p)
@@ -206,6 +230,11 @@ func renderScan(f *Factory, rs []*ckpt.ScanResult) {
 			verdict = "FAILED (pickle not read to its end)"
 		case ckpt.StatusNotUnderstood:
 			verdict = "NOT UNDERSTOOD"
+		case ckpt.StatusFramework:
+			verdict = fmt.Sprintf("ok (framework classes, no code run: %d)", r.Framework)
+			if !r.Safe {
+				verdict = fmt.Sprintf("FRAMEWORK CLASSES (%d, --strict)", r.Framework)
+			}
 		case ckpt.StatusSkipped:
 			fmt.Fprintf(w, "skipped  %s: %s\n", ckpt.DisplayPath(r.Path), r.Skipped)
 			continue

@@ -80,7 +80,7 @@ func TestCkptCommands(t *testing.T) {
 		{"scan --allow", []string{"scan", ckptTestdata + "/malicious/benign_own_class.pt", "--allow", "__main__.Net"}, 0, []string{"ok"}, nil, nil},
 		{"scan --allow bad", []string{"scan", ckptTestdata + "/malicious/benign.pt", "--allow", "Net"}, 2, nil, []string{"--allow", "MODULE.QUALNAME"}, nil},
 		{"scan whole nn.Module", []string{"scan", ckptTestdata + "/malicious/benign_module_nn.pt"}, 0, []string{"ok"}, nil, nil},
-		{"scan undecodable", []string{"scan", filepath.Join(dir, "train.log")}, 1, []string{"FAILED", "error:"}, nil, nil},
+		{"scan a text log", []string{"scan", filepath.Join(dir, "train.log")}, 4, []string{"NOT UNDERSTOOD", "refuses it at byte 0"}, nil, nil},
 		{"prune needs a rule", []string{"prune", dir}, 2, nil, []string{"--keep-last"}, nil},
 		{"prune bad mode", []string{"prune", dir, "--keep-best", "1", "--metric", "loss", "--mode", "up"}, 2, nil, []string{"min or max"}, nil},
 		{"prune dry run", []string{"prune", dir, "--keep-last", "1"}, 0, []string{"dry run", "delete", "epoch1.pt", "newest valid"}, nil, nil},

@@ -31,6 +31,10 @@ type Result struct {
 	// the scan checks, since BUILD calls the target's __setstate__ or sets
 	// its attributes.
 	Builds []Build
+	// Calls are the calls met (REDUCE, NEWOBJ, NEWOBJ_EX, INST, OBJ),
+	// in order, each with its node: also those whose result the pickle
+	// drops (POP), which the value tree does not hold.
+	Calls []CallRef
 	// PersIDList are the persistent ids met, each with its value: the
 	// loader's persistent_load decides what they do.
 	PersIDList []PersIDRef
@@ -271,6 +275,19 @@ func (t *tree) PersID(id any, text bool) (any, error) {
 	return PersID{ID: id}, nil
 }
 
+// CallRef is one call opcode and the Call node it built (a later BUILD
+// sets the node's State).
+type CallRef struct {
+	Offset int64
+	Opcode string
+	Call   *Call
+}
+
+func (t *tree) call(c *Call, op string) *Call {
+	t.res.Calls = append(t.res.Calls, CallRef{Offset: t.m.OpPos(), Opcode: op, Call: c})
+	return c
+}
+
 // callArgs checks the argument tuple of REDUCE, NEWOBJ and NEWOBJ_EX as
 // CPython does (PyTuple_Check): a tuple, or what a call returned, which may
 // be a tuple's subclass (torch.Size); anything else stops CPython too.
@@ -291,7 +308,7 @@ func (t *tree) Reduce(fn, a any) (any, error) {
 	if err := t.callArgs("REDUCE", a, c); err != nil {
 		return nil, err
 	}
-	return c, nil
+	return t.call(c, "REDUCE"), nil
 }
 
 func (t *tree) NewObj(cls, a any) (any, error) {
@@ -299,7 +316,7 @@ func (t *tree) NewObj(cls, a any) (any, error) {
 	if err := t.callArgs("NEWOBJ", a, c); err != nil {
 		return nil, err
 	}
-	return c, nil
+	return t.call(c, "NEWOBJ"), nil
 }
 
 func (t *tree) NewObjEx(cls, a, kw any) (any, error) {
@@ -316,17 +333,17 @@ func (t *tree) NewObjEx(cls, a, kw any) (any, error) {
 	default:
 		return nil, fmt.Errorf("NEWOBJ_EX keywords are %T, not a dict", kw)
 	}
-	return c, nil
+	return t.call(c, "NEWOBJ_EX"), nil
 }
 
 func (t *tree) Inst(mod, name string, args []any) (any, error) {
 	g := Global{Module: mod, Name: name}
 	t.global(g, "INST", true, "")
-	return &Call{Func: g, Args: Tuple(append([]any(nil), args...))}, nil
+	return t.call(&Call{Func: g, Args: Tuple(append([]any(nil), args...))}, "INST"), nil
 }
 
 func (t *tree) Obj(cls any, args []any) (any, error) {
-	return &Call{Func: cls, Args: Tuple(append([]any(nil), args...))}, nil
+	return t.call(&Call{Func: cls, Args: Tuple(append([]any(nil), args...))}, "OBJ"), nil
 }
 
 func (t *tree) Build(target *any, state any) error {

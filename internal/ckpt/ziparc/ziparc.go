@@ -318,7 +318,9 @@ func Open(r io.ReaderAt, size int64, lim Limits) (*Archive, error) {
 		if en.DiskStart != 0 {
 			a.anomaly("record %q says it starts on disk %d", en.Name, en.DiskStart)
 		}
-		if en.Method == 0 && en.CompSize != en.Size {
+		if en.Method == 0 && en.CompSize != en.Size && !en.Encrypted() {
+			// (an encrypted record stores a 12-byte header more; torch's
+			// reader refuses it whole, so the sizes do not matter)
 			a.anomaly("stored record %q has size %d but %d stored bytes: torch's reader reads %d", en.Name, en.Size, en.CompSize, en.Size)
 		}
 		if en.Size > 0 && (strings.HasSuffix(en.Name, "/") || en.ExternalAttr&0x10 != 0) {
@@ -627,6 +629,13 @@ func (a *Archive) DataOffset(e *Entry) (int64, error) {
 		return 0, fmt.Errorf("local header of %q missing at offset %d", e.Name, e.HeaderOffset)
 	}
 	return e.DataOff, nil
+}
+
+// Encrypted reports whether e is encrypted (a password-protected zip):
+// torch's reader refuses such a record, and nothing of it can be read
+// without the password.
+func (e *Entry) Encrypted() bool {
+	return e.Flags&(flagEncrypted|flagStrongCrypt) != 0
 }
 
 // Open returns e's content as torch's reader sees it (Size bytes), as a
