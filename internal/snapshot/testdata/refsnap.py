@@ -1,0 +1,190 @@
+"""Reference reader of CUDA memory snapshots for vramguard's tests.
+
+It loads each snapshot with a pickle.Unpickler that refuses every class
+(find_class raises), so nothing a file names is looked up or run, and
+prints as JSON what the tests compare vramguard's reading with:
+
+  refsnap.py figures FILE...   per device: reserved, allocated, active,
+                               requested bytes, segments, blocks, trace
+                               entries; at the last OOM of a device's trace,
+                               the allocator's state replayed back to it
+  refsnap.py plain FILE        the snapshot itself as JSON (what json.load
+                               of a faithful export gives)
+
+A memory_viz HTML page (the pickle embedded in base64) is read too.
+"""
+
+import base64
+import io
+import json
+import pickle
+import re
+import sys
+
+SMALL_ALLOC = 1 << 20  # the allocator's small pool: requests up to 1 MiB
+SMALL_SEGMENT = 2 << 20  # a small-pool segment
+
+
+class Refuse(pickle.Unpickler):
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refused: global {module}.{name}")
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("refused: persistent id")
+
+
+def load(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    if data.lstrip()[:1] == b"<":
+        m = re.search(rb'"base64":\s*"([A-Za-z0-9+/=]*)"', data)
+        data = base64.b64decode(m.group(1))
+    if data[:1] in (b"{", b"["):
+        return json.loads(data)
+    return Refuse(io.BytesIO(data)).load()
+
+
+def segments_of(snap):
+    return snap if isinstance(snap, list) else snap.get("segments", [])
+
+
+def traces_of(snap):
+    return [] if isinstance(snap, list) else snap.get("device_traces", [])
+
+
+def requested(block):
+    if "requested_size" in block:
+        return block["requested_size"]
+    hist = block.get("history") or []
+    if hist:
+        return hist[-1]["real_size"]
+    return block["size"]
+
+
+def figures(snap):
+    segs, traces = segments_of(snap), traces_of(snap)
+    ndev = max([s["device"] + 1 for s in segs] + [len(traces)])
+    devs = {}
+    for d in range(ndev):
+        devs[d] = dict(reserved=0, allocated=0, active=0, requested=0, segments=0, blocks=0,
+                       trace_entries=len(traces[d]) if d < len(traces) else 0)
+    for s in segs:
+        f = devs[s["device"]]
+        f["segments"] += 1
+        for b in s["blocks"]:
+            f["blocks"] += 1
+            f["reserved"] += b["size"]
+            if b["state"] == "active_allocated":
+                f["allocated"] += b["size"]
+                f["requested"] += requested(b)
+            if b["state"] in ("active_allocated", "active_pending_free"):
+                f["active"] += b["size"]
+    for d, tr in enumerate(traces):
+        ooms = [i for i, e in enumerate(tr) if e["action"] == "oom"]
+        if ooms:
+            devs[d]["oom"] = at_oom(segs, d, tr, ooms[-1])
+    return {str(d): f for d, f in devs.items()}
+
+
+def at_oom(segs, dev, trace, index):
+    """The device's allocator state just before trace[index], an oom entry:
+    the state at the dump with every later event undone."""
+    # reserved ranges: [start, end, stream, pool, expandable, large]
+    ranges = []
+    live = {}  # address -> [size, state]
+    for s in segs:
+        if s["device"] != dev:
+            continue
+        pool = tuple(s.get("segment_pool_id", (0, 0)))
+        ranges.append([s["address"], s["address"] + s["total_size"], s["stream"], pool,
+                       bool(s.get("is_expandable")), s["segment_type"] == "large"])
+        addr = s["address"]
+        for b in s["blocks"]:
+            a = b.get("address", addr)
+            if b["state"] != "inactive":
+                live[a] = [b["size"], b["state"]]
+            addr = a + b["size"]
+
+    def cut(lo, hi):
+        out = []
+        for r in ranges:
+            if r[1] <= lo or r[0] >= hi:
+                out.append(r)
+                continue
+            if r[0] < lo:
+                out.append([r[0], lo] + r[2:])
+            if r[1] > hi:
+                out.append([hi, r[1]] + r[2:])
+        ranges[:] = out
+
+    def like(addr):
+        for r in ranges:
+            if r[1] == addr or r[0] == addr:
+                return r[2:]
+        return None
+
+    for e in reversed(trace[index + 1:]):
+        act, a, n = e["action"], e.get("addr", 0), e.get("size", 0)
+        if act == "alloc":
+            live.pop(a, None)
+        elif act == "free_requested":
+            if a in live:
+                live[a][1] = "active_allocated"
+        elif act == "free_completed":
+            live[a] = [n, "active_pending_free"]
+        elif act in ("segment_alloc", "segment_map"):
+            cut(a, a + n)
+        elif act == "segment_free":
+            ranges.append([a, a + n, e["stream"], (0, 0), False, n > SMALL_SEGMENT])
+        elif act == "segment_unmap":
+            attrs = like(a) or like(a + n) or [e["stream"], (0, 0), True, n > SMALL_SEGMENT]
+            ranges.append([a, a + n] + list(attrs))
+    ranges.sort()
+    oom = trace[index]
+    want_large = oom["size"] > SMALL_ALLOC
+    # free pieces: each range less the live blocks in it, joined across
+    # neighbouring ranges of one expandable segment
+    starts = sorted(live)
+    pieces = []  # [start, end, attrs]
+    for r in ranges:
+        pos = r[0]
+        for a in starts:
+            if a + live[a][0] <= r[0] or a >= r[1]:
+                continue
+            if a > pos:
+                pieces.append([pos, a, r])
+            pos = max(pos, a + live[a][0])
+        if pos < r[1]:
+            pieces.append([pos, r[1], r])
+    joined = []
+    for p in pieces:
+        if joined and joined[-1][1] == p[0] and joined[-1][2][4] and p[2][4] and joined[-1][2][2:4] == p[2][2:4]:
+            joined[-1][1] = p[1]
+        else:
+            joined.append(list(p))
+    largest = largest_ok = 0
+    for lo, hi, r in joined:
+        largest = max(largest, hi - lo)
+        if r[2] == oom["stream"] and tuple(r[3]) == (0, 0) and r[5] == want_large:
+            largest_ok = max(largest_ok, hi - lo)
+    reserved = sum(r[1] - r[0] for r in ranges)
+    allocated = sum(n for n, st in live.values() if st == "active_allocated")
+    pending = sum(n for n, st in live.values() if st == "active_pending_free")
+    return dict(index=index, size=oom["size"], device_free=oom.get("device_free", 0), stream=oom["stream"],
+                reserved=reserved, allocated=allocated, pending_free=pending,
+                cached_free=reserved - allocated - pending, largest_free=largest, largest_usable_free=largest_ok,
+                streams=len({r[2] for r in ranges}), private_pools=len({tuple(r[3]) for r in ranges} - {(0, 0)}))
+
+
+def main():
+    mode, paths = sys.argv[1], sys.argv[2:]
+    if mode == "figures":
+        json.dump({p: figures(load(p)) for p in paths}, sys.stdout)
+    elif mode == "plain":
+        json.dump(load(paths[0]), sys.stdout)
+    else:
+        sys.exit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main()
