@@ -149,4 +149,3 @@ func loadCorpus(t *testing.T, name string) *Snapshot {
 	}
 	return s
 }
-
