@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"sync"
 	"testing"
@@ -47,6 +48,8 @@ type refFigures struct {
 	Blocks       int     `json:"blocks"`
 	TraceEntries int     `json:"trace_entries"`
 	OOM          *refOOM `json:"oom"`
+	// Sites are the live bytes and blocks by allocation site.
+	Sites map[string][2]int64 `json:"sites"`
 }
 
 // refOOM is the reference's replay of a device's allocator back to its
@@ -100,8 +103,10 @@ func corpusFigures(t *testing.T) map[string]map[string]refFigures {
 	return corpusRef
 }
 
-// TestCorpusFigures: every real snapshot's per-device figures equal the
-// reference reader's.
+// TestCorpusFigures: every real snapshot's per-device figures and
+// allocation sites equal the reference reader's. The sites are charged to
+// the innermost frame outside torch on either kind of path (one snapshot
+// was recorded on Windows).
 func TestCorpusFigures(t *testing.T) {
 	ref := corpusFigures(t)
 	for _, p := range corpusSnapshots(t) {
@@ -126,8 +131,15 @@ func TestCorpusFigures(t *testing.T) {
 				}
 				got := refFigures{Reserved: d.Reserved, Allocated: d.Allocated, Active: d.Active, Requested: d.Requested,
 					Segments: d.Segments, Blocks: d.Blocks, TraceEntries: ntrace}
-				w.OOM = nil
-				if got != w {
+				sites := map[string][2]int64{}
+				for _, st := range s.Sites(d.Device) {
+					sites[st.Site] = [2]int64{st.Bytes, int64(st.Blocks)}
+				}
+				if !reflect.DeepEqual(sites, w.Sites) && (len(sites) > 0 || len(w.Sites) > 0) {
+					t.Errorf("device %d: sites\n%v\nreference\n%v", d.Device, sites, w.Sites)
+				}
+				w.OOM, w.Sites = nil, nil
+				if !reflect.DeepEqual(got, w) {
 					t.Errorf("device %d: vramguard %+v\nreference %+v", d.Device, got, w)
 				}
 			}

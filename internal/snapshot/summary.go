@@ -46,7 +46,10 @@ func SiteOf(st *Stack) *Frame {
 	return first
 }
 
+// insideTorch is whether file lies in a torch directory, on a POSIX or a
+// Windows path (D:\venv\Lib\site-packages\torch\functional.py).
 func insideTorch(file string) bool {
+	file = strings.ReplaceAll(file, "\\", "/")
 	return strings.Contains(file, "/torch/") || strings.HasPrefix(file, "torch/")
 }
 

@@ -61,12 +61,33 @@ def requested(block):
     return block["size"]
 
 
+def site(frames):
+    """The frame a stack is charged to: the innermost Python frame whose
+    path (either slash) has no torch directory, else the innermost Python
+    frame."""
+    py = [f for f in frames or [] if f["filename"].endswith(".py")]
+    for f in py:
+        parts = f["filename"].replace("\\", "/").split("/")
+        if "torch" not in parts[:-1]:
+            return f"{f['filename']}:{f['line']} {f['name']}"
+    if py:
+        return f"{py[0]['filename']}:{py[0]['line']} {py[0]['name']}"
+    return "?"
+
+
+def block_frames(block):
+    if block.get("frames"):
+        return block["frames"]
+    hist = block.get("history") or []
+    return hist[-1].get("frames") if hist else None
+
+
 def figures(snap):
     segs, traces = segments_of(snap), traces_of(snap)
     ndev = max([s["device"] + 1 for s in segs] + [len(traces)])
     devs = {}
     for d in range(ndev):
-        devs[d] = dict(reserved=0, allocated=0, active=0, requested=0, segments=0, blocks=0,
+        devs[d] = dict(reserved=0, allocated=0, active=0, requested=0, segments=0, blocks=0, sites={},
                        trace_entries=len(traces[d]) if d < len(traces) else 0)
     for s in segs:
         f = devs[s["device"]]
@@ -77,6 +98,9 @@ def figures(snap):
             if b["state"] == "active_allocated":
                 f["allocated"] += b["size"]
                 f["requested"] += requested(b)
+                st = f["sites"].setdefault(site(block_frames(b)), [0, 0])
+                st[0] += b["size"]
+                st[1] += 1
             if b["state"] in ("active_allocated", "active_pending_free"):
                 f["active"] += b["size"]
     for d, tr in enumerate(traces):
