@@ -270,6 +270,14 @@ func printSummary(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
 		if d.OOM != nil {
 			fmt.Fprintf(w, "  OOM        asked for %s at %s; the device had %s free\n", units.FormatBytes(d.OOM.Size),
 				termsafe.String(d.OOM.Site), units.FormatBytes(d.OOM.DeviceFree))
+			at := d.OOM.At
+			when := "the last before the dump"
+			if at.Undone > 0 {
+				when = fmt.Sprintf("the dump came %s later", units.Plural(at.Undone, "event"))
+			}
+			fmt.Fprintf(w, "             at the OOM (trace event %d, %s): reserved %s, allocated %s, %s pending free, %s free in the cache\n",
+				at.Index, when, units.FormatBytes(at.Reserved), units.FormatBytes(at.Allocated),
+				units.FormatBytes(at.PendingFree), units.FormatBytes(at.CachedFree))
 			fmt.Fprintf(w, "             %s\n", d.OOM.Reason)
 		}
 		sites := s.Sites(d.Device)

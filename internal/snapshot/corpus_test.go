@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -160,4 +161,97 @@ func loadCorpus(t *testing.T, name string) *Snapshot {
 		t.Fatal(err)
 	}
 	return s
+}
+
+func (o *OOMState) ref(index int, e *TraceEntry) refOOM {
+	return refOOM{Index: index, Size: e.Size, DeviceFree: e.DeviceFree, Stream: e.Stream, Reserved: o.Reserved,
+		Allocated: o.Allocated, PendingFree: o.PendingFree, CachedFree: o.CachedFree, LargestFree: o.LargestFree,
+		LargestUsableFree: o.LargestUsable, Streams: o.Streams, PrivatePools: o.PrivatePools}
+}
+
+// TestCorpusOOMJudgedAtTheOOM: the OOM is judged from the allocator's state
+// at the OOM entry (the dump's with every later event undone), equal to the
+// reference reader's replay. The real OOM (constructor-sun, device 1):
+// 4.9 GiB asked, 133 MiB cached free and 91 MiB free on the device, one
+// stream, no private pool; the 25.6 GiB free block of the dump was freed by
+// frees after the OOM.
+func TestCorpusOOMJudgedAtTheOOM(t *testing.T) {
+	ref := corpusFigures(t)
+	n := 0
+	for _, p := range corpusSnapshots(t) {
+		for dev, w := range ref[p] {
+			if w.OOM == nil {
+				continue
+			}
+			n++
+			s, err := ReadFile(p, DefaultLimits, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, _ := strconv.Atoi(dev)
+			sum := s.Summary(d)[0]
+			if sum.OOM == nil || sum.OOM.At == nil {
+				t.Fatalf("%s device %d: no OOM account", filepath.Base(p), d)
+			}
+			if got := sum.OOM.At.ref(sum.OOM.At.Index, s.Traces[d][sum.OOM.At.Index]); got != *w.OOM {
+				t.Errorf("%s device %d: at the OOM\nvramguard %+v\nreference %+v", filepath.Base(p), d, got, *w.OOM)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no OOM in the corpus")
+	}
+	s := loadCorpus(t, "constructor-sun__memory_snapshot_oom_expandable.pickle")
+	o := s.Summary(1)[0].OOM
+	if o == nil {
+		t.Fatal("device 1: no OOM")
+	}
+	if !strings.HasPrefix(o.Reason, "memory in use: ") || strings.Contains(o.Reason, "could have held it") {
+		t.Errorf("reason %q, want memory in use", o.Reason)
+	}
+	for _, want := range []string{"133 MiB free in the cache", "91.3 MiB free on the device", "4.9 GiB asked for"} {
+		if !strings.Contains(o.Reason, want) {
+			t.Errorf("reason %q does not say %q", o.Reason, want)
+		}
+	}
+	if dump := s.Summary(1)[0].LargestFreeLarge; dump <= o.Size || o.At.LargestFree >= o.Size {
+		t.Errorf("the dump's largest free block %d and the OOM's %d: the corpus no longer shows a block freed after the OOM", dump, o.At.LargestFree)
+	}
+}
+
+// TestCorpusReplay: the replay back to any entry of a trace (segments
+// allocated, freed, mapped and unmapped after it; ten streams) equals the
+// reference reader's.
+func TestCorpusReplay(t *testing.T) {
+	for _, c := range []struct {
+		file string
+		dev  int
+	}{
+		{"maphsge4__snapshot_10_streams.pickle", 0},
+		{"mercuryb1__cuda_memory_snapshot.pickle", 0},
+		{"constructor-sun__memory_snapshot_oom_expandable.pickle", 1},
+		{"constructor-sun__memory_snapshot_oom_expandable.pickle", 0},
+		{"cranberrii__memory_snapshot_no_settings.pickle", 0},
+		{"jaspersolt__snapshot_with_snapshot_actions.pickle", 0},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			p := corpusFile(t, c.file)
+			s := loadCorpus(t, c.file)
+			tr := s.Traces[c.dev]
+			args := []string{p, strconv.Itoa(c.dev)}
+			var idx []int
+			for i := 0; i < 16; i++ {
+				idx = append(idx, i*(len(tr)-1)/15)
+				args = append(args, strconv.Itoa(idx[i]))
+			}
+			var want []refOOM
+			refsnap(t, &want, "at", args...)
+			for k, i := range idx {
+				got := s.stateAt(c.dev, i).ref(i, tr[i])
+				if got != want[k] {
+					t.Errorf("before entry %d (%s):\nvramguard %+v\nreference %+v", i, tr[i].Action, got, want[k])
+				}
+			}
+		})
+	}
 }

@@ -3,6 +3,8 @@ package snapshot
 import (
 	"cmp"
 	"fmt"
+	"math"
+	"strconv"
 	"slices"
 	"strings"
 
@@ -160,8 +162,12 @@ type OOM struct {
 	Size       int64  `json:"size"`
 	DeviceFree int64  `json:"device_free"`
 	TimeUS     int64  `json:"time_us,omitempty"`
+	Stream     int64  `json:"stream"`
 	Site       string `json:"site"`
-	// Why it did not fit, in words from the figures above and the cache's.
+	// At is the allocator's state at the OOM: the dump's with every later
+	// event of the trace undone.
+	At *OOMState `json:"at_oom"`
+	// Why it did not fit, in words from the state at the OOM.
 	Reason string `json:"reason"`
 }
 
@@ -220,11 +226,11 @@ func (s *Snapshot) summarize(dev int) DeviceSummary {
 	}
 	if dev < len(s.Traces) {
 		counts := map[Action]int{}
-		var oom *TraceEntry
-		for _, e := range s.Traces[dev] {
+		oom := -1
+		for i, e := range s.Traces[dev] {
 			counts[e.Action]++
 			if e.Action == ActionOOM {
-				oom = e
+				oom = i
 			}
 		}
 		for a := ActionAlloc; a <= ActionOOM; a++ {
@@ -235,36 +241,51 @@ func (s *Snapshot) summarize(dev int) DeviceSummary {
 		if counts[ActionUnknown] > 0 {
 			d.Trace = append(d.Trace, ActionCount{"other", counts[ActionUnknown]})
 		}
-		if oom != nil {
-			d.OOM = &OOM{Size: oom.Size, DeviceFree: oom.DeviceFree, TimeUS: oom.TimeUS,
-				Site: SiteName(SiteOf(oom.Stack))}
-			d.OOM.Reason = oomReason(d, oom)
+		if oom >= 0 {
+			e := s.Traces[dev][oom]
+			d.OOM = &OOM{Size: e.Size, DeviceFree: e.DeviceFree, TimeUS: e.TimeUS, Stream: e.Stream,
+				Site: SiteName(SiteOf(e.Stack)), At: s.stateAt(dev, oom)}
+			d.OOM.Reason = oomReason(d.OOM)
 		}
 	}
 	return d
 }
 
-// oomReason says why an allocation of oom.Size did not fit, from the cache's
-// figures at the snapshot and the device's free memory at the OOM.
-func oomReason(d DeviceSummary, oom *TraceEntry) string {
-	size := oom.Size
+// oomReason says why an allocation did not fit, from the allocator's state
+// at the OOM and the device's free memory then.
+func oomReason(o *OOM) string {
+	at, size := o.At, o.Size
 	switch {
-	case d.LargestFreeLarge >= size:
-		return fmt.Sprintf("a cached free block of %s could have held it: it was likely on another stream or in a private pool",
-			fmtBytes(d.LargestFreeLarge))
-	case d.Free >= size:
-		return fmt.Sprintf("fragmentation: the cache held %s free, enough in total, but in %d pieces, the largest %s; "+
+	case at.LargestUsable >= size:
+		return fmt.Sprintf("a cached free block of %s on its stream could have held it, and the allocator did not use it",
+			fmtBytes(at.LargestUsable))
+	case at.Unusable != "":
+		return fmt.Sprintf("a cached free block of %s could have held it, but it was %s",
+			fmtBytes(at.LargestFree), at.Unusable)
+	case at.CachedFree >= size:
+		return fmt.Sprintf("fragmentation: the cache held %s free, enough in total, but the largest piece it could use was %s; "+
 			"a new segment needed %s and the device had %s free",
-			fmtBytes(d.Free), d.FreeBlocks, fmtBytes(d.LargestFreeLarge), fmtBytes(size), fmtBytes(oom.DeviceFree))
+			fmtBytes(at.CachedFree), fmtBytes(at.LargestUsable), fmtBytes(size), fmtBytes(o.DeviceFree))
 	default:
 		return fmt.Sprintf("memory in use: %s allocated by live tensors (%s pending free), %s free in the cache "+
-			"(largest block %s) and %s free on the device, less than the %s asked for",
-			fmtBytes(d.Allocated), fmtBytes(d.PendingFree), fmtBytes(d.Free), fmtBytes(d.LargestFreeLarge),
-			fmtBytes(oom.DeviceFree), fmtBytes(size))
+			"(largest usable block %s) and %s free on the device, less than the %s asked for",
+			fmtBytes(at.Allocated), fmtBytes(at.PendingFree), fmtBytes(at.CachedFree), fmtBytes(at.LargestUsable),
+			fmtBytes(o.DeviceFree), fmtBytes(size))
 	}
 }
 
 func fmtBytes(n int64) string { return units.FormatBytes(n) }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// satAdd is a+b for sizes, which are never negative: a sum past the largest
+// int64 stays there (a file can claim any sizes; the figures say so).
+func satAdd(a, b int64) int64 {
+	if c := a + b; c >= a {
+		return c
+	}
+	return math.MaxInt64
+}
 
 // SegmentRow is one segment as the segments table shows it.
 type SegmentRow struct {

@@ -8,6 +8,8 @@ prints as JSON what the tests compare vramguard's reading with:
                                requested bytes, segments, blocks, trace
                                entries; at the last OOM of a device's trace,
                                the allocator's state replayed back to it
+  refsnap.py at FILE DEV I... the state replayed back to just before
+                               trace entry I of device DEV
   refsnap.py plain FILE        the snapshot itself as JSON (what json.load
                                of a faithful export gives)
 
@@ -165,7 +167,7 @@ def at_oom(segs, dev, trace, index):
             ranges.append([a, a + n] + list(attrs))
     ranges.sort()
     oom = trace[index]
-    want_large = oom["size"] > SMALL_ALLOC
+    want_large = oom.get("size", 0) > SMALL_ALLOC
     # free pieces: each range less the live blocks in it, joined across
     # neighbouring ranges of one expandable segment
     starts = sorted(live)
@@ -194,7 +196,7 @@ def at_oom(segs, dev, trace, index):
     reserved = sum(r[1] - r[0] for r in ranges)
     allocated = sum(n for n, st in live.values() if st == "active_allocated")
     pending = sum(n for n, st in live.values() if st == "active_pending_free")
-    return dict(index=index, size=oom["size"], device_free=oom.get("device_free", 0), stream=oom["stream"],
+    return dict(index=index, size=oom.get("size", 0), device_free=oom.get("device_free", 0), stream=oom["stream"],
                 reserved=reserved, allocated=allocated, pending_free=pending,
                 cached_free=reserved - allocated - pending, largest_free=largest, largest_usable_free=largest_ok,
                 streams=len({r[2] for r in ranges}), private_pools=len({tuple(r[3]) for r in ranges} - {(0, 0)}))
@@ -204,6 +206,10 @@ def main():
     mode, paths = sys.argv[1], sys.argv[2:]
     if mode == "figures":
         json.dump({p: figures(load(p)) for p in paths}, sys.stdout)
+    elif mode == "at":
+        snap, dev = load(paths[0]), int(paths[1])
+        tr = traces_of(snap)[dev]
+        json.dump([at_oom(segments_of(snap), dev, tr, int(i)) for i in paths[2:]], sys.stdout)
     elif mode == "plain":
         json.dump(load(paths[0]), sys.stdout)
     else:
