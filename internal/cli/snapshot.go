@@ -315,14 +315,18 @@ func limitSites(s []snapshot.Site, n int) []snapshot.Site {
 func siteRows(sites []snapshot.Site) [][]string {
 	var rows [][]string
 	for _, st := range sites {
+		site := termsafe.String(st.Site)
+		if st.OOMBytes > 0 {
+			site = fmt.Sprintf("(OOM: %s asked here) %s", units.FormatBytes(st.OOMBytes), site)
+		}
 		rows = append(rows, []string{units.FormatBytes(st.Bytes), units.FormatBytes(st.Requested),
-			strconv.Itoa(st.Blocks), termsafe.String(st.Site)})
+			strconv.Itoa(st.Blocks), site})
 	}
 	return rows
 }
 
 func printSites(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
-	sites := s.Sites(o.Device)
+	sites := s.SiteTable(o.Device)
 	if o.JSON {
 		if sites == nil {
 			sites = []snapshot.Site{}

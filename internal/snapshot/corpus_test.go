@@ -56,7 +56,8 @@ type refFigures struct {
 // refOOM is the reference's replay of a device's allocator back to its
 // last OOM entry.
 type refOOM struct {
-	Index             int   `json:"index"`
+	Index             int    `json:"index"`
+	Site              string `json:"site"`
 	Size              int64 `json:"size"`
 	DeviceFree        int64 `json:"device_free"`
 	Stream            int64 `json:"stream"`
@@ -164,7 +165,7 @@ func loadCorpus(t *testing.T, name string) *Snapshot {
 }
 
 func (o *OOMState) ref(index int, e *TraceEntry) refOOM {
-	return refOOM{Index: index, Size: e.Size, DeviceFree: e.DeviceFree, Stream: e.Stream, Reserved: o.Reserved,
+	return refOOM{Index: index, Site: SiteName(SiteOf(e.Stack)), Size: e.Size, DeviceFree: e.DeviceFree, Stream: e.Stream, Reserved: o.Reserved,
 		Allocated: o.Allocated, PendingFree: o.PendingFree, CachedFree: o.CachedFree, LargestFree: o.LargestFree,
 		LargestUsableFree: o.LargestUsable, Streams: o.Streams, PrivatePools: o.PrivatePools}
 }
@@ -253,5 +254,48 @@ func TestCorpusReplay(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCorpusOOMSite: the sites table marks the allocation that ran out of
+// memory, first, on its device and on all, though its site holds no live
+// bytes on that device.
+func TestCorpusOOMSite(t *testing.T) {
+	ref := corpusFigures(t)
+	n := 0
+	for _, p := range corpusSnapshots(t) {
+		for dev, w := range ref[p] {
+			if w.OOM == nil {
+				continue
+			}
+			n++
+			s, err := ReadFile(p, DefaultLimits, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, _ := strconv.Atoi(dev)
+			for _, which := range []int{d, -1} {
+				tab := s.SiteTable(which)
+				if len(tab) == 0 || tab[0].Site != w.OOM.Site || tab[0].OOMBytes != w.OOM.Size {
+					t.Errorf("%s --device %d: sites start %+v, want the OOM's %s asking %d", filepath.Base(p), which, tab[:min(1, len(tab))], w.OOM.Site, w.OOM.Size)
+				}
+				marked := 0
+				for _, st := range tab {
+					if st.OOMBytes > 0 {
+						marked++
+					}
+				}
+				if marked != 1 {
+					t.Errorf("%s --device %d: %d sites marked", filepath.Base(p), which, marked)
+				}
+			}
+			// the rest is Sites as it was
+			if tab, sites := s.SiteTable(d), s.Sites(d); len(tab) != len(sites)+1 && len(tab) != len(sites) {
+				t.Errorf("%d rows, %d sites", len(tab), len(sites))
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no OOM in the corpus")
 	}
 }

@@ -22,6 +22,9 @@ type Site struct {
 	Bytes     int64  `json:"bytes"`
 	Requested int64  `json:"requested_bytes"`
 	Blocks    int    `json:"blocks"`
+	// OOMBytes is what an allocation at this site asked for when the
+	// device ran out (the device's last OOM); 0 for the other sites.
+	OOMBytes int64 `json:"oom_bytes,omitempty"`
 }
 
 // SiteOf is the frame a stack is charged to: the innermost Python frame
@@ -115,6 +118,46 @@ func (s *Snapshot) Sites(device int) []Site {
 		return cmp.Or(cmp.Compare(b.Bytes, a.Bytes), cmp.Compare(a.Site, b.Site))
 	})
 	return out
+}
+
+// SiteTable is Sites with each device's last OOM charged to its site: the
+// allocation that failed marks its site (OOMBytes), which comes first, and
+// is listed even when it holds no live bytes.
+func (s *Snapshot) SiteTable(device int) []Site {
+	sites := s.Sites(device)
+	var first []Site
+	for dev, tr := range s.Traces {
+		if device >= 0 && dev != device {
+			continue
+		}
+		for i := len(tr) - 1; i >= 0; i-- {
+			e := tr[i]
+			if e.Action != ActionOOM {
+				continue
+			}
+			f := SiteOf(e.Stack)
+			name := SiteName(f)
+			k := slices.IndexFunc(sites, func(st Site) bool { return st.Site == name })
+			if k < 0 {
+				if k = slices.IndexFunc(first, func(st Site) bool { return st.Site == name }); k >= 0 {
+					first[k].OOMBytes = satAdd(first[k].OOMBytes, max(e.Size, 0))
+					break
+				}
+				st := Site{Site: name, File: "?"}
+				if f != nil {
+					st.File, st.Line, st.Function = f.File, f.Line, f.Function
+				}
+				sites = append(sites, st)
+				k = len(sites) - 1
+			}
+			st := sites[k]
+			st.OOMBytes = satAdd(st.OOMBytes, max(e.Size, 0))
+			first = append(first, st)
+			sites = slices.Delete(sites, k, k+1)
+			break
+		}
+	}
+	return append(first, sites...)
 }
 
 // DeviceSummary is what one device's part of a snapshot adds up to.

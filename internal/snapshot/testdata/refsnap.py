@@ -196,7 +196,7 @@ def at_oom(segs, dev, trace, index):
     reserved = sum(r[1] - r[0] for r in ranges)
     allocated = sum(n for n, st in live.values() if st == "active_allocated")
     pending = sum(n for n, st in live.values() if st == "active_pending_free")
-    return dict(index=index, size=oom.get("size", 0), device_free=oom.get("device_free", 0), stream=oom["stream"],
+    return dict(index=index, site=site(oom.get("frames")), size=oom.get("size", 0), device_free=oom.get("device_free", 0), stream=oom["stream"],
                 reserved=reserved, allocated=allocated, pending_free=pending,
                 cached_free=reserved - allocated - pending, largest_free=largest, largest_usable_free=largest_ok,
                 streams=len({r[2] for r in ranges}), private_pools=len({tuple(r[3]) for r in ranges} - {(0, 0)}))
