@@ -58,17 +58,17 @@ type refFigures struct {
 type refOOM struct {
 	Index             int    `json:"index"`
 	Site              string `json:"site"`
-	Size              int64 `json:"size"`
-	DeviceFree        int64 `json:"device_free"`
-	Stream            int64 `json:"stream"`
-	Reserved          int64 `json:"reserved"`
-	Allocated         int64 `json:"allocated"`
-	PendingFree       int64 `json:"pending_free"`
-	CachedFree        int64 `json:"cached_free"`
-	LargestFree       int64 `json:"largest_free"`
-	LargestUsableFree int64 `json:"largest_usable_free"`
-	Streams           int   `json:"streams"`
-	PrivatePools      int   `json:"private_pools"`
+	Size              int64  `json:"size"`
+	DeviceFree        int64  `json:"device_free"`
+	Stream            int64  `json:"stream"`
+	Reserved          int64  `json:"reserved"`
+	Allocated         int64  `json:"allocated"`
+	PendingFree       int64  `json:"pending_free"`
+	CachedFree        int64  `json:"cached_free"`
+	LargestFree       int64  `json:"largest_free"`
+	LargestUsableFree int64  `json:"largest_usable_free"`
+	Streams           int    `json:"streams"`
+	PrivatePools      int    `json:"private_pools"`
 }
 
 // refsnap runs testdata/refsnap.py MODE PATHS... and decodes its JSON.
