@@ -159,8 +159,16 @@ func runSnapshot(f *Factory, o SnapshotOptions) error {
 		if err := exportSnapshot(s, o.ExportJSON); err != nil {
 			return err
 		}
+		if len(s.NotKept) > 0 {
+			fmt.Fprintf(f.IO.ErrOut, "vramguard: --export-json: %s not written (over %s as JSON, or not plain data)\n",
+				strings.Join(s.NotKept, ", "), units.FormatBytes(64<<20))
+		}
 		if !o.Sites && !o.Segments && !o.Trace && !o.JSON && !o.Serve {
-			fmt.Fprintf(f.IO.Out, "wrote %s\n", o.ExportJSON)
+			if s.Compact() {
+				fmt.Fprintf(f.IO.Out, "wrote %s in the compact form (each frame and stack once; vramguard reads it, torch's memory_viz does not)\n", o.ExportJSON)
+			} else {
+				fmt.Fprintf(f.IO.Out, "wrote %s\n", o.ExportJSON)
+			}
 			return nil
 		}
 	}

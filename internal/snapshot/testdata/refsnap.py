@@ -10,8 +10,12 @@ prints as JSON what the tests compare vramguard's reading with:
                                the allocator's state replayed back to it
   refsnap.py at FILE DEV I... the state replayed back to just before
                                trace entry I of device DEV
-  refsnap.py plain FILE        the snapshot itself as JSON (what json.load
-                               of a faithful export gives)
+  refsnap.py same ORIG EXPORT... the differences between each snapshot ORIG
+                               (what the restricted pickle.load gives, a
+                               tuple equal to a list) and the
+                               JSON file EXPORT, each by its path; the
+                               compact form (vramguard_frames,
+                               vramguard_stacks) is resolved first
 
 A memory_viz HTML page (the pickle embedded in base64) is read too.
 """
@@ -202,6 +206,52 @@ def at_oom(segs, dev, trace, index):
                 streams=len({r[2] for r in ranges}), private_pools=len({tuple(r[3]) for r in ranges} - {(0, 0)}))
 
 
+def resolve(export):
+    """The compact form with each {"vramguard_stack": N} replaced by stack
+    N of its table, each of whose frames is an index into vramguard_frames."""
+    if not isinstance(export, dict) or "vramguard_stacks" not in export:
+        return export
+    frames = export.pop("vramguard_frames")
+    table = [[frames[i] for i in stack] for stack in export.pop("vramguard_stacks")]
+
+    def walk(v):
+        if isinstance(v, dict):
+            if list(v) == ["vramguard_stack"]:
+                return table[v["vramguard_stack"]]
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(export)
+
+
+def differences(a, b, path="", out=None):
+    out = [] if out is None else out
+    if len(out) >= 20:
+        return out
+    if path.endswith("/frames") and a == b:
+        return out  # frames hold str and int only: == is exact there, and quick
+    if isinstance(a, tuple):
+        a = list(a)  # JSON has lists only
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in a.keys() | b.keys():
+            if k not in b:
+                out.append(f"{path}/{k}: lost")
+            elif k not in a:
+                out.append(f"{path}/{k}: added")
+            else:
+                differences(a[k], b[k], f"{path}/{k}", out)
+    elif isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            out.append(f"{path}: {len(a)} items, exported {len(b)}")
+        for i, (x, y) in enumerate(zip(a, b)):
+            differences(x, y, f"{path}/{i}", out)
+    elif a != b or type(a) is not type(b) and not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+        out.append(f"{path}: {a!r}, exported {b!r}")
+    return out
+
+
 def main():
     mode, paths = sys.argv[1], sys.argv[2:]
     if mode == "figures":
@@ -210,8 +260,13 @@ def main():
         snap, dev = load(paths[0]), int(paths[1])
         tr = traces_of(snap)[dev]
         json.dump([at_oom(segments_of(snap), dev, tr, int(i)) for i in paths[2:]], sys.stdout)
-    elif mode == "plain":
-        json.dump(load(paths[0]), sys.stdout)
+    elif mode == "same":
+        out = {}
+        for o, e in zip(paths[::2], paths[1::2]):
+            orig = load(o)
+            with open(e, "rb") as f:
+                out[o] = differences(orig, resolve(json.load(f)))
+        json.dump(out, sys.stdout)
     else:
         sys.exit(f"unknown mode {mode}")
 
