@@ -312,7 +312,7 @@ type Snapshot struct {
 
 	// What the export writes back as it was read: the root's keys, and
 	// allocator_settings, external_annotations and user_metadata as JSON.
-	rootKeys                                 keySet
+	rootKeys                                keySet
 	settingsJSON, annotationsJSON, metaJSON []byte
 	// NotKept names what the export cannot write back (a value too large
 	// or not plain data), for the command to say.
