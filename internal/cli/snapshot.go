@@ -41,7 +41,8 @@ func NewCmdSnapshot(f *Factory) *cobra.Command {
 		Use:   "snapshot FILE [--sites|--segments|--trace] [--device N] [--json]",
 		Short: "Read a PyTorch CUDA memory snapshot: totals, fragmentation, allocation sites, the OOM, the trace",
 		Long: `snapshot reads a CUDA memory snapshot (torch.cuda.memory._dump_snapshot, the
-C++ writer's _memory_snapshot_pickled, or the same schema as JSON) without
+C++ writer's _memory_snapshot_pickled, the same schema as JSON, or the page
+torch's memory_viz writes with the snapshot embedded in it) without
 Python and without running anything in it: a pickle that holds a global or
 a call is refused as not a snapshot. Every schema torch has written is read
 (1.13's list of segments to 2.3+'s allocator_settings).

@@ -405,3 +405,37 @@ func stackText(st *Stack) string {
 	}
 	return sb.String()
 }
+
+// TestMemoryVizPage: memory_viz's own page (the pickle embedded in base64,
+// as torch's _format_viz writes it) of real snapshots reads as the
+// snapshot itself, with the reference's figures; another HTML page is
+// named for what it is.
+func TestMemoryVizPage(t *testing.T) {
+	dir := t.TempDir()
+	ref := corpusFigures(t)
+	for _, name := range []string{"constructor-sun__memory_snapshot_oom_expandable.pickle", "yiyi__1.3b_snapshot.pickle",
+		"muduard__memory_snapshot_list.pkl"} {
+		t.Run(name, func(t *testing.T) {
+			p := corpusFile(t, name)
+			page := filepath.Join(dir, name+".html")
+			var none any
+			refsnap(t, &none, "viz", p, page)
+			var figs map[string]map[string]refFigures
+			refsnap(t, &figs, "figures", page)
+			if !reflect.DeepEqual(figs[page], ref[p]) {
+				t.Errorf("the reference reads the page as\n%v\nand the pickle as\n%v", figs[page], ref[p])
+			}
+			s, err := ReadFile(page, DefaultLimits, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameSnapshot(t, loadCorpus(t, name), s)
+		})
+	}
+	other := filepath.Join(dir, "other.html")
+	os.WriteFile(other, []byte("\n<!DOCTYPE html>\n<html><body><script>const alloc_data = [1, 2]</script></body></html>\n"), 0o644)
+	_, err := ReadFile(other, DefaultLimits, nil)
+	if err == nil || !errors.Is(err, ErrNotSnapshot) || !strings.Contains(err.Error(), "an HTML page with no snapshot embedded") {
+		t.Errorf("another page: %v", err)
+	}
+}

@@ -17,6 +17,10 @@ prints as JSON what the tests compare vramguard's reading with:
                                compact form (vramguard_frames,
                                vramguard_stacks) is resolved first
 
+  refsnap.py viz FILE OUT       writes the page torch's memory_viz writes of
+                               the snapshot FILE (_memory_viz._format_viz:
+                               the pickle embedded in base64)
+
 A memory_viz HTML page (the pickle embedded in base64) is read too.
 """
 
@@ -252,6 +256,31 @@ def differences(a, b, path="", out=None):
     return out
 
 
+# torch.cuda._memory_viz's _memory_viz_template (torch 2.2 and later)
+VIZ_TEMPLATE = r"""
+<!DOCTYPE html>
+<html>
+<head>
+</head>
+<body>
+<script type="module">
+import {add_local_files} from "https://cdn.jsdelivr.net/gh/pytorch/pytorch@main/torch/utils/viz/MemoryViz.js"
+const local_files = $SNAPSHOT
+add_local_files(local_files, $VIZ_KIND)
+</script>
+</body>
+"""
+
+
+def viz(snapshot):
+    """The page of _memory_viz._format_viz(snapshot, "Active Memory Timeline", None)."""
+    buffer = pickle.dumps(snapshot)
+    buffer += b"\x00" * (3 - len(buffer) % 3)
+    encoded = base64.b64encode(buffer).decode("utf-8")
+    files = json.dumps([{"name": "snapshot.pickle", "base64": encoded}])
+    return VIZ_TEMPLATE.replace("$VIZ_KIND", repr("Active Memory Timeline")).replace("$SNAPSHOT", files)
+
+
 def main():
     mode, paths = sys.argv[1], sys.argv[2:]
     if mode == "figures":
@@ -260,6 +289,10 @@ def main():
         snap, dev = load(paths[0]), int(paths[1])
         tr = traces_of(snap)[dev]
         json.dump([at_oom(segments_of(snap), dev, tr, int(i)) for i in paths[2:]], sys.stdout)
+    elif mode == "viz":
+        with open(paths[1], "w") as f:
+            f.write(viz(load(paths[0])))
+        json.dump(paths[1], sys.stdout)
     elif mode == "same":
         out = {}
         for o, e in zip(paths[::2], paths[1::2]):
