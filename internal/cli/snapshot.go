@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -269,6 +270,10 @@ func printSummary(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
 		fmt.Fprintf(w, "  free       %-10s cached in %s; largest %s, large pool %s (the most the next large allocation gets without a new segment)\n",
 			units.FormatBytes(d.Free), units.Plural(d.FreeBlocks, "block"), units.FormatBytes(d.LargestFree),
 			units.FormatBytes(d.LargestFreeLarge))
+		if d.Saturated {
+			fmt.Fprintf(w, "  note       a sum passed %s and stopped there: these sizes are no real allocator's\n",
+				units.FormatBytes(math.MaxInt64))
+		}
 		if len(d.Trace) > 0 {
 			var parts []string
 			for _, a := range d.Trace {

@@ -236,3 +236,22 @@ func TestSnapshotSitesMarkTheOOM(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotHostileSizes: a negative size is refused in one line; sums
+// past the largest int64 stop there and the summary says so.
+func TestSnapshotHostileSizes(t *testing.T) {
+	dir := t.TempDir()
+	neg := filepath.Join(dir, "neg.json")
+	os.WriteFile(neg, []byte(`{"segments": [], "device_traces": [[{"action": "oom", "device_free": 0, "size": -5, "stream": 0}]]}`), 0o644)
+	_, errOut, code := runSnapshotCmd(t, 0, neg)
+	if code != ExitUsage || !strings.Contains(errOut, "a trace entry's size is -5: sizes are never negative") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	big := filepath.Join(dir, "big.json")
+	os.WriteFile(big, []byte(`{"segments": [{"device": 0, "address": 1, "total_size": 6917529027641081856, "blocks": [{"size": 6917529027641081856, "state": "active_allocated"}]},
+		{"device": 0, "address": 9, "total_size": 6917529027641081856, "blocks": [{"size": 6917529027641081856, "state": "inactive"}]}]}`), 0o644)
+	out, errOut, code := runSnapshotCmd(t, 0, big)
+	if code != 0 || !strings.Contains(out, "reserved   8 EiB") || !strings.Contains(out, "note       a sum passed 8 EiB and stopped there") {
+		t.Errorf("exit %d: %s%s", code, out, errOut)
+	}
+}

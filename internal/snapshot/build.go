@@ -98,10 +98,10 @@ func (d *decoder) apply(t any, kv []val) {
 				x.Addr = d.addr(v)
 				x.keys |= keyEntryAddr
 			case "device_free":
-				x.DeviceFree = d.int(v)
+				x.DeviceFree = d.size(v, "an OOM entry's device_free")
 				x.keys |= keyEntryDeviceFree
 			case "size":
-				x.Size = d.int(v)
+				x.Size = d.size(v, "a trace entry's size")
 				x.keys |= keyEntrySize
 			case "stream":
 				x.Stream = d.int(v)
@@ -132,16 +132,16 @@ func (d *decoder) apply(t any, kv []val) {
 				x.Address = d.addr(v)
 				x.keys |= keySegAddress
 			case "total_size":
-				x.TotalSize = d.int(v)
+				x.TotalSize = d.size(v, "a segment's total_size")
 				x.keys |= keySegTotal
 			case "allocated_size":
-				x.AllocatedSize = d.int(v)
+				x.AllocatedSize = d.size(v, "a segment's allocated_size")
 				x.keys |= keySegAllocated
 			case "active_size":
-				x.ActiveSize = d.int(v)
+				x.ActiveSize = d.size(v, "a segment's active_size")
 				x.keys |= keySegActive
 			case "requested_size":
-				x.RequestedSize = d.int(v)
+				x.RequestedSize = d.size(v, "a segment's requested_size")
 				x.keys |= keySegRequested
 			case "stream":
 				x.Stream = d.int(v)
@@ -185,10 +185,10 @@ func (d *decoder) apply(t any, kv []val) {
 				d.blockAddrs = true
 				x.keys |= keyBlockAddress
 			case "size":
-				x.Size = d.int(v)
+				x.Size = d.size(v, "a block's size")
 				x.keys |= keyBlockSize
 			case "requested_size":
-				x.RequestedSize = d.int(v)
+				x.RequestedSize = d.size(v, "a block's requested_size")
 				x.HasRequested = true
 				x.keys |= keyBlockRequested
 			case "state":
@@ -223,7 +223,7 @@ func (d *decoder) apply(t any, kv []val) {
 				x.Addr = d.addr(v)
 				x.keys |= keyHistAddr
 			case "real_size":
-				x.RealSize = d.int(v)
+				x.RealSize = d.size(v, "an allocation's real_size")
 				x.keys |= keyHistRealSize
 			case "frames":
 				x.Stack = d.stackOf(v)
@@ -273,6 +273,20 @@ func (d *decoder) int(v val) int64 {
 		return int64(math.Float64frombits(uint64(v.i)))
 	}
 	return 0
+}
+
+// size reads a size: what does not fit int64 saturates as int does; a
+// negative size is refused (Snapshot.bad, returned when the root is built),
+// for a size is never negative and every sum assumes so.
+func (d *decoder) size(v val, what string) int64 {
+	n := d.int(v)
+	if n < 0 {
+		if d.snap.bad == nil {
+			d.snap.bad = d.errf("%s is %d: sizes are never negative", what, n)
+		}
+		return 0
+	}
+	return n
 }
 
 // addr reads an address: size_t in the allocator, written by Python as an
@@ -382,6 +396,13 @@ const maxDevices = 1024
 
 // build fills the snapshot from the pickle's root value.
 func (d *decoder) build(root val) error {
+	if err := d.build1(root); err != nil {
+		return err
+	}
+	return d.snap.bad
+}
+
+func (d *decoder) build1(root val) error {
 	s := d.snap
 	segs := func(v val) error {
 		l := v.list()

@@ -320,6 +320,8 @@ type Snapshot struct {
 	// stackRefs are the stacks the shared-stack JSON form refers to by
 	// index, filled from its stack table when the root is built.
 	stackRefs map[int64]*Stack
+	// bad is the first negative size read: the file is refused
+	bad error
 }
 
 // Setting is one allocator setting.

@@ -91,8 +91,8 @@ func (s *Snapshot) Sites(device int) []Site {
 				st = &Site{Site: SiteName(f), File: f.File, Line: f.Line, Function: f.Function}
 				sums[f] = st
 			}
-			st.Bytes += b.Size
-			st.Requested += b.Requested()
+			st.Bytes = satAdd(st.Bytes, b.Size)
+			st.Requested = satAdd(st.Requested, b.Requested())
 			st.Blocks++
 		}
 	}
@@ -100,8 +100,8 @@ func (s *Snapshot) Sites(device int) []Site {
 	byName := map[string]*Site{}
 	for _, st := range sums {
 		if o := byName[st.Site]; o != nil {
-			o.Bytes += st.Bytes
-			o.Requested += st.Requested
+			o.Bytes = satAdd(o.Bytes, st.Bytes)
+			o.Requested = satAdd(o.Requested, st.Requested)
 			o.Blocks += st.Blocks
 			continue
 		}
@@ -187,6 +187,9 @@ type DeviceSummary struct {
 	Small            int   `json:"small_segments"`
 	Expandable       int   `json:"expandable_segments"`
 	PrivatePool      int   `json:"private_pool_segments"`
+	// Saturated is true when a sum passed the largest int64 and stopped
+	// there: the file's sizes are no real allocator's.
+	Saturated bool `json:"saturated,omitempty"`
 	// Trace counts the trace's events by action.
 	Trace []ActionCount `json:"trace"`
 	OOM   *OOM          `json:"oom,omitempty"`
@@ -247,18 +250,18 @@ func (s *Snapshot) summarize(dev int) DeviceSummary {
 		for i := range seg.Blocks {
 			b := &seg.Blocks[i]
 			d.Blocks++
-			d.Reserved += b.Size
+			d.Reserved = satAdd(d.Reserved, b.Size)
 			switch b.State {
 			case ActiveAllocated:
 				d.LiveBlocks++
-				d.Allocated += b.Size
-				d.Active += b.Size
-				d.Requested += b.Requested()
+				d.Allocated = satAdd(d.Allocated, b.Size)
+				d.Active = satAdd(d.Active, b.Size)
+				d.Requested = satAdd(d.Requested, b.Requested())
 			case ActivePendingFree:
-				d.Active += b.Size
-				d.PendingFree += b.Size
+				d.Active = satAdd(d.Active, b.Size)
+				d.PendingFree = satAdd(d.PendingFree, b.Size)
 			default:
-				d.Free += b.Size
+				d.Free = satAdd(d.Free, b.Size)
 				d.FreeBlocks++
 				d.LargestFree = max(d.LargestFree, b.Size)
 				if seg.Large {
@@ -266,6 +269,9 @@ func (s *Snapshot) summarize(dev int) DeviceSummary {
 				}
 			}
 		}
+	}
+	for _, v := range []int64{d.Reserved, d.Allocated, d.Active, d.Requested, d.PendingFree, d.Free} {
+		d.Saturated = d.Saturated || v == math.MaxInt64
 	}
 	if dev < len(s.Traces) {
 		counts := map[Action]int{}
@@ -364,15 +370,15 @@ func (s *Snapshot) SegmentRows(device int) []SegmentRow {
 		}
 		for i := range seg.Blocks {
 			b := &seg.Blocks[i]
-			r.Total += b.Size
+			r.Total = satAdd(r.Total, b.Size)
 			switch b.State {
 			case ActiveAllocated:
-				r.Allocated += b.Size
-				r.Active += b.Size
+				r.Allocated = satAdd(r.Allocated, b.Size)
+				r.Active = satAdd(r.Active, b.Size)
 			case ActivePendingFree:
-				r.Active += b.Size
+				r.Active = satAdd(r.Active, b.Size)
 			default:
-				r.Free += b.Size
+				r.Free = satAdd(r.Free, b.Size)
 				r.LargestFree = max(r.LargestFree, b.Size)
 			}
 		}

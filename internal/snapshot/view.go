@@ -142,7 +142,7 @@ func (s *Snapshot) View(o ViewOptions) View {
 	for _, e := range trace {
 		if e.Action == ActionAlloc {
 			n := SiteName(SiteOf(e.Stack))
-			traceBytes[n] += e.Size
+			traceBytes[n] = satAdd(traceBytes[n], e.Size)
 			if siteStack[n] == nil && e.Stack != nil {
 				siteStack[n] = e.Stack
 			}
@@ -207,7 +207,7 @@ func (s *Snapshot) View(o ViewOptions) View {
 		for i := range seg.Blocks {
 			b := &seg.Blocks[i]
 			vb := ViewBlock{Offset: off, Size: b.Size, State: b.State.String(), Site: -1, Stack: -1}
-			off += b.Size
+			off = satAdd(off, b.Size)
 			if b.State != Inactive {
 				st := b.AllocStack()
 				vb.Site = siteOf(st)
@@ -218,7 +218,7 @@ func (s *Snapshot) View(o ViewOptions) View {
 			if v.Merged {
 				if n := len(vs.Blocks); n > 0 && vs.Blocks[n-1].State == vb.State {
 					p := &vs.Blocks[n-1]
-					p.Size += vb.Size
+					p.Size = satAdd(p.Size, vb.Size)
 					p.Count++
 					if p.Site != vb.Site {
 						p.Site = -1
@@ -279,8 +279,8 @@ func timeline(trace []*TraceEntry, siteOf func(*Stack) int, points int) ViewTime
 		switch e.Action {
 		case ActionAlloc:
 			byAddr[e.Addr] = live{sites[i], e.Size}
-			cur[sites[i]] += e.Size
-			total += e.Size
+			cur[sites[i]] = satAdd(cur[sites[i]], e.Size)
+			total = satAdd(total, e.Size)
 		case ActionFreeCompleted:
 			if l, ok := byAddr[e.Addr]; ok {
 				cur[l.site] -= l.size
