@@ -805,3 +805,86 @@ func TestSumsSaturate(t *testing.T) {
 		t.Errorf("segment %+v", r[1])
 	}
 }
+
+// TestViewBounded: the view of a segment whose 200 000 blocks alternate
+// live and free, and of 100 000 segments, stays about 1 MB of JSON, and
+// every segment drawn still adds up: its blocks' bytes, count, and live
+// and free bytes.
+func TestViewBounded(t *testing.T) {
+	alternating := &Snapshot{Schema: Schema23, Traces: [][]*TraceEntry{nil}}
+	seg := &Segment{Address: 1 << 40, Large: true}
+	for i := range 200_000 {
+		b := Block{Address: seg.Address + uint64(i)<<20, Size: 1 << 20, State: Inactive}
+		if i%2 == 0 {
+			b.State = ActiveAllocated
+		}
+		seg.Blocks = append(seg.Blocks, b)
+		seg.TotalSize += b.Size
+	}
+	alternating.Segments = []*Segment{seg}
+	many := &Snapshot{Schema: Schema23}
+	for i := range 100_000 {
+		st := ActiveAllocated
+		if i%3 == 0 {
+			st = Inactive
+		}
+		many.Segments = append(many.Segments, &Segment{Address: uint64(i+1) << 30, TotalSize: 2 << 20, Large: true,
+			Blocks: []Block{{Address: uint64(i+1) << 30, Size: 2 << 20, State: st}}})
+	}
+	for name, s := range map[string]*Snapshot{"alternating": alternating, "many segments": many} {
+		t.Run(name, func(t *testing.T) {
+			v := s.View(DefaultView)
+			b, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d bytes", len(b))
+			if len(b) > 1_100_000 {
+				t.Errorf("the view is %d bytes", len(b))
+			}
+			if name == "alternating" && !v.Merged {
+				t.Error("not merged")
+			}
+			nblocks := 0
+			bySeg := map[uint64]*Segment{}
+			for _, seg := range s.Segments {
+				bySeg[seg.Address] = seg
+			}
+			for _, vs := range v.Segments {
+				seg := bySeg[vs.Address]
+				var size, live, free int64
+				count := 0
+				for _, vb := range vs.Blocks {
+					nblocks++
+					size += vb.Size
+					count += max(vb.Count, 1)
+					switch vb.State {
+					case "mixed":
+						live += vb.Live
+						free += vb.Free
+						if vb.Live+vb.Pending+vb.Free != vb.Size {
+							t.Errorf("a mixed block of %d bytes gives %d+%d+%d", vb.Size, vb.Live, vb.Pending, vb.Free)
+						}
+					case "active_allocated":
+						live += vb.Size
+					case "inactive":
+						free += vb.Size
+					}
+				}
+				var wantLive int64
+				for _, b := range seg.Blocks {
+					if b.State == ActiveAllocated {
+						wantLive += b.Size
+					}
+				}
+				if size != seg.TotalSize || count != len(seg.Blocks) || live != wantLive || live+free != size {
+					t.Errorf("segment %#x: %d bytes in %d blocks, %d live; want %d in %d, %d live", vs.Address, size, count, live,
+						seg.TotalSize, len(seg.Blocks), wantLive)
+				}
+			}
+			if nblocks > DefaultView.Blocks+DefaultView.Segments || len(v.Segments)+v.SegmentsOmitted != len(s.Segments) {
+				t.Errorf("%d blocks in %d segments drawn, %d omitted", nblocks, len(v.Segments), v.SegmentsOmitted)
+			}
+		})
+	}
+}
