@@ -439,3 +439,59 @@ func TestMemoryVizPage(t *testing.T) {
 		t.Errorf("another page: %v", err)
 	}
 }
+
+// TestExportBounded: a deep stack shared by many trace entries (torch's
+// JSON form of it would be hundreds of times the pickle) is exported in the
+// compact form, a few times the pickle at most (JSON repeats each record's
+// keys), which reads back as the
+// same snapshot and resolves to the original field for field.
+func TestExportBounded(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "shared.pickle")
+	script := `import pickle, sys
+frames = [{"name": "f%d" % i, "filename": "/home/user/deep/module_%d.py" % i, "line": i} for i in range(400)]
+trace = [{"action": "alloc", "addr": 1 << 30 | i << 10, "size": 1024, "stream": 0, "time_us": i, "frames": frames} for i in range(10000)]
+snap = {"segments": [], "device_traces": [trace], "allocator_settings": {"expandable_segments": False}}
+with open(sys.argv[1], "wb") as f:
+    pickle.dump(snap, f, protocol=4)
+`
+	if out, err := exec.Command(testbin.Python(), "-I", "-c", script, p).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	s, err := ReadFile(p, DefaultLimits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Compact() {
+		t.Fatal("torch's form chosen")
+	}
+	out := filepath.Join(dir, "shared.json")
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteJSON(f, s); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	in, _ := os.Stat(p)
+	ex, _ := os.Stat(out)
+	t.Logf("pickle %d bytes, export %d (torch's form: about %d)", in.Size(), ex.Size(), planCompact(s).inline)
+	// JSON repeats each record's keys, which the pickle memoises
+	if ex.Size() > 5*in.Size() {
+		t.Errorf("the export is %d bytes, %.0f times the pickle's %d", ex.Size(), float64(ex.Size())/float64(in.Size()), in.Size())
+	}
+	back, err := ReadFile(out, DefaultLimits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSnapshot(t, s, back)
+	if back.Stacks != 1 || s.Stacks != 1 {
+		t.Errorf("%d stacks, read back %d", s.Stacks, back.Stacks)
+	}
+	var diffs map[string][]string
+	refsnap(t, &diffs, "same", p, out)
+	if d := diffs[p]; len(d) > 0 {
+		t.Errorf("the export differs from the original:\n%s", strings.Join(d, "\n"))
+	}
+}
