@@ -118,6 +118,11 @@ func TestCorpusFigures(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := ref[p]
+			// every integer torch wrote fits 64 bits (a C++ frame's line
+			// (size_t)-1 too): none is clamped, nor said to be
+			if s.Saturated != 0 {
+				t.Errorf("%d integers read as over 64 bits", s.Saturated)
+			}
 			if len(s.Devices()) != len(want) {
 				t.Errorf("%d devices, the reference %d", len(s.Devices()), len(want))
 			}
