@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -41,7 +42,8 @@ func NewCmdSnapshot(f *Factory) *cobra.Command {
 		Use:   "snapshot FILE [--sites|--segments|--trace] [--device N] [--json]",
 		Short: "Read a PyTorch CUDA memory snapshot: totals, fragmentation, allocation sites, the OOM, the trace",
 		Long: `snapshot reads a CUDA memory snapshot (torch.cuda.memory._dump_snapshot, the
-C++ writer's _memory_snapshot_pickled, or the same schema as JSON) without
+C++ writer's _memory_snapshot_pickled, the same schema as JSON, or the page
+torch's memory_viz writes with the snapshot embedded in it) without
 Python and without running anything in it: a pickle that holds a global or
 a call is refused as not a snapshot. Every schema torch has written is read
 (1.13's list of segments to 2.3+'s allocator_settings).
@@ -159,8 +161,16 @@ func runSnapshot(f *Factory, o SnapshotOptions) error {
 		if err := exportSnapshot(s, o.ExportJSON); err != nil {
 			return err
 		}
+		if len(s.NotKept) > 0 {
+			fmt.Fprintf(f.IO.ErrOut, "vramguard: --export-json: %s not written (over %s as JSON, or not plain data)\n",
+				strings.Join(s.NotKept, ", "), units.FormatBytes(64<<20))
+		}
 		if !o.Sites && !o.Segments && !o.Trace && !o.JSON && !o.Serve {
-			fmt.Fprintf(f.IO.Out, "wrote %s\n", o.ExportJSON)
+			if s.Compact() {
+				fmt.Fprintf(f.IO.Out, "wrote %s in the compact form (each frame and stack once; vramguard reads it, torch's memory_viz does not)\n", o.ExportJSON)
+			} else {
+				fmt.Fprintf(f.IO.Out, "wrote %s\n", o.ExportJSON)
+			}
 			return nil
 		}
 	}
@@ -260,6 +270,10 @@ func printSummary(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
 		fmt.Fprintf(w, "  free       %-10s cached in %s; largest %s, large pool %s (the most the next large allocation gets without a new segment)\n",
 			units.FormatBytes(d.Free), units.Plural(d.FreeBlocks, "block"), units.FormatBytes(d.LargestFree),
 			units.FormatBytes(d.LargestFreeLarge))
+		if d.Saturated {
+			fmt.Fprintf(w, "  note       a sum passed %s and stopped there: these sizes are no real allocator's\n",
+				units.FormatBytes(math.MaxInt64))
+		}
 		if len(d.Trace) > 0 {
 			var parts []string
 			for _, a := range d.Trace {
@@ -270,6 +284,14 @@ func printSummary(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
 		if d.OOM != nil {
 			fmt.Fprintf(w, "  OOM        asked for %s at %s; the device had %s free\n", units.FormatBytes(d.OOM.Size),
 				termsafe.String(d.OOM.Site), units.FormatBytes(d.OOM.DeviceFree))
+			at := d.OOM.At
+			when := "the last before the dump"
+			if at.Undone > 0 {
+				when = fmt.Sprintf("the dump came %s later", units.Plural(at.Undone, "event"))
+			}
+			fmt.Fprintf(w, "             at the OOM (trace event %d, %s): reserved %s, allocated %s, %s pending free, %s free in the cache\n",
+				at.Index, when, units.FormatBytes(at.Reserved), units.FormatBytes(at.Allocated),
+				units.FormatBytes(at.PendingFree), units.FormatBytes(at.CachedFree))
 			fmt.Fprintf(w, "             %s\n", d.OOM.Reason)
 		}
 		sites := s.Sites(d.Device)
@@ -307,14 +329,18 @@ func limitSites(s []snapshot.Site, n int) []snapshot.Site {
 func siteRows(sites []snapshot.Site) [][]string {
 	var rows [][]string
 	for _, st := range sites {
+		site := termsafe.String(st.Site)
+		if st.OOMBytes > 0 {
+			site = fmt.Sprintf("(OOM: %s asked here) %s", units.FormatBytes(st.OOMBytes), site)
+		}
 		rows = append(rows, []string{units.FormatBytes(st.Bytes), units.FormatBytes(st.Requested),
-			strconv.Itoa(st.Blocks), termsafe.String(st.Site)})
+			strconv.Itoa(st.Blocks), site})
 	}
 	return rows
 }
 
 func printSites(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
-	sites := s.Sites(o.Device)
+	sites := s.SiteTable(o.Device)
 	if o.JSON {
 		if sites == nil {
 			sites = []snapshot.Site{}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/snapshot"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 var snapDir = filepath.Join("..", "snapshot", "testdata")
@@ -205,5 +206,52 @@ func TestSnapshotSaturationSaid(t *testing.T) {
 	_, errOut, code := runSnapshotCmd(t, 0, "huge_p5.pickle")
 	if code != 0 || !strings.Contains(errOut, "1 integer over 64 bits") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestSnapshotSitesMarkTheOOM: on the corpus's real OOM, --sites marks the
+// allocation that failed, and --sites --device N for the device that ran
+// out lists its site though it holds no live bytes there.
+func TestSnapshotSitesMarkTheOOM(t *testing.T) {
+	p := testbin.CorpusFile(t, "snapshots/constructor-sun__memory_snapshot_oom_expandable.pickle")
+	const site = "/mnt/data3/haoyangsun/CurProject/src/train/models.py:181 update_nodes"
+	for _, dev := range []string{"1", "-1"} {
+		out, errOut, code := runSnapshotCmd(t, 0, p, "--sites", "--device", dev)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		lines := strings.Split(out, "\n")
+		if len(lines) < 2 || !strings.HasSuffix(lines[1], "(OOM: 4.9 GiB asked here) "+site) || strings.Count(out, "OOM") != 1 {
+			t.Errorf("--device %s: the OOM's site is not marked first:\n%s", dev, out)
+		}
+		var j struct {
+			Sites []snapshot.Site `json:"sites"`
+		}
+		js, _, _ := runSnapshotCmd(t, 0, p, "--sites", "--device", dev, "--json")
+		if err := json.Unmarshal([]byte(js), &j); err != nil {
+			t.Fatal(err)
+		}
+		if len(j.Sites) == 0 || j.Sites[0].Site != site || j.Sites[0].OOMBytes != 5308694528 {
+			t.Errorf("--device %s --json: sites start %+v", dev, j.Sites[:min(1, len(j.Sites))])
+		}
+	}
+}
+
+// TestSnapshotHostileSizes: a negative size is refused in one line; sums
+// past the largest int64 stop there and the summary says so.
+func TestSnapshotHostileSizes(t *testing.T) {
+	dir := t.TempDir()
+	neg := filepath.Join(dir, "neg.json")
+	os.WriteFile(neg, []byte(`{"segments": [], "device_traces": [[{"action": "oom", "device_free": 0, "size": -5, "stream": 0}]]}`), 0o644)
+	_, errOut, code := runSnapshotCmd(t, 0, neg)
+	if code != ExitUsage || !strings.Contains(errOut, "a trace entry's size is -5: sizes are never negative") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	big := filepath.Join(dir, "big.json")
+	os.WriteFile(big, []byte(`{"segments": [{"device": 0, "address": 1, "total_size": 6917529027641081856, "blocks": [{"size": 6917529027641081856, "state": "active_allocated"}]},
+		{"device": 0, "address": 9, "total_size": 6917529027641081856, "blocks": [{"size": 6917529027641081856, "state": "inactive"}]}]}`), 0o644)
+	out, errOut, code := runSnapshotCmd(t, 0, big)
+	if code != 0 || !strings.Contains(out, "reserved   8 EiB") || !strings.Contains(out, "note       a sum passed 8 EiB and stopped there") {
+		t.Errorf("exit %d: %s%s", code, out, errOut)
 	}
 }

@@ -1,6 +1,8 @@
 package snapshot
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -70,10 +72,19 @@ func (d *decoder) apply(t any, kv []val) {
 					d.frames++
 				}
 				x.File = v.str()
+				x.keys |= keyFrameFilename
 			case "line":
-				x.Line = d.int(v)
+				// the C++ unwinder writes (size_t)-1 for no line
+				if v.k == kUint {
+					x.Line = v.i
+					x.keys |= keyFrameLineUnsigned
+				} else {
+					x.Line = d.int(v)
+				}
+				x.keys |= keyFrameLine
 			case "name":
 				x.Function = v.str()
+				x.keys |= keyFrameName
 			}
 		}
 	case *TraceEntry:
@@ -82,23 +93,32 @@ func (d *decoder) apply(t any, kv []val) {
 			switch kv[i].str() {
 			case "action":
 				x.Action = ParseAction(v.str())
+				x.keys |= keyEntryAction
 			case "addr":
 				x.Addr = d.addr(v)
+				x.keys |= keyEntryAddr
 			case "device_free":
-				x.DeviceFree = d.int(v)
+				x.DeviceFree = d.size(v, "an OOM entry's device_free")
+				x.keys |= keyEntryDeviceFree
 			case "size":
-				x.Size = d.int(v)
+				x.Size = d.size(v, "a trace entry's size")
+				x.keys |= keyEntrySize
 			case "stream":
 				x.Stream = d.int(v)
+				x.keys |= keyEntryStream
 			case "time_us":
 				x.TimeUS = d.int(v)
 				d.snap.HasTimes = true
+				x.keys |= keyEntryTime
 			case "frames":
 				x.Stack = d.stackOf(v)
+				x.keys |= keyEntryFrames
 			case "compile_context":
 				x.Context = d.context(v.str(), x.Context.userMetadata())
+				x.keys |= keyEntryCompileContext
 			case "user_metadata":
 				x.Context = d.context(x.Context.compileContext(), v.str())
+				x.keys |= keyEntryUserMetadata
 			}
 		}
 	case *Segment:
@@ -107,29 +127,45 @@ func (d *decoder) apply(t any, kv []val) {
 			switch kv[i].str() {
 			case "device":
 				x.Device = int(d.int(v))
+				x.keys |= keySegDevice
 			case "address":
 				x.Address = d.addr(v)
+				x.keys |= keySegAddress
 			case "total_size":
-				x.TotalSize = d.int(v)
+				x.TotalSize = d.size(v, "a segment's total_size")
+				x.keys |= keySegTotal
 			case "allocated_size":
-				x.AllocatedSize = d.int(v)
+				x.AllocatedSize = d.size(v, "a segment's allocated_size")
+				x.keys |= keySegAllocated
 			case "active_size":
-				x.ActiveSize = d.int(v)
+				x.ActiveSize = d.size(v, "a segment's active_size")
+				x.keys |= keySegActive
 			case "requested_size":
-				x.RequestedSize = d.int(v)
+				x.RequestedSize = d.size(v, "a segment's requested_size")
+				x.keys |= keySegRequested
 			case "stream":
 				x.Stream = d.int(v)
+				x.keys |= keySegStream
 			case "segment_type":
 				x.Large = v.str() != "small"
+				x.keys |= keySegType
 			case "is_expandable":
 				x.Expandable = v.i != 0
+				x.keys |= keySegExpandable
 			case "segment_pool_id":
-				if t := v.tuple(); len(t) == 2 {
+				t := v.tuple()
+				if l := v.list(); l != nil && !l.frames && len(l.items) == 2 {
+					t = l.items
+				}
+				if len(t) == 2 {
 					x.Pool = [2]int64{d.int(t[0]), d.int(t[1])}
 				}
+				x.keys |= keySegPool
 			case "frames":
 				x.Stack = d.stackOf(v)
+				x.keys |= keySegFrames
 			case "blocks":
+				x.keys |= keySegBlocks
 				if l := v.list(); l != nil && d.claim(l, "the blocks of two segments") {
 					x.Blocks = make([]Block, 0, len(l.items))
 					for _, it := range l.items {
@@ -147,12 +183,16 @@ func (d *decoder) apply(t any, kv []val) {
 			case "address":
 				x.Address = d.addr(v)
 				d.blockAddrs = true
+				x.keys |= keyBlockAddress
 			case "size":
-				x.Size = d.int(v)
+				x.Size = d.size(v, "a block's size")
+				x.keys |= keyBlockSize
 			case "requested_size":
-				x.RequestedSize = d.int(v)
+				x.RequestedSize = d.size(v, "a block's requested_size")
 				x.HasRequested = true
+				x.keys |= keyBlockRequested
 			case "state":
+				x.keys |= keyBlockState
 				switch v.str() {
 				case "active_allocated":
 					x.State = ActiveAllocated
@@ -163,7 +203,9 @@ func (d *decoder) apply(t any, kv []val) {
 				}
 			case "frames":
 				x.Stack = d.stackOf(v)
+				x.keys |= keyBlockFrames
 			case "history":
+				x.keys |= keyBlockHistory
 				if l := v.list(); l != nil && d.claim(l, "the history of two blocks") {
 					for _, it := range l.items {
 						if h, ok := typed[*History](it); ok {
@@ -179,10 +221,13 @@ func (d *decoder) apply(t any, kv []val) {
 			switch kv[i].str() {
 			case "addr":
 				x.Addr = d.addr(v)
+				x.keys |= keyHistAddr
 			case "real_size":
-				x.RealSize = d.int(v)
+				x.RealSize = d.size(v, "an allocation's real_size")
+				x.keys |= keyHistRealSize
 			case "frames":
 				x.Stack = d.stackOf(v)
+				x.keys |= keyHistFrames
 			}
 		}
 	}
@@ -230,6 +275,20 @@ func (d *decoder) int(v val) int64 {
 	return 0
 }
 
+// size reads a size: what does not fit int64 saturates as int does; a
+// negative size is refused (Snapshot.bad, returned when the root is built),
+// for a size is never negative and every sum assumes so.
+func (d *decoder) size(v val, what string) int64 {
+	n := d.int(v)
+	if n < 0 {
+		if d.snap.bad == nil {
+			d.snap.bad = d.errf("%s is %d: sizes are never negative", what, n)
+		}
+		return 0
+	}
+	return n
+}
+
 // addr reads an address: size_t in the allocator, written by Python as an
 // unsigned int and by the C++ writer as its int64 bit pattern.
 func (d *decoder) addr(v val) uint64 {
@@ -245,8 +304,12 @@ func (d *decoder) addr(v val) uint64 {
 	return 0
 }
 
-// stackOf returns the one *Stack of a frames list.
+// stackOf returns the one *Stack of a frames list, or of a reference into
+// the shared-stack form's table ({"vramguard_stack": N}).
 func (d *decoder) stackOf(v val) *Stack {
+	if db := v.dict(); db != nil && db.typed == nil && len(db.kv) == 2 && db.kv[0].str() == stackRefKey && db.kv[1].k == kInt {
+		return d.stackRef(db.kv[1].i)
+	}
 	l := v.list()
 	if l == nil || (!l.frames && l.n > 0) {
 		return nil
@@ -261,12 +324,85 @@ func (d *decoder) stackOf(v val) *Stack {
 	return &l.st
 }
 
+// The compact JSON form (WriteJSON, when stacks written out where they
+// are used would be too large): the root's frameTableKey holds each
+// distinct frame once, stackTableKey each distinct stack as the indices of
+// its frames there, and a record's "frames" is {stackRefKey: its stack's
+// index}.
+const (
+	frameTableKey = "vramguard_frames"
+	stackTableKey = "vramguard_stacks"
+	stackRefKey   = "vramguard_stack"
+)
+
+// stackRef is the one *Stack every reference to stack i shares, filled
+// when the root's tables are read.
+func (d *decoder) stackRef(i int64) *Stack {
+	if i < 0 {
+		return nil
+	}
+	s := d.snap
+	if s.stackRefs == nil {
+		s.stackRefs = map[int64]*Stack{}
+	}
+	st := s.stackRefs[i]
+	if st == nil {
+		st = &Stack{}
+		s.stackRefs[i] = st
+	}
+	return st
+}
+
+// fillStackRefs resolves the references to the tables' stacks; frames and
+// stacks are the root's tables (zero values when absent).
+func (d *decoder) fillStackRefs(frames, stacks val) error {
+	if len(d.snap.stackRefs) == 0 {
+		return nil
+	}
+	fl, sl := frames.list(), stacks.list()
+	if fl == nil || sl == nil || (!fl.frames && fl.n > 0) {
+		return d.errf("frames refer to %q, and the file has no %q of frames and %q of stacks", stackRefKey, frameTableKey, stackTableKey)
+	}
+	ids := fl.st.ids
+	for i, st := range d.snap.stackRefs {
+		if i >= int64(len(sl.items)) {
+			return d.errf("frames refer to stack %d, past the end of %q", i, stackTableKey)
+		}
+		// JSON's two-int lists read as tuples
+		items := sl.items[i].tuple()
+		if l := sl.items[i].list(); l != nil && (!l.frames || l.n == 0) {
+			items = l.items
+		} else if sl.items[i].k != kTuple {
+			return d.errf("stack %d of %q is not a list of frame indices", i, stackTableKey)
+		}
+		st.ids = make([]int32, len(items))
+		st.tab = d.tab
+		for k, it := range items {
+			if it.k != kInt || it.i < 0 || it.i >= int64(len(ids)) {
+				return d.errf("stack %d of %q names a frame %q does not hold", i, stackTableKey, frameTableKey)
+			}
+			st.ids[k] = ids[it.i]
+		}
+		if st.Len() > 0 {
+			d.stacks++
+		}
+	}
+	return nil
+}
+
 // maxDevices bounds the device numbers a file may name: every device up to
 // the highest is a row of the summary.
 const maxDevices = 1024
 
 // build fills the snapshot from the pickle's root value.
 func (d *decoder) build(root val) error {
+	if err := d.build1(root); err != nil {
+		return err
+	}
+	return d.snap.bad
+}
+
+func (d *decoder) build1(root val) error {
 	s := d.snap
 	segs := func(v val) error {
 		l := v.list()
@@ -288,8 +424,17 @@ func (d *decoder) build(root val) error {
 	}
 	switch root.k {
 	case kList:
+		// torch.cuda.memory_snapshot(): the segments alone, in 1.13's
+		// layout or, with block addresses, 2.1's
+		s.rootKeys = keyRootList
+		if err := segs(root); err != nil {
+			return err
+		}
 		s.Schema = Schema113
-		return segs(root)
+		if d.blockAddrs {
+			s.Schema = Schema21
+		}
+		return d.fillStackRefs(val{}, val{})
 	case kDict:
 	default:
 		return d.errf("the pickle holds a %s, not a snapshot's dict of segments", root.kindName())
@@ -297,6 +442,8 @@ func (d *decoder) build(root val) error {
 	db := root.dict()
 	d.seal(&root)
 	var sawSegments bool
+	var frameTable, stackTable val
+	budget := maxKept
 	s.Schema = Schema20
 	for i := 0; i+1 < len(db.kv); i += 2 {
 		p := struct {
@@ -306,10 +453,16 @@ func (d *decoder) build(root val) error {
 		switch p.k {
 		case "segments":
 			sawSegments = true
+			s.rootKeys |= keyRootSegments
 			if err := segs(p.v); err != nil {
 				return err
 			}
+		case frameTableKey:
+			frameTable = p.v
+		case stackTableKey:
+			stackTable = p.v
 		case "device_traces":
+			s.rootKeys |= keyRootTraces
 			l := p.v.list()
 			if l == nil {
 				return d.errf("\"device_traces\" is a %s, not a list", p.v.kindName())
@@ -333,21 +486,30 @@ func (d *decoder) build(root val) error {
 			}
 		case "allocator_settings":
 			s.Schema = Schema23
+			s.rootKeys |= keyRootSettings
+			s.settingsJSON = d.keep(p.k, p.v, &budget)
 			if sd := p.v.dict(); sd != nil {
 				for j := 0; j+1 < len(sd.kv); j += 2 {
 					s.AllocatorSettings = append(s.AllocatorSettings, Setting{key(sd.kv[j]), render(sd.kv[j+1], 0)})
 				}
 			}
 		case "external_annotations":
+			s.rootKeys |= keyRootAnnotations
+			s.annotationsJSON = d.keep(p.k, p.v, &budget)
 			if l := p.v.list(); l != nil {
 				s.ExternalAnnotations = l.n
 			}
 		case "user_metadata":
+			s.rootKeys |= keyRootUserMetadata
+			s.metaJSON = d.keep(p.k, p.v, &budget)
 			s.UserMetadata = render(p.v, 0)
 		}
 	}
 	if d.shared != "" {
 		return d.errf("one list is %s: not a memory snapshot", d.shared)
+	}
+	if err := d.fillStackRefs(frameTable, stackTable); err != nil {
+		return err
 	}
 	if !sawSegments {
 		return d.errf("the pickle's dict has no \"segments\": not a memory snapshot")
@@ -361,6 +523,107 @@ func (d *decoder) build(root val) error {
 		}
 	}
 	return nil
+}
+
+// maxKept bounds the JSON kept of the root's plain values
+// (allocator_settings, external_annotations, user_metadata), all together:
+// a file can make one value of the memo appear any number of times.
+const maxKept = 64 << 20
+
+// keep is v as JSON, for the export to write back; nil (and the key named
+// in NotKept) when v holds what JSON cannot (a record, nesting past 64) or
+// the JSON would take the budget past maxKept.
+func (d *decoder) keep(name string, v val, budget *int) []byte {
+	b, ok := appendPlain(nil, v, 0, *budget)
+	if !ok || len(b) > *budget {
+		d.snap.NotKept = append(d.snap.NotKept, name)
+		return nil
+	}
+	*budget -= len(b)
+	return b
+}
+
+// appendPlain appends v as JSON, as Python's json.dumps writes the value
+// pickle.load gives (tuples as lists, keys as strings); false when it
+// cannot, or when b would grow past limit bytes.
+func appendPlain(b []byte, v val, depth int, limit int) ([]byte, bool) {
+	if depth > 64 || len(b) > limit {
+		return b, false
+	}
+	n := len(b)
+	switch v.k {
+	case kNone:
+		return append(b, "null"...), true
+	case kInt, kBig:
+		return strconv.AppendInt(b, v.i, 10), true
+	case kUint:
+		return strconv.AppendUint(b, uint64(v.i), 10), true
+	case kFloat:
+		f := math.Float64frombits(uint64(v.i))
+		switch {
+		case math.IsNaN(f):
+			return append(b, `"NaN"`...), true
+		case math.IsInf(f, 1):
+			return append(b, `"Infinity"`...), true
+		case math.IsInf(f, -1):
+			return append(b, `"-Infinity"`...), true
+		}
+		b = strconv.AppendFloat(b, f, 'g', -1, 64)
+		if f == math.Trunc(f) && !bytes.ContainsAny(b[n:], "e.") {
+			b = append(b, ".0"...)
+		}
+		return b, true
+	case kBool:
+		if v.i != 0 {
+			return append(b, "true"...), true
+		}
+		return append(b, "false"...), true
+	case kStr, kBytes:
+		return appendJSONString(b, v.str()), true
+	case kTuple, kList:
+		items := v.tuple()
+		if l := v.list(); l != nil {
+			if l.frames && l.n > 0 {
+				return b, false
+			}
+			items = l.items
+		}
+		b = append(b, '[')
+		for i, it := range items {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			var ok bool
+			if b, ok = appendPlain(b, it, depth+1, limit); !ok {
+				return b, false
+			}
+		}
+		return append(b, ']'), true
+	case kDict:
+		db := v.dict()
+		if db.typed != nil {
+			return b, false
+		}
+		b = append(b, '{')
+		for i := 0; i+1 < len(db.kv); i += 2 {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendJSONString(b, key(db.kv[i]))
+			b = append(b, ": "...)
+			var ok bool
+			if b, ok = appendPlain(b, db.kv[i+1], depth+1, limit); !ok {
+				return b, false
+			}
+		}
+		return append(b, '}'), true
+	}
+	return b, false
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	j, _ := json.Marshal(s)
+	return append(b, j...)
 }
 
 // render writes a plain value as Python would print it, for settings; what

@@ -2,87 +2,189 @@ package snapshot
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"strconv"
 )
 
-// WriteJSON writes s in its own schema as JSON, the keys in the order torch
-// writes them: what json.load gives is the dict pickle.load gives of the
-// original (torch's _memory_viz reads either the same way), less what the
-// model does not keep: unknown keys, external_annotations' entries, and
-// allocator_settings' types (each is written as its text). JSON has no shared objects, so each
-// stack is written out where it is used; the encoding of each *Stack is
-// made once.
+// WriteJSON writes s in its own schema as JSON: every record with the keys
+// the file gave it and no other, in torch's order, so that json.load of the
+// export equals pickle.load of the original (tuples as lists, as JSON has
+// them), and torch's _memory_viz reads either the same way.
+// allocator_settings, external_annotations and user_metadata are written
+// back as they were read, unless NotKept names them.
+//
+// JSON has no shared objects, so in torch's form each stack is written out
+// where it is used. When that would make the file very much larger than
+// the snapshot (Compact), the export writes the compact form instead:
+// the root's "vramguard_frames" holds each distinct frame once,
+// "vramguard_stacks" each distinct stack once as a list of indices into
+// the frames, and a record's "frames" is {"vramguard_stack": N}, its
+// stack's index. vramguard reads that form back as the same snapshot;
+// torch does not.
 func WriteJSON(w io.Writer, s *Snapshot) error {
+	return writeJSON(w, s, s.Compact())
+}
+
+func writeJSON(w io.Writer, s *Snapshot, compact bool) error {
 	e := &exporter{w: bufio.NewWriterSize(w, 1<<20), stacks: map[*Stack][]byte{}}
-	old := s.Schema == Schema113 || s.Schema == Schema20
-	if s.Schema == Schema113 {
-		e.segments(s, old)
+	if compact {
+		e.plan = planCompact(s)
+	}
+	if s.rootKeys&keyRootList != 0 && e.plan == nil {
+		e.segments(s)
+		e.raw("\n")
 		return e.flush()
 	}
-	e.raw(`{"segments": `)
-	e.segments(s, old)
-	e.raw(`, "device_traces": [`)
-	for i, tr := range s.Traces {
-		if i > 0 {
-			e.raw(", ")
-		}
-		e.raw("[")
-		for j, t := range tr {
-			if j > 0 {
-				e.raw(", ")
-			}
-			e.raw(`{"action": `)
-			e.str(t.Action.String())
-			if t.Action == ActionOOM {
-				e.raw(`, "device_free": `)
-				e.int(t.DeviceFree)
-			} else {
-				e.raw(`, "addr": `)
-				e.uint(t.Addr)
-			}
-			e.raw(`, "size": `)
-			e.int(t.Size)
-			e.raw(`, "stream": `)
-			e.int(t.Stream)
-			if s.HasTimes {
-				e.raw(`, "time_us": `)
-				e.int(t.TimeUS)
-			}
-			if t.Context != nil {
-				e.raw(`, "compile_context": `)
-				e.str(t.Context.CompileContext)
-				e.raw(`, "user_metadata": `)
-				e.str(t.Context.UserMetadata)
-			}
-			if t.Stack != nil {
-				e.raw(`, "frames": `)
-				e.stack(t.Stack)
-			}
-			e.raw("}")
-		}
-		e.raw("]")
+	e.raw("{")
+	sep := ""
+	key := func(k string) {
+		e.raw(sep)
+		e.str(k)
+		e.raw(": ")
+		sep = ", "
 	}
-	e.raw("]")
-	if s.Schema == Schema23 {
-		e.raw(`, "allocator_settings": {`)
-		for i, kv := range s.AllocatorSettings {
+	if s.rootKeys&(keyRootSegments|keyRootList) != 0 {
+		key("segments")
+		e.segments(s)
+	}
+	if s.rootKeys&keyRootTraces != 0 {
+		key("device_traces")
+		e.traces(s)
+	}
+	for _, kv := range []struct {
+		bit  keySet
+		name string
+		json []byte
+	}{{keyRootSettings, "allocator_settings", s.settingsJSON}, {keyRootAnnotations, "external_annotations", s.annotationsJSON},
+		{keyRootUserMetadata, "user_metadata", s.metaJSON}} {
+		if s.rootKeys&kv.bit != 0 && kv.json != nil {
+			key(kv.name)
+			e.bytes(kv.json)
+		}
+	}
+	if p := e.plan; p != nil {
+		key(frameTableKey)
+		e.raw("[")
+		for i, f := range p.frames {
 			if i > 0 {
 				e.raw(", ")
 			}
-			e.str(kv.Key)
-			e.raw(": ")
-			e.str(kv.Value)
+			e.bytes(appendFrame(nil, f))
 		}
-		e.raw("}")
-	}
-	if s.UserMetadata != "" {
-		e.raw(`, "user_metadata": `)
-		e.str(s.UserMetadata)
+		e.raw("]")
+		key(stackTableKey)
+		e.raw("[")
+		for i, ids := range p.stacks {
+			if i > 0 {
+				e.raw(", ")
+			}
+			e.raw("[")
+			for k, id := range ids {
+				if k > 0 {
+					e.raw(", ")
+				}
+				e.int(int64(id))
+			}
+			e.raw("]")
+		}
+		e.raw("]")
 	}
 	e.raw("}\n")
 	return e.flush()
+}
+
+// Compact is whether WriteJSON writes the compact form: when writing each
+// stack out where it is used would take more than 64 MiB and more than 100
+// times the compact form (a deep stack shared by many records made torch's
+// form 700 times its pickle; a real snapshot's is 5 to 60 times, and 6 of
+// the corpus's 22 pass 64 MiB, at 160 to 240 times the compact form).
+func (s *Snapshot) Compact() bool {
+	p := planCompact(s)
+	return p.inline > 64<<20 && p.inline > 100*p.compact
+}
+
+// compactPlan is the compact form's tables: each distinct frame (by value)
+// and stack (by its frames) once, and each stack's index.
+type compactPlan struct {
+	frames   []*Frame
+	stacks   [][]int32
+	stackIdx map[*Stack]int
+	// the sizes of the two forms' stacks, roughly
+	inline, compact int64
+}
+
+type frameKey struct {
+	file, function string
+	line           int64
+	keys           keySet
+}
+
+func planCompact(s *Snapshot) *compactPlan {
+	p := &compactPlan{stackIdx: map[*Stack]int{}}
+	frameIdx := map[frameKey]int32{}
+	byFrames := map[string]int{}
+	inlineOf := map[*Stack]int64{}
+	var key []byte
+	s.eachStack(func(st *Stack) {
+		if st == nil {
+			return
+		}
+		p.compact += int64(len(`{"vramguard_stack": 1234567}`))
+		if n, ok := inlineOf[st]; ok {
+			p.inline += n
+			return
+		}
+		ids := make([]int32, st.Len())
+		key = key[:0]
+		var n int64 = 2
+		for i := range st.Len() {
+			f := st.Frame(i)
+			fk := frameKey{f.File, f.Function, f.Line, f.keys}
+			id, ok := frameIdx[fk]
+			if !ok {
+				id = int32(len(p.frames))
+				frameIdx[fk] = id
+				p.frames = append(p.frames, f)
+				p.compact += int64(len(f.File) + len(f.Function) + 48)
+			}
+			ids[i] = id
+			key = binary.AppendUvarint(key, uint64(id))
+			n += int64(len(f.File) + len(f.Function) + 48)
+		}
+		inlineOf[st] = n
+		p.inline += n
+		k, ok := byFrames[string(key)]
+		if !ok {
+			k = len(p.stacks)
+			byFrames[string(key)] = k
+			p.stacks = append(p.stacks, ids)
+			p.compact += int64(len(ids)*8 + 2)
+		}
+		p.stackIdx[st] = k
+	})
+	return p
+}
+
+// eachStack calls f with every record's stack, in the order WriteJSON
+// writes them.
+func (s *Snapshot) eachStack(f func(*Stack)) {
+	for _, seg := range s.Segments {
+		f(seg.Stack)
+		for i := range seg.Blocks {
+			b := &seg.Blocks[i]
+			f(b.Stack)
+			for _, h := range b.History {
+				f(h.Stack)
+			}
+		}
+	}
+	for _, tr := range s.Traces {
+		for _, t := range tr {
+			f(t.Stack)
+		}
+	}
 }
 
 type exporter struct {
@@ -90,6 +192,7 @@ type exporter struct {
 	err    error
 	stacks map[*Stack][]byte
 	num    []byte
+	plan   *compactPlan // the compact form's; nil in torch's
 }
 
 func (e *exporter) raw(s string) {
@@ -134,116 +237,235 @@ func (e *exporter) flush() error {
 	return e.w.Flush()
 }
 
-func (e *exporter) stack(st *Stack) {
+// encode is a stack's frames as JSON, made once per stack.
+func (e *exporter) encode(st *Stack) []byte {
 	b, ok := e.stacks[st]
 	if !ok {
 		b = append(b, '[')
-		for i, f := range st.Frames() {
-			if i > 0 {
-				b = append(b, ", "...)
+		if st != nil {
+			for i := range st.Len() {
+				if i > 0 {
+					b = append(b, ", "...)
+				}
+				b = appendFrame(b, st.Frame(i))
 			}
-			name, _ := json.Marshal(f.Function)
-			file, _ := json.Marshal(f.File)
-			b = append(b, `{"name": `...)
-			b = append(b, name...)
-			b = append(b, `, "filename": `...)
-			b = append(b, file...)
-			b = append(b, `, "line": `...)
-			b = strconv.AppendInt(b, f.Line, 10)
-			b = append(b, '}')
 		}
 		b = append(b, ']')
 		e.stacks[st] = b
 	}
-	e.bytes(b)
+	return b
 }
 
-func (e *exporter) segments(s *Snapshot, old bool) {
+// appendFrame appends a frame with the keys it was read with.
+func appendFrame(b []byte, f *Frame) []byte {
+	all := f.keys&(keyFrameName|keyFrameFilename|keyFrameLine) == 0
+	b = append(b, '{')
+	sep := ""
+	if all || f.keys&keyFrameName != 0 {
+		b = append(b, `"name": `...)
+		b = appendJSONString(b, f.Function)
+		sep = ", "
+	}
+	if all || f.keys&keyFrameFilename != 0 {
+		b = append(b, sep...)
+		b = append(b, `"filename": `...)
+		b = appendJSONString(b, f.File)
+		sep = ", "
+	}
+	if all || f.keys&keyFrameLine != 0 {
+		b = append(b, sep...)
+		b = append(b, `"line": `...)
+		if f.keys&keyFrameLineUnsigned != 0 {
+			b = strconv.AppendUint(b, uint64(f.Line), 10)
+		} else {
+			b = strconv.AppendInt(b, f.Line, 10)
+		}
+	}
+	return append(b, '}')
+}
+
+// stack writes a record's frames: the stack, or in the compact form its
+// reference.
+func (e *exporter) stack(st *Stack) {
+	if e.plan == nil || st == nil {
+		e.bytes(e.encode(st))
+		return
+	}
+	e.raw(`{"` + stackRefKey + `": `)
+	e.int(int64(e.plan.stackIdx[st]))
+	e.raw("}")
+}
+
+// rec writes a record's keys: each key present in has, in order.
+type rec struct {
+	e   *exporter
+	has keySet
+	sep bool
+}
+
+func (r *rec) key(bit keySet, name string) bool {
+	if r.has&bit == 0 {
+		return false
+	}
+	if r.sep {
+		r.e.raw(", ")
+	}
+	r.sep = true
+	r.e.str(name)
+	r.e.raw(": ")
+	return true
+}
+
+func (e *exporter) traces(s *Snapshot) {
+	e.raw("[")
+	for i, tr := range s.Traces {
+		if i > 0 {
+			e.raw(", ")
+		}
+		e.raw("[")
+		for j, t := range tr {
+			if j > 0 {
+				e.raw(", ")
+			}
+			e.raw("{")
+			r := rec{e: e, has: t.keys}
+			if r.key(keyEntryAction, "action") {
+				e.str(t.Action.String())
+			}
+			if r.key(keyEntryAddr, "addr") {
+				e.uint(t.Addr)
+			}
+			if r.key(keyEntryDeviceFree, "device_free") {
+				e.int(t.DeviceFree)
+			}
+			if r.key(keyEntrySize, "size") {
+				e.int(t.Size)
+			}
+			if r.key(keyEntryStream, "stream") {
+				e.int(t.Stream)
+			}
+			if r.key(keyEntryTime, "time_us") {
+				e.int(t.TimeUS)
+			}
+			if r.key(keyEntryCompileContext, "compile_context") {
+				e.str(t.Context.compileContext())
+			}
+			if r.key(keyEntryUserMetadata, "user_metadata") {
+				e.str(t.Context.userMetadata())
+			}
+			if r.key(keyEntryFrames, "frames") {
+				e.stack(t.Stack)
+			}
+			e.raw("}")
+		}
+		e.raw("]")
+	}
+	e.raw("]")
+}
+
+func (e *exporter) segments(s *Snapshot) {
 	e.raw("[")
 	for i, seg := range s.Segments {
 		if i > 0 {
 			e.raw(", ")
 		}
-		e.raw(`{"device": `)
-		e.int(int64(seg.Device))
-		e.raw(`, "address": `)
-		e.uint(seg.Address)
-		e.raw(`, "total_size": `)
-		e.int(seg.TotalSize)
-		e.raw(`, "allocated_size": `)
-		e.int(seg.AllocatedSize)
-		e.raw(`, "active_size": `)
-		e.int(seg.ActiveSize)
-		if !old {
-			e.raw(`, "requested_size": `)
+		e.raw("{")
+		r := rec{e: e, has: seg.keys}
+		if r.key(keySegDevice, "device") {
+			e.int(int64(seg.Device))
+		}
+		if r.key(keySegAddress, "address") {
+			e.uint(seg.Address)
+		}
+		if r.key(keySegTotal, "total_size") {
+			e.int(seg.TotalSize)
+		}
+		if r.key(keySegAllocated, "allocated_size") {
+			e.int(seg.AllocatedSize)
+		}
+		if r.key(keySegActive, "active_size") {
+			e.int(seg.ActiveSize)
+		}
+		if r.key(keySegRequested, "requested_size") {
 			e.int(seg.RequestedSize)
 		}
-		e.raw(`, "stream": `)
-		e.int(seg.Stream)
-		if seg.Large {
-			e.raw(`, "segment_type": "large"`)
-		} else {
-			e.raw(`, "segment_type": "small"`)
+		if r.key(keySegStream, "stream") {
+			e.int(seg.Stream)
 		}
-		if !old {
-			e.raw(`, "segment_pool_id": [`)
+		if r.key(keySegType, "segment_type") {
+			if seg.Large {
+				e.raw(`"large"`)
+			} else {
+				e.raw(`"small"`)
+			}
+		}
+		if r.key(keySegPool, "segment_pool_id") {
+			e.raw("[")
 			e.int(seg.Pool[0])
 			e.raw(", ")
 			e.int(seg.Pool[1])
-			e.raw(`], "is_expandable": `)
-			e.bool(seg.Expandable)
-			if seg.Stack != nil {
-				e.raw(`, "frames": `)
-				e.stack(seg.Stack)
-			}
+			e.raw("]")
 		}
-		e.raw(`, "blocks": [`)
-		for j := range seg.Blocks {
-			b := &seg.Blocks[j]
-			if j > 0 {
-				e.raw(", ")
-			}
-			if old {
-				e.raw(`{"size": `)
-				e.int(b.Size)
-				e.raw(`, "state": `)
-				e.str(b.State.String())
-				if len(b.History) > 0 {
-					e.raw(`, "history": [`)
-					for k, h := range b.History {
-						if k > 0 {
-							e.raw(", ")
-						}
-						e.raw(`{"addr": `)
-						e.uint(h.Addr)
-						e.raw(`, "real_size": `)
-						e.int(h.RealSize)
-						if h.Stack != nil {
-							e.raw(`, "frames": `)
-							e.stack(h.Stack)
-						}
-						e.raw("}")
-					}
-					e.raw("]")
+		if r.key(keySegExpandable, "is_expandable") {
+			e.bool(seg.Expandable)
+		}
+		if r.key(keySegFrames, "frames") {
+			e.stack(seg.Stack)
+		}
+		if r.key(keySegBlocks, "blocks") {
+			e.blocks(seg.Blocks)
+		}
+		e.raw("}")
+	}
+	e.raw("]")
+}
+
+func (e *exporter) blocks(blocks []Block) {
+	e.raw("[")
+	for j := range blocks {
+		b := &blocks[j]
+		if j > 0 {
+			e.raw(", ")
+		}
+		e.raw("{")
+		r := rec{e: e, has: b.keys}
+		if r.key(keyBlockAddress, "address") {
+			e.uint(b.Address)
+		}
+		if r.key(keyBlockSize, "size") {
+			e.int(b.Size)
+		}
+		if r.key(keyBlockRequested, "requested_size") {
+			e.int(b.RequestedSize)
+		}
+		if r.key(keyBlockState, "state") {
+			e.str(b.State.String())
+		}
+		if r.key(keyBlockFrames, "frames") {
+			e.stack(b.Stack)
+		}
+		if r.key(keyBlockHistory, "history") {
+			e.raw("[")
+			for k, h := range b.History {
+				if k > 0 {
+					e.raw(", ")
+				}
+				e.raw("{")
+				hr := rec{e: e, has: h.keys}
+				if hr.key(keyHistAddr, "addr") {
+					e.uint(h.Addr)
+				}
+				if hr.key(keyHistRealSize, "real_size") {
+					e.int(h.RealSize)
+				}
+				if hr.key(keyHistFrames, "frames") {
+					e.stack(h.Stack)
 				}
 				e.raw("}")
-				continue
 			}
-			e.raw(`{"address": `)
-			e.uint(b.Address)
-			e.raw(`, "size": `)
-			e.int(b.Size)
-			e.raw(`, "requested_size": `)
-			e.int(b.RequestedSize)
-			e.raw(`, "state": `)
-			e.str(b.State.String())
-			if b.Stack != nil {
-				e.raw(`, "frames": `)
-				e.stack(b.Stack)
-			}
-			e.raw("}")
+			e.raw("]")
 		}
-		e.raw("]}")
+		e.raw("}")
 	}
 	e.raw("]")
 }

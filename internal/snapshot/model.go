@@ -33,6 +33,75 @@ const (
 	Schema23 Schema = "2.3"
 )
 
+// keySet records which keys a record of the file held, so that the export
+// writes what was read: no key the file did not have, none it had left out.
+// Each record type has its own bits.
+type keySet uint16
+
+// A frame's keys.
+const (
+	keyFrameName keySet = 1 << iota
+	keyFrameFilename
+	keyFrameLine
+	keyFrameLineUnsigned // line holds the bits of an integer from 2^63 to 2^64-1
+)
+
+// A segment's keys.
+const (
+	keySegDevice keySet = 1 << iota
+	keySegAddress
+	keySegTotal
+	keySegAllocated
+	keySegActive
+	keySegRequested
+	keySegStream
+	keySegType
+	keySegPool
+	keySegExpandable
+	keySegFrames
+	keySegBlocks
+)
+
+// A block's keys.
+const (
+	keyBlockAddress keySet = 1 << iota
+	keyBlockSize
+	keyBlockRequested
+	keyBlockState
+	keyBlockFrames
+	keyBlockHistory
+)
+
+// A history entry's keys.
+const (
+	keyHistAddr keySet = 1 << iota
+	keyHistRealSize
+	keyHistFrames
+)
+
+// A trace entry's keys.
+const (
+	keyEntryAction keySet = 1 << iota
+	keyEntryAddr
+	keyEntryDeviceFree
+	keyEntrySize
+	keyEntryStream
+	keyEntryTime
+	keyEntryCompileContext
+	keyEntryUserMetadata
+	keyEntryFrames
+)
+
+// The root's keys (a dict; a bare list of segments has none).
+const (
+	keyRootSegments keySet = 1 << iota
+	keyRootTraces
+	keyRootSettings
+	keyRootAnnotations
+	keyRootUserMetadata
+	keyRootList // the root is a bare list of segments (torch.cuda.memory_snapshot())
+)
+
 // Frame is one frame of a recorded stack. Frames are shared: every stack
 // that holds the same frame points at the one Frame.
 type Frame struct {
@@ -40,6 +109,7 @@ type Frame struct {
 	Line     int64
 	Function string
 	id       int32 // in the snapshot's frame table
+	keys     keySet
 }
 
 // Stack is a recorded call stack, innermost frame first, shared by every
@@ -97,6 +167,7 @@ type History struct {
 	Addr     uint64
 	RealSize int64
 	Stack    *Stack
+	keys     keySet
 }
 
 // Block is one block of a segment.
@@ -106,6 +177,7 @@ type Block struct {
 	RequestedSize int64
 	HasRequested  bool // requested_size was recorded (torch >= 2.1)
 	State         State
+	keys          keySet
 	Stack         *Stack // nil when none was recorded
 	History       []History
 }
@@ -148,6 +220,7 @@ type Segment struct {
 	Pool          [2]int64 // segment_pool_id; {0,0} is the default pool
 	Stack         *Stack
 	Blocks        []Block
+	keys          keySet
 }
 
 // Action is what a trace entry records.
@@ -185,6 +258,7 @@ func ParseAction(s string) Action {
 // TraceEntry is one event of a device's trace.
 type TraceEntry struct {
 	Action     Action
+	keys       keySet
 	Addr       uint64
 	Size       int64
 	Stream     int64
@@ -235,6 +309,19 @@ type Snapshot struct {
 	Saturated int
 	// Frames and Stacks count the distinct frames and stacks.
 	Frames, Stacks int
+
+	// What the export writes back as it was read: the root's keys, and
+	// allocator_settings, external_annotations and user_metadata as JSON.
+	rootKeys                                keySet
+	settingsJSON, annotationsJSON, metaJSON []byte
+	// NotKept names what the export cannot write back (a value too large
+	// or not plain data), for the command to say.
+	NotKept []string
+	// stackRefs are the stacks the shared-stack JSON form refers to by
+	// index, filled from its stack table when the root is built.
+	stackRefs map[int64]*Stack
+	// bad is the first negative size read: the file is refused
+	bad error
 }
 
 // Setting is one allocator setting.

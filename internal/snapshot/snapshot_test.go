@@ -745,3 +745,147 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestNegativeSizesRefused: a negative size, in any record and either
+// form, refuses the file with the record named; no figure is computed from
+// it.
+func TestNegativeSizesRefused(t *testing.T) {
+	dir := t.TempDir()
+	docs := map[string]string{
+		"block": `{"segments": [{"device": 0, "address": 1, "total_size": 4, "blocks": [{"size": -9223372036854775808, "state": "inactive"}]}]}`,
+		"total": `{"segments": [{"device": 0, "address": 1, "total_size": -1, "blocks": []}]}`,
+		"oom":   `{"segments": [], "device_traces": [[{"action": "oom", "device_free": 0, "size": -5, "stream": 0}]]}`,
+		"free":  `{"segments": [], "device_traces": [[{"action": "oom", "device_free": -1, "size": 5, "stream": 0}]]}`,
+		"real":  `{"segments": [{"device": 0, "address": 1, "total_size": 4, "blocks": [{"size": 4, "state": "active_allocated", "history": [{"addr": 1, "real_size": -4}]}]}]}`,
+		"req":   `{"segments": [{"device": 0, "address": 1, "total_size": 4, "blocks": [{"address": 1, "size": 4, "requested_size": -2, "state": "active_allocated"}]}]}`,
+	}
+	want := map[string]string{"block": "a block's size is -9223372036854775808", "total": "a segment's total_size is -1",
+		"oom": "a trace entry's size is -5", "free": "an OOM entry's device_free is -1", "real": "an allocation's real_size is -4",
+		"req": "a block's requested_size is -2"}
+	var script strings.Builder
+	script.WriteString("import json, pickle, sys\n")
+	for name, doc := range docs {
+		js := filepath.Join(dir, name+".json")
+		if err := os.WriteFile(js, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&script, "pickle.dump(json.load(open(%q)), open(%q, 'wb'), protocol=2)\n", js, filepath.Join(dir, name+".pickle"))
+	}
+	if out, err := exec.Command(testbin.Python(), "-I", "-c", script.String()).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for name, w := range want {
+		for _, ext := range []string{".json", ".pickle"} {
+			_, err := ReadFile(filepath.Join(dir, name+ext), DefaultLimits, nil)
+			if err == nil || !errors.Is(err, ErrNotSnapshot) || !strings.Contains(err.Error(), w+": sizes are never negative") {
+				t.Errorf("%s%s: %v, want %q", name, ext, err, w)
+			}
+		}
+	}
+}
+
+// TestSumsSaturate: sizes that add past the largest int64 stop there, and
+// the summary says so, rather than wrapping negative.
+func TestSumsSaturate(t *testing.T) {
+	const big = 6917529027641081856 // 6 EiB
+	doc := fmt.Sprintf(`{"segments": [{"device": 0, "address": 1, "total_size": %d, "blocks": [{"size": %d, "state": "active_allocated"}]},
+		{"device": 0, "address": 9, "total_size": %d, "blocks": [{"size": %d, "state": "inactive"}, {"size": %d, "state": "active_allocated"}]}]}`,
+		big, big, big, big, big)
+	s, err := Decode(strings.NewReader(doc), DefaultLimits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := s.Summary(0)[0]
+	if d.Reserved != math.MaxInt64 || d.Allocated != math.MaxInt64 || d.Free != big || !d.Saturated {
+		t.Errorf("reserved %d, allocated %d, free %d, saturated %v", d.Reserved, d.Allocated, d.Free, d.Saturated)
+	}
+	if st := s.Sites(0); len(st) != 1 || st[0].Bytes != math.MaxInt64 {
+		t.Errorf("sites %+v", st)
+	}
+	if r := s.SegmentRows(0); r[1].Total != math.MaxInt64 {
+		t.Errorf("segment %+v", r[1])
+	}
+}
+
+// TestViewBounded: the view of a segment whose 200 000 blocks alternate
+// live and free, and of 100 000 segments, stays about 1 MB of JSON, and
+// every segment drawn still adds up: its blocks' bytes, count, and live
+// and free bytes.
+func TestViewBounded(t *testing.T) {
+	alternating := &Snapshot{Schema: Schema23, Traces: [][]*TraceEntry{nil}}
+	seg := &Segment{Address: 1 << 40, Large: true}
+	for i := range 200_000 {
+		b := Block{Address: seg.Address + uint64(i)<<20, Size: 1 << 20, State: Inactive}
+		if i%2 == 0 {
+			b.State = ActiveAllocated
+		}
+		seg.Blocks = append(seg.Blocks, b)
+		seg.TotalSize += b.Size
+	}
+	alternating.Segments = []*Segment{seg}
+	many := &Snapshot{Schema: Schema23}
+	for i := range 100_000 {
+		st := ActiveAllocated
+		if i%3 == 0 {
+			st = Inactive
+		}
+		many.Segments = append(many.Segments, &Segment{Address: uint64(i+1) << 30, TotalSize: 2 << 20, Large: true,
+			Blocks: []Block{{Address: uint64(i+1) << 30, Size: 2 << 20, State: st}}})
+	}
+	for name, s := range map[string]*Snapshot{"alternating": alternating, "many segments": many} {
+		t.Run(name, func(t *testing.T) {
+			v := s.View(DefaultView)
+			b, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d bytes", len(b))
+			if len(b) > 1_100_000 {
+				t.Errorf("the view is %d bytes", len(b))
+			}
+			if name == "alternating" && !v.Merged {
+				t.Error("not merged")
+			}
+			nblocks := 0
+			bySeg := map[uint64]*Segment{}
+			for _, seg := range s.Segments {
+				bySeg[seg.Address] = seg
+			}
+			for _, vs := range v.Segments {
+				seg := bySeg[vs.Address]
+				var size, live, free int64
+				count := 0
+				for _, vb := range vs.Blocks {
+					nblocks++
+					size += vb.Size
+					count += max(vb.Count, 1)
+					switch vb.State {
+					case "mixed":
+						live += vb.Live
+						free += vb.Free
+						if vb.Live+vb.Pending+vb.Free != vb.Size {
+							t.Errorf("a mixed block of %d bytes gives %d+%d+%d", vb.Size, vb.Live, vb.Pending, vb.Free)
+						}
+					case "active_allocated":
+						live += vb.Size
+					case "inactive":
+						free += vb.Size
+					}
+				}
+				var wantLive int64
+				for _, b := range seg.Blocks {
+					if b.State == ActiveAllocated {
+						wantLive += b.Size
+					}
+				}
+				if size != seg.TotalSize || count != len(seg.Blocks) || live != wantLive || live+free != size {
+					t.Errorf("segment %#x: %d bytes in %d blocks, %d live; want %d in %d, %d live", vs.Address, size, count, live,
+						seg.TotalSize, len(seg.Blocks), wantLive)
+				}
+			}
+			if nblocks > DefaultView.Blocks+DefaultView.Segments || len(v.Segments)+v.SegmentsOmitted != len(s.Segments) {
+				t.Errorf("%d blocks in %d segments drawn, %d omitted", nblocks, len(v.Segments), v.SegmentsOmitted)
+			}
+		})
+	}
+}

@@ -3,7 +3,9 @@ package snapshot
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/vramguard/vramguard/internal/units"
@@ -20,6 +22,9 @@ type Site struct {
 	Bytes     int64  `json:"bytes"`
 	Requested int64  `json:"requested_bytes"`
 	Blocks    int    `json:"blocks"`
+	// OOMBytes is what an allocation at this site asked for when the
+	// device ran out (the device's last OOM); 0 for the other sites.
+	OOMBytes int64 `json:"oom_bytes,omitempty"`
 }
 
 // SiteOf is the frame a stack is charged to: the innermost Python frame
@@ -46,7 +51,10 @@ func SiteOf(st *Stack) *Frame {
 	return first
 }
 
+// insideTorch is whether file lies in a torch directory, on a POSIX or a
+// Windows path (D:\venv\Lib\site-packages\torch\functional.py).
 func insideTorch(file string) bool {
+	file = strings.ReplaceAll(file, "\\", "/")
 	return strings.Contains(file, "/torch/") || strings.HasPrefix(file, "torch/")
 }
 
@@ -83,8 +91,8 @@ func (s *Snapshot) Sites(device int) []Site {
 				st = &Site{Site: SiteName(f), File: f.File, Line: f.Line, Function: f.Function}
 				sums[f] = st
 			}
-			st.Bytes += b.Size
-			st.Requested += b.Requested()
+			st.Bytes = satAdd(st.Bytes, b.Size)
+			st.Requested = satAdd(st.Requested, b.Requested())
 			st.Blocks++
 		}
 	}
@@ -92,8 +100,8 @@ func (s *Snapshot) Sites(device int) []Site {
 	byName := map[string]*Site{}
 	for _, st := range sums {
 		if o := byName[st.Site]; o != nil {
-			o.Bytes += st.Bytes
-			o.Requested += st.Requested
+			o.Bytes = satAdd(o.Bytes, st.Bytes)
+			o.Requested = satAdd(o.Requested, st.Requested)
 			o.Blocks += st.Blocks
 			continue
 		}
@@ -110,6 +118,46 @@ func (s *Snapshot) Sites(device int) []Site {
 		return cmp.Or(cmp.Compare(b.Bytes, a.Bytes), cmp.Compare(a.Site, b.Site))
 	})
 	return out
+}
+
+// SiteTable is Sites with each device's last OOM charged to its site: the
+// allocation that failed marks its site (OOMBytes), which comes first, and
+// is listed even when it holds no live bytes.
+func (s *Snapshot) SiteTable(device int) []Site {
+	sites := s.Sites(device)
+	var first []Site
+	for dev, tr := range s.Traces {
+		if device >= 0 && dev != device {
+			continue
+		}
+		for i := len(tr) - 1; i >= 0; i-- {
+			e := tr[i]
+			if e.Action != ActionOOM {
+				continue
+			}
+			f := SiteOf(e.Stack)
+			name := SiteName(f)
+			k := slices.IndexFunc(sites, func(st Site) bool { return st.Site == name })
+			if k < 0 {
+				if k = slices.IndexFunc(first, func(st Site) bool { return st.Site == name }); k >= 0 {
+					first[k].OOMBytes = satAdd(first[k].OOMBytes, max(e.Size, 0))
+					break
+				}
+				st := Site{Site: name, File: "?"}
+				if f != nil {
+					st.File, st.Line, st.Function = f.File, f.Line, f.Function
+				}
+				sites = append(sites, st)
+				k = len(sites) - 1
+			}
+			st := sites[k]
+			st.OOMBytes = satAdd(st.OOMBytes, max(e.Size, 0))
+			first = append(first, st)
+			sites = slices.Delete(sites, k, k+1)
+			break
+		}
+	}
+	return append(first, sites...)
 }
 
 // DeviceSummary is what one device's part of a snapshot adds up to.
@@ -139,6 +187,9 @@ type DeviceSummary struct {
 	Small            int   `json:"small_segments"`
 	Expandable       int   `json:"expandable_segments"`
 	PrivatePool      int   `json:"private_pool_segments"`
+	// Saturated is true when a sum passed the largest int64 and stopped
+	// there: the file's sizes are no real allocator's.
+	Saturated bool `json:"saturated,omitempty"`
 	// Trace counts the trace's events by action.
 	Trace []ActionCount `json:"trace"`
 	OOM   *OOM          `json:"oom,omitempty"`
@@ -157,8 +208,12 @@ type OOM struct {
 	Size       int64  `json:"size"`
 	DeviceFree int64  `json:"device_free"`
 	TimeUS     int64  `json:"time_us,omitempty"`
+	Stream     int64  `json:"stream"`
 	Site       string `json:"site"`
-	// Why it did not fit, in words from the figures above and the cache's.
+	// At is the allocator's state at the OOM: the dump's with every later
+	// event of the trace undone.
+	At *OOMState `json:"at_oom"`
+	// Why it did not fit, in words from the state at the OOM.
 	Reason string `json:"reason"`
 }
 
@@ -195,18 +250,18 @@ func (s *Snapshot) summarize(dev int) DeviceSummary {
 		for i := range seg.Blocks {
 			b := &seg.Blocks[i]
 			d.Blocks++
-			d.Reserved += b.Size
+			d.Reserved = satAdd(d.Reserved, b.Size)
 			switch b.State {
 			case ActiveAllocated:
 				d.LiveBlocks++
-				d.Allocated += b.Size
-				d.Active += b.Size
-				d.Requested += b.Requested()
+				d.Allocated = satAdd(d.Allocated, b.Size)
+				d.Active = satAdd(d.Active, b.Size)
+				d.Requested = satAdd(d.Requested, b.Requested())
 			case ActivePendingFree:
-				d.Active += b.Size
-				d.PendingFree += b.Size
+				d.Active = satAdd(d.Active, b.Size)
+				d.PendingFree = satAdd(d.PendingFree, b.Size)
 			default:
-				d.Free += b.Size
+				d.Free = satAdd(d.Free, b.Size)
 				d.FreeBlocks++
 				d.LargestFree = max(d.LargestFree, b.Size)
 				if seg.Large {
@@ -215,13 +270,16 @@ func (s *Snapshot) summarize(dev int) DeviceSummary {
 			}
 		}
 	}
+	for _, v := range []int64{d.Reserved, d.Allocated, d.Active, d.Requested, d.PendingFree, d.Free} {
+		d.Saturated = d.Saturated || v == math.MaxInt64
+	}
 	if dev < len(s.Traces) {
 		counts := map[Action]int{}
-		var oom *TraceEntry
-		for _, e := range s.Traces[dev] {
+		oom := -1
+		for i, e := range s.Traces[dev] {
 			counts[e.Action]++
 			if e.Action == ActionOOM {
-				oom = e
+				oom = i
 			}
 		}
 		for a := ActionAlloc; a <= ActionOOM; a++ {
@@ -232,36 +290,51 @@ func (s *Snapshot) summarize(dev int) DeviceSummary {
 		if counts[ActionUnknown] > 0 {
 			d.Trace = append(d.Trace, ActionCount{"other", counts[ActionUnknown]})
 		}
-		if oom != nil {
-			d.OOM = &OOM{Size: oom.Size, DeviceFree: oom.DeviceFree, TimeUS: oom.TimeUS,
-				Site: SiteName(SiteOf(oom.Stack))}
-			d.OOM.Reason = oomReason(d, oom)
+		if oom >= 0 {
+			e := s.Traces[dev][oom]
+			d.OOM = &OOM{Size: e.Size, DeviceFree: e.DeviceFree, TimeUS: e.TimeUS, Stream: e.Stream,
+				Site: SiteName(SiteOf(e.Stack)), At: s.stateAt(dev, oom)}
+			d.OOM.Reason = oomReason(d.OOM)
 		}
 	}
 	return d
 }
 
-// oomReason says why an allocation of oom.Size did not fit, from the cache's
-// figures at the snapshot and the device's free memory at the OOM.
-func oomReason(d DeviceSummary, oom *TraceEntry) string {
-	size := oom.Size
+// oomReason says why an allocation did not fit, from the allocator's state
+// at the OOM and the device's free memory then.
+func oomReason(o *OOM) string {
+	at, size := o.At, o.Size
 	switch {
-	case d.LargestFreeLarge >= size:
-		return fmt.Sprintf("a cached free block of %s could have held it: it was likely on another stream or in a private pool",
-			fmtBytes(d.LargestFreeLarge))
-	case d.Free >= size:
-		return fmt.Sprintf("fragmentation: the cache held %s free, enough in total, but in %d pieces, the largest %s; "+
+	case at.LargestUsable >= size:
+		return fmt.Sprintf("a cached free block of %s on its stream could have held it, and the allocator did not use it",
+			fmtBytes(at.LargestUsable))
+	case at.Unusable != "":
+		return fmt.Sprintf("a cached free block of %s could have held it, but it was %s",
+			fmtBytes(at.LargestFree), at.Unusable)
+	case at.CachedFree >= size:
+		return fmt.Sprintf("fragmentation: the cache held %s free, enough in total, but the largest piece it could use was %s; "+
 			"a new segment needed %s and the device had %s free",
-			fmtBytes(d.Free), d.FreeBlocks, fmtBytes(d.LargestFreeLarge), fmtBytes(size), fmtBytes(oom.DeviceFree))
+			fmtBytes(at.CachedFree), fmtBytes(at.LargestUsable), fmtBytes(size), fmtBytes(o.DeviceFree))
 	default:
 		return fmt.Sprintf("memory in use: %s allocated by live tensors (%s pending free), %s free in the cache "+
-			"(largest block %s) and %s free on the device, less than the %s asked for",
-			fmtBytes(d.Allocated), fmtBytes(d.PendingFree), fmtBytes(d.Free), fmtBytes(d.LargestFreeLarge),
-			fmtBytes(oom.DeviceFree), fmtBytes(size))
+			"(largest usable block %s) and %s free on the device, less than the %s asked for",
+			fmtBytes(at.Allocated), fmtBytes(at.PendingFree), fmtBytes(at.CachedFree), fmtBytes(at.LargestUsable),
+			fmtBytes(o.DeviceFree), fmtBytes(size))
 	}
 }
 
 func fmtBytes(n int64) string { return units.FormatBytes(n) }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// satAdd is a+b for sizes, which are never negative: a sum past the largest
+// int64 stays there (a file can claim any sizes; the figures say so).
+func satAdd(a, b int64) int64 {
+	if c := a + b; c >= a {
+		return c
+	}
+	return math.MaxInt64
+}
 
 // SegmentRow is one segment as the segments table shows it.
 type SegmentRow struct {
@@ -297,15 +370,15 @@ func (s *Snapshot) SegmentRows(device int) []SegmentRow {
 		}
 		for i := range seg.Blocks {
 			b := &seg.Blocks[i]
-			r.Total += b.Size
+			r.Total = satAdd(r.Total, b.Size)
 			switch b.State {
 			case ActiveAllocated:
-				r.Allocated += b.Size
-				r.Active += b.Size
+				r.Allocated = satAdd(r.Allocated, b.Size)
+				r.Active = satAdd(r.Active, b.Size)
 			case ActivePendingFree:
-				r.Active += b.Size
+				r.Active = satAdd(r.Active, b.Size)
 			default:
-				r.Free += b.Size
+				r.Free = satAdd(r.Free, b.Size)
 				r.LargestFree = max(r.LargestFree, b.Size)
 			}
 		}

@@ -7,17 +7,20 @@ import (
 
 // ViewOptions bound what View sends to a browser, so a snapshot of any
 // size draws at once: the timeline is cut to Points points, the sites
-// drawn apart to Sites (the rest is "other"), the segment map to Blocks
-// blocks (past that, each segment's blocks merge by state).
+// drawn apart to Sites (the rest is "other"), the segment map to the
+// Segments largest segments and Blocks blocks in all (past that,
+// neighbouring blocks of one state merge, and past that again neighbouring
+// runs merge into "mixed" blocks that give their bytes by state).
 type ViewOptions struct {
-	Device int
-	Points int
-	Sites  int
-	Blocks int
+	Device   int
+	Points   int
+	Sites    int
+	Blocks   int
+	Segments int
 }
 
-// DefaultView fits a dashboard panel.
-var DefaultView = ViewOptions{Points: 600, Sites: 12, Blocks: 20000}
+// DefaultView fits a dashboard panel, in about 1 MB of JSON at most.
+var DefaultView = ViewOptions{Points: 600, Sites: 12, Blocks: 8000, Segments: 2000}
 
 // View is the dashboard's picture of one device: what the page draws,
 // downsampled on the server.
@@ -42,6 +45,9 @@ type View struct {
 	Stacks [][]ViewFrame `json:"stacks"`
 	// Merged is true when blocks were merged to fit Blocks.
 	Merged bool `json:"merged"`
+	// SegmentsOmitted counts the device's segments past the Segments
+	// largest, not drawn.
+	SegmentsOmitted int `json:"segments_omitted,omitempty"`
 }
 
 // ViewSite is one site of the view.
@@ -69,14 +75,19 @@ type ViewSegment struct {
 	Blocks  []ViewBlock `json:"blocks"`
 }
 
-// ViewBlock is one block (or, merged, a run of blocks of one state).
+// ViewBlock is one block, or, merged, a run of Count neighbouring blocks:
+// of one state, or of several ("mixed", whose bytes by state are Live,
+// Pending and Free).
 type ViewBlock struct {
-	Offset int64  `json:"offset"`
-	Size   int64  `json:"size"`
-	State  string `json:"state"`
-	Site   int    `json:"site"`  // index into Sites; -1 for free blocks
-	Stack  int    `json:"stack"` // index into Stacks; -1 when none
-	Count  int    `json:"count,omitempty"`
+	Offset  int64  `json:"offset"`
+	Size    int64  `json:"size"`
+	State   string `json:"state"`
+	Site    int    `json:"site"`  // index into Sites; -1 for free blocks, and runs of several sites
+	Stack   int    `json:"stack"` // index into Stacks; -1 when none
+	Count   int    `json:"count,omitempty"`
+	Live    int64  `json:"live,omitempty"`
+	Pending int64  `json:"pending,omitempty"`
+	Free    int64  `json:"free,omitempty"`
 }
 
 // ViewFrame is one frame of a shown stack.
@@ -96,6 +107,9 @@ func (s *Snapshot) View(o ViewOptions) View {
 	}
 	if o.Blocks <= 0 {
 		o.Blocks = DefaultView.Blocks
+	}
+	if o.Segments <= 0 {
+		o.Segments = DefaultView.Segments
 	}
 	v := View{Device: o.Device, Devices: s.Devices(), Schema: string(s.Schema)}
 	if sum := s.Summary(o.Device); len(sum) == 1 {
@@ -142,7 +156,7 @@ func (s *Snapshot) View(o ViewOptions) View {
 	for _, e := range trace {
 		if e.Action == ActionAlloc {
 			n := SiteName(SiteOf(e.Stack))
-			traceBytes[n] += e.Size
+			traceBytes[n] = satAdd(traceBytes[n], e.Size)
 			if siteStack[n] == nil && e.Stack != nil {
 				siteStack[n] = e.Stack
 			}
@@ -187,27 +201,34 @@ func (s *Snapshot) View(o ViewOptions) View {
 
 	v.Timeline = timeline(trace, siteOf, o.Points)
 
-	// the segment map
-	nblocks := 0
+	// the segment map: the largest segments, each a bar of its blocks
+	var segs []*Segment
 	for _, seg := range s.Segments {
 		if seg.Device == o.Device {
-			nblocks += len(seg.Blocks)
+			segs = append(segs, seg)
 		}
 	}
+	if len(segs) > o.Segments {
+		slices.SortStableFunc(segs, func(a, b *Segment) int { return cmp.Compare(b.TotalSize, a.TotalSize) })
+		v.SegmentsOmitted = len(segs) - o.Segments
+		segs = segs[:o.Segments]
+	}
+	nblocks := 0
+	for _, seg := range segs {
+		nblocks += len(seg.Blocks)
+	}
 	v.Merged = nblocks > o.Blocks
-	for _, seg := range s.Segments {
-		if seg.Device != o.Device {
-			continue
-		}
-		vs := ViewSegment{Address: seg.Address, Total: seg.TotalSize, Type: "small"}
-		if seg.Large {
-			vs.Type = "large"
-		}
+	// merged, each segment's blocks are first runs of one state; when the
+	// runs are still too many, each segment gets a share of o.Blocks by
+	// its runs, and neighbouring runs merge to fit it
+	runs := make([][]ViewBlock, len(segs))
+	nruns := 0
+	for k, seg := range segs {
 		var off int64
 		for i := range seg.Blocks {
 			b := &seg.Blocks[i]
 			vb := ViewBlock{Offset: off, Size: b.Size, State: b.State.String(), Site: -1, Stack: -1}
-			off += b.Size
+			off = satAdd(off, b.Size)
 			if b.State != Inactive {
 				st := b.AllocStack()
 				vb.Site = siteOf(st)
@@ -216,23 +237,73 @@ func (s *Snapshot) View(o ViewOptions) View {
 				}
 			}
 			if v.Merged {
-				if n := len(vs.Blocks); n > 0 && vs.Blocks[n-1].State == vb.State {
-					p := &vs.Blocks[n-1]
-					p.Size += vb.Size
+				vb.Count = 1
+				if n := len(runs[k]); n > 0 && runs[k][n-1].State == vb.State {
+					p := &runs[k][n-1]
+					p.Size = satAdd(p.Size, vb.Size)
 					p.Count++
 					if p.Site != vb.Site {
 						p.Site = -1
 					}
 					continue
 				}
-				vb.Count = 1
 			}
-			vs.Blocks = append(vs.Blocks, vb)
+			runs[k] = append(runs[k], vb)
+		}
+		nruns += len(runs[k])
+	}
+	for k, seg := range segs {
+		vs := ViewSegment{Address: seg.Address, Total: seg.TotalSize, Type: "small"}
+		if seg.Large {
+			vs.Type = "large"
+		}
+		vs.Blocks = runs[k]
+		if nruns > o.Blocks {
+			share := max(1, len(runs[k])*o.Blocks/nruns)
+			vs.Blocks = mergeRuns(runs[k], share)
 		}
 		v.Segments = append(v.Segments, vs)
 	}
 	slices.SortFunc(v.Segments, func(a, b ViewSegment) int { return cmp.Compare(a.Address, b.Address) })
 	return v
+}
+
+// mergeRuns merges neighbouring runs into at most n blocks, each of about
+// as many runs; a block of runs of several states is "mixed".
+func mergeRuns(runs []ViewBlock, n int) []ViewBlock {
+	if len(runs) <= n {
+		return runs
+	}
+	out := make([]ViewBlock, 0, n)
+	for i := 0; i < n; i++ {
+		lo, hi := i*len(runs)/n, (i+1)*len(runs)/n
+		m := runs[lo]
+		m.Live, m.Pending, m.Free = 0, 0, 0
+		m.Size, m.Count = 0, 0
+		for _, r := range runs[lo:hi] {
+			m.Size = satAdd(m.Size, r.Size)
+			m.Count += r.Count
+			switch r.State {
+			case "active_allocated":
+				m.Live = satAdd(m.Live, r.Size)
+			case "active_pending_free":
+				m.Pending = satAdd(m.Pending, r.Size)
+			default:
+				m.Free = satAdd(m.Free, r.Size)
+			}
+			if r.State != m.State {
+				m.State = "mixed"
+			}
+			if r.Site != m.Site {
+				m.Site = -1
+			}
+		}
+		if m.State != "mixed" {
+			m.Live, m.Pending, m.Free = 0, 0, 0
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // timeline replays the trace: an alloc adds its bytes to its site, a
@@ -279,8 +350,8 @@ func timeline(trace []*TraceEntry, siteOf func(*Stack) int, points int) ViewTime
 		switch e.Action {
 		case ActionAlloc:
 			byAddr[e.Addr] = live{sites[i], e.Size}
-			cur[sites[i]] += e.Size
-			total += e.Size
+			cur[sites[i]] = satAdd(cur[sites[i]], e.Size)
+			total = satAdd(total, e.Size)
 		case ActionFreeCompleted:
 			if l, ok := byAddr[e.Addr]; ok {
 				cur[l.site] -= l.size
