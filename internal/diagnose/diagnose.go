@@ -119,6 +119,10 @@ type Verdict struct {
 	Evidence      []string `json:"evidence"`
 	Advice        []string `json:"advice"`
 	OOM           *OOM     `json:"oom,omitempty"`
+	// Warnings say what makes an end that looks clean doubtful: a job
+	// that exited 0 after catching a CUDA out-of-memory error
+	// (postmortem's CaughtOOM). Absent when there is none.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // ExitStatus is the status a shell would report: the exit code, or 128+N
