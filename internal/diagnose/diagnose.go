@@ -49,7 +49,7 @@ const (
 // Reasons lists every code in documentation order.
 var Reasons = []string{Success, ExitError, PythonException, CUDAOOM, HostOOMKilled, Killed, ShmExhausted,
 	DataloaderDied, NCCLError, CUDAError, CUDAForkError, CUDAEnvError, CorruptCheckpoint, DiskFull, Segfault,
-	Interrupted, Restarted, Stalled, PeerFailed, Lost, StartFailed}
+	Interrupted, TimeLimit, Preempted, Cancelled, NodeFailure, Restarted, Stalled, PeerFailed, Lost, StartFailed}
 
 // Deterministic reports whether retrying the same command is expected to fail
 // the same way, so a restart policy should not retry it.
@@ -107,6 +107,9 @@ type Input struct {
 	Stacks []string
 	// StartErr is set when the command could not be started at all.
 	StartErr error
+	// Stop is the signal that ended the job from outside and who sent it,
+	// with what the scheduler says of it; nil when none did.
+	Stop *Stop
 }
 
 // Verdict is the classification of one attempt.
@@ -210,6 +213,10 @@ func Classify(in Input) Verdict {
 	r := Read(in.Tail)
 	exc, excLine := lastException(r.Lines, r)
 	v.ExceptionType = exc
+	schedReason, schedSummary, schedEvidence, sched := "", "", []string(nil), false
+	if in.StartErr == nil && !in.Restarted && !in.Stalled {
+		schedReason, schedSummary, schedEvidence, sched = schedulerEnd(r, in)
+	}
 
 	switch {
 	case in.StartErr != nil:
@@ -233,6 +240,15 @@ func Classify(in Input) Verdict {
 			v.Summary = "the kernel's client shut it down (a shutdown_request)"
 		}
 		v.Evidence = append(v.Evidence, "the probe saw the kernel's client ask it to "+map[bool]string{true: "restart", false: "shut down"}[in.KernelRestart], exitEvidence(in))
+		return v
+	case sched:
+		// the scheduler ended it: its own line (or the signal's sender)
+		// says why, whatever the job printed on its way out
+		v.Reason = schedReason
+		v.Summary = schedSummary
+		v.Evidence = append(v.Evidence, schedEvidence...)
+		v.Evidence = append(v.Evidence, exitEvidence(in))
+		v.Advice = append(v.Advice, schedulerAdvice[schedReason]...)
 		return v
 	case in.Interrupted && in.HangUp:
 		v.Reason = Interrupted

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vramguard/vramguard/internal/units"
 )
@@ -20,9 +21,21 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // question prints it (written for this test from the tool's own format
 // strings, not copied from a report) and how the process ended.
 type reenactment struct {
-	exit   int
-	signal syscall.Signal
-	tail   []string
+	exit        int
+	signal      syscall.Signal
+	tail        []string
+	interrupted bool
+	stop        *Stop
+}
+
+// at is when a re-enacted stop's signal came; deadline-in is counted from it.
+var at = time.Date(2026, 12, 3, 10, 11, 12, 0, time.UTC)
+
+func (r *reenactment) stopOf() *Stop {
+	if r.stop == nil {
+		r.stop = &Stop{At: at}
+	}
+	return r.stop
 }
 
 func loadReenactment(t *testing.T, name string) reenactment {
@@ -48,9 +61,30 @@ func loadReenactment(t *testing.T, name string) reenactment {
 			if r.exit, err = strconv.Atoi(l[len("exit: "):]); err != nil {
 				t.Fatal(err)
 			}
+		case l == "interrupted: yes":
+			r.interrupted = true
+		case strings.HasPrefix(l, "stop: "):
+			// stop: SIGNAL SENDER PID [terminal]
+			f := strings.Fields(l[len("stop: "):])
+			st := r.stopOf()
+			st.Signal = map[string]syscall.Signal{"SIGTERM": syscall.SIGTERM, "SIGINT": syscall.SIGINT, "SIGHUP": syscall.SIGHUP}[f[0]]
+			if f[1] != "-" {
+				st.Sender = f[1]
+			}
+			st.SenderPID, _ = strconv.Atoi(f[2])
+			st.FromTerminal = len(f) > 3 && f[3] == "terminal"
+		case strings.HasPrefix(l, "deadline-in: "):
+			d, err := time.ParseDuration(l[len("deadline-in: "):])
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.stopOf().Deadline = at.Add(d)
+		case strings.HasPrefix(l, "scheduler: "):
+			st := r.stopOf()
+			st.Scheduler = append(st.Scheduler, l[len("scheduler: "):])
 		case strings.HasPrefix(l, "signal: "):
 			s, ok := map[string]syscall.Signal{"SIGABRT": syscall.SIGABRT, "SIGKILL": syscall.SIGKILL,
-				"SIGSEGV": syscall.SIGSEGV, "SIGBUS": syscall.SIGBUS, "SIGTERM": syscall.SIGTERM}[l[len("signal: "):]]
+				"SIGSEGV": syscall.SIGSEGV, "SIGBUS": syscall.SIGBUS, "SIGTERM": syscall.SIGTERM, "SIGINT": syscall.SIGINT}[l[len("signal: "):]]
 			if !ok {
 				t.Fatalf("unknown signal in %q", l)
 			}
@@ -66,7 +100,7 @@ func loadReenactment(t *testing.T, name string) reenactment {
 }
 
 func (r reenactment) input() Input {
-	in := Input{ExitCode: r.exit, Tail: r.tail}
+	in := Input{ExitCode: r.exit, Tail: r.tail, Interrupted: r.interrupted, Stop: r.stop}
 	if r.signal != 0 {
 		in.ExitCode, in.Signal = -1, r.signal
 	}
@@ -120,6 +154,18 @@ func TestReenactments(t *testing.T) {
 		{"bash-killed", Killed, "", []string{"90211 Killed", "SIGKILL"}, nil},
 		{"dataloader-bus-error-logged", ShmExhausted, "", []string{"is killed by signal: Bus error"}, nil},
 		{"dataloader-bus-error-wrapped", ShmExhausted, "RuntimeError", []string{"is killed by signal: Bus error"}, nil},
+		// the scheduler's end (issue: Slurm's own lines, a pod's reason,
+		// the SIGTERM's sender); a person's interrupt stays interrupted
+		{"slurm-time-limit-step", TimeLimit, "", []string{"*** STEP 1234.0 ON n1 CANCELLED AT 2026-12-03T10:11:12 DUE TO TIME LIMIT ***", "--signal=B:USR1@", "--requeue"}, nil},
+		{"slurm-time-limit-job", TimeLimit, "", []string{"*** JOB 1234 ON n1 CANCELLED AT 2026-12-03T10:11:12 DUE TO TIME LIMIT ***", "exit status 143"}, nil},
+		{"slurm-preemption", Preempted, "", []string{"DUE TO PREEMPTION", "GraceTime"}, nil},
+		{"slurm-scancel", Cancelled, "", []string{"*** JOB 88122 ON gpu-a17 CANCELLED AT 2026-12-03T09:15:44 ***", "no DUE TO"}, nil},
+		{"slurm-node-failure", NodeFailure, "", []string{"DUE TO NODE FAILURE", "gpu-b02"}, nil},
+		{"slurm-sigterm-at-deadline", TimeLimit, "", []string{"SIGTERM from slurmstepd (pid 40112)", "SLURM_JOB_END_TIME"}, nil},
+		{"slurm-sigterm-early", Cancelled, "", []string{"SIGTERM from slurmstepd (pid 40112)", "before the job's end time"}, nil},
+		{"kube-preemption", Preempted, "", []string{"PreemptionByScheduler", "terminationGracePeriodSeconds"}, nil},
+		{"slurm-ctrl-c", Interrupted, "", []string{"SIGINT"}, nil},
+		{"kill-by-user", Interrupted, "", []string{"SIGTERM"}, nil},
 		{"nccl-rank-prefixed-torchrun", NCCLError, "torch.distributed.DistBackendError", []string{"rank 3", "Software caused connection abort"}, nil},
 	}
 	seen := map[string]bool{}

@@ -133,6 +133,7 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 		a.probeEvents(ctx)
 		postmortem.CaughtOOM(pm) // an exit 0 after an OOM the job caught
 	}
+	postmortem.SchedulerEnd(pm) // what a scheduler's end lost, and what to set
 	a.kernelSection(pm)
 	if in.StartErr == nil {
 		// a distributed job: each rank's end, and the rank that failed first
