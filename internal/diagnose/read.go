@@ -292,11 +292,34 @@ func sourceLine(t string) bool {
 	return false
 }
 
+// reCutSignal is a DataLoader worker's "is killed by signal: Bus error."
+// cut where a console or logger wrapped it, before the signal's name ends.
+var (
+	reCutSignal    = lazyre.New(`DataLoader worker \(pid \d+\) is killed by signal:(?: Bus)?\s*$`)
+	reBusErrorNext = lazyre.New(`^\s*(?:Bus )?error\b`)
+)
+
 // failureAt reads line i of lines.
 func failureAt(lines []Line, i int) (Failure, bool) {
 	t := lines[i].Text
 	if len(t) < 6 {
 		return Failure{}, false
+	}
+	if strings.HasSuffix(strings.TrimSpace(t), ":") || strings.HasSuffix(strings.TrimSpace(t), "Bus") {
+		if reCutSignal.MatchString(t) {
+			// the rest of the message is on the next line of the same process
+			for j := i + 1; j < len(lines) && j <= i+3; j++ {
+				if lines[j].Source != lines[i].Source {
+					continue
+				}
+				if reBusErrorNext.MatchString(lines[j].Text) {
+					return Failure{Line: i, Index: lines[i].Index, Text: strings.TrimSpace(t) + " " + strings.TrimSpace(lines[j].Text),
+						Source: lines[i].Source, Rank: lines[i].Rank, Reason: ShmExhausted, Role: Cause,
+						Why: "a DataLoader worker killed by a bus error (its message wrapped onto the next line): torch's own sign of a full /dev/shm"}, true
+				}
+				break
+			}
+		}
 	}
 	ns, always := signatureNeedles()
 	mask := ns.scan(t) | always

@@ -152,6 +152,8 @@ func TestReenactments(t *testing.T) {
 			&oomWant{backend: "cuda", tried: gib(2), total: gib(23.65), free: gib(1.19), allocated: gib(20.91), resUnal: gib(1.07), gpu: 0}},
 		{"compose-exit-zero", PythonException, "KeyError", []string{"trainer-1 exited with code 1", "docker compose exits 0"}, nil},
 		{"bash-killed", Killed, "", []string{"90211 Killed", "SIGKILL"}, nil},
+		{"dataloader-bus-error-line-wrapped", ShmExhausted, "RuntimeError", []string{"is killed by signal: Bus error. It is possible", "wrapped onto the next line"}, nil},
+		{"compose-service-capitals", PythonException, "KeyError", []string{"KeyError: 'model'"}, nil},
 		{"dataloader-bus-error-logged", ShmExhausted, "", []string{"is killed by signal: Bus error"}, nil},
 		{"dataloader-bus-error-wrapped", ShmExhausted, "RuntimeError", []string{"is killed by signal: Bus error"}, nil},
 		// the scheduler's end (issue: Slurm's own lines, a pod's reason,
