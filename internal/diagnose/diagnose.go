@@ -296,6 +296,22 @@ func Classify(in Input) Verdict {
 		}
 		return v
 	}
+	if found && dec.Reason == NCCLError && dec.Role == Cause {
+		// NCCL's "Last error:" says the CUDA call that failed under it ran
+		// out of memory: the GPU was full when NCCL set up its buffers
+		if l := ncclLastError(r.Lines, dec); reNCCLOOM.MatchString(l) {
+			o := OOM{Backend: "cuda", Library: "NCCL"}
+			v.Reason = CUDAOOM
+			v.OOM = &o
+			v.Summary = "CUDA ran out of GPU memory (in NCCL)"
+			v.Evidence = append(v.Evidence, truncate(strings.TrimSpace(dec.Text), 500), "NCCL's last error: "+truncate(l, 500),
+				"read: NCCL failed because a CUDA allocation under it ran out of memory: the GPU was full when NCCL set up its buffers")
+			v.Evidence = append(v.Evidence, readEvidence(r, dec)...)
+			v.Evidence = append(v.Evidence, exitEvidence(in))
+			v.Advice = append([]string{"Leave NCCL room on the GPU: create the process group (and run the first collective) before the model and optimizer fill the GPU, or lower the memory the job takes; NCCL_BUFFSIZE lowers NCCL's own buffers."}, oomAdvice(o)...)
+			return v
+		}
+	}
 
 	if in.OOMKills > 0 || len(in.KernelOOM) > 0 {
 		v.Reason = HostOOMKilled
@@ -843,7 +859,9 @@ var (
 	reIDESignal   = lazyre.New(`Process finished with exit code \d+ \(interrupted by signal \d+: (SIG[A-Z]+)\)`)
 	reShellSignal = lazyre.New(`^(?:zsh: |(?:\[\d+\] *[+-]? *|[+-] +)\d+ |(?:/bin/)?(?:ba|da)?sh: line \d+: +\d+ )(segmentation fault|bus error|killed|Segmentation fault|Bus error|Killed)\b`)
 	// a shell's bare line, trusted only where the exit status agrees
-	reBareSignal  = lazyre.New(`^(?:.*: line \d+: +\d+ )?(Segmentation fault|Bus error|Killed)(?: +\(core dumped\))?\b`)
+	reBareSignal = lazyre.New(`^(?:.*: line \d+: +\d+ )?(Segmentation fault|Bus error|Killed)(?: +\(core dumped\))?\b`)
+	// NCCL's "Last error:" of a CUDA allocation that failed
+	reNCCLOOM     = lazyre.New(`Cuda failure '?out of memory'?|Failed to CUDA calloc|cudaMalloc.* out of memory|cuMem\w+ .*CUDA_ERROR_OUT_OF_MEMORY`)
 	reComposeExit = lazyre.New(`^([a-z0-9][a-z0-9_.-]*) exited with code (\d+)$`)
 )
 

@@ -252,7 +252,7 @@ var lineSigs = []lineSig{
 		lazyre.New(`No space left on device|\[Errno 28\]|ENOSPC|Disk quota exceeded|\[Errno 122\]|os error 28`), nil, ""},
 
 	{NCCLError, Cause, "", "", []string{"NCCL", "nccl", "DistBackendError"},
-		lazyre.New(`NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclRemoteError|ncclInvalidUsage|ncclInvalidArgument|DistBackendError`), nil, ""},
+		lazyre.New(`NCCL error|NCCL Error \d+:|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclRemoteError|ncclInvalidUsage|ncclInvalidArgument|DistBackendError`), nil, ""},
 	{NCCLError, Hint, "", "", []string{"NCCL WARN"},
 		lazyre.New(`NCCL WARN`), nil, ""},
 	{CUDAError, Cause, "", "", []string{"illegal", "assert", "CUDA error", "EXECUTION_FAILED", "misaligned", "ECC", "launch failure", "Assertion"},

@@ -168,6 +168,9 @@ func TestReenactments(t *testing.T) {
 		{"kube-preemption", Preempted, "", []string{"PreemptionByScheduler", "terminationGracePeriodSeconds"}, nil},
 		{"slurm-ctrl-c", Interrupted, "", []string{"SIGINT"}, nil},
 		{"kill-by-user", Interrupted, "", []string{"SIGTERM"}, nil},
+		{"nccl-error-1x-capital", NCCLError, "RuntimeError", []string{"NCCL Error 2: unhandled system error"}, nil},
+		{"nccl-last-error-oom", CUDAOOM, "torch.distributed.DistBackendError", []string{"Cuda failure 'out of memory'", "rank 1", "NCCL_BUFFSIZE"},
+			&oomWant{backend: "cuda", gpu: -1}},
 		{"nccl-rank-prefixed-torchrun", NCCLError, "torch.distributed.DistBackendError", []string{"rank 3", "Software caused connection abort"}, nil},
 	}
 	seen := map[string]bool{}
