@@ -856,8 +856,11 @@ var (
 	// read as a line number), bash ("bash: line 1:
 	// 4821 Killed  python x.py"), an IDE ("Process finished with exit code
 	// 137 (interrupted by signal 9: SIGKILL)")
-	reIDESignal   = lazyre.New(`Process finished with exit code \d+ \(interrupted by signal \d+: (SIG[A-Z]+)\)`)
-	reShellSignal = lazyre.New(`^(?:zsh: |(?:\[\d+\] *[+-]? *|[+-] +)\d+ |(?:/bin/)?(?:ba|da)?sh: line \d+: +\d+ )(segmentation fault|bus error|killed|Segmentation fault|Bus error|Killed)\b`)
+	reIDESignal = lazyre.New(`Process finished with exit code \d+ \(interrupted by signal \d+: (SIG[A-Z]+)\)|fish: Job \d+, .* terminated by signal (SIG[A-Z]+)|Fatal Python error: (Bus error)`)
+	// an IDE's status alone: 128+N, or Windows' access violation and
+	// stack overflow (0xC0000005, 0xC00000FD), native crashes as SIGSEGV is
+	reIDEStatus   = lazyre.New(`^Process finished with exit code (13[57]|139|-1073741819 \(0xC0000005\)|-1073741571 \(0xC00000FD\)|3221225477|3221225725)$`)
+	reShellSignal = lazyre.New(`^(?:zsh: |(?:\[\d+\] *[+-]? *|[+-] +)\d+ |(?:/bin/)?(?:ba|da)?sh: line \d+: +\d+ )(segmentation fault|bus error|killed|Segmentation fault|Bus error|Killed)\b|^\d+ +(segmentation fault|bus error|killed)\b`)
 	// a shell's bare line, trusted only where the exit status agrees
 	reBareSignal = lazyre.New(`^(?:.*: line \d+: +\d+ )?(Segmentation fault|Bus error|Killed)(?: +\(core dumped\))?\b`)
 	// NCCL's "Last error:" of a CUDA allocation that failed
@@ -866,7 +869,18 @@ var (
 )
 
 var shellSignals = map[string]syscall.Signal{"segmentation fault": syscall.SIGSEGV, "bus error": syscall.SIGBUS, "killed": syscall.SIGKILL,
-	"SIGSEGV": syscall.SIGSEGV, "SIGBUS": syscall.SIGBUS, "SIGKILL": syscall.SIGKILL}
+	"SIGSEGV": syscall.SIGSEGV, "SIGBUS": syscall.SIGBUS, "SIGKILL": syscall.SIGKILL,
+	"135": syscall.SIGBUS, "137": syscall.SIGKILL, "139": syscall.SIGSEGV}
+
+// firstGroup returns the first non-empty submatch of m.
+func firstGroup(m []string) string {
+	for _, g := range m[1:] {
+		if g != "" {
+			return g
+		}
+	}
+	return ""
+}
 
 // reportedSignal finds, from the end, a line that reports the command the
 // job ran died of SIGSEGV, SIGBUS or SIGKILL; status is the job's exit
@@ -875,12 +889,21 @@ func reportedSignal(lines []Line, status int) (syscall.Signal, string) {
 	for i := len(lines) - 1; i >= 0 && i >= len(lines)-40; i-- {
 		t := strings.TrimSpace(lines[i].Text)
 		if m := reIDESignal.FindStringSubmatch(t); m != nil {
-			if s, ok := shellSignals[m[1]]; ok {
+			if s, ok := shellSignals[strings.ToLower(firstGroup(m))]; ok {
+				return s, t
+			}
+			if s, ok := shellSignals[firstGroup(m)]; ok {
 				return s, t
 			}
 		}
+		if m := reIDEStatus.FindStringSubmatch(t); m != nil {
+			if s, ok := shellSignals[m[1]]; ok {
+				return s, t
+			}
+			return syscall.SIGSEGV, t // Windows' access violation or stack overflow
+		}
 		if m := reShellSignal.FindStringSubmatch(t); m != nil {
-			return shellSignals[strings.ToLower(m[1])], t
+			return shellSignals[strings.ToLower(firstGroup(m))], t
 		}
 		if m := reBareSignal.FindStringSubmatch(t); m != nil {
 			if s := shellSignals[strings.ToLower(m[1])]; status == 128+int(s) {

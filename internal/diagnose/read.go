@@ -159,6 +159,11 @@ var lineSigs = []lineSig{
 	{NCCLError, Hint, KindNCCLHang, "", []string{"Heartbeat monitor timed out", "watchdog got stuck", "watchdog hang"},
 		lazyre.New(`Heartbeat monitor timed out|ProcessGroupNCCL's watchdog got stuck for|due to ProcessGroupNCCL watchdog hang`), nil,
 		"ProcessGroupNCCL's heartbeat monitor found its watchdog thread stuck (a CUDA or NCCL call that never returned) and aborted the process"},
+	// the watchdog's report of an NCCL error of this rank's own (not a
+	// timeout, not an abort another rank's failure caused): a cause
+	{NCCLError, Cause, "", "", []string{"atchdog thread terminated with exception"},
+		lazyre.New(`[Ww]atchdog thread terminated with exception: (?:NCCL error|[^:]*(?:ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclRemoteError|unhandled (?:system|cuda) error|remote process exited or there was a network error))`), nil,
+		"the NCCL watchdog ended on an NCCL error of this rank (not a timeout waiting for another rank)"},
 	// consequences of a failure elsewhere
 	{NCCLError, Consequence, KindCollectiveTimeout, "", []string{"atchdog", "NCCL operations have failed", "taking the entire process down", "flight recorder"},
 		lazyre.New(`Watchdog caught collective operation timeout|[Ww]atchdog thread terminated with exception|Some NCCL operations have failed or timed out|we are taking the entire process down|detected by watchdog|flight recorder dumps to finish`), nil, ""},
@@ -201,8 +206,8 @@ var lineSigs = []lineSig{
 	{CUDAOOM, Cause, "gpu_oom", "xpu", []string{"larger than 4GB"},
 		lazyre.New(`Current platform can NOT allocate memory block with size larger than 4GB`), nil,
 		"Intel's XPU runtime refused one allocation over 4 GB, its default limit for a single block, before the device was full: an OOM on another accelerator is still an OOM (reason cuda_oom, oom.backend xpu)"},
-	{CUDAOOM, Cause, "gpu_oom", "xpu", []string{"OUT_OF_DEVICE_MEMORY", "OUT_OF_RESOURCES"},
-		lazyre.New(`(?:UR_RESULT|ZE_RESULT|PI)_ERROR_OUT_OF_(?:DEVICE_MEMORY|RESOURCES)`), nil,
+	{CUDAOOM, Cause, "gpu_oom", "xpu", []string{"OUT_OF_DEVICE_MEMORY", "OUT_OF_RESOURCES", "out of device memory"},
+		lazyre.New(`(?:UR_RESULT|ZE_RESULT|PI)_ERROR_OUT_OF_(?:DEVICE_MEMORY|RESOURCES)|Allocation is out of device memory on current platform`), nil,
 		"Intel's Level Zero runtime reports device memory exhausted as a runtime error (OUT_OF_DEVICE_MEMORY, OUT_OF_RESOURCES) rather than an OutOfMemoryError: an OOM on another accelerator is still an OOM (reason cuda_oom, oom.backend xpu)"},
 	{CUDAOOM, Cause, "gpu_oom", "cuda", []string{"out of memory", "ALLOC_FAILED", "MemoryAllocation", "OutOfMemoryError", "Tried to allocate"},
 		lazyre.New(`CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA [Ee]rror: out of memory|cudaErrorMemoryAllocation|cuda runtime error \(2\) : out of memory|THCudaCheck FAIL .*error=2 : out of memory|(?:torch|cuda)\.OutOfMemoryError|^Tried to allocate [\d.]+ ?[KMGT]?i?B \(GPU \d+;`), nil, ""},
