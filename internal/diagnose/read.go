@@ -159,10 +159,11 @@ var lineSigs = []lineSig{
 	{NCCLError, Hint, KindNCCLHang, "", []string{"Heartbeat monitor timed out", "watchdog got stuck", "watchdog hang"},
 		lazyre.New(`Heartbeat monitor timed out|ProcessGroupNCCL's watchdog got stuck for|due to ProcessGroupNCCL watchdog hang`), nil,
 		"ProcessGroupNCCL's heartbeat monitor found its watchdog thread stuck (a CUDA or NCCL call that never returned) and aborted the process"},
-	// the watchdog's report of an NCCL error of this rank's own (not a
-	// timeout, not an abort another rank's failure caused): a cause
+	// the watchdog's report of an NCCL error of this rank's own (a system,
+	// internal or CUDA error; not a timeout, an abort or a remote error,
+	// which another rank's failure causes): a cause
 	{NCCLError, Cause, "", "", []string{"atchdog thread terminated with exception"},
-		lazyre.New(`[Ww]atchdog thread terminated with exception: (?:NCCL error|[^:]*(?:ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclRemoteError|unhandled (?:system|cuda) error|remote process exited or there was a network error))`), nil,
+		lazyre.New(`[Ww]atchdog thread terminated with exception: (?:NCCL error: (?:unhandled (?:system|cuda) error|internal error)|[^:]*(?:ncclSystemError|ncclInternalError|ncclUnhandledCudaError))`), nil,
 		"the NCCL watchdog ended on an NCCL error of this rank (not a timeout waiting for another rank)"},
 	// consequences of a failure elsewhere
 	{NCCLError, Consequence, KindCollectiveTimeout, "", []string{"atchdog", "NCCL operations have failed", "taking the entire process down", "flight recorder"},

@@ -176,7 +176,7 @@ func TestReenactments(t *testing.T) {
 		{"nccl-error-1x-capital", NCCLError, "RuntimeError", []string{"NCCL Error 2: unhandled system error"}, nil},
 		{"nccl-last-error-oom", CUDAOOM, "torch.distributed.DistBackendError", []string{"Cuda failure 'out of memory'", "rank 1", "NCCL_BUFFSIZE"},
 			&oomWant{backend: "cuda", gpu: -1}},
-		{"nccl-watchdog-own-error", NCCLError, "ncclRemoteError", []string{"the first failure in the output, printed by rank 3", "remote process exited", "NET/IB"}, nil},
+		{"nccl-watchdog-own-error", NCCLError, "ncclSystemError", []string{"the first failure in the output, printed by rank 3 (line 1", "ended on an NCCL error of this rank", "No route to host"}, nil},
 		{"nccl-rank-prefixed-torchrun", NCCLError, "torch.distributed.DistBackendError", []string{"rank 3", "Software caused connection abort"}, nil},
 	}
 	seen := map[string]bool{}
