@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vramguard/vramguard/internal/ckpt"
 	"github.com/vramguard/vramguard/internal/diagnose"
 )
 
@@ -14,8 +15,9 @@ import (
 // its newest verified checkpoint was written, and the training since.
 type Lost struct {
 	// Checkpoint is the newest checkpoint the probe saw written whole
-	// (torch.save returned, or an atomic save was renamed into place) and
-	// that is still on disk at the size written; "" when there was none.
+	// (torch.save returned, or an atomic save was renamed into place) that
+	// is still on disk at the size written and whose structure reads whole
+	// (ckpt.Verify); "" when there was none.
 	Checkpoint string `json:"checkpoint"`
 	// CheckpointAt is when it was written; AgeS how long before the end.
 	CheckpointAt *time.Time `json:"checkpoint_at,omitempty"`
@@ -52,6 +54,9 @@ func SchedulerEnd(pm *Postmortem) bool {
 			l.SaveS = math.Max(l.SaveS, c.Seconds)
 			if fi, err := os.Stat(c.Path); err != nil || (c.Bytes > 0 && fi.Size() != c.Bytes) {
 				continue // gone or rewritten since: not one to resume from
+			}
+			if rep, err := ckpt.Verify(c.Path, false); err != nil || !rep.Valid {
+				continue // its structure does not read whole
 			}
 			if newest == nil || c.T.After(newest.T) {
 				newest = c

@@ -15,23 +15,28 @@ import (
 // the lead of the warning to ask for from the measured save time.
 func TestSchedulerEnd(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name string, n int) string {
+	// a plain pickle of {"step": N} (protocol 2), which ckpt.Verify reads whole
+	pickle := []byte("\x80\x02}q\x00X\x04\x00\x00\x00stepq\x01M\x84\x03s.")
+	write := func(name string, b []byte) string {
 		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, make([]byte, n), 0o644); err != nil {
+		if err := os.WriteFile(p, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
-	good := write("step-900.pt", 4096)
-	old := write("step-600.pt", 4096)
-	rewritten := write("step-1000.pt", 10) // the probe saw 4096 bytes written; the file is not that now
+	size := int64(len(pickle))
+	good := write("step-900.pt", pickle)
+	old := write("step-600.pt", pickle)
+	rewritten := write("step-1000.pt", pickle[:10])                     // the probe saw it written whole; the file is not that now
+	torn := write("step-1100.pt", append(pickle[:len(pickle)-2], 0, 0)) // the size written, but no pickle that reads to its end
 	start := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
 	end := start.Add(2 * time.Hour)
 	probe := func() *Probe {
 		return &Probe{OptimizerSteps: 1200, Checkpoints: []Checkpoint{
-			{Path: old, Bytes: 4096, Seconds: 9, T: end.Add(-50 * time.Minute), Steps: 600},
-			{Path: good, Bytes: 4096, Seconds: 14, T: end.Add(-20 * time.Minute), Steps: 900},
-			{Path: rewritten, Bytes: 4096, Seconds: 12, T: end.Add(-5 * time.Minute), Steps: 1000},
+			{Path: old, Bytes: size, Seconds: 9, T: end.Add(-50 * time.Minute), Steps: 600},
+			{Path: good, Bytes: size, Seconds: 14, T: end.Add(-20 * time.Minute), Steps: 900},
+			{Path: rewritten, Bytes: size, Seconds: 12, T: end.Add(-5 * time.Minute), Steps: 1000},
+			{Path: torn, Bytes: size, Seconds: 12, T: end.Add(-3 * time.Minute), Steps: 1100},
 			{Path: filepath.Join(dir, "failed.pt"), Error: "OSError: [Errno 28]", T: end.Add(-time.Minute)},
 		}}
 	}
