@@ -45,16 +45,15 @@ func TestReenactments(t *testing.T) {
 		t.Fatal(err)
 	}
 	type run struct {
-		name          string
-		exit          int
-		signal        syscall.Signal
-		stdout        strings.Builder
-		stderr        strings.Builder
-		code          int
-		err           error
-		skip          bool
-		golden        diagnose.Verdict
-		goldenPresent bool
+		name   string
+		exit   int
+		signal syscall.Signal
+		stdout strings.Builder
+		stderr strings.Builder
+		code   int
+		err    error
+		skip   bool
+		golden diagnose.Verdict
 	}
 	runs := make([]*run, len(files))
 	var wg sync.WaitGroup
