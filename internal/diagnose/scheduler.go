@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -153,4 +154,21 @@ var schedulerAdvice = map[string][]string{
 		"Make the job resumable: `#SBATCH --requeue` (or a Job/controller that recreates the pod) and `vramguard run --resume-from DIR`."},
 	Cancelled:   {"Nothing to fix if it was meant. scancel sends SIGTERM, then SIGKILL after KillWait (30 s by default): a job that saves on SIGTERM within that time loses nothing; `vramguard run --resume-from DIR` continues from its newest checkpoint."},
 	NodeFailure: {"A node failure gives no warning: only a checkpoint saved before it survives. Save on a cadence, and make the job requeue (`#SBATCH --requeue`; Slurm requeues a requeueable job after a node failure) with `vramguard run --resume-from DIR`."},
+}
+
+// SlurmDeadline returns the job's end time from its environment (Slurm's
+// SLURM_JOB_END_TIME, seconds since the epoch, set in every step of an
+// allocation), for Stop.Deadline; zero when unset or not a number. It is the
+// end time when the job started: `scontrol update TimeLimit=` later is not
+// seen.
+func SlurmDeadline(getenv func(string) string) time.Time {
+	v := strings.TrimSpace(getenv("SLURM_JOB_END_TIME"))
+	if v == "" {
+		return time.Time{}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(n, 0)
 }
