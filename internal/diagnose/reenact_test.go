@@ -161,7 +161,7 @@ func TestReenactments(t *testing.T) {
 		{"compose-service-capitals", PythonException, "KeyError", []string{"KeyError: 'model'"}, nil},
 		{"dataloader-bus-error-logged", ShmExhausted, "", []string{"is killed by signal: Bus error"}, nil},
 		{"dataloader-bus-error-wrapped", ShmExhausted, "RuntimeError", []string{"is killed by signal: Bus error"}, nil},
-		// the scheduler's end (issue: Slurm's own lines, a pod's reason,
+		// the scheduler's end (Slurm's own lines, a pod's reason,
 		// the SIGTERM's sender); a person's interrupt stays interrupted
 		{"slurm-time-limit-step", TimeLimit, "", []string{"*** STEP 1234.0 ON n1 CANCELLED AT 2026-12-03T10:11:12 DUE TO TIME LIMIT ***", "--signal=B:USR1@", "--requeue"}, nil},
 		{"slurm-time-limit-job", TimeLimit, "", []string{"*** JOB 1234 ON n1 CANCELLED AT 2026-12-03T10:11:12 DUE TO TIME LIMIT ***", "exit status 143"}, nil},
