@@ -60,6 +60,29 @@ func (d *Detector) Report() Report {
 			r.Evidence = append(r.Evidence, fmt.Sprintf("%s floor (the level each window returns to) shows no persistent rise over %s",
 				r.Series, FormatDuration(gpu.lastT-gpu.tiers[0].closed.at(0).t0)))
 		}
+	case gpu.n == 0 && d.rss.n > 0 && d.rss.windows() >= d.cfg.MinLevels:
+		// a job without GPU series (a CPU job): its host memory is the
+		// series it has, judged as a GPU series would be
+		r.Verdict = VerdictStable
+		r.Series = SeriesRSS
+		w := float64(d.rss.windows())
+		r.Confidence = round2(w / (w + float64(d.cfg.MinLevels)))
+		if z := d.rss.trendZ(); z >= d.cfg.ZMin {
+			// rising, but not (yet) the steady rise a leak verdict needs:
+			// not stable, and said in the series' own terms
+			r.Verdict = VerdictInsufficientData
+			r.Confidence = 0
+			d.trend(&r, d.rss, d.limit, z)
+		} else {
+			r.Evidence = append(r.Evidence, fmt.Sprintf("host resident memory (rss) floor (the level each window returns to) shows no persistent rise over %s",
+				FormatDuration(d.rss.lastT-d.rss.tiers[0].closed.at(0).t0)))
+		}
+	case gpu.n == 0 && d.rss.n > 0:
+		r.Verdict = VerdictInsufficientData
+		r.Series = SeriesRSS
+		r.Evidence = append(r.Evidence, fmt.Sprintf("the job has no GPU series; its host memory (rss): need %d windows of at least %gs and %d samples to judge a leak; have %d over %s of %s (the first %s of a series are a warm-up, not judged)",
+			d.cfg.MinLevels, d.cfg.WindowS, d.cfg.MinWindowSamples, d.rss.windows(), units.Plural(d.rss.n, "sample"),
+			FormatDuration(d.rss.lastT-d.rss.firstT), FormatDuration(d.cfg.WarmupS)))
 	default:
 		r.Verdict = VerdictInsufficientData
 		r.Evidence = append(r.Evidence, fmt.Sprintf("need %d windows of at least %gs and %d samples to judge; have %d",
@@ -87,6 +110,10 @@ func (d *Detector) Report() Report {
 		}
 	}
 	d.runway(&r)
+	if r.Verdict == VerdictInsufficientData && r.Series == SeriesRSS && r.Runway != nil {
+		// too short to call a leak, yet rising to its limit: what was seen
+		r.Evidence = append(r.Evidence, "meanwhile, the rise it has: "+r.Runway.Evidence)
+	}
 	return r
 }
 
@@ -224,11 +251,18 @@ func (d *Detector) trend(r *Report, k *track, limit, z float64) {
 	if !fitted || !(e.slope > 0) {
 		return
 	}
+	name := string(r.Series)
+	if r.Series == SeriesRSS {
+		name = "host resident memory (rss)"
+	}
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s floor rises %s/s since t=%.0fs (Mann–Kendall Z=%.1f), but not yet steadily or long enough to call it a leak",
-		r.Series, units.FormatBytes(e.slope), start, z))
+		name, units.FormatBytes(e.slope), start, z))
 	what := "step peaks (allocated at its highest; the limit is the device less the CUDA context)"
-	if r.Series == SeriesUsed {
+	switch r.Series {
+	case SeriesUsed:
 		what = "NVML used memory"
+	case SeriesRSS:
+		what = "host resident memory (the limit is the cgroup or the machine)"
 	}
 	d.forecast(r, e, limit, what)
 }
@@ -261,8 +295,11 @@ func (d *Detector) cacheGrowth(r *Report) {
 		"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so the allocator grows segments instead of caching ever more of them",
 		"if sizes vary a lot between batches (variable sequence lengths), pad or bucket them to a few shapes")
 	what := "reserved (the limit is the device less the CUDA context)"
-	if r.Series == SeriesUsed {
+	switch r.Series {
+	case SeriesUsed:
 		what = "NVML used memory"
+	case SeriesRSS:
+		what = "host resident memory (the limit is the cgroup or the machine)"
 	}
 	d.forecast(r, e, limit, what)
 }

@@ -13,6 +13,7 @@ package diagnose
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -48,7 +49,7 @@ const (
 // Reasons lists every code in documentation order.
 var Reasons = []string{Success, ExitError, PythonException, CUDAOOM, HostOOMKilled, Killed, ShmExhausted,
 	DataloaderDied, NCCLError, CUDAError, CUDAForkError, CUDAEnvError, CorruptCheckpoint, DiskFull, Segfault,
-	Interrupted, Restarted, Stalled, PeerFailed, Lost, StartFailed}
+	Interrupted, TimeLimit, Preempted, Cancelled, NodeFailure, Restarted, Stalled, PeerFailed, Lost, StartFailed}
 
 // Deterministic reports whether retrying the same command is expected to fail
 // the same way, so a restart policy should not retry it.
@@ -106,6 +107,9 @@ type Input struct {
 	Stacks []string
 	// StartErr is set when the command could not be started at all.
 	StartErr error
+	// Stop is the signal that ended the job from outside and who sent it,
+	// with what the scheduler says of it; nil when none did.
+	Stop *Stop
 }
 
 // Verdict is the classification of one attempt.
@@ -118,6 +122,10 @@ type Verdict struct {
 	Evidence      []string `json:"evidence"`
 	Advice        []string `json:"advice"`
 	OOM           *OOM     `json:"oom,omitempty"`
+	// Warnings say what makes an end that looks clean doubtful: a job
+	// that exited 0 after catching a CUDA out-of-memory error
+	// (postmortem's CaughtOOM). Absent when there is none.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // ExitStatus is the status a shell would report: the exit code, or 128+N
@@ -185,8 +193,12 @@ var (
 	reTraceback = lazyre.New(`^Traceback \(most recent calls? `)
 	reExcName   = lazyre.New(`\w(?:Error|Exception|Interrupt|Exit)$`)
 	reExcLine   = lazyre.New(`^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?::\s?(.*))?$`)
-	reSegv      = lazyre.New(`Segmentation fault|Fatal Python error: Segmentation fault|SIGSEGV`)
-	reFatalSegv = lazyre.New(`Fatal Python error: Segmentation fault`)
+	reSegv      = lazyre.New(`(?i:segmentation fault)|SIGSEGV`)
+	// Python's faulthandler, or a library's parachute handler that catches
+	// SIGSEGV and aborts (pygame's "Fatal Python error: (pygame parachute)
+	// Segmentation Fault", SDL 1.2's "Fatal signal: Segmentation Fault (SDL
+	// Parachute Deployed)"): the process then dies of SIGABRT or exits
+	reFatalSegv = lazyre.New(`Fatal Python error: (?:\([\w ]*parachute\) )?Segmentation [Ff]ault|Fatal signal: Segmentation Fault \(SDL Parachute Deployed\)`)
 )
 
 // Classify explains how an attempt ended. It reads the output tail as a
@@ -201,6 +213,10 @@ func Classify(in Input) Verdict {
 	r := Read(in.Tail)
 	exc, excLine := lastException(r.Lines, r)
 	v.ExceptionType = exc
+	schedReason, schedSummary, schedEvidence, sched := "", "", []string(nil), false
+	if in.StartErr == nil && !in.Restarted && !in.Stalled {
+		schedReason, schedSummary, schedEvidence, sched = schedulerEnd(r, in)
+	}
 
 	switch {
 	case in.StartErr != nil:
@@ -224,6 +240,15 @@ func Classify(in Input) Verdict {
 			v.Summary = "the kernel's client shut it down (a shutdown_request)"
 		}
 		v.Evidence = append(v.Evidence, "the probe saw the kernel's client ask it to "+map[bool]string{true: "restart", false: "shut down"}[in.KernelRestart], exitEvidence(in))
+		return v
+	case sched:
+		// the scheduler ended it: its own line (or the signal's sender)
+		// says why, whatever the job printed on its way out
+		v.Reason = schedReason
+		v.Summary = schedSummary
+		v.Evidence = append(v.Evidence, schedEvidence...)
+		v.Evidence = append(v.Evidence, exitEvidence(in))
+		v.Advice = append(v.Advice, schedulerAdvice[schedReason]...)
 		return v
 	case in.Interrupted && in.HangUp:
 		v.Reason = Interrupted
@@ -266,7 +291,26 @@ func Classify(in Input) Verdict {
 		v.Evidence = append(v.Evidence, readEvidence(r, dec)...)
 		v.Evidence = append(v.Evidence, oomEvidence(o)...)
 		v.Advice = oomAdvice(o)
+		if strings.Contains(dec.Text, "larger than 4GB") {
+			v.Advice = append([]string{"Intel's runtime limits one allocation to 4 GB by default: split the tensor (a smaller batch or sequence), or on a PyTorch XPU build that supports it, set UR_L0_USE_RELAXED_ALLOCATION_LIMITS=1 to lift the limit."}, v.Advice...)
+		}
 		return v
+	}
+	if found && dec.Reason == NCCLError && dec.Role == Cause {
+		// NCCL's "Last error:" says the CUDA call that failed under it ran
+		// out of memory: the GPU was full when NCCL set up its buffers
+		if l := ncclLastError(r.Lines, dec); reNCCLOOM.MatchString(l) {
+			o := OOM{Backend: "cuda", Library: "NCCL"}
+			v.Reason = CUDAOOM
+			v.OOM = &o
+			v.Summary = "CUDA ran out of GPU memory (in NCCL)"
+			v.Evidence = append(v.Evidence, truncate(strings.TrimSpace(dec.Text), 500), "NCCL's last error: "+truncate(l, 500),
+				"read: NCCL failed because a CUDA allocation under it ran out of memory: the GPU was full when NCCL set up its buffers")
+			v.Evidence = append(v.Evidence, readEvidence(r, dec)...)
+			v.Evidence = append(v.Evidence, exitEvidence(in))
+			v.Advice = append([]string{"Leave NCCL room on the GPU: create the process group (and run the first collective) before the model and optimizer fill the GPU, or lower the memory the job takes; NCCL_BUFFSIZE lowers NCCL's own buffers."}, oomAdvice(o)...)
+			return v
+		}
 	}
 
 	if in.OOMKills > 0 || len(in.KernelOOM) > 0 {
@@ -312,6 +356,14 @@ func Classify(in Input) Verdict {
 			if l := ncclLastError(r.Lines, dec); l != "" {
 				v.Evidence = append(v.Evidence, "NCCL's last error: "+truncate(l, 500))
 			}
+			if done, ok := finishedBefore(r.Lines, dec); ok {
+				v.Summary = "a collective (NCCL) hung at teardown, after the job's work was done"
+				v.Evidence = append(v.Evidence, fmt.Sprintf("the job printed %q (line %d of the output tail) before it: the hang came at teardown, after the work", done.Text, done.Index+1))
+				v.Advice = append([]string{"At the end of the script, wait for every rank (dist.barrier()), then call dist.destroy_process_group() before exiting, so that no collective is left pending when a rank exits; check that every rank runs the same number of collectives (an extra all_reduce or barrier on one rank hangs the others)."}, v.Advice...)
+			}
+			if dec.Kind == KindNCCLHang {
+				v.Advice = append(v.Advice, "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC sets how long the watchdog may be stuck before the process is aborted; raise it only if the hang is a slow teardown of a large job.")
+			}
 		}
 		v.Evidence = append(v.Evidence, readEvidence(r, dec)...)
 		if excLine != "" && strings.TrimSpace(excLine) != strings.TrimSpace(dec.Text) {
@@ -321,32 +373,66 @@ func Classify(in Input) Verdict {
 		return v
 	}
 
+	// A signal the job's output reports (a shell's or an IDE's line about
+	// the command it ran) counts as the job's own when the job itself
+	// ended with an error but not by a signal.
+	sig, sigLine := in.Signal, ""
+	if sig == 0 && in.ExitStatus() != 0 {
+		sig, sigLine = reportedSignal(r.Lines, in.ExitStatus())
+	}
+	fatalSegv := ""
+	if in.Signal == 0 || in.Signal == syscall.SIGABRT {
+		fatalSegv = findLine(r.Lines, reFatalSegv)
+	}
+	// docker compose up exits 0 whatever its services did; its own line
+	// says how each ended
+	status, composeLine := in.ExitStatus(), ""
+	if status == 0 {
+		if line, code := composeExit(r.Lines); code != 0 {
+			status, composeLine = code, line
+		}
+	}
+	signalRead := func() {
+		v.Evidence = append(v.Evidence, exitEvidence(in))
+		if sigLine != "" {
+			v.Evidence = append(v.Evidence, sigLine, "read: the job's output reports that the command it ran died of "+SignalName(sig)+" (a shell's or an IDE's report of its child's end)")
+		}
+	}
 	switch {
-	case in.Signal == syscall.SIGSEGV || (in.ExitStatus() == 139 && reSegv.MatchString(strings.Join(in.Tail, "\n"))) || (in.Signal == 0 && findLine(r.Lines, reFatalSegv) != ""):
+	case sig == syscall.SIGSEGV || (in.ExitStatus() == 139 && reSegv.MatchString(strings.Join(in.Tail, "\n"))) || fatalSegv != "":
 		v.Reason = Segfault
 		v.Summary = "the process crashed with a segmentation fault"
-		v.Evidence = append(v.Evidence, exitEvidence(in))
-		if line := findLine(r.Lines, reSegv); line != "" {
-			v.Evidence = append(v.Evidence, line)
+		signalRead()
+		switch {
+		case fatalSegv != "":
+			v.Evidence = append(v.Evidence, fatalSegv)
+			if in.Signal == syscall.SIGABRT {
+				v.Evidence = append(v.Evidence, "read: a fault handler caught the segmentation fault and aborted the process (hence SIGABRT): the crash is the segmentation fault")
+			}
+		case sigLine == "":
+			if line := findLine(r.Lines, reSegv); line != "" {
+				v.Evidence = append(v.Evidence, line)
+			}
 		}
 		v.Advice = segfaultAdvice
 		return v
-	case in.Signal == syscall.SIGBUS:
+	case sig == syscall.SIGBUS:
 		v.Reason = ShmExhausted
 		v.Summary = "the process died of a bus error, the usual sign of a full /dev/shm"
-		v.Evidence = append(v.Evidence, exitEvidence(in))
+		signalRead()
 		v.Advice = append(v.Advice, reasonText[ShmExhausted].advice...)
 		return v
-	case in.Signal == syscall.SIGKILL:
+	case sig == syscall.SIGKILL:
 		v.Reason = Killed
 		v.Summary = "the job was killed with SIGKILL, and nothing shows it was the OOM killer"
-		v.Evidence = append(v.Evidence, exitEvidence(in), "the memory cgroup's oom_kill counter did not rise and the kernel log names no process of the job")
+		signalRead()
+		v.Evidence = append(v.Evidence, "the memory cgroup's oom_kill counter did not rise and the kernel log names no process of the job")
 		if e := memEvidence(in); e != "" {
 			v.Evidence = append(v.Evidence, e)
 		}
 		v.Advice = killedAdvice
 		return v
-	case exc != "" && in.ExitStatus() != 0:
+	case exc != "" && status != 0:
 		v.Reason = PythonException
 		v.Summary = "the job raised an uncaught Python exception: " + exc
 		v.Evidence = append(v.Evidence, strings.TrimSpace(excLine))
@@ -354,17 +440,23 @@ func Classify(in Input) Verdict {
 			v.Evidence = append(v.Evidence, readEvidence(r, dec)...)
 		}
 		v.Evidence = append(v.Evidence, exitEvidence(in))
+		if composeLine != "" {
+			v.Evidence = append(v.Evidence, composeLine, "read: docker compose exits 0 whatever its services do; its own line says the service failed")
+		}
 		v.Advice = append(v.Advice, "This is a bug or bad input in the job itself; retrying will fail the same way. Read the traceback with `vramguard logs RUN`.")
 		return v
-	case in.ExitStatus() == 0:
+	case status == 0:
 		v.Reason = Success
 		v.Summary = "the job finished successfully"
 		v.Evidence = append(v.Evidence, exitEvidence(in))
 		return v
 	}
 	v.Reason = ExitError
-	v.Summary = fmt.Sprintf("the job exited with status %d", in.ExitStatus())
+	v.Summary = fmt.Sprintf("the job exited with status %d", status)
 	v.Evidence = append(v.Evidence, exitEvidence(in))
+	if composeLine != "" {
+		v.Evidence = append(v.Evidence, composeLine, "read: docker compose exits 0 whatever its services do; its own line says the service failed")
+	}
 	if found {
 		v.Evidence = append(v.Evidence, readEvidence(r, dec)...)
 	}
@@ -633,6 +725,12 @@ func exceptionLine(lines []Line, i int) (typ string, ok bool) {
 	if !strings.Contains(l, ":") && !named {
 		return "", false
 	}
+	if !named {
+		// "weight: FilterDescriptor 0x7f..." under an indented dump is not
+		// an exception: an exception of a type not named *Error follows a
+		// traceback's frames
+		return m[1], afterFrames(lines, i)
+	}
 	src := lines[i].Source
 	for j := i - 1; j >= 0; j-- {
 		if lines[j].Source != src {
@@ -720,4 +818,125 @@ func firstLines(s string, n int) string {
 		lines = append(lines[:n], fmt.Sprintf("… (%d more lines)", len(lines)-n))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// afterFrames reports whether lines[i] follows the frames of a traceback of
+// its process: the indented lines right before it (blank lines aside) hold a
+// `File "…", line N` frame, or the "Traceback" header is right before it.
+func afterFrames(lines []Line, i int) bool {
+	src := lines[i].Source
+	indented := 0
+	for j := i - 1; j >= 0 && indented < 200; j-- {
+		if lines[j].Source != src {
+			continue
+		}
+		p := lines[j].Text
+		t := strings.TrimSpace(p)
+		switch {
+		case t == "":
+			continue
+		case reTraceback.MatchString(t):
+			return true
+		case p[0] == ' ' || p[0] == '\t':
+			if strings.HasPrefix(t, "File \"") {
+				return true
+			}
+			indented++
+			continue
+		}
+		return false
+	}
+	return false
+}
+
+var (
+	// a shell's or an IDE's report of how the command it ran ended: zsh
+	// ("zsh: segmentation fault (core dumped)  python x.py", and the job
+	// report "[1]  + 4821 bus error  python x.py", whose "[1] " may have been
+	// read as a line number), bash ("bash: line 1:
+	// 4821 Killed  python x.py"), an IDE ("Process finished with exit code
+	// 137 (interrupted by signal 9: SIGKILL)")
+	reIDESignal = lazyre.New(`Process finished with exit code \d+ \(interrupted by signal \d+: (SIG[A-Z]+)\)|fish: Job \d+, .* terminated by signal (SIG[A-Z]+)|Fatal Python error: (Bus error)`)
+	// an IDE's status alone: 128+N, or Windows' access violation and
+	// stack overflow (0xC0000005, 0xC00000FD), native crashes as SIGSEGV is
+	reIDEStatus   = lazyre.New(`^Process finished with exit code (13[57]|139|-1073741819 \(0xC0000005\)|-1073741571 \(0xC00000FD\)|3221225477|3221225725)$`)
+	reShellSignal = lazyre.New(`^(?:zsh: |(?:\[\d+\] *[+-]? *|[+-] +)\d+ |(?:/bin/)?(?:ba|da)?sh: line \d+: +\d+ )(segmentation fault|bus error|killed|Segmentation fault|Bus error|Killed)\b|^\d+ +(segmentation fault|bus error|killed)\b`)
+	// a shell's bare line, trusted only where the exit status agrees
+	reBareSignal = lazyre.New(`^(?:.*: line \d+: +\d+ )?(Segmentation fault|Bus error|Killed)(?: +\(core dumped\))?\b`)
+	// NCCL's "Last error:" of a CUDA allocation that failed
+	reNCCLOOM     = lazyre.New(`Cuda failure '?out of memory'?|Failed to CUDA calloc|cudaMalloc.* out of memory|cuMem\w+ .*CUDA_ERROR_OUT_OF_MEMORY`)
+	reComposeExit = lazyre.New(`^([a-z0-9][a-z0-9_.-]*) exited with code (\d+)$`)
+)
+
+var shellSignals = map[string]syscall.Signal{"segmentation fault": syscall.SIGSEGV, "bus error": syscall.SIGBUS, "killed": syscall.SIGKILL,
+	"SIGSEGV": syscall.SIGSEGV, "SIGBUS": syscall.SIGBUS, "SIGKILL": syscall.SIGKILL,
+	"135": syscall.SIGBUS, "137": syscall.SIGKILL, "139": syscall.SIGSEGV}
+
+// firstGroup returns the first non-empty submatch of m.
+func firstGroup(m []string) string {
+	for _, g := range m[1:] {
+		if g != "" {
+			return g
+		}
+	}
+	return ""
+}
+
+// reportedSignal finds, from the end, a line that reports the command the
+// job ran died of SIGSEGV, SIGBUS or SIGKILL; status is the job's exit
+// status, which a shell's bare "Killed" must agree with (128+9).
+func reportedSignal(lines []Line, status int) (syscall.Signal, string) {
+	for i := len(lines) - 1; i >= 0 && i >= len(lines)-40; i-- {
+		t := strings.TrimSpace(lines[i].Text)
+		if m := reIDESignal.FindStringSubmatch(t); m != nil {
+			if s, ok := shellSignals[strings.ToLower(firstGroup(m))]; ok {
+				return s, t
+			}
+			if s, ok := shellSignals[firstGroup(m)]; ok {
+				return s, t
+			}
+		}
+		if m := reIDEStatus.FindStringSubmatch(t); m != nil {
+			if s, ok := shellSignals[m[1]]; ok {
+				return s, t
+			}
+			return syscall.SIGSEGV, t // Windows' access violation or stack overflow
+		}
+		if m := reShellSignal.FindStringSubmatch(t); m != nil {
+			return shellSignals[strings.ToLower(firstGroup(m))], t
+		}
+		if m := reBareSignal.FindStringSubmatch(t); m != nil {
+			if s := shellSignals[strings.ToLower(m[1])]; status == 128+int(s) {
+				return s, t
+			}
+		}
+	}
+	return 0, ""
+}
+
+// composeExit returns docker compose's last report of a service that exited
+// with a non-zero code ("trainer-1 exited with code 1"), and the code.
+func composeExit(lines []Line) (string, int) {
+	for i := len(lines) - 1; i >= 0 && i >= len(lines)-40; i-- {
+		t := strings.TrimSpace(lines[i].Text)
+		if m := reComposeExit.FindStringSubmatch(t); m != nil && m[2] != "0" {
+			code, _ := strconv.Atoi(m[2])
+			return t, code
+		}
+	}
+	return "", 0
+}
+
+// reFinished is a job's own report that its work is done.
+var reFinished = lazyre.New(`(?i)\b(?:training|train|fit|fine-?tuning|run|job|epochs?) (?:is |has )?(?:complete|completed|finished|done)\b|\bfinished training\b|\bsaving (?:the )?final\b`)
+
+// finishedBefore returns the last line before the decisive failure in which
+// the job said its work was done, if any.
+func finishedBefore(lines []Line, dec Failure) (Line, bool) {
+	for j := dec.Line - 1; j >= 0; j-- {
+		if reFinished.MatchString(lines[j].Text) {
+			return lines[j], true
+		}
+	}
+	return Line{}, false
 }

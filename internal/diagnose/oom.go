@@ -58,10 +58,11 @@ type OOMProcess struct {
 const sizeRE = `([0-9]+(?:\.[0-9]+)?)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)`
 
 var (
-	reOOMMarker    = lazyre.New(`MPS backend out of memory|HIP out of memory|hipErrorOutOfMemory|XPU out of memory|CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA [Ee]rror: out of memory|cudaErrorMemoryAllocation|cuda runtime error \(2\) : out of memory|error=2 : out of memory|Tried to allocate [\d.]+ ?[KMGT]?i?B \(GPU \d+;`)
+	reOOMMarker    = lazyre.New(`MPS backend out of memory|HIP out of memory|hipErrorOutOfMemory|XPU out of memory|CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA [Ee]rror: out of memory|cudaErrorMemoryAllocation|cuda runtime error \(2\) : out of memory|error=2 : out of memory|Tried to allocate [\d.]+ ?[KMGT]?i?B \(GPU \d+;|larger than 4GB! Tried to allocate|(?:UR_RESULT|ZE_RESULT|PI)_ERROR_OUT_OF_(?:DEVICE_MEMORY|RESOURCES)|Allocation is out of device memory`)
 	reTried        = lazyre.New(`Tried to allocate ` + sizeRE)
-	reGPU          = lazyre.New(`GPU ([0-9]+)`)
+	reGPU          = lazyre.New(`GPU +([0-9]+)`)
 	reCap2x        = lazyre.New(`total capaci?ty of ` + sizeRE + ` of which ` + sizeRE + ` is free`)
+	reCapOnly      = lazyre.New(`total capaci?ty of ` + sizeRE)
 	reProc2x       = lazyre.New(`Process ([0-9]+) has ` + sizeRE + ` memory in use`)
 	reThisProc     = lazyre.New(`this process has ` + sizeRE + ` memory in use`)
 	reAlloc2x      = lazyre.New(`Of the allocated memory ` + sizeRE + ` is allocated by PyTorch`)
@@ -106,7 +107,7 @@ func ParseOOM(text string) (o OOM, ok bool) {
 		o.Backend = "mps"
 	case strings.Contains(marker, "HIP") || strings.Contains(marker, "hip"):
 		o.Backend = "hip"
-	case strings.Contains(marker, "XPU"):
+	case strings.Contains(marker, "XPU") || strings.Contains(marker, "4GB") || strings.Contains(marker, "_ERROR_OUT_OF_") || strings.Contains(marker, "out of device memory"):
 		o.Backend = "xpu"
 	default:
 		o.Backend = "cuda"
@@ -150,6 +151,9 @@ func ParseOOM(text string) (o OOM, ok bool) {
 	if m := reCap2x.FindStringSubmatch(s); m != nil {
 		o.TotalBytes = sz(m[1], m[2])
 		o.FreeBytes = sz(m[3], m[4])
+	} else if m := reCapOnly.FindStringSubmatch(s); m != nil {
+		// XPU's 2.x form: "GPU 0 has a total capacity of X." and no free figure
+		o.TotalBytes = sz(m[1], m[2])
 	} else {
 		if m := reTotal1x.FindStringSubmatch(s); m != nil {
 			o.TotalBytes = sz(m[1], m[2])

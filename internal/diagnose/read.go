@@ -35,6 +35,9 @@ const (
 	KindLauncherStop      = "launcher_stop"      // the launcher stopping the other ranks (SIGTERM)
 	KindLauncherReport    = "launcher_report"    // torchrun's ChildFailedError summary
 	KindSpawnChild        = "spawn_child"        // a spawned child that found its parent gone
+	// KindNCCLHang is a hint, not a consequence: NCCL's watchdog thread
+	// hung and its heartbeat monitor aborted the process.
+	KindNCCLHang = "nccl_hang"
 )
 
 // Failure is one line of output that says how the job, or one of its
@@ -149,6 +152,19 @@ type lineSig struct {
 // (an NCCL watchdog timeout says "NCCL"; a launcher's report of SIGKILL
 // says "failed").
 var lineSigs = []lineSig{
+	// the NCCL watchdog itself hung: its heartbeat monitor aborts the
+	// process. A rank's own failure (often at teardown, a process that
+	// exits with a collective pending or without destroy_process_group),
+	// which a cause another rank printed still explains.
+	{NCCLError, Hint, KindNCCLHang, "", []string{"Heartbeat monitor timed out", "watchdog got stuck", "watchdog hang"},
+		lazyre.New(`Heartbeat monitor timed out|ProcessGroupNCCL's watchdog got stuck for|due to ProcessGroupNCCL watchdog hang`), nil,
+		"ProcessGroupNCCL's heartbeat monitor found its watchdog thread stuck (a CUDA or NCCL call that never returned) and aborted the process"},
+	// the watchdog's report of an NCCL error of this rank's own (a system,
+	// internal or CUDA error; not a timeout, an abort or a remote error,
+	// which another rank's failure causes): a cause
+	{NCCLError, Cause, "", "", []string{"atchdog thread terminated with exception"},
+		lazyre.New(`[Ww]atchdog thread terminated with exception: (?:NCCL error: (?:unhandled (?:system|cuda) error|internal error)|[^:]*(?:ncclSystemError|ncclInternalError|ncclUnhandledCudaError))`), nil,
+		"the NCCL watchdog ended on an NCCL error of this rank (not a timeout waiting for another rank)"},
 	// consequences of a failure elsewhere
 	{NCCLError, Consequence, KindCollectiveTimeout, "", []string{"atchdog", "NCCL operations have failed", "taking the entire process down", "flight recorder"},
 		lazyre.New(`Watchdog caught collective operation timeout|[Ww]atchdog thread terminated with exception|Some NCCL operations have failed or timed out|we are taking the entire process down|detected by watchdog|flight recorder dumps to finish`), nil, ""},
@@ -188,6 +204,12 @@ var lineSigs = []lineSig{
 		lazyre.New(`HIP out of memory|hipErrorOutOfMemory`), nil, ""},
 	{CUDAOOM, Cause, "gpu_oom", "xpu", []string{"XPU out of memory"},
 		lazyre.New(`XPU out of memory`), nil, ""},
+	{CUDAOOM, Cause, "gpu_oom", "xpu", []string{"larger than 4GB"},
+		lazyre.New(`Current platform can NOT allocate memory block with size larger than 4GB`), nil,
+		"Intel's XPU runtime refused one allocation over 4 GB, its default limit for a single block, before the device was full: an OOM on another accelerator is still an OOM (reason cuda_oom, oom.backend xpu)"},
+	{CUDAOOM, Cause, "gpu_oom", "xpu", []string{"OUT_OF_DEVICE_MEMORY", "OUT_OF_RESOURCES", "out of device memory"},
+		lazyre.New(`(?:UR_RESULT|ZE_RESULT|PI)_ERROR_OUT_OF_(?:DEVICE_MEMORY|RESOURCES)|Allocation is out of device memory on current platform`), nil,
+		"Intel's Level Zero runtime reports device memory exhausted as a runtime error (OUT_OF_DEVICE_MEMORY, OUT_OF_RESOURCES) rather than an OutOfMemoryError: an OOM on another accelerator is still an OOM (reason cuda_oom, oom.backend xpu)"},
 	{CUDAOOM, Cause, "gpu_oom", "cuda", []string{"out of memory", "ALLOC_FAILED", "MemoryAllocation", "OutOfMemoryError", "Tried to allocate"},
 		lazyre.New(`CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA [Ee]rror: out of memory|cudaErrorMemoryAllocation|cuda runtime error \(2\) : out of memory|THCudaCheck FAIL .*error=2 : out of memory|(?:torch|cuda)\.OutOfMemoryError|^Tried to allocate [\d.]+ ?[KMGT]?i?B \(GPU \d+;`), nil, ""},
 
@@ -218,6 +240,11 @@ var lineSigs = []lineSig{
 	// ("exited unexpectedly").
 	{ShmExhausted, Cause, "", "", []string{"shared memory", "No space left", "torch_", "bus error", "shm", "Bus error"},
 		lazyre.New(`out of shared memory|No space left on device.*(?:/dev/shm|torch_)|unable to write to file </torch_|Unexpected bus error encountered in worker|bus error.*shared memory|shm_open|unable to allocate shared memory|DataLoader worker \(pid \d+\) is killed by signal: Bus error`), nil, ""},
+	// MapAllocator could not grow (ftruncate) or fill a shared-memory
+	// file: where tensors cross between processes, that file is in /dev/shm
+	{ShmExhausted, Cause, "", "", []string{"unable to resize file", "unable to stretch file", "unable to mmap"},
+		lazyre.New(`unable to (?:resize|stretch) file <[^>]*> to the right size|unable to mmap \d+ bytes from file </torch_`), nil,
+		"torch could not size or map the shared-memory file a tensor is passed through between processes (MapAllocator's ftruncate failed): /dev/shm is full or too small"},
 	{ShmExhausted, Cause, "", "", []string{"Errno 28", "No space left"},
 		lazyre.New(`\[Errno 28\]|No space left on device`), lazyre.New(`multiprocessing[/\\]synchronize\.py|SemLock|multiprocessing[/\\]sharedctypes\.py|shared_memory\.py|/dev/shm`),
 		"[Errno 28] raised while creating a multiprocessing semaphore or shared memory (multiprocessing/synchronize.py, SemLock): those live in /dev/shm, so /dev/shm is full, not the disk"},
@@ -231,11 +258,14 @@ var lineSigs = []lineSig{
 		lazyre.New(`No space left on device|\[Errno 28\]|ENOSPC|Disk quota exceeded|\[Errno 122\]|os error 28`), nil, ""},
 
 	{NCCLError, Cause, "", "", []string{"NCCL", "nccl", "DistBackendError"},
-		lazyre.New(`NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclRemoteError|ncclInvalidUsage|ncclInvalidArgument|DistBackendError`), nil, ""},
+		lazyre.New(`NCCL error|NCCL Error \d+:|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclRemoteError|ncclInvalidUsage|ncclInvalidArgument|DistBackendError`), nil, ""},
 	{NCCLError, Hint, "", "", []string{"NCCL WARN"},
 		lazyre.New(`NCCL WARN`), nil, ""},
 	{CUDAError, Cause, "", "", []string{"illegal", "assert", "CUDA error", "EXECUTION_FAILED", "misaligned", "ECC", "launch failure", "Assertion"},
 		lazyre.New(`illegal memory access|illegal instruction|device-side assert triggered|CUDA error: (?:misaligned address|unspecified launch failure|invalid device|invalid argument)|CUBLAS_STATUS_EXECUTION_FAILED|CUDNN_STATUS_EXECUTION_FAILED|misaligned address|uncorrectable ECC error|unspecified launch failure|\.cu:\d+: .*Assertion .* failed`), nil, ""},
+	{CUDAError, Cause, "", "", []string{"CUDNN_STATUS_"},
+		lazyre.New(`CUDNN_STATUS_(?:INTERNAL_ERROR|NOT_INITIALIZED|MAPPING_ERROR|ARCH_MISMATCH|RUNTIME_\w+)`), nil,
+		"cuDNN failed inside a call (an internal error, a handle it could not create): most often the GPU was nearly full when cuDNN set up its workspace, else a cuDNN build that does not match the driver or GPU"},
 	{CUDAError, Hint, "", "", []string{"CUDA kernel errors", "CUDA error"},
 		lazyre.New(`CUDA kernel errors might be asynchronously reported|CUDA error: `), nil, ""},
 	{DataloaderDied, Cause, "", "", []string{"DataLoader worker"},
@@ -268,11 +298,34 @@ func sourceLine(t string) bool {
 	return false
 }
 
+// reCutSignal is a DataLoader worker's "is killed by signal: Bus error."
+// cut where a console or logger wrapped it, before the signal's name ends.
+var (
+	reCutSignal    = lazyre.New(`DataLoader worker \(pid \d+\) is killed by signal:(?: Bus)?\s*$`)
+	reBusErrorNext = lazyre.New(`^\s*(?:Bus )?error\b`)
+)
+
 // failureAt reads line i of lines.
 func failureAt(lines []Line, i int) (Failure, bool) {
 	t := lines[i].Text
 	if len(t) < 6 {
 		return Failure{}, false
+	}
+	if strings.HasSuffix(strings.TrimSpace(t), ":") || strings.HasSuffix(strings.TrimSpace(t), "Bus") {
+		if reCutSignal.MatchString(t) {
+			// the rest of the message is on the next line of the same process
+			for j := i + 1; j < len(lines) && j <= i+3; j++ {
+				if lines[j].Source != lines[i].Source {
+					continue
+				}
+				if reBusErrorNext.MatchString(lines[j].Text) {
+					return Failure{Line: i, Index: lines[i].Index, Text: strings.TrimSpace(t) + " " + strings.TrimSpace(lines[j].Text),
+						Source: lines[i].Source, Rank: lines[i].Rank, Reason: ShmExhausted, Role: Cause,
+						Why: "a DataLoader worker killed by a bus error (its message wrapped onto the next line): torch's own sign of a full /dev/shm"}, true
+				}
+				break
+			}
+		}
 	}
 	ns, always := signatureNeedles()
 	mask := ns.scan(t) | always
@@ -308,7 +361,7 @@ func failureAt(lines []Line, i int) (Failure, bool) {
 		if s.reason == CorruptCheckpoint && len(m) > 1 {
 			f.Why = loadKeyWhy(m[1])
 		}
-		if s.backend != "" && s.backend != "cuda" {
+		if s.backend != "" && s.backend != "cuda" && s.why == "" {
 			f.Why = "the " + backendName(s.backend) + " backend ran out of memory: an OOM on another accelerator is still an OOM (reason cuda_oom, oom.backend " + s.backend + ")"
 		}
 		return f, true

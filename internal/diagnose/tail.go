@@ -56,6 +56,8 @@ var (
 	reLineNumber = lazyre.New(`^\[\d+\] `)
 	reRay        = lazyre.New(`^\(([A-Za-z_][\w.-]*) pid=(\d+)(?:, ip=[\d.]+)?\) `)
 	reSrunLabel  = lazyre.New(`^ {0,4}(\d{1,5}): `)
+	// the replica number compose puts after a service's name
+	reReplica = lazyre.New(`[-_]\d+$`)
 	// a c10 log header: "[E ProcessGroupNCCL.cpp:458]"
 	reC10Header = lazyre.New(`^\[[IWEF] [\w.]+\.(?:cpp|cc|h|hpp):\d+\]`)
 	// an ISO timestamp and " - " at the end of a string (ComfyUI's log)
@@ -208,10 +210,16 @@ func glogHeaderAt(s string) int {
 }
 
 // composeName parses docker compose's "service    | " at the start of s:
-// a lowercase name, spaces, "| ". n is its length.
+// a name, spaces, "| ". n is its length. A service's name may hold capitals
+// (the Compose spec allows [a-zA-Z0-9._-]); such a name must end in the
+// replica's number as compose prints it ("Trainer-1", "proj_Trainer_1"), so
+// that "WARNING  | " is not taken for one.
 func composeName(s string) (name string, n int, ok bool) {
 	sp := strings.IndexByte(s[:min(len(s), 64)], ' ')
-	if sp < 1 || !nameChars(s[:sp], "_.-") {
+	if sp < 1 {
+		return "", 0, false
+	}
+	if lower := strings.ToLower(s[:sp]); !nameChars(lower, "_.-") || (lower != s[:sp] && !reReplica.MatchString(s[:sp])) {
 		return "", 0, false
 	}
 	j := sp
@@ -324,6 +332,11 @@ func stripPrefixes(s string, l *Line) string {
 				continue
 			}
 		case c >= 'A' && c <= 'Z':
+			if name, n, ok := composeName(s); ok {
+				l.Source = name
+				s = s[n:]
+				continue
+			}
 			if m := reJournald.FindStringSubmatch(s); m != nil {
 				l.Source = m[1] + " " + m[2]
 				if m[3] != "" {

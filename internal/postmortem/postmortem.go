@@ -58,6 +58,9 @@ type Postmortem struct {
 	// Kernel is a notebook kernel's cells and newest autosave; absent for
 	// any other job.
 	Kernel *Kernel `json:"kernel,omitempty"`
+	// Lost is what an attempt its scheduler ended lost (SchedulerEnd);
+	// absent for any other end.
+	Lost *Lost `json:"lost,omitempty"`
 }
 
 // MemStats summarises the memory of an attempt's process tree

@@ -17,6 +17,20 @@ import (
 // RenderShort writes the post-mortem `vramguard run` prints when an attempt
 // ends: one line for a success, else reason, evidence and advice.
 func RenderShort(w io.Writer, pm *Postmortem) {
+	if pm.Reason == diagnose.Success && len(pm.Warnings) > 0 {
+		fmt.Fprintf(w, "vramguard: run %s exited 0 after %s%s, but %s\n", pm.RunID, FormatSeconds(pm.DurationS), memSuffix(pm), strings.TrimPrefix(pm.Summary, "the job exited 0, but "))
+		for _, s := range pm.Warnings {
+			fmt.Fprintf(w, "  warning: %s\n", s)
+		}
+		for _, e := range pm.Evidence {
+			fmt.Fprintf(w, "  • %s\n", e)
+		}
+		for _, a := range pm.Advice {
+			fmt.Fprintf(w, "  → %s\n", a)
+		}
+		fmt.Fprintf(w, "more:     vramguard explain %s    vramguard logs %s\n", pm.RunID, pm.RunID)
+		return
+	}
 	if pm.Reason == diagnose.Success {
 		fmt.Fprintf(w, "vramguard: run %s finished successfully after %s%s\n", pm.RunID, FormatSeconds(pm.DurationS), memSuffix(pm))
 		if len(pm.Adaptations) > 0 && pm.Settings != nil {
@@ -105,6 +119,7 @@ func Render(w io.Writer, d *Document) {
 			fmt.Fprintf(w, "  • %s\n", strings.ReplaceAll(it, "\n", "\n    "))
 		}
 	}
+	list("warnings", d.Warnings)
 	list("evidence", d.Evidence)
 	if oom := d.OOM; oom != nil {
 		title := map[string]string{"hip": "ROCm (HIP)", "mps": "Apple MPS", "xpu": "Intel XPU"}[oom.Backend]

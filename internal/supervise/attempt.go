@@ -25,6 +25,7 @@ import (
 	"github.com/vramguard/vramguard/internal/diagnose"
 	"github.com/vramguard/vramguard/internal/joblog"
 	"github.com/vramguard/vramguard/internal/monitor"
+	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/ranks"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
@@ -130,7 +131,9 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	if o.Probe != nil {
 		o.Probe.Finish(pm)
 		a.probeEvents(ctx)
+		postmortem.CaughtOOM(pm) // an exit 0 after an OOM the job caught
 	}
+	postmortem.SchedulerEnd(pm) // what a scheduler's end lost, and what to set
 	a.kernelSection(pm)
 	if in.StartErr == nil {
 		// a distributed job: each rank's end, and the rank that failed first
