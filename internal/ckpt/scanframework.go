@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/vramguard/vramguard/internal/ckpt/pickle"
+	"github.com/vramguard/vramguard/internal/pickle"
 )
 
 // VerdictFramework is the scan's tier between the allowlist and unknown: a

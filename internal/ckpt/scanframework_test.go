@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vramguard/vramguard/internal/ckpt/pickle"
+	"github.com/vramguard/vramguard/internal/pickle"
 	"github.com/vramguard/vramguard/internal/testbin"
 )
 
