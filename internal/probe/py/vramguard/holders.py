@@ -37,7 +37,7 @@ import types
 from itertools import accumulate, chain, compress, count
 from operator import not_
 
-from . import _cuda
+from . import _cuda, peek
 
 # Depths: a plain object's attributes are two below it (the object, then
 # its __dict__).
@@ -54,6 +54,8 @@ _ATOMIC = frozenset((
     types.WrapperDescriptorType, types.MethodWrapperType, types.MethodDescriptorType,
     types.FrameType, types.CellType, types.GeneratorType, types.CoroutineType,
 ))
+
+_ATOMIC_IDS = frozenset(map(id, _ATOMIC))
 
 # Expanded in bulk by their referents (and, as the walk meets them, their
 # subclasses and plain objects: a plain object's referents are its
@@ -117,10 +119,14 @@ class _Scan:
         self.Tensor = torch.Tensor
         self.Module = getattr(getattr(torch, "nn", None), "Module", None)
         self.Optimizer = getattr(getattr(torch, "optim", None), "Optimizer", None)
-        self.ttypes = tensor_types  # the exact types of the live tensors
-        self.kinds = {}
-        self.bulk_types = set(_PLAIN)  # expanded by their referents
-        self.one_types = set()  # looked at one by one
+        self.tensors = peek.Tensors(torch)
+        # Types are keyed by id(): a class's own __hash__ or __eq__ (its
+        # metaclass's) is never called. The types stay alive: the objects
+        # walked hold them.
+        self.ttypes = tensor_types  # ids of the exact types of the live tensors
+        self.kinds = {}  # id(type) -> kind
+        self.bulk_types = set(map(id, _PLAIN))  # ids of types expanded by their referents
+        self.one_types = set()  # ids of types looked at one by one
         self.seen = set()  # _addr() of every object walked once
         self.walks = []  # per walk: [_Level]
         self.groups = []  # per walk: the group of each root
@@ -146,7 +152,7 @@ class _Scan:
             if not tracked(obj):
                 continue
             if _addr(obj) in seen:
-                if type(obj) in ttypes:
+                if id(type(obj)) in ttypes:
                     self.also.append((obj, None, _ROOT, (path, group)))
                 continue
             seen.add(_addr(obj))
@@ -171,7 +177,7 @@ class _Scan:
             for v in others:
                 a = _addr(v)
                 if a in seen:
-                    if type(v) in ttypes:
+                    if id(type(v)) in ttypes:
                         self.also_bulk.setdefault((w, depth - 1), []).append(v)
                     continue
                 seen.add(a)
@@ -183,7 +189,7 @@ class _Scan:
                         continue
                     a = _addr(v)
                     if a in seen:
-                        if type(v) in ttypes:
+                        if id(type(v)) in ttypes:
                             self.also.append((v, (w, depth - 1, p), how, key))
                         continue
                     seen.add(a)
@@ -201,7 +207,7 @@ class _Scan:
             for i in range(nplain, len(objs)):
                 v = objs[i]
                 tp = type(v)
-                if tp in bulk_types or self.kind(tp) == _K_BULK:
+                if id(tp) in bulk_types or self.kind(tp) == _K_BULK:
                     plain.append(i)
                 else:
                     self.one(w, depth, i, v, tp, kids)
@@ -230,11 +236,13 @@ class _Scan:
         return list(uniq.values()), True
 
     def kind(self, tp):
-        k = self.kinds.get(tp)
+        k = self.kinds.get(id(tp))
         if k is not None:
             return k
         T, M, O = self.Tensor, self.Module, self.Optimizer
-        if tp in _ATOMIC or issubclass(tp, type):
+        # (issubclass of a class by a built-in or torch's own base runs only
+        # C code: the base's metaclass decides, never tp's)
+        if id(tp) in _ATOMIC_IDS or issubclass(tp, type):
             k = _K_SKIP
         elif issubclass(tp, T):
             k = _K_TENSOR
@@ -254,11 +262,11 @@ class _Scan:
             k = _K_PARTIAL
         else:
             k = _K_BULK
-        self.kinds[tp] = k
+        self.kinds[id(tp)] = k
         if k == _K_BULK:
-            self.bulk_types.add(tp)
+            self.bulk_types.add(id(tp))
         elif k != _K_SKIP:
-            self.one_types.add(tp)
+            self.one_types.add(id(tp))
         return k
 
     def split(self, objs):
@@ -266,15 +274,19 @@ class _Scan:
         objs, in C; modules, classes and numbers are dropped."""
         if not objs:
             return [], []
-        tps = list(map(type, objs))
+        tps = list(map(id, map(type, objs)))
         mask = list(map(self.bulk_types.__contains__, tps))
         if all(mask):
             return objs, []
         kinds = self.kinds
-        new = [tp for tp in set(compress(tps, map(not_, mask))) if tp not in kinds]
+        new = {i for i in compress(tps, map(not_, mask)) if i not in kinds}
         if new:
-            for tp in new:
-                self.kind(tp)
+            for o in objs:
+                if id(type(o)) in new:
+                    new.discard(id(type(o)))
+                    self.kind(type(o))
+                    if not new:
+                        break
             mask = list(map(self.bulk_types.__contains__, tps))
         return list(compress(objs, mask)), list(compress(objs, map(self.one_types.__contains__, tps)))
 
@@ -285,9 +297,10 @@ class _Scan:
             return
         if k == _K_TENSOR:
             self.found.append((obj, (w, depth, i)))
+            tn = self.tensors
             try:
                 # A non-leaf's .grad is always None, and reading it warns.
-                g = obj.grad if obj.is_leaf or obj.retains_grad else None
+                g = tn.grad(obj) if tn.is_leaf(obj) or tn.retains_grad(obj) else None
             except Exception:
                 g = None
             if g is not None:
@@ -301,32 +314,41 @@ class _Scan:
         elif k == _K_TB:
             out = self.frames(obj)
         elif k == _K_EXC:
-            out = [(obj.__traceback__, _SUFFIX, ""), (obj.__context__, _SUFFIX, ".__context__"),
-                   (obj.__cause__, _SUFFIX, ".__cause__"), (obj.args, _SUFFIX, ".args")]
-            d = getattr(obj, "__dict__", None)
+            out = [(peek.exc_traceback(obj), _SUFFIX, ""), (peek.exc_context(obj), _SUFFIX, ".__context__"),
+                   (peek.exc_cause(obj), _SUFFIX, ".__cause__"), (peek.exc_args(obj), _SUFFIX, ".args")]
+            d = peek.instance_dict(obj)
             if d:
-                out += [(v, _ATTR, a) for a, v in d.items()]
+                out += [(v, _ATTR, a) for a, v in d.items() if type(a) is str]
         elif k == _K_MODULE:
-            for a, v in obj.__dict__.items():
+            for a, v in (peek.instance_dict(obj) or {}).items():
+                if type(a) is not str:
+                    continue
                 if a in ("_parameters", "_buffers", "_modules"):
-                    out += [(x, _ATTR, n) for n, x in v.items()]
-                elif a.endswith("hooks") and isinstance(v, dict):
-                    out += [(x, _SUFFIX, ".%s[%r]" % (a, n)) for n, x in v.items()]
+                    out += [(x, _ATTR, n) for n, x in peek.dict_items(v) if type(n) is str]
+                elif a.endswith("hooks") and issubclass(type(v), dict):
+                    out += [(x, _SUFFIX, ".%s[%s]" % (a, peek.plain_repr(n) or "<%s>" % peek.name_of(type(n))))
+                            for n, x in peek.dict_items(v)]
                 else:
                     out.append((v, _ATTR, a))
         elif k == _K_OPTIM:
+            d = peek.instance_dict(obj) or {}
+            pgs, state = d.get("param_groups"), d.get("state")
             pos = {}
-            for gi, pg in enumerate(obj.param_groups):
-                for pi, p in enumerate(pg.get("params", ())):
+            for gi, pg in enumerate(peek.seq(pgs)):
+                params = dict.get(pg, "params", ()) if issubclass(type(pg), dict) else ()
+                for pi, p in enumerate(peek.seq(params)):
                     pos[id(p)] = "param_groups[%d]['params'][%d]" % (gi, pi)
-            for p, st in obj.state.items():
+            for p, st in peek.dict_items(state):
                 where = pos.get(id(p), "<param>")
-                if isinstance(st, dict):
-                    out += [(v, _STATE, (p, where, n)) for n, v in st.items()]
+                if issubclass(type(st), dict):
+                    out += [(v, _STATE, (p, where, n)) for n, v in peek.dict_items(st)]
                 else:
                     out.append((st, _STATE, (p, where, _NOKEY)))
-            out.append((obj.param_groups, _ATTR, "param_groups"))
-            out += [(v, _ATTR, a) for a, v in obj.__dict__.items() if a not in ("state", "param_groups")]
+            if pgs is not None:
+                out.append((pgs, _ATTR, "param_groups"))
+            if state is not None and not issubclass(type(state), dict):
+                out.append((state, _ATTR, "state"))
+            out += [(v, _ATTR, a) for a, v in d.items() if type(a) is str and a not in ("state", "param_groups")]
         elif k == _K_PARTIAL:
             out = [(obj.func, _SUFFIX, ".func"), (obj.args, _SUFFIX, ".args"), (obj.keywords, _SUFFIX, ".keywords")]
         for v, how, key in out:
@@ -340,11 +362,13 @@ class _Scan:
         user_ns = self.shell.user_ns
         while tb is not None:
             f = tb.tb_frame
-            loc = f.f_locals
             code = f.f_code
-            if loc is not user_ns and loc is not f.f_globals and not code.co_filename.startswith(_SHELL_DIRS):
+            loc = _frame_locals(f)
+            if loc is not None and loc is not user_ns and loc is not f.f_globals and \
+                    not code.co_filename.startswith(_SHELL_DIRS):
                 where = cell_of(self.shell, code.co_filename) or "%s:%d" % (code.co_filename, tb.tb_lineno)
-                kids += [(v, _SUFFIX, ": %s() in %s, %s" % (code.co_name, where, k)) for k, v in loc.items()]
+                kids += [(v, _SUFFIX, ": %s() in %s, %s" % (code.co_name, where, k))
+                         for k, v in peek.dict_items(loc) if type(k) is str]
             tb = tb.tb_next
         return kids
 
@@ -386,7 +410,7 @@ class _Scan:
                     ps = ps[1:]
                 else:
                     obj = again[tid]
-                if type(obj) in ttypes:
+                if id(type(obj)) in ttypes:
                     for p in ps:
                         self.also.append((obj, (w, d - 1, p), None, None))
                         need[d - 1].add(p)
@@ -431,7 +455,7 @@ class _Scan:
             p, where, n = key
             s = "%s.state[%s]" % (base, self.tensor_path.get(id(p)) or "%s.%s" % (base, where))
             if n is not _NOKEY:
-                s += "[%r]" % (n,)
+                s += _key(n, self.tensor_path)
         elif how == _POS:
             s = "list(%s)[%d]" % (base, key)
         else:
@@ -446,21 +470,17 @@ class _Scan:
         e = m.get(id(child))
         if e is not None:
             return e
-        try:
-            if object.__getattribute__(parent, "__dict__") is child:
-                return _DICT, None
-        except Exception:
-            pass
-        return _SUFFIX, ".<held in C by %s>" % type(parent).__name__
+        if peek.instance_dict(parent) is child:
+            return _DICT, None
+        return _SUFFIX, ".<held in C by %s>" % peek.name_of(type(parent))
 
     def storage(self, t, path, group):
+        tn = self.tensors
         try:
-            try:
-                st = t.untyped_storage()
-            except AttributeError:  # torch < 2.0
-                st = t.storage()
+            st = tn.storage(t)
             ptr, nbytes = int(st.data_ptr()), int(st.nbytes())
-            dev = str(t.device)
+            dev = str(tn.device(t))
+            dtype, shape = str(tn.dtype(t)).replace("torch.", ""), list(tn.shape(t))
         except Exception:
             return  # sparse, meta, or a tensor subclass without storage
         key = (dev, ptr)
@@ -469,7 +489,7 @@ class _Scan:
             self.tensor_path.setdefault(id(t), path)
             self.storages[key] = {
                 "path": path, "group": group, "bytes": nbytes, "device": dev,
-                "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape), "data_ptr": ptr,
+                "dtype": dtype, "shape": shape, "data_ptr": ptr,
             }
         elif rec["group"] != group and not (group == OUTPUT_CACHE and rec["group"].startswith("Out[")):
             # (_, _N and the shell's copies of Out[n] are Out[n] again)
@@ -521,36 +541,27 @@ def _referrers(batch, targets):
 
 def _keymap(c):
     """id(item) -> (how, key) for what a container or plain object holds:
-    the first key, index or attribute of each item."""
+    the first key, index or attribute of each item, read without running
+    the container's own code (vramguard.peek)."""
     m = {}
     try:
-        if isinstance(c, dict):
-            keys = list(c.keys())
+        got = peek.items(c)
+    except Exception:
+        got = None
+    if got is not None:
+        if got[0] == "dict":
+            keys, vals = got[1], got[2]
             m.update(zip(map(id, reversed(keys)), ((_POS, j) for j in range(len(keys) - 1, -1, -1))))
-            vals = list(c.values())
             m.update(zip(map(id, reversed(vals)), ((_ITEM, k) for k in reversed(keys))))
-        elif isinstance(c, (list, tuple, collections.deque)):
-            items = list(c)
-            m.update(zip(map(id, reversed(items)), ((_INDEX, j) for j in range(len(items) - 1, -1, -1))))
-        elif isinstance(c, (set, frozenset)):
-            items = list(c)
-            m.update(zip(map(id, reversed(items)), ((_POS, j) for j in range(len(items) - 1, -1, -1))))
-    except Exception:
-        pass
-    # Attributes, read as the walk's referents are, without the class's own
-    # __getattribute__: slots, then __dict__.
-    for cls in reversed(type(c).__mro__):
-        for name, desc in list(vars(cls).items()):
-            if type(desc) is types.MemberDescriptorType and name not in ("__dict__", "__weakref__"):
-                try:
-                    m[id(desc.__get__(c))] = (_ATTR, name)
-                except Exception:
-                    pass
-    try:
-        d = object.__getattribute__(c, "__dict__")
-    except Exception:
-        d = None
-    if type(d) is dict:
+        else:
+            items = got[1]
+            how = _INDEX if got[0] == "seq" else _POS
+            m.update(zip(map(id, reversed(items)), ((how, j) for j in range(len(items) - 1, -1, -1))))
+    # Attributes: slots, then __dict__.
+    for name, v in peek.slots(c):
+        m[id(v)] = (_ATTR, name)
+    d = peek.instance_dict(c)
+    if d is not None:
         keys = [k for k in d if type(k) is str]
         m.update(zip(map(id, reversed(list(map(d.__getitem__, keys)))), ((_ATTR, k) for k in reversed(keys))))
     return m
@@ -579,13 +590,29 @@ def _attr(path, name):
 
 
 def _key(k, tensor_path):
-    tk = type(k)
-    if tk is str or tk is int or tk is float or tk is bool:
-        return "[%r]" % (k,)
+    r = peek.plain_repr(k)
+    if r is not None:
+        return "[%s]" % r
     p = tensor_path.get(id(k))
     if p is not None:
         return "[%s]" % p
-    return "[<%s>]" % tk.__name__
+    return "[<%s>]" % peek.name_of(type(k))
+
+
+def _frame_locals(f):
+    """A frame's locals as a dict, or None. A function's frame gives the
+    snapshot Python makes of its fast locals; another frame's f_locals is
+    whatever mapping its code ran with (exec's, a class body's), read only
+    when it is a dict (or a subclass, through dict's own methods) and the
+    code has no cells, whose refresh would write into it."""
+    code = f.f_code
+    if not code.co_flags & _CO_OPTIMIZED and (code.co_cellvars or code.co_freevars):
+        return None
+    loc = f.f_locals
+    return loc if issubclass(type(loc), dict) else None
+
+
+_CO_OPTIMIZED = 0x1
 
 
 def _closure(fn):
@@ -631,7 +658,7 @@ def output_roots(shell):
     places the shell keeps outputs (grouped as "output cache")."""
     out = []
     oh = shell.user_ns.get("_oh")
-    if isinstance(oh, dict):
+    if type(oh) is dict:
         out += [(v, "Out[%d]" % n, "Out[%d]" % n) for n, v in sorted(oh.items()) if isinstance(n, int)]
     dh = getattr(shell, "displayhook", None)
     for name in ("_", "__", "___"):
@@ -639,7 +666,7 @@ def output_roots(shell):
         if v is not None and v is getattr(dh, name, v):
             out.append((v, name, OUTPUT_CACHE))
     hidden = getattr(shell, "user_ns_hidden", None)
-    if isinstance(hidden, dict):
+    if type(hidden) is dict:
         out += [(v, "shell.user_ns_hidden[%r]" % k, OUTPUT_CACHE) for k, v in list(hidden.items()) if output_name(k)]
     r = getattr(shell, "last_execution_result", None)
     if getattr(r, "result", None) is not None:
@@ -649,7 +676,7 @@ def output_roots(shell):
 
 def output_name(k):
     """_, __, ___ and _N: the names the display hook sets."""
-    return isinstance(k, str) and (k in ("_", "__", "___") or (k[:1] == "_" and k[1:].isdigit()))
+    return type(k) is str and (k in ("_", "__", "___") or (k[:1] == "_" and k[1:].isdigit()))
 
 
 def scan(shell, unreachable=True):
@@ -663,7 +690,10 @@ def scan(shell, unreachable=True):
     collecting = gc.isenabled()
     gc.disable()  # the walk's own lists would set off full collections
     try:
-        storages, objects = _walk(shell, torch, unreachable)
+        # torch's C getters call a tensor subclass's __torch_function__
+        # unless it is switched off
+        with torch._C.DisableTorchFunction():
+            storages, objects = _walk(shell, torch, unreachable)
     finally:
         if collecting:
             gc.enable()
@@ -698,11 +728,13 @@ NO_NAME = "<no name reaches it>"
 
 
 def _subclasses(cls):
-    out, todo = {cls}, [cls]
+    """ids of cls and its subclasses (by id: a subclass's metaclass may
+    define __hash__)."""
+    out, todo = {id(cls)}, [cls]
     while todo:
         for c in type.__subclasses__(todo.pop()):
-            if c not in out:
-                out.add(c)
+            if id(c) not in out:
+                out.add(id(c))
                 todo.append(c)
     return out
 
@@ -713,27 +745,20 @@ def _walk(shell, torch, unreachable):
     # Every live tensor gc tracks, and their exact types, found in C.
     ttypes = frozenset(_subclasses(T))
     objs = gc.get_objects()
-    live = list(compress(objs, map(ttypes.__contains__, map(type, objs))))
+    live = list(compress(objs, map(ttypes.__contains__, map(id, map(type, objs)))))
     del objs
     if not live:
         return [], 0
     s = _Scan(shell, torch, ttypes)
     hidden = getattr(shell, "user_ns_hidden", {}) or {}
     names = [(v, k, k) for k, v in list(shell.user_ns.items())
-             if isinstance(k, str) and not _shell_name(k, hidden)]
+             if type(k) is str and not _shell_name(k, hidden)]
     if s.Module is not None:
         # Parameters by the name a user types (model.layer.weight), for
         # optimizer state keyed by them, whichever the walk reaches first.
         for v, k, _ in names:
-            if isinstance(v, s.Module):
-                try:
-                    for n, p in v.named_parameters():
-                        path = k
-                        for part in n.split("."):
-                            path = _attr(path, part)
-                        s.tensor_path.setdefault(id(p), path)
-                except Exception:
-                    pass
+            if issubclass(type(v), s.Module):
+                _parameter_paths(v, k, s.Module, s.tensor_path)
     s.walk(names)
     # The output cache and the last exception are grouped under one root
     # each, so the table says "Out[3]" or "last exception" as a user would.
@@ -749,6 +774,26 @@ def _walk(shell, torch, unreachable):
             if id(t) not in reached:
                 s.storage(t, NO_NAME, "(no name)")
     return list(s.storages.values()), s.objects
+
+
+def _parameter_paths(module, path, Module, out, seen=None):
+    """id(parameter) -> path (model[0].weight) under module, read from the
+    modules' own _parameters and _modules dicts (never named_parameters(),
+    which a subclass may override)."""
+    seen = set() if seen is None else seen
+    todo = [(module, path)]
+    while todo:
+        m, p = todo.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        d = peek.instance_dict(m) or {}
+        for n, prm in peek.dict_items(d.get("_parameters")):
+            if prm is not None and type(n) is str:
+                out.setdefault(id(prm), _attr(p, n))
+        for n, sub in reversed(peek.dict_items(d.get("_modules"))):
+            if type(n) is str and issubclass(type(sub), Module):
+                todo.append((sub, _attr(p, n)))
 
 
 def _cells_from_allocator(shell, storages):
