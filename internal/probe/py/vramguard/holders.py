@@ -34,15 +34,18 @@ import gc
 import sys
 import time
 import types
-from itertools import accumulate, chain, compress, count
-from operator import not_
+from itertools import accumulate, chain, compress, count, repeat
+from operator import is_not, itemgetter, methodcaller, not_, or_
 
 from . import _cuda, peek
 
 # Depths: a plain object's attributes are two below it (the object, then
 # its __dict__).
-MAX_DEPTH = 32
+MAX_DEPTH = 10000
 MAX_ALSO = 3
+# A path longer than this keeps its start and its end (a chain thousands
+# of containers deep).
+MAX_PATH = 400
 # The containers of one depth recorded as holding one tensor: the first is
 # its holder, the others may be "also"s.
 MAX_REFS = 8
@@ -52,7 +55,7 @@ _ATOMIC = frozenset((
     types.BuiltinFunctionType, types.BuiltinMethodType, types.CodeType, type(Ellipsis), type(NotImplemented),
     bytearray, memoryview, types.GetSetDescriptorType, types.MemberDescriptorType,
     types.WrapperDescriptorType, types.MethodWrapperType, types.MethodDescriptorType,
-    types.FrameType, types.CellType, types.GeneratorType, types.CoroutineType,
+    types.CellType,
 ))
 
 _ATOMIC_IDS = frozenset(map(id, _ATOMIC))
@@ -95,7 +98,16 @@ _NOKEY = object()
 
 # What the walk does with an object of a type other than the plain five.
 (_K_SKIP, _K_BULK, _K_TENSOR, _K_FUNC, _K_METHOD, _K_TB, _K_EXC, _K_MODULE, _K_OPTIM,
- _K_PARTIAL) = range(10)
+ _K_PARTIAL, _K_GEN, _K_FRAME) = range(12)
+
+# A suspended generator's (coroutine's) frame, by the attribute a user
+# types to reach it.
+_GEN_FRAME = {id(types.GeneratorType): "gi_frame", id(types.CoroutineType): "cr_frame",
+              id(types.AsyncGeneratorType): "ag_frame"}
+
+
+def _gen_frame(g):
+    return getattr(g, _GEN_FRAME[id(type(g))], None)
 
 
 class _Level:
@@ -138,6 +150,8 @@ class _Scan:
         self.memo = {}
         self.keymaps = {}
         self.objects = 0
+        self.stopped = 0  # the depth a walk stopped at, if MAX_DEPTH cut one
+        self.batches = []  # (index in found, count, walk, depth, indices): tensors found together
 
     # the walk ------------------------------------------------------------
 
@@ -164,6 +178,8 @@ class _Scan:
         depth = 0
         while True:
             last = depth + 1 >= MAX_DEPTH
+            if last:
+                self.stopped = depth + 1
             bulk, others = self.split(cand)
             refs = list(filter(tracked, gc.get_referents(*bulk))) if bulk and not last else []
             if refs:
@@ -174,14 +190,24 @@ class _Scan:
                 if dropped:
                     refs = list(filter(tracked, gc.get_referents(*bulk))) if bulk else []
             nplain = len(bulk)
-            for v in others:
-                a = _addr(v)
-                if a in seen:
-                    if id(type(v)) in ttypes:
-                        self.also_bulk.setdefault((w, depth - 1), []).append(v)
-                    continue
-                seen.add(a)
-                bulk.append(v)
+            if others:
+                oaddr = list(_addrs(others))
+                if len(set(oaddr)) == len(oaddr):
+                    # (in C: many tensors in one list are many others)
+                    old = list(map(seen.__contains__, oaddr))
+                    bulk += compress(others, map(not_, old))
+                    seen.update(compress(oaddr, map(not_, old)))
+                    again = [v for v in compress(others, old) if id(type(v)) in ttypes]
+                    if again:
+                        self.also_bulk.setdefault((w, depth - 1), []).extend(again)
+                else:
+                    for v, a in zip(others, oaddr):
+                        if a in seen:
+                            if id(type(v)) in ttypes:
+                                self.also_bulk.setdefault((w, depth - 1), []).append(v)
+                            continue
+                        seen.add(a)
+                        bulk.append(v)
             if depth:
                 kept, edges = [], []
                 for v, p, how, key in kids:
@@ -203,14 +229,23 @@ class _Scan:
             self.objects += len(objs)
             plain = list(range(nplain))
             kids = []  # (object, parent index, how, key)
-            bulk_types = self.bulk_types
-            for i in range(nplain, len(objs)):
-                v = objs[i]
-                tp = type(v)
-                if id(tp) in bulk_types or self.kind(tp) == _K_BULK:
-                    plain.append(i)
-                else:
-                    self.one(w, depth, i, v, tp, kids)
+            if len(objs) > nplain:
+                rest = objs[nplain:]
+                tids = list(map(id, map(type, rest)))
+                kinds = self.kinds
+                for v, t in zip(rest, tids):
+                    if t not in kinds:
+                        self.kind(type(v))
+                plain += compress(count(nplain), map(self.bulk_types.__contains__, tids))
+                tens = list(compress(count(nplain), map(ttypes.__contains__, tids)))
+                if tens:
+                    self.tensors_at(w, depth, objs, tens, kids)
+                if len(plain) + len(tens) < len(objs):
+                    one_types = self.one_types
+                    for i, t in zip(count(nplain), tids):
+                        if t in one_types and t not in ttypes:
+                            v = objs[i]
+                            self.one(w, depth, i, v, type(v), kids)
             lv.plain = plain
             if last:
                 break
@@ -260,6 +295,10 @@ class _Scan:
             k = _K_OPTIM
         elif tp is functools.partial:
             k = _K_PARTIAL
+        elif id(tp) in _GEN_FRAME:
+            k = _K_GEN
+        elif tp is types.FrameType:
+            k = _K_FRAME
         else:
             k = _K_BULK
         self.kinds[id(tp)] = k
@@ -289,6 +328,23 @@ class _Scan:
                         break
             mask = list(map(self.bulk_types.__contains__, tps))
         return list(compress(objs, mask)), list(compress(objs, map(self.one_types.__contains__, tps)))
+
+    def tensors_at(self, w, depth, objs, idxs, kids):
+        """The tensors objs[i] for i in idxs, all at once: each is found
+        there, and its .grad is below it."""
+        ts = list(map(objs.__getitem__, idxs))
+        self.batches.append((len(self.found), len(ts), w, depth, idxs))
+        self.found += zip(ts, zip(repeat(w), repeat(depth), idxs))
+        tn = self.tensors
+        try:
+            # A non-leaf's .grad is always None, and reading it warns.
+            can = list(map(or_, map(tn.is_leaf, ts), map(tn.retains_grad, ts)))
+            withg = list(compress(zip(ts, idxs), can))
+            grads = list(map(tn.grad, map(itemgetter(0), withg)))
+        except Exception:
+            return
+        for (_, i), g in compress(zip(withg, grads), map(is_not, grads, repeat(None))):
+            kids.append((g, i, _SUFFIX, ".grad"))
 
     def one(self, w, depth, i, obj, tp, kids):
         """An object the walk looks at by itself: what it holds, with how."""
@@ -349,6 +405,16 @@ class _Scan:
             if state is not None and not issubclass(type(state), dict):
                 out.append((state, _ATTR, "state"))
             out += [(v, _ATTR, a) for a, v in d.items() if type(a) is str and a not in ("state", "param_groups")]
+        elif k == _K_GEN:
+            f = _gen_frame(obj)
+            if f is not None:
+                attr = _GEN_FRAME[id(tp)]
+                out = [(v, _SUFFIX, ".%s.f_locals[%r]" % (attr, n))
+                       for n, v in peek.dict_items(_frame_locals(f)) if type(n) is str]
+        elif k == _K_FRAME:
+            loc = _frame_locals(obj)
+            if loc is not None and loc is not self.shell.user_ns and loc is not obj.f_globals:
+                out = [(v, _SUFFIX, ".f_locals[%r]" % n) for n, v in peek.dict_items(loc) if type(n) is str]
         elif k == _K_PARTIAL:
             out = [(obj.func, _SUFFIX, ".func"), (obj.args, _SUFFIX, ".args"), (obj.keywords, _SUFFIX, ".keywords")]
         for v, how, key in out:
@@ -400,6 +466,14 @@ class _Scan:
                 continue
             hits = _referrers(list(map(up.objs.__getitem__, up.plain)), set(lazy) | set(again))
             ttypes = self.ttypes
+            if not again and all(map(_ONE.__eq__, map(len, hits.values()))):
+                # each held by one container of the depth above, as the
+                # items of one long list are: all at once
+                tids = list(hits)
+                ps = list(map(up.plain.__getitem__, map(itemgetter(0), hits.values())))
+                lv.parent.update(zip(map(lazy.__getitem__, tids), ps))
+                need[d - 1].update(ps)
+                continue
             for tid, where in hits.items():
                 ps = [up.plain[j] for j in where]
                 i = lazy.get(tid)
@@ -416,27 +490,33 @@ class _Scan:
                         need[d - 1].add(p)
 
     def path(self, node):
-        """(path, group, whether the node is an object's __dict__)."""
-        r = self.memo.get(node)
-        if r is not None:
-            return r
-        w, d, i = node
-        lv = self.walks[w][d]
-        if i >= lv.nbulk:
-            p, how, key = lv.edges[i - lv.nbulk]
-            if how == _ROOT:
-                r = (key, self.groups[w][i], False)
-                self.memo[node] = r
-                return r
-        else:
-            p = lv.parent.get(i)
-            if p is None:
-                r = ("<holder not found>", "(no name)", False)
-                self.memo[node] = r
-                return r
-            how = key = None
-        r = self.extend(self.path((w, d - 1, p)), self.walks[w][d - 1].objs[p], lv.objs[i], how, key)
-        self.memo[node] = r
+        """(path, group, whether the node is an object's __dict__), built
+        from the nearest node up whose path is known (a loop, not a
+        recursion: a chain can be MAX_DEPTH long)."""
+        memo = self.memo
+        up = []
+        while True:
+            r = memo.get(node)
+            if r is not None:
+                break
+            w, d, i = node
+            lv = self.walks[w][d]
+            if i >= lv.nbulk:
+                p, how, key = lv.edges[i - lv.nbulk]
+                if how == _ROOT:
+                    r = memo[node] = (key, self.groups[w][i], False)
+                    break
+            else:
+                p = lv.parent.get(i)
+                if p is None:
+                    r = memo[node] = ("<holder not found>", "(no name)", False)
+                    break
+                how = key = None
+            up.append((node, p, how, key))
+            node = (w, d - 1, p)
+        for node, p, how, key in reversed(up):
+            w, d, i = node
+            r = memo[node] = self.extend(r, self.walks[w][d - 1].objs[p], self.walks[w][d].objs[i], how, key)
         return r
 
     def extend(self, up, parent, child, how, key):
@@ -460,6 +540,8 @@ class _Scan:
             s = "list(%s)[%d]" % (base, key)
         else:
             s = base + key
+        if len(s) > MAX_PATH:
+            s = s[: MAX_PATH // 2] + " … " + s[-(MAX_PATH // 2):]
         return s, group, False
 
     def edge(self, parent, child):
@@ -474,22 +556,35 @@ class _Scan:
             return _DICT, None
         return _SUFFIX, ".<held in C by %s>" % peek.name_of(type(parent))
 
-    def storage(self, t, path, group):
+    def read(self, ts):
+        """(device, data_ptr, nbytes, dtype, shape) of each tensor's storage,
+        None for one without (sparse, meta, a subclass without storage):
+        read in C, all at once, unless one of them has none."""
         tn = self.tensors
         try:
-            st = tn.storage(t)
-            ptr, nbytes = int(st.data_ptr()), int(st.nbytes())
-            dev = str(tn.device(t))
-            dtype, shape = str(tn.dtype(t)).replace("torch.", ""), list(tn.shape(t))
+            sts = list(map(tn.storage, ts))
+            ptrs = list(map(int, map(_data_ptr, sts)))
+            sizes = list(map(int, map(_nbytes, sts)))
+            devs = list(map(str, map(tn.device, ts)))
+            dts = list(map(str, map(tn.dtype, ts)))
+            shapes = list(map(tn.shape, ts))  # torch.Size: a tuple
+            return list(zip(devs, ptrs, sizes, dts, shapes))
         except Exception:
-            return  # sparse, meta, or a tensor subclass without storage
+            if len(ts) == 1:
+                return [None]
+            return [self.read([t])[0] for t in ts]
+
+    def storage(self, t, info, path, group):
+        if info is None:
+            return
+        dev, ptr, nbytes, dtype, shape = info
         key = (dev, ptr)
         rec = self.storages.get(key)
         if rec is None:
             self.tensor_path.setdefault(id(t), path)
             self.storages[key] = {
                 "path": path, "group": group, "bytes": nbytes, "device": dev,
-                "dtype": dtype, "shape": shape, "data_ptr": ptr,
+                "dtype": dtype[6:] if dtype.startswith("torch.") else dtype, "shape": shape, "data_ptr": ptr,
             }
         elif rec["group"] != group and not (group == OUTPUT_CACHE and rec["group"].startswith("Out[")):
             # (_, _N and the shell's copies of Out[n] are Out[n] again)
@@ -500,16 +595,73 @@ class _Scan:
     def record(self):
         """Every tensor found, its holder first, then every other path that
         reaches it."""
-        for t, node in self.found:
-            path, group, _ = self.path(node)
-            self.storage(t, path, group)
-        for t, node, how, key in self.also:
+        found = self.found
+        batches = dict((b[0], b) for b in self.batches)
+        k = 0
+        while k < len(found):
+            b = batches.get(k)
+            if b is not None and self.record_batch(*b):
+                k += b[1]
+                continue
+            n = b[1] if b is not None else 1
+            for (t, node), info in zip(found[k:k + n], self.read(list(map(itemgetter(0), found[k:k + n])))):
+                path, group, _ = self.path(node)
+                self.storage(t, info, path, group)
+            k += n
+        for (t, node, how, key), info in zip(self.also, self.read(list(map(itemgetter(0), self.also)))):
             if node is None:
                 path, group = key
             else:
                 w, d, p = node
                 path, group, _ = self.extend(self.path(node), self.walks[w][d].objs[p], t, how, key)
-            self.storage(t, path, group)
+            self.storage(t, info, path, group)
+
+    def record_batch(self, start, n, w, d, idxs):
+        """The tensors found[start:start+n], all at once, when they are the
+        new storages of items of one list or tuple (a `losses.append(loss)`
+        list): their paths and records are made in C. False (nothing done)
+        for any other case."""
+        lv = self.walks[w][d]
+        parents = set(map(lv.parent.get, idxs))
+        if len(parents) != 1:
+            return False
+        p = parents.pop()
+        if p is None:
+            return False
+        up = self.path((w, d - 1, p))
+        if up[2] or len(up[0]) > MAX_PATH - 12:
+            return False
+        parent = self.walks[w][d - 1].objs[p]
+        m = self.keymaps.get(id(parent))
+        if m is None:
+            m = self.keymaps[id(parent)] = _keymap(parent)
+        ts = list(map(itemgetter(0), self.found[start:start + n]))
+        es = list(map(m.get, map(id, ts)))
+        if None in es or not all(map(_INDEX.__eq__, map(itemgetter(0), es))):
+            return False
+        infos = self.read(ts)
+        if None in infos:
+            return False
+        devs, ptrs, sizes, dts, shapes = zip(*infos)
+        keys = list(zip(devs, ptrs))
+        if len(set(keys)) != len(keys) or not self.storages.keys().isdisjoint(keys):
+            return False
+        paths = list(map((up[0].replace("%", "%%") + "[%d]").__mod__, map(itemgetter(1), es)))
+        dts = map(_STRIP_TORCH, dts)
+        self.storages.update(zip(keys, map(dict, map(zip, repeat(_REC_KEYS),
+                                                      zip(paths, repeat(up[1]), sizes, devs, dts, shapes, ptrs)))))
+        tp = self.tensor_path
+        new = dict(zip(map(id, ts), paths))
+        new.update(tp)  # (a path known before wins, as setdefault)
+        tp.update(new)
+        return True
+
+
+_REC_KEYS = ("path", "group", "bytes", "device", "dtype", "shape", "data_ptr")
+_STRIP_TORCH = methodcaller("removeprefix", "torch.")
+_ONE = 1
+_data_ptr = methodcaller("data_ptr")
+_nbytes = methodcaller("nbytes")
 
 
 # The key the walk tells objects apart by: object's own pointer hash, which
@@ -530,8 +682,13 @@ def _referrers(batch, targets):
     flat = list(chain.from_iterable(kl))
     ends = list(accumulate(map(len, kl)))
     del kl
+    hits = list(compress(count(), map(targets.__contains__, map(id, flat))))
+    ids = list(map(id, map(flat.__getitem__, hits)))
+    if len(set(ids)) == len(ids):
+        # each target once: its container's index, in C
+        return dict(zip(ids, zip(map(functools.partial(bisect.bisect_right, ends), hits))))
     out = {}
-    for h in compress(count(), map(targets.__contains__, map(id, flat))):
+    for h in hits:
         j = bisect.bisect_right(ends, h)
         got = out.setdefault(id(flat[h]), [])
         if len(got) < MAX_REFS and (not got or got[-1] != j):
@@ -549,21 +706,22 @@ def _keymap(c):
     except Exception:
         got = None
     if got is not None:
+        # (reversed: the first key or index of an item that is there twice wins)
         if got[0] == "dict":
             keys, vals = got[1], got[2]
-            m.update(zip(map(id, reversed(keys)), ((_POS, j) for j in range(len(keys) - 1, -1, -1))))
-            m.update(zip(map(id, reversed(vals)), ((_ITEM, k) for k in reversed(keys))))
+            m.update(zip(map(id, reversed(keys)), zip(repeat(_POS), range(len(keys) - 1, -1, -1))))
+            m.update(zip(map(id, reversed(vals)), zip(repeat(_ITEM), reversed(keys))))
         else:
             items = got[1]
             how = _INDEX if got[0] == "seq" else _POS
-            m.update(zip(map(id, reversed(items)), ((how, j) for j in range(len(items) - 1, -1, -1))))
+            m.update(zip(map(id, reversed(items)), zip(repeat(how), range(len(items) - 1, -1, -1))))
     # Attributes: slots, then __dict__.
     for name, v in peek.slots(c):
         m[id(v)] = (_ATTR, name)
     d = peek.instance_dict(c)
     if d is not None:
         keys = [k for k in d if type(k) is str]
-        m.update(zip(map(id, reversed(list(map(d.__getitem__, keys)))), ((_ATTR, k) for k in reversed(keys))))
+        m.update(zip(map(id, reversed(list(map(d.__getitem__, keys)))), zip(repeat(_ATTR), reversed(keys))))
     return m
 
 
@@ -698,21 +856,23 @@ def scan(shell, unreachable=True):
         if collecting:
             gc.enable()
     _cells_from_allocator(shell, storages)
-    groups = {}
+    groups, named = {}, {}
     for r in storages:
-        r.pop("data_ptr", None)
-        g = groups.setdefault(r["group"], {"holder": r["group"], "bytes": 0, "tensors": []})
-        g["bytes"] += r["bytes"]
+        grp = r.pop("group")
+        del r["data_ptr"]
+        g = groups.get(grp)
+        if g is None:
+            g = groups[grp] = {"holder": grp, "bytes": 0, "tensors": []}
         g["tensors"].append(r)
-        del r["group"]
-    for g in groups.values():
-        g["tensors"].sort(key=lambda r: -r["bytes"])
+    for grp, g in groups.items():
+        ts = g["tensors"]
+        ts.sort(key=_BYTES, reverse=True)  # (stable: the walk's order among equals)
+        g["bytes"] = sum(map(_BYTES, ts))
+        if grp != "(no name)" and grp != STOPPED:
+            for r in ts:
+                named[r["device"]] = named.get(r["device"], 0) + r["bytes"]
     rep["groups"] = sorted(groups.values(), key=lambda g: -g["bytes"])
     rep["objects"] = objects
-    named = {}
-    for r in storages:
-        if r["path"] != NO_NAME:
-            named[r["device"]] = named.get(r["device"], 0) + r["bytes"]
     for d, (alloc, res) in sorted(_cuda.totals().items()):
         dev = "cuda:%d" % d
         n = named.get(dev, 0)
@@ -725,6 +885,8 @@ def scan(shell, unreachable=True):
 
 
 NO_NAME = "<no name reaches it>"
+STOPPED = "(no name, or deeper than the walk goes)"
+_BYTES = itemgetter("bytes")
 
 
 def _subclasses(cls):
@@ -767,12 +929,17 @@ def _walk(shell, torch, unreachable):
     s.record()
     if unreachable:
         # Tensors alive that no name reaches: in a reference cycle waiting
-        # for gc, a library's global, a C extension's hold.
-        reached = {id(t) for t, _ in s.found}
-        reached.update(id(a[0]) for a in s.also)
-        for t in live:
-            if id(t) not in reached:
-                s.storage(t, NO_NAME, "(no name)")
+        # for gc, a library's global, a C extension's hold; or, where a walk
+        # stopped at MAX_DEPTH, perhaps below where it stopped.
+        reached = set(map(id, map(itemgetter(0), s.found)))
+        reached.update(map(id, map(itemgetter(0), s.also)))
+        if s.stopped:
+            path, group = "<no name within %d steps of a name: the walk stopped there>" % s.stopped, STOPPED
+        else:
+            path, group = NO_NAME, "(no name)"
+        rest = list(compress(live, map(not_, map(reached.__contains__, map(id, live)))))
+        for t, info in zip(rest, s.read(rest)):
+            s.storage(t, info, path, group)
     return list(s.storages.values()), s.objects
 
 
