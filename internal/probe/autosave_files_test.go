@@ -114,7 +114,7 @@ func TestAutosaveForeignFiles(t *testing.T) {
 		{"symlinks at the next names", f.WritableDir.oneUsageError() && strings.Contains(f.WritableDir.Stderr, "writable by others") && f.Precious == "precious",
 			fmt.Sprintf("%+v, the linked file now holds %q", f.WritableDir, f.Precious)},
 		{"restore DIR beside another user's newer file", f.RestoreDir.OK && fmt.Sprint(f.Restored) == fmt.Sprint(f.Saved) &&
-			strings.Contains(f.RestoreDir.Stdout, fmt.Sprintf("owned by vgnb")), fmt.Sprintf("%+v: restored %v, saved %v", f.RestoreDir, f.Restored, f.Saved)},
+			strings.Contains(f.RestoreDir.Stdout, "owned by vgnb"), fmt.Sprintf("%+v: restored %v, saved %v", f.RestoreDir, f.Restored, f.Saved)},
 		{"another user's file by its path", f.RestoreTheirs.oneUsageError() && fmt.Sprint(f.AfterTheirs) == fmt.Sprint(f.Fresh),
 			fmt.Sprintf("%+v: weights %v, before %v", f.RestoreTheirs, f.AfterTheirs, f.Fresh)},
 	}
