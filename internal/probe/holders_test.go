@@ -157,6 +157,24 @@ func TestWhoHolders(t *testing.T) {
 		{"grad", "seq[0].weight.grad", "seq", 36, nil},
 		{"optimizer state", "opt.state[seq[0].weight]['momentum_buffer']", "opt", 36, nil},
 		{"non-leaf", "nonleaf", "nonleaf", 16, nil},
+		{"a suspended generator's frame", "g_gen.gi_frame.f_locals['t']", "g_gen", 1025, nil},
+		{"fifty-one lists deep", "deep51" + strings.Repeat("[0]", 51), "deep51", 1026, nil},
+		{"scalars in a list", "losses[2]", "losses", 4, nil},
+	}
+	// 5000 lists deep: named from its root, the path's middle left out.
+	var chain bool
+	for _, g := range h.Report.Groups {
+		for _, r := range g.Tensors {
+			if r.Bytes == 1027 {
+				chain = g.Holder == "chain" && strings.HasPrefix(r.Path, "chain[0][0]") && strings.Contains(r.Path, " … ") && strings.HasSuffix(r.Path, "[0][0]")
+				if !chain {
+					t.Errorf("5000 lists deep: %q in group %q", r.Path, g.Holder)
+				}
+			}
+		}
+	}
+	if !chain {
+		t.Errorf("5000 lists deep: not in who")
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -142,6 +142,7 @@ type nbFacts struct {
 	Weight       []float64       `json:"weight"`
 	SavedWeight  []float64       `json:"saved_weight"`
 	Last         string          `json:"last"`
+	CfgKeys      []string        `json:"cfg_keys"`
 }
 
 func (f *nbFacts) UnmarshalJSON(b []byte) error {

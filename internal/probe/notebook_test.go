@@ -369,3 +369,17 @@ func TestNotebookRestoreLast(t *testing.T) {
 		t.Errorf("weights after restore %v, saved %v", f.Weight, f.SavedWeight)
 	}
 }
+
+// The last exception raised in exec(src, globals, cfg), cfg the notebook's
+// own dict: `%vramguard free --tb` clears the exception's frames and leaves
+// cfg as it was.
+func TestNotebookFreeKeepsExecLocals(t *testing.T) {
+	t.Parallel()
+	f, _, _ := runNotebook(t, "freeexec")
+	if strings.Join(f.CfgKeys, ",") != "lr,t" {
+		t.Errorf("cfg after free --tb holds %v, want lr and t", f.CfgKeys)
+	}
+	if len(f.Free.Steps) != 1 || f.Free.Steps[0].Step != "tb" || !strings.Contains(f.Free.Steps[0].What, "sys.last_traceback") {
+		t.Errorf("free --tb: %+v", f.Free)
+	}
+}

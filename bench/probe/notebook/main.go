@@ -25,15 +25,16 @@ func main() {
 	cells := flag.Int("cells", 2000, "cells per block")
 	objects := flag.Int("objects", 1000000, "Python objects behind the notebook's names")
 	rounds := flag.Int("rounds", 5, "interleaved rounds (medians)")
+	tensors := flag.Int("tensors", 100000, "scalar tensors in one list, for the many-small-tensors scan")
 	python := flag.String("python", "/usr/bin/python3", "interpreter with IPython and torch")
 	flag.Parse()
-	if err := bench(*python, *cells, *objects, *rounds); err != nil {
+	if err := bench(*python, *cells, *objects, *rounds, *tensors); err != nil {
 		fmt.Fprintln(os.Stderr, "notebook-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func bench(python string, cells, objects, rounds int) error {
+func bench(python string, cells, objects, rounds, tensors int) error {
 	tmp, err := os.MkdirTemp("", "vgnbbench-")
 	if err != nil {
 		return err
@@ -45,7 +46,7 @@ func bench(python string, cells, objects, rounds int) error {
 	}
 	_, here, _, _ := runtime.Caller(0)
 	cmd := exec.Command(python, filepath.Join(filepath.Dir(here), "notebook.py"),
-		fmt.Sprint(cells), fmt.Sprint(objects), fmt.Sprint(rounds))
+		fmt.Sprint(cells), fmt.Sprint(objects), fmt.Sprint(rounds), fmt.Sprint(tensors))
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "OMP_NUM_THREADS=1", "IPYTHONDIR="+filepath.Join(tmp, "ipython"))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
@@ -66,12 +67,18 @@ func bench(python string, cells, objects, rounds int) error {
 		GCTensors  float64 `json:"gc_tensors_s"`
 		Storages   int     `json:"storages"`
 		Loop       float64 `json:"loop_s"`
+		Scalars    float64 `json:"who_scalars_s"`
+		ScalarsCPU float64 `json:"who_scalars_cpu_s"`
+		Named      int     `json:"scalars_named"`
+		GCScalars  float64 `json:"gc_scalars_s"`
+		GCSized    float64 `json:"gc_scalars_sized_s"`
+		Load       float64 `json:"load"`
 	}
 	if err := json.Unmarshal(out, &r); err != nil {
 		return fmt.Errorf("bench output %q: %w", out, err)
 	}
 	date := time.Now().UTC().Format("2006-01-02")
-	repro := fmt.Sprintf("go run ./bench/probe/notebook -cells %d -objects %d -rounds %d", cells, objects, rounds)
+	repro := fmt.Sprintf("go run ./bench/probe/notebook -cells %d -objects %d -rounds %d -tensors %d", cells, objects, rounds, tensors)
 	fmt.Println("| area | figure | baseline | command | date |")
 	fmt.Println("|---|---|---|---|---|")
 	fmt.Printf("| notebook: cost per cell, nothing printed | +%.0f µs a cell (%.0f µs with the extension; tracker callbacks alone %.0f µs, host peak by %s) | %.0f µs a `pass` cell without it | `%s` | %s |\n",
@@ -80,5 +87,7 @@ func bench(python string, cells, objects, rounds int) error {
 		r.Who, r.WhoCPU, r.GCObjects, r.Storages, r.GCTensors, r.Loop, repro, date)
 	fmt.Printf("| notebook: `%%vramguard who`, instances of a class | %.2f s (%.2f s CPU) over %d gc objects | the rows above | `%s` | %s |\n",
 		r.WhoObjs, r.WhoObjsCPU, r.ObjsGC, repro, date)
+	fmt.Printf("| notebook: `%%vramguard who`, %d scalar tensors in one list (%d named) | %.2f s (%.2f s CPU) | %.2f s for a gc pass listing the tensors, no holder named; %.2f s with their storages summed | `%s` | %s, load %.1f |\n",
+		tensors, r.Named, r.Scalars, r.ScalarsCPU, r.GCScalars, r.GCSized, repro, date, r.Load)
 	return nil
 }

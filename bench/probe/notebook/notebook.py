@@ -114,4 +114,31 @@ for _ in range(rounds):
     cpus.append(time.process_time() - c0)
 out["who_objs_s"] = statistics.median(scans)
 out["who_objs_cpu_s"] = statistics.median(cpus)
+
+# Many small tensors: a training loop's `losses.append(loss)`, 100 000
+# scalars. Side by side, what a user would otherwise run: a gc pass listing
+# every tensor (no holder named), and one that also sums their storages.
+del ns["objs"]
+ns["losses"] = [torch.tensor(float(i)) for i in range(int(sys.argv[4]) if len(sys.argv) > 4 else 100000)]
+gc.collect()
+scans, cpus, bare, sized = [], [], [], []
+for _ in range(rounds):
+    t0, c0 = time.perf_counter(), time.process_time()
+    rep = holders.scan(ip)
+    scans.append(time.perf_counter() - t0)
+    cpus.append(time.process_time() - c0)
+    t0 = time.perf_counter()
+    found = [o for o in gc.get_objects() if torch.is_tensor(o)]
+    bare.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    total = sum(t.untyped_storage().nbytes() if hasattr(t, "untyped_storage") else t.storage().nbytes() for t in found)
+    sized.append(bare[-1] + time.perf_counter() - t0)
+    del found
+out["who_scalars_s"] = statistics.median(scans)
+out["who_scalars_cpu_s"] = statistics.median(cpus)
+out["scalars_named"] = sum(len(g["tensors"]) for g in rep["groups"] if g["holder"] == "losses")
+out["gc_scalars_s"] = statistics.median(bare)
+out["gc_scalars_sized_s"] = statistics.median(sized)
+with open("/proc/loadavg") as f:
+    out["load"] = float(f.read().split()[0])
 print(json.dumps(out))

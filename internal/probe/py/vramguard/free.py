@@ -8,6 +8,7 @@ allocator's counters, host from the kernel's RSS.
 
 import gc
 import sys
+import types
 
 from . import _cuda, holders
 
@@ -75,7 +76,7 @@ def drop_exception(shell):
     roots = holders.exception_roots(shell)
     done = set()
     for obj, _ in roots:
-        _clear_frames(obj, done, shell.user_ns)
+        _clear_frames(obj, done)
     for name in ("last_type", "last_value", "last_traceback", "last_exc"):
         if hasattr(sys, name):
             delattr(sys, name)
@@ -93,28 +94,37 @@ def drop_exception(shell):
     return sorted({p for _, p in roots})
 
 
-def _clear_frames(obj, done, user_ns):
+def _clear_frames(obj, done):
+    """Clear the frames of a traceback or exception (and its context and
+    cause) with frame.clear(). Never a mapping: a frame's f_locals is the
+    user's own dict when the code ran in exec() or at a module's level."""
     if obj is None or id(obj) in done:
         return
     done.add(id(obj))
-    if isinstance(obj, BaseException):
-        _clear_frames(obj.__traceback__, done, user_ns)
-        _clear_frames(obj.__context__, done, user_ns)
-        _clear_frames(obj.__cause__, done, user_ns)
-    elif hasattr(obj, "tb_frame"):
+    tp = type(obj)
+    if issubclass(tp, BaseException):
+        for name in ("__traceback__", "__context__", "__cause__"):
+            _clear_frames(_EXC[name].__get__(obj), done)
+    elif tp is types.TracebackType:
         tb = obj
         while tb is not None:
             f = tb.tb_frame
             try:
-                # Reading f_locals (as %vramguard who does) leaves a copy of
-                # the locals on the frame that clear() keeps (3.11).
-                loc = f.f_locals
-                if loc is not f.f_globals and loc is not user_ns:
-                    loc.clear()
                 f.clear()
             except RuntimeError:
                 pass  # still executing
+            else:
+                if f.f_code.co_flags & _CO_OPTIMIZED:
+                    # A function's frame keeps the snapshot of its locals
+                    # that reading f_locals made (Python < 3.13), and clear()
+                    # leaves it; reading f_locals again after clear() empties
+                    # it. The snapshot is the frame's own dict.
+                    f.f_locals
             tb = tb.tb_next
+
+
+_EXC = {n: BaseException.__dict__[n] for n in ("__traceback__", "__context__", "__cause__")}
+_CO_OPTIMIZED = 0x1
 
 
 def free(shell, out=True, tb=True, cache=True):

@@ -34,15 +34,18 @@ import gc
 import sys
 import time
 import types
-from itertools import accumulate, chain, compress, count
-from operator import not_
+from itertools import accumulate, chain, compress, count, repeat
+from operator import is_not, itemgetter, methodcaller, not_, or_
 
-from . import _cuda
+from . import _cuda, peek
 
 # Depths: a plain object's attributes are two below it (the object, then
 # its __dict__).
-MAX_DEPTH = 32
+MAX_DEPTH = 10000
 MAX_ALSO = 3
+# A path longer than this keeps its start and its end (a chain thousands
+# of containers deep).
+MAX_PATH = 400
 # The containers of one depth recorded as holding one tensor: the first is
 # its holder, the others may be "also"s.
 MAX_REFS = 8
@@ -52,8 +55,10 @@ _ATOMIC = frozenset((
     types.BuiltinFunctionType, types.BuiltinMethodType, types.CodeType, type(Ellipsis), type(NotImplemented),
     bytearray, memoryview, types.GetSetDescriptorType, types.MemberDescriptorType,
     types.WrapperDescriptorType, types.MethodWrapperType, types.MethodDescriptorType,
-    types.FrameType, types.CellType, types.GeneratorType, types.CoroutineType,
+    types.CellType,
 ))
+
+_ATOMIC_IDS = frozenset(map(id, _ATOMIC))
 
 # Expanded in bulk by their referents (and, as the walk meets them, their
 # subclasses and plain objects: a plain object's referents are its
@@ -93,7 +98,16 @@ _NOKEY = object()
 
 # What the walk does with an object of a type other than the plain five.
 (_K_SKIP, _K_BULK, _K_TENSOR, _K_FUNC, _K_METHOD, _K_TB, _K_EXC, _K_MODULE, _K_OPTIM,
- _K_PARTIAL) = range(10)
+ _K_PARTIAL, _K_GEN, _K_FRAME) = range(12)
+
+# A suspended generator's (coroutine's) frame, by the attribute a user
+# types to reach it.
+_GEN_FRAME = {id(types.GeneratorType): "gi_frame", id(types.CoroutineType): "cr_frame",
+              id(types.AsyncGeneratorType): "ag_frame"}
+
+
+def _gen_frame(g):
+    return getattr(g, _GEN_FRAME[id(type(g))], None)
 
 
 class _Level:
@@ -117,10 +131,14 @@ class _Scan:
         self.Tensor = torch.Tensor
         self.Module = getattr(getattr(torch, "nn", None), "Module", None)
         self.Optimizer = getattr(getattr(torch, "optim", None), "Optimizer", None)
-        self.ttypes = tensor_types  # the exact types of the live tensors
-        self.kinds = {}
-        self.bulk_types = set(_PLAIN)  # expanded by their referents
-        self.one_types = set()  # looked at one by one
+        self.tensors = peek.Tensors(torch)
+        # Types are keyed by id(): a class's own __hash__ or __eq__ (its
+        # metaclass's) is never called. The types stay alive: the objects
+        # walked hold them.
+        self.ttypes = tensor_types  # ids of the exact types of the live tensors
+        self.kinds = {}  # id(type) -> kind
+        self.bulk_types = set(map(id, _PLAIN))  # ids of types expanded by their referents
+        self.one_types = set()  # ids of types looked at one by one
         self.seen = set()  # _addr() of every object walked once
         self.walks = []  # per walk: [_Level]
         self.groups = []  # per walk: the group of each root
@@ -132,6 +150,8 @@ class _Scan:
         self.memo = {}
         self.keymaps = {}
         self.objects = 0
+        self.stopped = 0  # the depth a walk stopped at, if MAX_DEPTH cut one
+        self.batches = []  # (index in found, count, walk, depth, indices): tensors found together
 
     # the walk ------------------------------------------------------------
 
@@ -146,7 +166,7 @@ class _Scan:
             if not tracked(obj):
                 continue
             if _addr(obj) in seen:
-                if type(obj) in ttypes:
+                if id(type(obj)) in ttypes:
                     self.also.append((obj, None, _ROOT, (path, group)))
                 continue
             seen.add(_addr(obj))
@@ -158,6 +178,8 @@ class _Scan:
         depth = 0
         while True:
             last = depth + 1 >= MAX_DEPTH
+            if last:
+                self.stopped = depth + 1
             bulk, others = self.split(cand)
             refs = list(filter(tracked, gc.get_referents(*bulk))) if bulk and not last else []
             if refs:
@@ -168,14 +190,24 @@ class _Scan:
                 if dropped:
                     refs = list(filter(tracked, gc.get_referents(*bulk))) if bulk else []
             nplain = len(bulk)
-            for v in others:
-                a = _addr(v)
-                if a in seen:
-                    if type(v) in ttypes:
-                        self.also_bulk.setdefault((w, depth - 1), []).append(v)
-                    continue
-                seen.add(a)
-                bulk.append(v)
+            if others:
+                oaddr = list(_addrs(others))
+                if len(set(oaddr)) == len(oaddr):
+                    # (in C: many tensors in one list are many others)
+                    old = list(map(seen.__contains__, oaddr))
+                    bulk += compress(others, map(not_, old))
+                    seen.update(compress(oaddr, map(not_, old)))
+                    again = [v for v in compress(others, old) if id(type(v)) in ttypes]
+                    if again:
+                        self.also_bulk.setdefault((w, depth - 1), []).extend(again)
+                else:
+                    for v, a in zip(others, oaddr):
+                        if a in seen:
+                            if id(type(v)) in ttypes:
+                                self.also_bulk.setdefault((w, depth - 1), []).append(v)
+                            continue
+                        seen.add(a)
+                        bulk.append(v)
             if depth:
                 kept, edges = [], []
                 for v, p, how, key in kids:
@@ -183,7 +215,7 @@ class _Scan:
                         continue
                     a = _addr(v)
                     if a in seen:
-                        if type(v) in ttypes:
+                        if id(type(v)) in ttypes:
                             self.also.append((v, (w, depth - 1, p), how, key))
                         continue
                     seen.add(a)
@@ -197,14 +229,23 @@ class _Scan:
             self.objects += len(objs)
             plain = list(range(nplain))
             kids = []  # (object, parent index, how, key)
-            bulk_types = self.bulk_types
-            for i in range(nplain, len(objs)):
-                v = objs[i]
-                tp = type(v)
-                if tp in bulk_types or self.kind(tp) == _K_BULK:
-                    plain.append(i)
-                else:
-                    self.one(w, depth, i, v, tp, kids)
+            if len(objs) > nplain:
+                rest = objs[nplain:]
+                tids = list(map(id, map(type, rest)))
+                kinds = self.kinds
+                for v, t in zip(rest, tids):
+                    if t not in kinds:
+                        self.kind(type(v))
+                plain += compress(count(nplain), map(self.bulk_types.__contains__, tids))
+                tens = list(compress(count(nplain), map(ttypes.__contains__, tids)))
+                if tens:
+                    self.tensors_at(w, depth, objs, tens, kids)
+                if len(plain) + len(tens) < len(objs):
+                    one_types = self.one_types
+                    for i, t in zip(count(nplain), tids):
+                        if t in one_types and t not in ttypes:
+                            v = objs[i]
+                            self.one(w, depth, i, v, type(v), kids)
             lv.plain = plain
             if last:
                 break
@@ -230,11 +271,13 @@ class _Scan:
         return list(uniq.values()), True
 
     def kind(self, tp):
-        k = self.kinds.get(tp)
+        k = self.kinds.get(id(tp))
         if k is not None:
             return k
         T, M, O = self.Tensor, self.Module, self.Optimizer
-        if tp in _ATOMIC or issubclass(tp, type):
+        # (issubclass of a class by a built-in or torch's own base runs only
+        # C code: the base's metaclass decides, never tp's)
+        if id(tp) in _ATOMIC_IDS or issubclass(tp, type):
             k = _K_SKIP
         elif issubclass(tp, T):
             k = _K_TENSOR
@@ -252,13 +295,17 @@ class _Scan:
             k = _K_OPTIM
         elif tp is functools.partial:
             k = _K_PARTIAL
+        elif id(tp) in _GEN_FRAME:
+            k = _K_GEN
+        elif tp is types.FrameType:
+            k = _K_FRAME
         else:
             k = _K_BULK
-        self.kinds[tp] = k
+        self.kinds[id(tp)] = k
         if k == _K_BULK:
-            self.bulk_types.add(tp)
+            self.bulk_types.add(id(tp))
         elif k != _K_SKIP:
-            self.one_types.add(tp)
+            self.one_types.add(id(tp))
         return k
 
     def split(self, objs):
@@ -266,17 +313,38 @@ class _Scan:
         objs, in C; modules, classes and numbers are dropped."""
         if not objs:
             return [], []
-        tps = list(map(type, objs))
+        tps = list(map(id, map(type, objs)))
         mask = list(map(self.bulk_types.__contains__, tps))
         if all(mask):
             return objs, []
         kinds = self.kinds
-        new = [tp for tp in set(compress(tps, map(not_, mask))) if tp not in kinds]
+        new = {i for i in compress(tps, map(not_, mask)) if i not in kinds}
         if new:
-            for tp in new:
-                self.kind(tp)
+            for o in objs:
+                if id(type(o)) in new:
+                    new.discard(id(type(o)))
+                    self.kind(type(o))
+                    if not new:
+                        break
             mask = list(map(self.bulk_types.__contains__, tps))
         return list(compress(objs, mask)), list(compress(objs, map(self.one_types.__contains__, tps)))
+
+    def tensors_at(self, w, depth, objs, idxs, kids):
+        """The tensors objs[i] for i in idxs, all at once: each is found
+        there, and its .grad is below it."""
+        ts = list(map(objs.__getitem__, idxs))
+        self.batches.append((len(self.found), len(ts), w, depth, idxs))
+        self.found += zip(ts, zip(repeat(w), repeat(depth), idxs))
+        tn = self.tensors
+        try:
+            # A non-leaf's .grad is always None, and reading it warns.
+            can = list(map(or_, map(tn.is_leaf, ts), map(tn.retains_grad, ts)))
+            withg = list(compress(zip(ts, idxs), can))
+            grads = list(map(tn.grad, map(itemgetter(0), withg)))
+        except Exception:
+            return
+        for (_, i), g in compress(zip(withg, grads), map(is_not, grads, repeat(None))):
+            kids.append((g, i, _SUFFIX, ".grad"))
 
     def one(self, w, depth, i, obj, tp, kids):
         """An object the walk looks at by itself: what it holds, with how."""
@@ -285,9 +353,10 @@ class _Scan:
             return
         if k == _K_TENSOR:
             self.found.append((obj, (w, depth, i)))
+            tn = self.tensors
             try:
                 # A non-leaf's .grad is always None, and reading it warns.
-                g = obj.grad if obj.is_leaf or obj.retains_grad else None
+                g = tn.grad(obj) if tn.is_leaf(obj) or tn.retains_grad(obj) else None
             except Exception:
                 g = None
             if g is not None:
@@ -301,32 +370,51 @@ class _Scan:
         elif k == _K_TB:
             out = self.frames(obj)
         elif k == _K_EXC:
-            out = [(obj.__traceback__, _SUFFIX, ""), (obj.__context__, _SUFFIX, ".__context__"),
-                   (obj.__cause__, _SUFFIX, ".__cause__"), (obj.args, _SUFFIX, ".args")]
-            d = getattr(obj, "__dict__", None)
+            out = [(peek.exc_traceback(obj), _SUFFIX, ""), (peek.exc_context(obj), _SUFFIX, ".__context__"),
+                   (peek.exc_cause(obj), _SUFFIX, ".__cause__"), (peek.exc_args(obj), _SUFFIX, ".args")]
+            d = peek.instance_dict(obj)
             if d:
-                out += [(v, _ATTR, a) for a, v in d.items()]
+                out += [(v, _ATTR, a) for a, v in d.items() if type(a) is str]
         elif k == _K_MODULE:
-            for a, v in obj.__dict__.items():
+            for a, v in (peek.instance_dict(obj) or {}).items():
+                if type(a) is not str:
+                    continue
                 if a in ("_parameters", "_buffers", "_modules"):
-                    out += [(x, _ATTR, n) for n, x in v.items()]
-                elif a.endswith("hooks") and isinstance(v, dict):
-                    out += [(x, _SUFFIX, ".%s[%r]" % (a, n)) for n, x in v.items()]
+                    out += [(x, _ATTR, n) for n, x in peek.dict_items(v) if type(n) is str]
+                elif a.endswith("hooks") and issubclass(type(v), dict):
+                    out += [(x, _SUFFIX, ".%s[%s]" % (a, peek.plain_repr(n) or "<%s>" % peek.name_of(type(n))))
+                            for n, x in peek.dict_items(v)]
                 else:
                     out.append((v, _ATTR, a))
         elif k == _K_OPTIM:
+            d = peek.instance_dict(obj) or {}
+            pgs, state = d.get("param_groups"), d.get("state")
             pos = {}
-            for gi, pg in enumerate(obj.param_groups):
-                for pi, p in enumerate(pg.get("params", ())):
+            for gi, pg in enumerate(peek.seq(pgs)):
+                params = dict.get(pg, "params", ()) if issubclass(type(pg), dict) else ()
+                for pi, p in enumerate(peek.seq(params)):
                     pos[id(p)] = "param_groups[%d]['params'][%d]" % (gi, pi)
-            for p, st in obj.state.items():
+            for p, st in peek.dict_items(state):
                 where = pos.get(id(p), "<param>")
-                if isinstance(st, dict):
-                    out += [(v, _STATE, (p, where, n)) for n, v in st.items()]
+                if issubclass(type(st), dict):
+                    out += [(v, _STATE, (p, where, n)) for n, v in peek.dict_items(st)]
                 else:
                     out.append((st, _STATE, (p, where, _NOKEY)))
-            out.append((obj.param_groups, _ATTR, "param_groups"))
-            out += [(v, _ATTR, a) for a, v in obj.__dict__.items() if a not in ("state", "param_groups")]
+            if pgs is not None:
+                out.append((pgs, _ATTR, "param_groups"))
+            if state is not None and not issubclass(type(state), dict):
+                out.append((state, _ATTR, "state"))
+            out += [(v, _ATTR, a) for a, v in d.items() if type(a) is str and a not in ("state", "param_groups")]
+        elif k == _K_GEN:
+            f = _gen_frame(obj)
+            if f is not None:
+                attr = _GEN_FRAME[id(tp)]
+                out = [(v, _SUFFIX, ".%s.f_locals[%r]" % (attr, n))
+                       for n, v in peek.dict_items(_frame_locals(f)) if type(n) is str]
+        elif k == _K_FRAME:
+            loc = _frame_locals(obj)
+            if loc is not None and loc is not self.shell.user_ns and loc is not obj.f_globals:
+                out = [(v, _SUFFIX, ".f_locals[%r]" % n) for n, v in peek.dict_items(loc) if type(n) is str]
         elif k == _K_PARTIAL:
             out = [(obj.func, _SUFFIX, ".func"), (obj.args, _SUFFIX, ".args"), (obj.keywords, _SUFFIX, ".keywords")]
         for v, how, key in out:
@@ -340,11 +428,13 @@ class _Scan:
         user_ns = self.shell.user_ns
         while tb is not None:
             f = tb.tb_frame
-            loc = f.f_locals
             code = f.f_code
-            if loc is not user_ns and loc is not f.f_globals and not code.co_filename.startswith(_SHELL_DIRS):
+            loc = _frame_locals(f)
+            if loc is not None and loc is not user_ns and loc is not f.f_globals and \
+                    not code.co_filename.startswith(_SHELL_DIRS):
                 where = cell_of(self.shell, code.co_filename) or "%s:%d" % (code.co_filename, tb.tb_lineno)
-                kids += [(v, _SUFFIX, ": %s() in %s, %s" % (code.co_name, where, k)) for k, v in loc.items()]
+                kids += [(v, _SUFFIX, ": %s() in %s, %s" % (code.co_name, where, k))
+                         for k, v in peek.dict_items(loc) if type(k) is str]
             tb = tb.tb_next
         return kids
 
@@ -376,6 +466,14 @@ class _Scan:
                 continue
             hits = _referrers(list(map(up.objs.__getitem__, up.plain)), set(lazy) | set(again))
             ttypes = self.ttypes
+            if not again and all(map(_ONE.__eq__, map(len, hits.values()))):
+                # each held by one container of the depth above, as the
+                # items of one long list are: all at once
+                tids = list(hits)
+                ps = list(map(up.plain.__getitem__, map(itemgetter(0), hits.values())))
+                lv.parent.update(zip(map(lazy.__getitem__, tids), ps))
+                need[d - 1].update(ps)
+                continue
             for tid, where in hits.items():
                 ps = [up.plain[j] for j in where]
                 i = lazy.get(tid)
@@ -386,33 +484,39 @@ class _Scan:
                     ps = ps[1:]
                 else:
                     obj = again[tid]
-                if type(obj) in ttypes:
+                if id(type(obj)) in ttypes:
                     for p in ps:
                         self.also.append((obj, (w, d - 1, p), None, None))
                         need[d - 1].add(p)
 
     def path(self, node):
-        """(path, group, whether the node is an object's __dict__)."""
-        r = self.memo.get(node)
-        if r is not None:
-            return r
-        w, d, i = node
-        lv = self.walks[w][d]
-        if i >= lv.nbulk:
-            p, how, key = lv.edges[i - lv.nbulk]
-            if how == _ROOT:
-                r = (key, self.groups[w][i], False)
-                self.memo[node] = r
-                return r
-        else:
-            p = lv.parent.get(i)
-            if p is None:
-                r = ("<holder not found>", "(no name)", False)
-                self.memo[node] = r
-                return r
-            how = key = None
-        r = self.extend(self.path((w, d - 1, p)), self.walks[w][d - 1].objs[p], lv.objs[i], how, key)
-        self.memo[node] = r
+        """(path, group, whether the node is an object's __dict__), built
+        from the nearest node up whose path is known (a loop, not a
+        recursion: a chain can be MAX_DEPTH long)."""
+        memo = self.memo
+        up = []
+        while True:
+            r = memo.get(node)
+            if r is not None:
+                break
+            w, d, i = node
+            lv = self.walks[w][d]
+            if i >= lv.nbulk:
+                p, how, key = lv.edges[i - lv.nbulk]
+                if how == _ROOT:
+                    r = memo[node] = (key, self.groups[w][i], False)
+                    break
+            else:
+                p = lv.parent.get(i)
+                if p is None:
+                    r = memo[node] = ("<holder not found>", "(no name)", False)
+                    break
+                how = key = None
+            up.append((node, p, how, key))
+            node = (w, d - 1, p)
+        for node, p, how, key in reversed(up):
+            w, d, i = node
+            r = memo[node] = self.extend(r, self.walks[w][d - 1].objs[p], self.walks[w][d].objs[i], how, key)
         return r
 
     def extend(self, up, parent, child, how, key):
@@ -431,11 +535,13 @@ class _Scan:
             p, where, n = key
             s = "%s.state[%s]" % (base, self.tensor_path.get(id(p)) or "%s.%s" % (base, where))
             if n is not _NOKEY:
-                s += "[%r]" % (n,)
+                s += _key(n, self.tensor_path)
         elif how == _POS:
             s = "list(%s)[%d]" % (base, key)
         else:
             s = base + key
+        if len(s) > MAX_PATH:
+            s = s[: MAX_PATH // 2] + " … " + s[-(MAX_PATH // 2):]
         return s, group, False
 
     def edge(self, parent, child):
@@ -446,30 +552,39 @@ class _Scan:
         e = m.get(id(child))
         if e is not None:
             return e
-        try:
-            if object.__getattribute__(parent, "__dict__") is child:
-                return _DICT, None
-        except Exception:
-            pass
-        return _SUFFIX, ".<held in C by %s>" % type(parent).__name__
+        if peek.instance_dict(parent) is child:
+            return _DICT, None
+        return _SUFFIX, ".<held in C by %s>" % peek.name_of(type(parent))
 
-    def storage(self, t, path, group):
+    def read(self, ts):
+        """(device, data_ptr, nbytes, dtype, shape) of each tensor's storage,
+        None for one without (sparse, meta, a subclass without storage):
+        read in C, all at once, unless one of them has none."""
+        tn = self.tensors
         try:
-            try:
-                st = t.untyped_storage()
-            except AttributeError:  # torch < 2.0
-                st = t.storage()
-            ptr, nbytes = int(st.data_ptr()), int(st.nbytes())
-            dev = str(t.device)
+            sts = list(map(tn.storage, ts))
+            ptrs = list(map(int, map(_data_ptr, sts)))
+            sizes = list(map(int, map(_nbytes, sts)))
+            devs = list(map(str, map(tn.device, ts)))
+            dts = list(map(str, map(tn.dtype, ts)))
+            shapes = list(map(tn.shape, ts))  # torch.Size: a tuple
+            return list(zip(devs, ptrs, sizes, dts, shapes))
         except Exception:
-            return  # sparse, meta, or a tensor subclass without storage
+            if len(ts) == 1:
+                return [None]
+            return [self.read([t])[0] for t in ts]
+
+    def storage(self, t, info, path, group):
+        if info is None:
+            return
+        dev, ptr, nbytes, dtype, shape = info
         key = (dev, ptr)
         rec = self.storages.get(key)
         if rec is None:
             self.tensor_path.setdefault(id(t), path)
             self.storages[key] = {
                 "path": path, "group": group, "bytes": nbytes, "device": dev,
-                "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape), "data_ptr": ptr,
+                "dtype": dtype[6:] if dtype.startswith("torch.") else dtype, "shape": shape, "data_ptr": ptr,
             }
         elif rec["group"] != group and not (group == OUTPUT_CACHE and rec["group"].startswith("Out[")):
             # (_, _N and the shell's copies of Out[n] are Out[n] again)
@@ -480,16 +595,73 @@ class _Scan:
     def record(self):
         """Every tensor found, its holder first, then every other path that
         reaches it."""
-        for t, node in self.found:
-            path, group, _ = self.path(node)
-            self.storage(t, path, group)
-        for t, node, how, key in self.also:
+        found = self.found
+        batches = dict((b[0], b) for b in self.batches)
+        k = 0
+        while k < len(found):
+            b = batches.get(k)
+            if b is not None and self.record_batch(*b):
+                k += b[1]
+                continue
+            n = b[1] if b is not None else 1
+            for (t, node), info in zip(found[k:k + n], self.read(list(map(itemgetter(0), found[k:k + n])))):
+                path, group, _ = self.path(node)
+                self.storage(t, info, path, group)
+            k += n
+        for (t, node, how, key), info in zip(self.also, self.read(list(map(itemgetter(0), self.also)))):
             if node is None:
                 path, group = key
             else:
                 w, d, p = node
                 path, group, _ = self.extend(self.path(node), self.walks[w][d].objs[p], t, how, key)
-            self.storage(t, path, group)
+            self.storage(t, info, path, group)
+
+    def record_batch(self, start, n, w, d, idxs):
+        """The tensors found[start:start+n], all at once, when they are the
+        new storages of items of one list or tuple (a `losses.append(loss)`
+        list): their paths and records are made in C. False (nothing done)
+        for any other case."""
+        lv = self.walks[w][d]
+        parents = set(map(lv.parent.get, idxs))
+        if len(parents) != 1:
+            return False
+        p = parents.pop()
+        if p is None:
+            return False
+        up = self.path((w, d - 1, p))
+        if up[2] or len(up[0]) > MAX_PATH - 12:
+            return False
+        parent = self.walks[w][d - 1].objs[p]
+        m = self.keymaps.get(id(parent))
+        if m is None:
+            m = self.keymaps[id(parent)] = _keymap(parent)
+        ts = list(map(itemgetter(0), self.found[start:start + n]))
+        es = list(map(m.get, map(id, ts)))
+        if None in es or not all(map(_INDEX.__eq__, map(itemgetter(0), es))):
+            return False
+        infos = self.read(ts)
+        if None in infos:
+            return False
+        devs, ptrs, sizes, dts, shapes = zip(*infos)
+        keys = list(zip(devs, ptrs))
+        if len(set(keys)) != len(keys) or not self.storages.keys().isdisjoint(keys):
+            return False
+        paths = list(map((up[0].replace("%", "%%") + "[%d]").__mod__, map(itemgetter(1), es)))
+        dts = map(_STRIP_TORCH, dts)
+        self.storages.update(zip(keys, map(dict, map(zip, repeat(_REC_KEYS),
+                                                      zip(paths, repeat(up[1]), sizes, devs, dts, shapes, ptrs)))))
+        tp = self.tensor_path
+        new = dict(zip(map(id, ts), paths))
+        new.update(tp)  # (a path known before wins, as setdefault)
+        tp.update(new)
+        return True
+
+
+_REC_KEYS = ("path", "group", "bytes", "device", "dtype", "shape", "data_ptr")
+_STRIP_TORCH = methodcaller("removeprefix", "torch.")
+_ONE = 1
+_data_ptr = methodcaller("data_ptr")
+_nbytes = methodcaller("nbytes")
 
 
 # The key the walk tells objects apart by: object's own pointer hash, which
@@ -510,8 +682,13 @@ def _referrers(batch, targets):
     flat = list(chain.from_iterable(kl))
     ends = list(accumulate(map(len, kl)))
     del kl
+    hits = list(compress(count(), map(targets.__contains__, map(id, flat))))
+    ids = list(map(id, map(flat.__getitem__, hits)))
+    if len(set(ids)) == len(ids):
+        # each target once: its container's index, in C
+        return dict(zip(ids, zip(map(functools.partial(bisect.bisect_right, ends), hits))))
     out = {}
-    for h in compress(count(), map(targets.__contains__, map(id, flat))):
+    for h in hits:
         j = bisect.bisect_right(ends, h)
         got = out.setdefault(id(flat[h]), [])
         if len(got) < MAX_REFS and (not got or got[-1] != j):
@@ -521,38 +698,30 @@ def _referrers(batch, targets):
 
 def _keymap(c):
     """id(item) -> (how, key) for what a container or plain object holds:
-    the first key, index or attribute of each item."""
+    the first key, index or attribute of each item, read without running
+    the container's own code (vramguard.peek)."""
     m = {}
     try:
-        if isinstance(c, dict):
-            keys = list(c.keys())
-            m.update(zip(map(id, reversed(keys)), ((_POS, j) for j in range(len(keys) - 1, -1, -1))))
-            vals = list(c.values())
-            m.update(zip(map(id, reversed(vals)), ((_ITEM, k) for k in reversed(keys))))
-        elif isinstance(c, (list, tuple, collections.deque)):
-            items = list(c)
-            m.update(zip(map(id, reversed(items)), ((_INDEX, j) for j in range(len(items) - 1, -1, -1))))
-        elif isinstance(c, (set, frozenset)):
-            items = list(c)
-            m.update(zip(map(id, reversed(items)), ((_POS, j) for j in range(len(items) - 1, -1, -1))))
+        got = peek.items(c)
     except Exception:
-        pass
-    # Attributes, read as the walk's referents are, without the class's own
-    # __getattribute__: slots, then __dict__.
-    for cls in reversed(type(c).__mro__):
-        for name, desc in list(vars(cls).items()):
-            if type(desc) is types.MemberDescriptorType and name not in ("__dict__", "__weakref__"):
-                try:
-                    m[id(desc.__get__(c))] = (_ATTR, name)
-                except Exception:
-                    pass
-    try:
-        d = object.__getattribute__(c, "__dict__")
-    except Exception:
-        d = None
-    if type(d) is dict:
+        got = None
+    if got is not None:
+        # (reversed: the first key or index of an item that is there twice wins)
+        if got[0] == "dict":
+            keys, vals = got[1], got[2]
+            m.update(zip(map(id, reversed(keys)), zip(repeat(_POS), range(len(keys) - 1, -1, -1))))
+            m.update(zip(map(id, reversed(vals)), zip(repeat(_ITEM), reversed(keys))))
+        else:
+            items = got[1]
+            how = _INDEX if got[0] == "seq" else _POS
+            m.update(zip(map(id, reversed(items)), zip(repeat(how), range(len(items) - 1, -1, -1))))
+    # Attributes: slots, then __dict__.
+    for name, v in peek.slots(c):
+        m[id(v)] = (_ATTR, name)
+    d = peek.instance_dict(c)
+    if d is not None:
         keys = [k for k in d if type(k) is str]
-        m.update(zip(map(id, reversed(list(map(d.__getitem__, keys)))), ((_ATTR, k) for k in reversed(keys))))
+        m.update(zip(map(id, reversed(list(map(d.__getitem__, keys)))), zip(repeat(_ATTR), reversed(keys))))
     return m
 
 
@@ -579,13 +748,29 @@ def _attr(path, name):
 
 
 def _key(k, tensor_path):
-    tk = type(k)
-    if tk is str or tk is int or tk is float or tk is bool:
-        return "[%r]" % (k,)
+    r = peek.plain_repr(k)
+    if r is not None:
+        return "[%s]" % r
     p = tensor_path.get(id(k))
     if p is not None:
         return "[%s]" % p
-    return "[<%s>]" % tk.__name__
+    return "[<%s>]" % peek.name_of(type(k))
+
+
+def _frame_locals(f):
+    """A frame's locals as a dict, or None. A function's frame gives the
+    snapshot Python makes of its fast locals; another frame's f_locals is
+    whatever mapping its code ran with (exec's, a class body's), read only
+    when it is a dict (or a subclass, through dict's own methods) and the
+    code has no cells, whose refresh would write into it."""
+    code = f.f_code
+    if not code.co_flags & _CO_OPTIMIZED and (code.co_cellvars or code.co_freevars):
+        return None
+    loc = f.f_locals
+    return loc if issubclass(type(loc), dict) else None
+
+
+_CO_OPTIMIZED = 0x1
 
 
 def _closure(fn):
@@ -631,7 +816,7 @@ def output_roots(shell):
     places the shell keeps outputs (grouped as "output cache")."""
     out = []
     oh = shell.user_ns.get("_oh")
-    if isinstance(oh, dict):
+    if type(oh) is dict:
         out += [(v, "Out[%d]" % n, "Out[%d]" % n) for n, v in sorted(oh.items()) if isinstance(n, int)]
     dh = getattr(shell, "displayhook", None)
     for name in ("_", "__", "___"):
@@ -639,7 +824,7 @@ def output_roots(shell):
         if v is not None and v is getattr(dh, name, v):
             out.append((v, name, OUTPUT_CACHE))
     hidden = getattr(shell, "user_ns_hidden", None)
-    if isinstance(hidden, dict):
+    if type(hidden) is dict:
         out += [(v, "shell.user_ns_hidden[%r]" % k, OUTPUT_CACHE) for k, v in list(hidden.items()) if output_name(k)]
     r = getattr(shell, "last_execution_result", None)
     if getattr(r, "result", None) is not None:
@@ -649,7 +834,7 @@ def output_roots(shell):
 
 def output_name(k):
     """_, __, ___ and _N: the names the display hook sets."""
-    return isinstance(k, str) and (k in ("_", "__", "___") or (k[:1] == "_" and k[1:].isdigit()))
+    return type(k) is str and (k in ("_", "__", "___") or (k[:1] == "_" and k[1:].isdigit()))
 
 
 def scan(shell, unreachable=True):
@@ -663,26 +848,31 @@ def scan(shell, unreachable=True):
     collecting = gc.isenabled()
     gc.disable()  # the walk's own lists would set off full collections
     try:
-        storages, objects = _walk(shell, torch, unreachable)
+        # torch's C getters call a tensor subclass's __torch_function__
+        # unless it is switched off
+        with torch._C.DisableTorchFunction():
+            storages, objects = _walk(shell, torch, unreachable)
     finally:
         if collecting:
             gc.enable()
     _cells_from_allocator(shell, storages)
-    groups = {}
+    groups, named = {}, {}
     for r in storages:
-        r.pop("data_ptr", None)
-        g = groups.setdefault(r["group"], {"holder": r["group"], "bytes": 0, "tensors": []})
-        g["bytes"] += r["bytes"]
+        grp = r.pop("group")
+        del r["data_ptr"]
+        g = groups.get(grp)
+        if g is None:
+            g = groups[grp] = {"holder": grp, "bytes": 0, "tensors": []}
         g["tensors"].append(r)
-        del r["group"]
-    for g in groups.values():
-        g["tensors"].sort(key=lambda r: -r["bytes"])
+    for grp, g in groups.items():
+        ts = g["tensors"]
+        ts.sort(key=_BYTES, reverse=True)  # (stable: the walk's order among equals)
+        g["bytes"] = sum(map(_BYTES, ts))
+        if grp != "(no name)" and grp != STOPPED:
+            for r in ts:
+                named[r["device"]] = named.get(r["device"], 0) + r["bytes"]
     rep["groups"] = sorted(groups.values(), key=lambda g: -g["bytes"])
     rep["objects"] = objects
-    named = {}
-    for r in storages:
-        if r["path"] != NO_NAME:
-            named[r["device"]] = named.get(r["device"], 0) + r["bytes"]
     for d, (alloc, res) in sorted(_cuda.totals().items()):
         dev = "cuda:%d" % d
         n = named.get(dev, 0)
@@ -695,14 +885,18 @@ def scan(shell, unreachable=True):
 
 
 NO_NAME = "<no name reaches it>"
+STOPPED = "(no name, or deeper than the walk goes)"
+_BYTES = itemgetter("bytes")
 
 
 def _subclasses(cls):
-    out, todo = {cls}, [cls]
+    """ids of cls and its subclasses (by id: a subclass's metaclass may
+    define __hash__)."""
+    out, todo = {id(cls)}, [cls]
     while todo:
         for c in type.__subclasses__(todo.pop()):
-            if c not in out:
-                out.add(c)
+            if id(c) not in out:
+                out.add(id(c))
                 todo.append(c)
     return out
 
@@ -713,27 +907,20 @@ def _walk(shell, torch, unreachable):
     # Every live tensor gc tracks, and their exact types, found in C.
     ttypes = frozenset(_subclasses(T))
     objs = gc.get_objects()
-    live = list(compress(objs, map(ttypes.__contains__, map(type, objs))))
+    live = list(compress(objs, map(ttypes.__contains__, map(id, map(type, objs)))))
     del objs
     if not live:
         return [], 0
     s = _Scan(shell, torch, ttypes)
     hidden = getattr(shell, "user_ns_hidden", {}) or {}
     names = [(v, k, k) for k, v in list(shell.user_ns.items())
-             if isinstance(k, str) and not _shell_name(k, hidden)]
+             if type(k) is str and not _shell_name(k, hidden)]
     if s.Module is not None:
         # Parameters by the name a user types (model.layer.weight), for
         # optimizer state keyed by them, whichever the walk reaches first.
         for v, k, _ in names:
-            if isinstance(v, s.Module):
-                try:
-                    for n, p in v.named_parameters():
-                        path = k
-                        for part in n.split("."):
-                            path = _attr(path, part)
-                        s.tensor_path.setdefault(id(p), path)
-                except Exception:
-                    pass
+            if issubclass(type(v), s.Module):
+                _parameter_paths(v, k, s.Module, s.tensor_path)
     s.walk(names)
     # The output cache and the last exception are grouped under one root
     # each, so the table says "Out[3]" or "last exception" as a user would.
@@ -742,13 +929,38 @@ def _walk(shell, torch, unreachable):
     s.record()
     if unreachable:
         # Tensors alive that no name reaches: in a reference cycle waiting
-        # for gc, a library's global, a C extension's hold.
-        reached = {id(t) for t, _ in s.found}
-        reached.update(id(a[0]) for a in s.also)
-        for t in live:
-            if id(t) not in reached:
-                s.storage(t, NO_NAME, "(no name)")
+        # for gc, a library's global, a C extension's hold; or, where a walk
+        # stopped at MAX_DEPTH, perhaps below where it stopped.
+        reached = set(map(id, map(itemgetter(0), s.found)))
+        reached.update(map(id, map(itemgetter(0), s.also)))
+        if s.stopped:
+            path, group = "<no name within %d steps of a name: the walk stopped there>" % s.stopped, STOPPED
+        else:
+            path, group = NO_NAME, "(no name)"
+        rest = list(compress(live, map(not_, map(reached.__contains__, map(id, live)))))
+        for t, info in zip(rest, s.read(rest)):
+            s.storage(t, info, path, group)
     return list(s.storages.values()), s.objects
+
+
+def _parameter_paths(module, path, Module, out, seen=None):
+    """id(parameter) -> path (model[0].weight) under module, read from the
+    modules' own _parameters and _modules dicts (never named_parameters(),
+    which a subclass may override)."""
+    seen = set() if seen is None else seen
+    todo = [(module, path)]
+    while todo:
+        m, p = todo.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        d = peek.instance_dict(m) or {}
+        for n, prm in peek.dict_items(d.get("_parameters")):
+            if prm is not None and type(n) is str:
+                out.setdefault(id(prm), _attr(p, n))
+        for n, sub in reversed(peek.dict_items(d.get("_modules"))):
+            if type(n) is str and issubclass(type(sub), Module):
+                todo.append((sub, _attr(p, n)))
 
 
 def _cells_from_allocator(shell, storages):

@@ -240,7 +240,7 @@ class VramguardMagics(Magics):
             raise UsageError("restore: no FILE or DIR given, and no earlier kernel of this notebook left an "
                              "autosave (%s is unset)" % autosave.ENV_LAST)
         try:
-            lines = autosave.restore(self.shell, os.path.expanduser(path))
+            lines = autosave.restore(self.shell, os.path.expanduser(path), notebook=self.side.notebook)
         except autosave.AutosaveError as e:
             raise UsageError("restore: %s" % e) from None
         print("vramguard: " + "\n".join(lines))

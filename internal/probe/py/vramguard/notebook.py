@@ -22,7 +22,9 @@ class Side:
         self.notice = os.environ.pop(ENV_PREVIOUS_DEATH, "")
         self.last_autosave = os.environ.pop(autosave.ENV_LAST, "")
         self.tracker = cells.Tracker(shell)
-        self.autosave = autosave.Autosave(shell)
+        self.notebook = autosave.notebook_path(shell.user_ns)
+        self.autosave = autosave.Autosave(lambda: shell.user_ns, counter=lambda: getattr(shell, "execution_count", 0),
+                                          notebook=self.notebook)
         self.tracker.listeners.append(self.autosave.after_cell)
         self.callbacks = []
         self.shutdown = None

@@ -53,6 +53,20 @@ def install():
     mem._snapshot = _snapshot
     if hasattr(torch._C, "_cuda_attach_out_of_memory_observer"):
         delattr(torch._C, "_cuda_attach_out_of_memory_observer")
+    # %vramguard who reads a tensor's device from torch's C base class, not
+    # through the class's own property: it is told of this fake's device.
+    try:
+        from vramguard import peek
+    except ImportError:
+        return
+    init = peek.Tensors.__init__
+
+    def tensors_init(self, torch_mod):
+        init(self, torch_mod)
+        c_device = self.device
+        self.device = lambda t: torch.device("cuda", 0) if type(t) is FakeCudaTensor else c_device(t)
+
+    peek.Tensors.__init__ = tensors_init
 
 
 def alloc(n):

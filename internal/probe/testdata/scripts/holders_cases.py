@@ -79,6 +79,18 @@ dq = collections.deque([0, torch.ones(1023, dtype=torch.uint8)])
 class Slotted:
     __slots__ = ("a", "b")
 sl = Slotted(); sl.a = 1; sl.b = torch.ones(1024, dtype=torch.uint8)
+def gen():
+    t = torch.ones(1025, dtype=torch.uint8)
+    yield 1
+    yield t
+g_gen = gen(); next(g_gen)
+deep51 = torch.ones(1026, dtype=torch.uint8)
+for _k in range(51):
+    deep51 = [deep51]
+chain = torch.ones(1027, dtype=torch.uint8)
+for _k in range(5000):
+    chain = [chain]
+losses = [torch.tensor(float(_k)) for _k in range(3)]
 '''
 
 

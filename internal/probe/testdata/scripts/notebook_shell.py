@@ -209,6 +209,14 @@ elif scenario == "autosave":
     cell("%vramguard autosave off")
     facts["unwritable"] = cell("%vramguard autosave model --dir /proc/vramguard-cannot")
     facts["no_last"] = cell("%vramguard restore")
+elif scenario == "freeexec":
+    # The last exception was raised in code run by exec() with the
+    # notebook's own dict as its locals: free clears frames, never that dict.
+    cell("import torch\ncfg = {'lr': 0.1}\n"
+         "exec('t = torch.ones(8 << 20, dtype=torch.uint8)\\n1 / 0', {'torch': torch}, cfg)")
+    fr = cell("%vramguard free --tb --json")
+    facts["free"] = last_json(fr)
+    facts["cfg_keys"] = sorted(ip.user_ns["cfg"])
 elif scenario == "lastautosave":
     # VRAMGUARD_LAST_AUTOSAVE was set by the test, as run --kernel sets it.
     facts["env_after_load"] = os.environ.get("VRAMGUARD_LAST_AUTOSAVE")
