@@ -218,6 +218,15 @@ func (a *Agent) mayKey(r *http.Request, key string) bool {
 	return ok && c.owns(uid)
 }
 
+// mayRuns reports whether the caller of r may see and act on the runs of
+// the agent's store (always, over TCP): those are the runs of the agent's
+// own user (runOwner), whatever a job elsewhere claims to be, so each
+// run is checked against that UID, never against a live job's.
+func (a *Agent) mayRuns(r *http.Request) bool {
+	c, lim := limited(r)
+	return !lim || c.owns(a.runOwner)
+}
+
 // viewEvents keeps the events the caller of r may read: those of their
 // own jobs and the machine's own (no job).
 func (a *Agent) viewEvents(r *http.Request, evs []*store.AgentEvent) []*store.AgentEvent {

@@ -454,6 +454,7 @@ func (a *Attributor) Attribute(gprocs []gpu.Process) (Result, error) {
 		a.jobs = append(a.jobs, ps.job(r, a.roots))
 		a.rank = append(a.rank, jobRank{a.jobs[i].GPUBytes, r, i})
 	}
+	unshareKeys(a.jobs)
 	slices.SortFunc(a.rank, func(x, y jobRank) int {
 		if x.gpu != y.gpu {
 			return cmp.Compare(y.gpu, x.gpu)
@@ -468,6 +469,35 @@ func (a *Attributor) Attribute(gprocs []gpu.Process) (Result, error) {
 	}
 	clear(a.jobs) // keep no reference to this pass's result
 	return res, nil
+}
+
+// unshareKeys keeps a key to one owner: jobs of different UIDs that claim
+// one run or kernel key (an id a job's own environment or command line
+// names, which any user can write) are each keyed by their own process
+// instead (pid:PID:START), and lose the run and kernel they claimed, so
+// no claim merges one user's job into another's.
+func unshareKeys(jobs []Job) {
+	owner := make(map[string]int, len(jobs))
+	shared := map[string]bool{}
+	for _, j := range jobs {
+		if u, ok := owner[j.Key]; ok && u != j.UID {
+			shared[j.Key] = true
+		}
+		owner[j.Key] = j.UID
+	}
+	for i := range jobs {
+		j := &jobs[i]
+		if !shared[j.Key] {
+			continue
+		}
+		var ticks uint64
+		if len(j.Processes) > 0 {
+			ticks = j.Processes[0].StartTicks
+			j.Name = commandName(j.Processes[0].Comm, j.Processes[0].Cmdline)
+		}
+		j.Key = "pid:" + strconv.Itoa(j.RootPID) + ":" + strconv.FormatUint(ticks, 10)
+		j.Kind, j.RunID, j.Kernel, j.Notebook = KindProcess, "", "", ""
+	}
 }
 
 // jobRank is the sort key of a job: GPU bytes, root PID, and where it is.
