@@ -59,6 +59,13 @@ type KernelHints interface {
 	KernelForConnection(pid int, file string) (kernelID string, ok bool)
 }
 
+// KernelOwners is optionally implemented by an OwnerHints that knows whose
+// each kernel is (its Jupyter server's user): a process of another user
+// whose command line names the kernel is not taken as it.
+type KernelOwners interface {
+	KernelOwner(kernelID string) (uid int, ok bool)
+}
+
 // UserNames turns a UID into a login name (users.DB is the real one); a UID
 // without a name is its number.
 type UserNames interface {
@@ -650,6 +657,11 @@ func (ps *pass) job(r int, roots map[int]bool) Job {
 	}
 	j.Key = root.key
 	kernel, isKernel := ps.kernel(r)
+	if ko, ok := ps.a.Hints.(KernelOwners); ok && kernel != "" {
+		if uid, ok := ko.KernelOwner(kernel); ok && uid != j.UID {
+			kernel = "" // another user's kernel: this process only names it
+		}
+	}
 	if id, name, ok := ps.a.run(r); ok {
 		j.Kind, j.RunID, j.Key = KindRun, id, "run:"+id
 		if name != "" {

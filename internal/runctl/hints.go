@@ -36,7 +36,7 @@ type Hints struct {
 	running   []timeline.RunState
 
 	nbLoaded  time.Time
-	notebooks map[string]string // kernel id -> notebook path
+	notebooks map[string]jupyter.OwnedNotebook // kernel id -> notebook and owner
 
 	conns map[string]string // absolute connection file -> kernel id
 
@@ -56,6 +56,7 @@ var (
 	_ attrib.OwnerHints    = (*Hints)(nil)
 	_ attrib.NotebookHints = (*Hints)(nil)
 	_ attrib.KernelHints   = (*Hints)(nil)
+	_ attrib.KernelOwners  = (*Hints)(nil)
 )
 
 // maxConns bounds the connection files KernelForConnection remembers.
@@ -79,6 +80,13 @@ func (h *Hints) KernelForConnection(pid int, file string) (string, bool) {
 	defer h.mu.Unlock()
 	if id, ok := h.conns[file]; ok {
 		return id, true
+	}
+	// the file must be the process's user's: a process naming another
+	// user's connection file (as root reads it) is not that kernel
+	if owner, ok := (jupyter.LiveProcs{}).FileOwner(pid, file); ok {
+		if st, err := (procfs.FS{}).Status(pid); err != nil || st.UID != owner {
+			return "", false
+		}
 	}
 	conn, err := jupyter.ReadConnection(file)
 	if err != nil {
@@ -256,19 +264,33 @@ func (h *Hints) NotebookForKernel(kernelID string) (string, bool) {
 		h.loadNotebooks()
 	}
 	nb, ok := h.notebooks[kernelID]
-	return nb, ok
+	return nb.Path, ok && nb.Path != ""
+}
+
+// KernelOwner implements attrib.KernelOwners: the UID a kernel belongs to,
+// its server's user (or the store's user for a kernel run --kernel
+// recorded here), read with the notebooks; users.NoUID when processes of
+// two users name it.
+func (h *Hints) KernelOwner(kernelID string) (int, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if time.Since(h.nbLoaded) > 10*time.Second {
+		h.loadNotebooks()
+	}
+	nb, ok := h.notebooks[kernelID]
+	return nb.UID, ok
 }
 
 func (h *Hints) loadNotebooks() {
 	h.nbLoaded = time.Now()
-	nbs := map[string]string{}
+	nbs := map[string]jupyter.OwnedNotebook{}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if st, done, ok := h.open(); ok {
 		if ks, err := st.Kernels(ctx); err == nil {
 			for _, k := range ks {
 				if k.Notebook != "" {
-					nbs[k.KernelID] = k.Notebook
+					nbs[k.KernelID] = jupyter.OwnedNotebook{Path: k.Notebook, UID: h.owner}
 				}
 			}
 		}
@@ -276,7 +298,7 @@ func (h *Hints) loadNotebooks() {
 	}
 	home, _ := os.UserHomeDir()
 	if servers, err := jupyter.Discover(jupyter.RuntimeDirs(h.getenv, home, os.Geteuid() == 0)); err == nil && len(servers) > 0 {
-		for id, nb := range jupyter.Notebooks(ctx, servers, procfs.FS{}, time.Second) {
+		for id, nb := range jupyter.Notebooks(ctx, servers, jupyter.LiveProcs{}, time.Second) {
 			nbs[id] = nb
 		}
 	}
