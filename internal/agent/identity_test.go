@@ -77,11 +77,16 @@ func TestSharedRunClaims(t *testing.T) {
 	notFound := func(req string) {
 		t.Helper()
 		code, body := sr.as(t, sr.alice, req)
-		if code != http.StatusNotFound || strings.Contains(body, "roots-secret") {
+		if code != http.StatusNotFound || strings.Contains(body, "roots-secret") || strings.Contains(body, "ffffff") || strings.Contains(body, "a1b2c3") && !strings.Contains(req, "a1b2c3") {
 			t.Errorf("alice: %s: %d %s, want 404 as for no run", req, code, body)
 		}
 	}
-	for _, req := range []string{"GET /api/v1/runs/" + rootRun, "GET /api/v1/runs/" + rootRun + "/snapshot",
+	// a second run with the same prefix: an ambiguous reference names none
+	if err := sr.st.CreateRun(ctx, &store.Run{ID: rootRun[:16] + "ffffff", Name: "roots-secret-eval", Status: store.StatusFinished,
+		StartedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []string{"GET /api/v1/runs/" + rootRun, "GET /api/v1/runs/" + rootRun + "/snapshot", "GET /api/v1/runs/" + rootRun[:16],
 		"POST /api/v1/runs/" + rootRun + "/stop", "POST /api/v1/runs/" + rootRun + "/restart"} {
 		notFound(req)
 	}
