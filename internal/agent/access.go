@@ -42,11 +42,12 @@ type callerKey struct{}
 
 // peerConn carries a Unix connection's peer UID to the request context.
 func (a *Agent) connContext(ctx context.Context, c net.Conn) context.Context {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
+	switch c.(type) {
+	case *net.UnixConn, *probe.PeerConn:
+	default:
 		return ctx
 	}
-	_, uid := probe.PeerCred(uc)
+	_, uid := probe.PeerOf(c)
 	if uid < 0 {
 		// unreadable credentials are nobody's: a caller that owns nothing
 		uid = -2

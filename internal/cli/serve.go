@@ -174,6 +174,10 @@ func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 		ln.Close()
 		return nil, err
 	}
+	if mode&0o077 != 0 {
+		// every user may connect: bound each one's connections
+		return probe.LimitListener(ln.(*net.UnixListener)), nil
+	}
 	return ln, nil
 }
 
