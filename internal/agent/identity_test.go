@@ -34,7 +34,7 @@ func fakeShimJob(id string) rigJob {
 			out, _ := exec.Command("pgrep", "-P", strconv.Itoa(c.Process.Pid), "-x", "sleep").Output()
 			pid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
 			return pid > 0
-		}, nil)
+		})
 		return c, pid
 	}
 }

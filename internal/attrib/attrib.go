@@ -218,6 +218,10 @@ type Attributor struct {
 }
 
 // userName names uid: the source's made-up owners first, then Users.
+// UserName is uid's login name as attribution names processes' owners
+// (its number where none is known).
+func (a *Attributor) UserName(uid int) string { return a.userName(uid) }
+
 func (a *Attributor) userName(uid int) string {
 	if n, ok := a.Src.(UserNamer); ok {
 		if name, ok := n.UserName(uid); ok {

@@ -50,7 +50,7 @@ func claimJob(t *testing.T, uid int, id string) int {
 		out, _ := exec.Command("pgrep", "-P", strconv.Itoa(c.Process.Pid), "-x", "sleep").Output()
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
 		return pid > 0
-	}, nil)
+	})
 	return pid
 }
 
