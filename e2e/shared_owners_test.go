@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,6 +71,27 @@ func TestSharedRunOwners(t *testing.T) {
 	}
 	if j, _ := runOf("root", 0); j.User != "root" || j.UID != 0 || j.Name != "cpu-train" {
 		t.Errorf("root's CPU run as root sees it: user %q uid %d name %q", j.User, j.UID, j.Name)
+	}
+	// /metrics (root over the API socket): the run's series carry its user
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", filepath.Join(m.shared, "api.sock"))
+	}}}
+	var metrics string
+	testbin.WaitFor(t, 30*time.Second, "the run's series in /metrics", func() bool {
+		resp, err := hc.Get("http://agent/metrics")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		metrics = string(b)
+		return strings.Contains(metrics, `job_name="cpu-train"`)
+	}, func() { t.Logf("/metrics:\n%s", metrics) })
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.Contains(line, `job_name="cpu-train"`) && !strings.Contains(line, `user="root"`) {
+			t.Errorf("a series of root's run without its user: %s", line)
+		}
 	}
 	var rep usage.Report
 	testbin.WaitFor(t, 30*time.Second, "root's row in its report", func() bool {
