@@ -31,7 +31,7 @@ func TestSharedRuns(t *testing.T) {
 	command := func(u user, args ...string) *exec.Cmd { return m.command(u.name, u.uid, args...) }
 	mk := func(name string) user {
 		u := user{name: name, run: name + "-train", uid: m.user(name)}
-		c := command(u, "run", "--name", u.run, "--no-probe", "--gpu-backend", "none", "--", "sleep", "600")
+		c := command(u, "run", "--name", u.run, "--gpu-backend", "none", "--", "sleep", "600")
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -93,6 +93,21 @@ func TestSharedRuns(t *testing.T) {
 		}
 		ownID[u.name] = own[0].ID
 	}
+	// noID: id (of owner's run) shows nowhere u reads what every user
+	// reads of the machine: socket paths (/proc/net/unix, where each
+	// supervisor's probe socket is) and command lines (ps)
+	noID := func(u user, owner, id string) {
+		t.Helper()
+		for _, argv := range [][]string{{"cat", "/proc/net/unix"}, {"ps", "-eo", "args"}} {
+			b, err := asUID(u.uid, argv...).Output()
+			if err != nil {
+				t.Fatalf("%v as %s: %v", argv, u.name, err)
+			}
+			if strings.Contains(string(b), id) || strings.Contains(string(b), id[16:]) {
+				t.Errorf("%s's %v shows %s's run id %s", u.name, argv, owner, id)
+			}
+		}
+	}
 	gpu := map[string]uint64{ana.name: 6 << 30, ben.name: 20 << 30}
 	for _, u := range []user{ana, ben} {
 		m := byUser(u)
@@ -118,9 +133,18 @@ func TestSharedRuns(t *testing.T) {
 		if out := as(u, "top", "--once", "--json"); !strings.Contains(out, `"run:`+ownID[u.name]+`"`) {
 			t.Errorf("%s's top --once --json lacks their own run's key run:%s:\n%s", u.name, ownID[u.name], out)
 		}
+		noID(u, other.name, ownID[other.name])
 		out := as(u, "runs", "--all-users")
 		if !strings.Contains(out, other.name) || !strings.Contains(out, "20 GiB") || strings.Contains(out, other.run) {
 			t.Errorf("%s's runs --all-users table:\n%s", u.name, out)
 		}
 	}
+	// a detached run's background supervisor: its id neither
+	out := strings.TrimSpace(as(ana, "run", "--detach", "--gpu-backend", "none", "--", "sleep", "600"))
+	bg := strings.Fields(out)
+	if len(bg) == 0 {
+		t.Fatalf("run --detach: %q", out)
+	}
+	t.Cleanup(func() { m.command(ana.name, ana.uid, "stop", bg[0]).Run() })
+	noID(ben, ana.name, bg[0])
 }

@@ -42,11 +42,12 @@ type callerKey struct{}
 
 // peerConn carries a Unix connection's peer UID to the request context.
 func (a *Agent) connContext(ctx context.Context, c net.Conn) context.Context {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
+	switch c.(type) {
+	case *net.UnixConn, *probe.PeerConn:
+	default:
 		return ctx
 	}
-	_, uid := probe.PeerCred(uc)
+	_, uid := probe.PeerOf(c)
 	if uid < 0 {
 		// unreadable credentials are nobody's: a caller that owns nothing
 		uid = -2
@@ -216,6 +217,15 @@ func (a *Agent) mayKey(r *http.Request, key string) bool {
 	}
 	uid, ok := a.ownerOfKey(r.Context(), key)
 	return ok && c.owns(uid)
+}
+
+// mayRuns reports whether the caller of r may see and act on the runs of
+// the agent's store (always, over TCP): those are the runs of the agent's
+// own user (runOwner), whatever a job elsewhere claims to be, so each
+// run is checked against that UID, never against a live job's.
+func (a *Agent) mayRuns(r *http.Request) bool {
+	c, lim := limited(r)
+	return !lim || c.owns(a.runOwner)
 }
 
 // viewEvents keeps the events the caller of r may read: those of their

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -180,6 +181,9 @@ type Agent struct {
 	// keySecret keys the hash that stands for another user's job key over
 	// the socket (opaqueKey); drawn once per agent
 	keySecret []byte
+	// runOwner is the UID whose runs Config.Store holds: the agent's own
+	// user's (the store is in its state directory)
+	runOwner int
 }
 
 // New returns an Agent; it does nothing until Run.
@@ -200,12 +204,13 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Simulated = func(int) bool { return false }
 	}
 	a := &Agent{
-		cfg:   cfg,
-		tl:    NewTimelines(cfg.Store, cfg.Retention),
-		log:   cfg.Log,
-		start: cfg.Now(),
-		jobs:  map[string]*jobState{},
-		evCh:  make(chan struct{}),
+		cfg:      cfg,
+		tl:       NewTimelines(cfg.Store, cfg.Retention),
+		log:      cfg.Log,
+		start:    cfg.Now(),
+		jobs:     map[string]*jobState{},
+		evCh:     make(chan struct{}),
+		runOwner: os.Geteuid(),
 	}
 	a.keySecret = make([]byte, 32)
 	if _, err := rand.Read(a.keySecret); err != nil {

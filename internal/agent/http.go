@@ -523,21 +523,25 @@ func (a *Agent) apiRuns(w http.ResponseWriter, r *http.Request) {
 	if runs == nil {
 		runs = []*store.Run{}
 	}
-	if _, lim := limited(r); lim {
-		mine := runs[:0:0]
-		for _, run := range runs {
-			if a.mayKey(r, "run:"+run.ID) {
-				mine = append(mine, run)
-			}
-		}
-		runs = mine
+	if !a.mayRuns(r) {
+		runs = []*store.Run{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"runs": runs})
 }
 
 // pathRun is the run the request's path names ({id}); when there is none,
 // or the store fails, it answers the request itself and ok is false.
+//
+// The store holds the runs of the agent's own user (runOwner). A caller
+// over the socket who may not see that user's runs is answered as for a
+// run that does not exist, before the reference is resolved: the same 404
+// whatever it names, so neither an error (an ambiguous prefix lists the
+// runs it matches) nor the status tells another user's run from none.
 func (a *Agent) pathRun(w http.ResponseWriter, r *http.Request) (run *store.Run, ok bool) {
+	if !a.mayRuns(r) {
+		writeErr(w, http.StatusNotFound, "no run %q", r.PathValue("id"))
+		return nil, false
+	}
 	run, err := a.cfg.Store.Resolve(r.Context(), r.PathValue("id"))
 	if errors.Is(err, store.ErrNotFound) {
 		writeErr(w, http.StatusNotFound, "no run %q", r.PathValue("id"))
@@ -554,10 +558,6 @@ func (a *Agent) apiRun(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	run, ok := a.pathRun(w, r)
 	if !ok {
-		return
-	}
-	if !a.mayKey(r, "run:"+run.ID) {
-		writeErr(w, http.StatusForbidden, "run %s is another user's", run.ID)
 		return
 	}
 	doc, err := postmortem.Build(ctx, a.cfg.Store, run, a.cfg.Now())
@@ -677,10 +677,6 @@ func (a *Agent) signalRun(w http.ResponseWriter, r *http.Request, sig syscall.Si
 	ctx := r.Context()
 	run, ok := a.pathRun(w, r)
 	if !ok {
-		return
-	}
-	if !a.mayKey(r, "run:"+run.ID) {
-		writeErr(w, http.StatusForbidden, "run %s is another user's: only its owner, root or the admin group may %s it", run.ID, what)
 		return
 	}
 	switch err := runctl.SignalSupervisor(procfs.FS{}, run, sig); {

@@ -89,7 +89,9 @@ func (a *Agent) apiKernelAction(w http.ResponseWriter, r *http.Request) {
 	es, _ := c.Collect(r.Context())
 	var k *jupyter.Entry
 	for i := range es {
-		if es[i].KernelID == id || a.opaqueKernel(es[i].KernelID) == id {
+		// a kernel its server lists first: processes no server lists
+		// may name the same id (anyone can write a command line)
+		if (es[i].KernelID == id || a.opaqueKernel(es[i].KernelID) == id) && (k == nil || k.ServerInfo() == nil) {
 			k = &es[i]
 		}
 	}

@@ -101,7 +101,23 @@ type sharedRig struct {
 	sleeps       map[string]*exec.Cmd
 }
 
-func newSharedRig(t *testing.T, cfg Config) *sharedRig {
+// rigJob starts a user's job in a shared rig as uid and returns the
+// process to signal and the PID the scenario charges GPU memory to.
+type rigJob func(t *testing.T, uid int) (*exec.Cmd, int)
+
+// sleepJob is a user's plain job: sleep 600, holding the GPU memory itself.
+func sleepJob(t *testing.T, uid int) (*exec.Cmd, int) {
+	c := exec.Command("sleep", "600")
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return c, c.Process.Pid
+}
+
+// newSharedRig starts alice's and bob's jobs (jobs[0] and jobs[1]; missing
+// or nil: sleepJob) and the agent over them.
+func newSharedRig(t *testing.T, cfg Config, jobs ...rigJob) *sharedRig {
 	if os.Geteuid() != 0 {
 		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
 	}
@@ -109,19 +125,21 @@ func newSharedRig(t *testing.T, cfg Config) *sharedRig {
 	sfx := strconv.Itoa(os.Getpid()%100000) + "r" + strconv.Itoa(rigs)
 	sr := &sharedRig{aliceN: "vgalice" + sfx, bobN: "vgbob" + sfx, sleeps: map[string]*exec.Cmd{}}
 	sr.alice, sr.bob = testUser(t, sr.aliceN), testUser(t, sr.bobN)
-	start := func(name string, uid int) {
-		c := exec.Command("sleep", "600")
-		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
+	gpuPID := map[string]int{}
+	for i, u := range []struct {
+		name string
+		uid  int
+	}{{"alice", sr.alice}, {"bob", sr.bob}} {
+		start := sleepJob
+		if i < len(jobs) && jobs[i] != nil {
+			start = jobs[i]
 		}
+		c, pid := start(t, u.uid)
 		go c.Wait()
-		t.Cleanup(func() { c.Process.Kill() })
-		sr.sleeps[name] = c
+		t.Cleanup(func() { syscall.Kill(-c.Process.Pid, syscall.SIGKILL); c.Process.Kill() })
+		sr.sleeps[u.name], gpuPID[u.name] = c, pid
 	}
-	start("alice", sr.alice)
-	start("bob", sr.bob)
-	env := map[string]string{"ALICE": strconv.Itoa(sr.sleeps["alice"].Process.Pid), "BOB": strconv.Itoa(sr.sleeps["bob"].Process.Pid)}
+	env := map[string]string{"ALICE": strconv.Itoa(gpuPID["alice"]), "BOB": strconv.Itoa(gpuPID["bob"])}
 	sc := `{"name": "shared", "duration": "1h",
 	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
 	  "processes": [
@@ -377,7 +395,7 @@ func TestSharedSocketAdmin(t *testing.T) {
 
 // TestSharedSocketRunDetails: a finished run's post-mortem and its OOM
 // snapshot (stacks, paths) are details: over the socket another user gets
-// 403 for both, root gets them.
+// the 404 of a run that does not exist for both, root gets them.
 func TestSharedSocketRunDetails(t *testing.T) {
 	sr := newSharedRig(t, Config{})
 	ctx := context.Background()
@@ -390,8 +408,11 @@ func TestSharedSocketRunDetails(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, req := range []string{"GET /api/v1/runs/oomed", "GET /api/v1/runs/oomed/snapshot?device=0"} {
-		if code, body := sr.as(t, sr.alice, req); code != http.StatusForbidden {
-			t.Errorf("alice: %s: %d %s, want 403", req, code, body)
+		// answered as a run that does not exist: no existence oracle
+		code, body := sr.as(t, sr.alice, req)
+		ncode, nbody := sr.as(t, sr.alice, strings.Replace(req, "oomed", "nosuch", 1))
+		if code != http.StatusNotFound || ncode != code || strings.Replace(nbody, "nosuch", "oomed", 1) != body {
+			t.Errorf("alice: %s: %d %s; a run that does not exist: %d %s; want the same 404", req, code, body, ncode, nbody)
 		}
 		if code, body := sr.as(t, 0, req); code != http.StatusOK {
 			t.Errorf("root: %s: %d %.200s, want 200", req, code, body)

@@ -59,6 +59,13 @@ type KernelHints interface {
 	KernelForConnection(pid int, file string) (kernelID string, ok bool)
 }
 
+// KernelOwners is optionally implemented by an OwnerHints that knows whose
+// each kernel is (its Jupyter server's user): a process of another user
+// whose command line names the kernel is not taken as it.
+type KernelOwners interface {
+	KernelOwner(kernelID string) (uid int, ok bool)
+}
+
 // UserNames turns a UID into a login name (users.DB is the real one); a UID
 // without a name is its number.
 type UserNames interface {
@@ -211,6 +218,10 @@ type Attributor struct {
 }
 
 // userName names uid: the source's made-up owners first, then Users.
+// UserName is uid's login name as attribution names processes' owners
+// (its number where none is known).
+func (a *Attributor) UserName(uid int) string { return a.userName(uid) }
+
 func (a *Attributor) userName(uid int) string {
 	if n, ok := a.Src.(UserNamer); ok {
 		if name, ok := n.UserName(uid); ok {
@@ -454,6 +465,7 @@ func (a *Attributor) Attribute(gprocs []gpu.Process) (Result, error) {
 		a.jobs = append(a.jobs, ps.job(r, a.roots))
 		a.rank = append(a.rank, jobRank{a.jobs[i].GPUBytes, r, i})
 	}
+	unshareKeys(a.jobs)
 	slices.SortFunc(a.rank, func(x, y jobRank) int {
 		if x.gpu != y.gpu {
 			return cmp.Compare(y.gpu, x.gpu)
@@ -468,6 +480,35 @@ func (a *Attributor) Attribute(gprocs []gpu.Process) (Result, error) {
 	}
 	clear(a.jobs) // keep no reference to this pass's result
 	return res, nil
+}
+
+// unshareKeys keeps a key to one owner: jobs of different UIDs that claim
+// one run or kernel key (an id a job's own environment or command line
+// names, which any user can write) are each keyed by their own process
+// instead (pid:PID:START), and lose the run and kernel they claimed, so
+// no claim merges one user's job into another's.
+func unshareKeys(jobs []Job) {
+	owner := make(map[string]int, len(jobs))
+	shared := map[string]bool{}
+	for _, j := range jobs {
+		if u, ok := owner[j.Key]; ok && u != j.UID {
+			shared[j.Key] = true
+		}
+		owner[j.Key] = j.UID
+	}
+	for i := range jobs {
+		j := &jobs[i]
+		if !shared[j.Key] {
+			continue
+		}
+		var ticks uint64
+		if len(j.Processes) > 0 {
+			ticks = j.Processes[0].StartTicks
+			j.Name = commandName(j.Processes[0].Comm, j.Processes[0].Cmdline)
+		}
+		j.Key = "pid:" + strconv.Itoa(j.RootPID) + ":" + strconv.FormatUint(ticks, 10)
+		j.Kind, j.RunID, j.Kernel, j.Notebook = KindProcess, "", "", ""
+	}
 }
 
 // jobRank is the sort key of a job: GPU bytes, root PID, and where it is.
@@ -620,6 +661,11 @@ func (ps *pass) job(r int, roots map[int]bool) Job {
 	}
 	j.Key = root.key
 	kernel, isKernel := ps.kernel(r)
+	if ko, ok := ps.a.Hints.(KernelOwners); ok && kernel != "" {
+		if uid, ok := ko.KernelOwner(kernel); ok && uid != j.UID {
+			kernel = "" // another user's kernel: this process only names it
+		}
+	}
 	if id, name, ok := ps.a.run(r); ok {
 		j.Kind, j.RunID, j.Key = KindRun, id, "run:"+id
 		if name != "" {

@@ -28,6 +28,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 //	run PID RUNID NAME    a supervised run's root (OwnerHints)
 //	notebook KERNELID PATH   the notebook a kernel serves (NotebookHints)
 //	conn FILE KERNELID       the kernel a connection file belongs to (KernelHints)
+//	owner KERNELID UID       whose kernel it is (KernelOwners)
 //	podlog DIR [CONTAINER]   a kubelet pod log directory, var/log/pods/DIR
 //	                         (with CONTAINER/0.log in it when given)
 //	passwd NAME:x:UID:...    a line of the tree's etc/passwd (the owners'
@@ -42,6 +43,12 @@ type hints struct {
 	runs      map[int][2]string
 	notebooks map[string]string
 	conns     map[string]string
+	owners    map[string]int
+}
+
+func (h hints) KernelOwner(id string) (int, bool) {
+	uid, ok := h.owners[id]
+	return uid, ok
 }
 
 func (h hints) KernelForConnection(_ int, file string) (string, bool) {
@@ -66,7 +73,7 @@ func buildTree(t *testing.T, spec string) fixture {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	fx := fixture{root: t.TempDir(), hints: hints{runs: map[int][2]string{}, notebooks: map[string]string{}, conns: map[string]string{}}}
+	fx := fixture{root: t.TempDir(), hints: hints{runs: map[int][2]string{}, notebooks: map[string]string{}, conns: map[string]string{}, owners: map[string]int{}}}
 	write := func(pid int, name, content string) {
 		dir := filepath.Join(fx.root, "proc", strconv.Itoa(pid))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -128,6 +135,8 @@ func buildTree(t *testing.T, spec string) fixture {
 			fx.hints.notebooks[w[1]] = w[2]
 		case "conn":
 			fx.hints.conns[w[1]] = w[2]
+		case "owner":
+			fx.hints.owners[w[1]] = atoi(w[2])
 		case "passwd":
 			dir := filepath.Join(fx.root, "etc")
 			if err := os.MkdirAll(dir, 0o755); err != nil {

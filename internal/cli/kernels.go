@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/vramguard/vramguard/internal/termsafe"
 	"io"
 	"net/url"
 	"os"
@@ -228,8 +229,10 @@ func printKernels(w io.Writer, es []jupyter.Entry) {
 		if e.Idle {
 			flags = "idle"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", nb, shortKernel(e.KernelID), pid, e.User, units.FormatBytes(e.GPUBytes),
-			alloc, units.FormatBytes(e.RSSBytes), e.ExecutionState, humanDur(e.IdleS), run, flags)
+		// shown, never obeyed: a notebook's name is its owner's to choose
+		line := termsafe.Line
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", line(nb), line(shortKernel(e.KernelID)), pid, line(e.User), units.FormatBytes(e.GPUBytes),
+			alloc, units.FormatBytes(e.RSSBytes), line(e.ExecutionState), humanDur(e.IdleS), line(run), flags)
 	}
 	tw.Flush()
 }
@@ -239,9 +242,9 @@ func shortKernel(id string) string {
 		return jupyter.OpaqueKernelPrefix + h[:6] // another user's, as the shared agent shows it
 	}
 	if len(id) > 8 {
-		return id[:8]
+		id = id[:8]
 	}
-	return id
+	return termsafe.Line(id)
 }
 
 // kernelActionOptions are the flags of interrupt, restart and shutdown.
@@ -394,11 +397,13 @@ func runKernelAction(ctx context.Context, f *Factory, o *kernelActionOptions, ac
 	return nil
 }
 
+// orNone is a notebook as the terminal shows it (termsafe.Line), or "(no
+// notebook)".
 func orNone(nb string) string {
 	if nb == "" {
 		return "(no notebook)"
 	}
-	return nb
+	return termsafe.Line(nb)
 }
 
 func confirm(f *Factory, prompt string) bool {

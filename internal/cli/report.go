@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
+	"github.com/vramguard/vramguard/internal/termsafe"
 	"io"
 	"net/http"
 	"net/url"
@@ -157,7 +158,7 @@ func writeReport(w io.Writer, rep usage.Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, strings.ToUpper(rep.By)+"\tJOBS\tMEM GiB·h\tHELD h\tBUSY h\tIDLE h\tPEAK\tDIED\t")
 	for _, r := range append(slices.Clone(rep.Rows), rep.Total) {
-		fmt.Fprintln(tw, r.Group+"\t"+strings.Join(reportFigures(r), "\t")+"\t"+units.FormatBytes(uint64(r.PeakBytes))+"\t"+strconv.Itoa(r.Died)+"\t")
+		fmt.Fprintln(tw, termsafe.Line(r.Group)+"\t"+strings.Join(reportFigures(r), "\t")+"\t"+units.FormatBytes(uint64(r.PeakBytes))+"\t"+strconv.Itoa(r.Died)+"\t")
 	}
 	tw.Flush()
 	var why []string

@@ -162,6 +162,10 @@ func newRunID(now time.Time) string {
 }
 
 func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
+	if v := os.Getenv(detachedIDVar); v != "" && o.detachedID == "" {
+		o.detachedID = v
+		os.Unsetenv(detachedIDVar) // the supervisor's, not its job's
+	}
 	switch o.Restart {
 	case supervise.RestartNever, supervise.RestartOnFailure, supervise.RestartAlways:
 	default:
@@ -356,6 +360,9 @@ func (discardNotify) Write(p []byte) (int, error) { return len(p), nil }
 
 // detach starts a background supervisor in its own session and returns
 // once its run is recorded.
+// detachedIDVar carries a detached run's id to its background supervisor.
+const detachedIDVar = "VRAMGUARD_DETACHED_RUN_ID"
+
 func detach(ctx context.Context, f *Factory, o *RunOptions) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -374,7 +381,9 @@ func detach(ctx context.Context, f *Factory, o *RunOptions) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Envf("create %s: %v", dir, err)
 	}
-	args := []string{"--home", home, "run", "--detached-run-id", id}
+	// the run id goes in the environment, which only its user reads: a
+	// command line is every user's to read in ps
+	args := []string{"--home", home, "run"}
 	args = append(args, detachArgs(os.Args, o)...)
 	logf, err := os.OpenFile(filepath.Join(dir, "supervisor.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -384,6 +393,7 @@ func detach(ctx context.Context, f *Factory, o *RunOptions) error {
 	null, _ := os.Open(os.DevNull)
 	defer null.Close()
 	cmd := exec.Command(self, args...)
+	cmd.Env = append(os.Environ(), detachedIDVar+"="+id)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

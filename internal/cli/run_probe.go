@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 
@@ -34,7 +36,7 @@ func probeHook(f *Factory, o *RunOptions, run *store.Run) (*probe.Hook, func()) 
 	log.Debug("probe", "dir", dir, "source", src)
 	// Unix socket paths are short (107 bytes): keep it out of deep homes, in
 	// a directory no other user can enter ($XDG_RUNTIME_DIR, else TMPDIR).
-	sock, cleanup, note, err := probe.SupervisorSocket(f.Getenv, run.ID+".sock")
+	sock, cleanup, note, err := probe.SupervisorSocket(f.Getenv, supervisorSocketName())
 	if err != nil {
 		log.Warn("probe socket unavailable; the job runs without the probe", "err", err)
 		return nil, nil
@@ -56,4 +58,13 @@ func probeHook(f *Factory, o *RunOptions, run *store.Run) (*probe.Hook, func()) 
 		// Forked workers that never dumped leave empty stack files.
 		probe.RemoveEmptyStackFiles(run.Dir)
 	}
+}
+
+// supervisorSocketName is the name of a supervisor's probe socket: random,
+// so that the socket's path, which every user reads in /proc/net/unix,
+// names no run (a run id is for its owner alone).
+func supervisorSocketName() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "s-" + hex.EncodeToString(b[:]) + ".sock"
 }

@@ -174,6 +174,10 @@ func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 		ln.Close()
 		return nil, err
 	}
+	if mode&0o077 != 0 {
+		// every user may connect: bound each one's connections
+		return probe.LimitListener(ln.(*net.UnixListener)), nil
+	}
 	return ln, nil
 }
 
@@ -336,6 +340,11 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 		listen := probe.Listen
 		if o.Shared {
 			listen = probe.ListenShared
+			// every user connects here: no other user may be able to
+			// replace the directory or the sockets in it
+			if err := probe.EnsureSharedDir(filepath.Dir(sock), os.Geteuid()); err != nil {
+				return Envf("%v", err)
+			}
 		}
 		l, err := listen(sock)
 		if err != nil {
@@ -368,6 +377,10 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 		mode := os.FileMode(0o600)
 		if o.Shared {
 			mode = 0o666
+			if err := probe.EnsureSharedDir(filepath.Dir(apiSock), os.Geteuid()); err != nil {
+				ln.Close()
+				return Envf("%v", err)
+			}
 		}
 		if uln, err = listenUnix(apiSock, mode); err != nil {
 			ln.Close()

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"github.com/vramguard/vramguard/internal/termsafe"
 	"io"
 	"os"
 	"strconv"
@@ -191,9 +192,11 @@ type topPart struct {
 // topCell is one cell of the table: text in one or more styles.
 type topCell []topPart
 
-func plainCell(s string) topCell { return topCell{{s: s}} }
+// A cell's text is shown, never obeyed: names, command lines and owners
+// come from every user's processes (termsafe.Line).
+func plainCell(s string) topCell { return topCell{{s: termsafe.Line(s)}} }
 
-func styledCell(s string, st lipgloss.Style) topCell { return topCell{{s: s, st: &st}} }
+func styledCell(s string, st lipgloss.Style) topCell { return topCell{{s: termsafe.Line(s), st: &st}} }
 
 func (c topCell) text() string {
 	var b strings.Builder
@@ -697,6 +700,7 @@ func (sc *topScreen) commandLines(indent int, p attrib.Process) []string {
 	if cmd == "" {
 		cmd = p.Comm
 	}
+	cmd = termsafe.Line(cmd)
 	label := strings.Repeat(" ", indent+2) + "command: "
 	w := 0
 	if sc.width > 0 {

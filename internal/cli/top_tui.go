@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"github.com/vramguard/vramguard/internal/termsafe"
 	"path/filepath"
 	"strings"
 
@@ -299,9 +300,9 @@ func (m *topModel) targets(r topRow) []killTarget {
 
 func (m *topModel) what(r topRow) string {
 	if r.proc != nil {
-		return fmt.Sprintf("process %d (%s)", r.proc.PID, r.proc.Comm)
+		return fmt.Sprintf("process %d (%s)", r.proc.PID, termsafe.Line(r.proc.Comm))
 	}
-	return fmt.Sprintf("job %q", r.job.Name)
+	return fmt.Sprintf("job %q", r.job.Name) // %q escapes every control character
 }
 
 func (m *topModel) kill(r topRow) tea.Cmd {

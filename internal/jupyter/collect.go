@@ -129,6 +129,14 @@ func (c *Collector) Collect(ctx context.Context) ([]Entry, error) {
 		for _, se := range sessions {
 			byKernel[se.Kernel.ID] = se
 		}
+		// A kernel belongs to its server's user: only a process of that
+		// user is taken as the kernel the server lists.
+		serverUID, serverKnown := users.NoUID, false
+		if s.PID > 0 {
+			if st, err := c.Procs.Status(s.PID); err == nil {
+				serverUID, serverKnown = st.UID, true
+			}
+		}
 		for _, k := range kernels {
 			e := Entry{KernelID: k.ID, KernelName: k.Name, ExecutionState: k.ExecutionState,
 				LastActivity: k.LastActivity, Connections: k.Connections, Server: cl.Endpoint(""), server: s, PIDs: []int{},
@@ -144,7 +152,15 @@ func (c *Collector) Collect(ctx context.Context) ([]Entry, error) {
 				}
 			}
 			if kp, ok := procs[k.ID]; ok {
-				c.fill(&e, kp)
+				if !serverKnown {
+					c.fill(&e, kp)
+				} else if own, ok := kp.Of(serverUID); ok {
+					c.fill(&e, own)
+				} else {
+					e.UID, e.User = serverUID, c.names().Name(serverUID)
+				}
+			} else if serverKnown {
+				e.UID, e.User = serverUID, c.names().Name(serverUID)
 			}
 			out = append(out, e)
 		}
@@ -161,12 +177,15 @@ func (c *Collector) Collect(ctx context.Context) ([]Entry, error) {
 		if listed[id] {
 			continue
 		}
-		e := Entry{KernelID: id, ExecutionState: "unknown", PIDs: []int{}, UID: users.NoUID, User: users.Unknown}
-		c.fill(&e, kp)
-		if envSrc != nil {
-			e.Notebook = ProcNotebook(envSrc, kp.PID)
+		// each owner's process is its own entry (none is the other's)
+		for _, p := range append([]KernelProc{kp}, kp.Others...) {
+			e := Entry{KernelID: id, ExecutionState: "unknown", PIDs: []int{}, UID: users.NoUID, User: users.Unknown}
+			c.fill(&e, p)
+			if envSrc != nil {
+				e.Notebook = ProcNotebook(envSrc, p.PID)
+			}
+			out = append(out, e)
 		}
-		out = append(out, e)
 	}
 	window := c.IdleWindow
 	if window <= 0 {
@@ -195,11 +214,7 @@ func (c *Collector) fill(e *Entry, kp KernelProc) {
 	e.PID, e.ContainerPID, e.Supervised, e.RunID = kp.PID, kp.ContainerPID, kp.Supervised, kp.RunID
 	e.RSSBytes = kp.RSS()
 	e.UID = kp.UID
-	names := c.Users
-	if names == nil {
-		names = users.System()
-	}
-	e.User = names.Name(kp.UID)
+	e.User = c.names().Name(kp.UID)
 	in := map[int]bool{}
 	for _, p := range kp.Tree {
 		in[p.PID] = true
@@ -218,6 +233,15 @@ func (c *Collector) fill(e *Entry, kp KernelProc) {
 			*e.ReservedBytes += *j.ReservedBytes
 		}
 	}
+}
+
+// names is the collector's user names (the machine's passwd database by
+// default).
+func (c *Collector) names() attrib.UserNames {
+	if c.Users != nil {
+		return c.Users
+	}
+	return users.System()
 }
 
 // Act sends one action (interrupt, restart or shutdown) for e to its server.
@@ -241,14 +265,29 @@ func Act(ctx context.Context, e *Entry, action string, timeout time.Duration) er
 // processes by notebook (top, serve): the servers' sessions first, then the
 // environment of kernel processes no server lists. It never fails; what
 // cannot be read is left out.
-func Notebooks(ctx context.Context, servers []Server, src ProcSource, timeout time.Duration) map[string]string {
+//
+// Each notebook comes with the kernel's owner (its server's user, or its
+// process's for a kernel no server lists; users.NoUID when unknown), so a
+// caller names a kernel's notebook only for a process of that user.
+func Notebooks(ctx context.Context, servers []Server, src ProcSource, timeout time.Duration) map[string]OwnedNotebook {
 	c := &Collector{Servers: servers, Procs: src, Timeout: timeout}
 	es, _ := c.Collect(ctx)
-	out := make(map[string]string, len(es))
+	out := make(map[string]OwnedNotebook, len(es))
 	for _, e := range es {
 		if e.Notebook != "" {
-			out[e.KernelID] = e.Notebook
+			if prev, ok := out[e.KernelID]; ok && prev.UID != e.UID {
+				// two owners name one kernel: neither is told its notebook
+				out[e.KernelID] = OwnedNotebook{UID: users.NoUID}
+				continue
+			}
+			out[e.KernelID] = OwnedNotebook{Path: e.Notebook, UID: e.UID}
 		}
 	}
 	return out
+}
+
+// OwnedNotebook is a kernel's notebook and the kernel's owner.
+type OwnedNotebook struct {
+	Path string
+	UID  int
 }

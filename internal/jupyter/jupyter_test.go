@@ -380,7 +380,8 @@ func TestCollect(t *testing.T) {
 	c.IdleWindow = 0
 
 	nb := Notebooks(context.Background(), c.Servers, src, time.Second)
-	wantNB := map[string]string{"A": "/nb/proj/a.ipynb", "B": "/nb/b.ipynb", "U": "/w/proj/u.ipynb"}
+	// each with its kernel's owner: its server's user, or its process's
+	wantNB := map[string]OwnedNotebook{"A": {"/nb/proj/a.ipynb", 1001}, "B": {"/nb/b.ipynb", 1002}, "U": {"/w/proj/u.ipynb", 4242}}
 	if !reflect.DeepEqual(nb, wantNB) {
 		t.Errorf("Notebooks = %v, want %v", nb, wantNB)
 	}

@@ -40,6 +40,10 @@ type KernelProc struct {
 	// RunID is the supervising run, from VRAMGUARD_RUN_ID in the kernel's
 	// environment ("" when unsupervised or the environment is unreadable).
 	RunID string
+	// Others are processes of other users whose command lines name the
+	// same kernel (each user's newest): a command line is anyone's to
+	// write, so which is the kernel is its server's user's to say (Of).
+	Others []KernelProc
 }
 
 // RSS sums the resident memory of the kernel and its descendants.
@@ -132,7 +136,7 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 			continue
 		}
 		id, ok := ids.of(p.PID, argv)
-		if !ok {
+		if !ok || !ids.holds(p.PID, argv) {
 			continue
 		}
 		c := cand{id: id, vramguard: looksLikeVramguard(p.Comm, argv), launcher: launches(argv)}
@@ -235,12 +239,52 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 				kp.NSpid, kp.ContainerPID = st.NSpid, st.NSpid[len(st.NSpid)-1]
 			}
 		}
-		if prev, ok := out[c.id]; ok && byPID[prev.PID].StartTicks > byPID[pid].StartTicks {
+		prev, ok := out[c.id]
+		if !ok {
+			out[c.id] = kp
 			continue
 		}
-		out[c.id] = kp // the newest wins while a restart overlaps the old process
+		// One process per owner, the newest while a restart overlaps the
+		// old one; processes of other owners that name the same kernel
+		// are kept aside (Others) for the caller to tell which is the
+		// kernel's (the one of its server's user).
+		group := append([]KernelProc{prev}, prev.Others...)
+		prev.Others = nil
+		placed := false
+		for i, g := range group {
+			if g.UID == kp.UID {
+				if byPID[g.PID].StartTicks <= byPID[kp.PID].StartTicks {
+					group[i] = kp
+				}
+				placed = true
+			}
+		}
+		if !placed {
+			group = append(group, kp)
+		}
+		newest := 0
+		for i, g := range group {
+			if byPID[g.PID].StartTicks > byPID[group[newest].PID].StartTicks {
+				newest = i
+			}
+		}
+		head := group[newest]
+		head.Others = append(append([]KernelProc{}, group[:newest]...), group[newest+1:]...)
+		out[c.id] = head
 	}
 	return out, nil
+}
+
+// Of is the process among k and k.Others owned by uid; ok is false when
+// none is.
+func (k KernelProc) Of(uid int) (KernelProc, bool) {
+	for _, c := range append([]KernelProc{k}, k.Others...) {
+		if c.UID == uid {
+			c.Others = nil
+			return c, true
+		}
+	}
+	return KernelProc{}, false
 }
 
 // ConnSource is implemented by a ProcSource that can read the connection
@@ -294,6 +338,60 @@ func (c *connIDs) of(pid int, argv []string) (string, bool) {
 	}
 	c.seen[file] = id
 	return id, id != ""
+}
+
+// FileOwnerSource is implemented by a ProcSource that can tell who owns a
+// file as a process sees it (LiveProcs can: through /proc/PID/root, so a
+// container's own files).
+type FileOwnerSource interface {
+	FileOwner(pid int, file string) (uid int, ok bool)
+}
+
+// FileOwner is the owner of file (an absolute path as pid sees it), not
+// following a final symlink; ok is false when it cannot be read.
+func (LiveProcs) FileOwner(pid int, file string) (int, bool) {
+	st, err := os.Lstat(filepath.Join("/proc", strconv.Itoa(pid), "root", file))
+	if err != nil {
+		return 0, false
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(sys.Uid), true
+}
+
+// holds reports whether the connection file a command line names can be
+// the process's: it is the process's user's file, or who owns it cannot
+// be told (no FileOwnerSource, a file gone or out of reach). A process of
+// one user naming another user's connection file (a kernel's id is in
+// `ps`) is no kernel.
+func (c *connIDs) holds(pid int, argv []string) bool {
+	fo, ok := c.src.(FileOwnerSource)
+	if !ok {
+		return true
+	}
+	file, ok := attrib.ConnectionFile(argv)
+	if !ok {
+		return true
+	}
+	if !filepath.IsAbs(file) {
+		es, ok := c.src.(EnvSource)
+		if !ok {
+			return true
+		}
+		cwd, err := es.Cwd(pid)
+		if err != nil || cwd == "" {
+			return true
+		}
+		file = filepath.Join(cwd, file)
+	}
+	owner, ok := fo.FileOwner(pid, file)
+	if !ok {
+		return true
+	}
+	st, err := c.src.Status(pid)
+	return err == nil && st.UID == owner
 }
 
 // ReadConnection reads a kernel's connection file (one's own kernels', or

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,12 +27,16 @@ const maxSocketPath = 107
 // messages, in order per connection, on one channel.
 type Listener struct {
 	path string
-	ln   *net.UnixListener
+	ln   *PeerListener
+	// idle closes a connection that sends nothing for that long (0:
+	// never): a shared socket's, so that idle holders cannot keep
+	// descriptors
+	idle time.Duration
 	msgs chan Message
 	done chan struct{}
 
 	mu     sync.Mutex
-	conns  map[*net.UnixConn]struct{}
+	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
 	once   sync.Once
@@ -40,15 +45,22 @@ type Listener struct {
 // Listen creates the socket at path (mode 0600; its directory is created
 // 0700 when missing) and starts accepting. A stale socket file from an
 // earlier run is replaced. The path must fit a Unix socket (107 bytes).
-func Listen(path string) (*Listener, error) { return listenMode(path, 0o600, 0o700) }
+func Listen(path string) (*Listener, error) { return listenMode(path, 0o600, 0o700, false) }
 
 // ListenShared is Listen for a machine-wide agent that takes every user's
 // probes: the socket is mode 0666 and a missing directory is created
 // 0755. Each connection is attributed by its peer credentials
-// (Message.PeerPID, PeerUID), never by what its messages claim.
-func ListenShared(path string) (*Listener, error) { return listenMode(path, 0o666, 0o755) }
+// (Message.PeerPID, PeerUID), never by what its messages claim. As any
+// user may connect, each UID holds a bounded number of connections at once
+// (LimitListener), and a connection that sends nothing for SharedIdle is
+// closed (a probe reports every second or so, and dials again).
+func ListenShared(path string) (*Listener, error) { return listenMode(path, 0o666, 0o755, true) }
 
-func listenMode(path string, mode, dirMode os.FileMode) (*Listener, error) {
+// SharedIdle is how long a connection to a shared probe socket may send
+// nothing before it is closed.
+var SharedIdle = 5 * time.Minute
+
+func listenMode(path string, mode, dirMode os.FileMode, shared bool) (*Listener, error) {
 	if len(path) > maxSocketPath {
 		return nil, fmt.Errorf("probe socket %s: path is %d bytes, a unix socket path can have at most %d", path, len(path), maxSocketPath)
 	}
@@ -79,10 +91,13 @@ func listenMode(path string, mode, dirMode os.FileMode) (*Listener, error) {
 	ln.SetUnlinkOnClose(true)
 	l := &Listener{
 		path:  path,
-		ln:    ln,
+		ln:    retryListener(ln),
 		msgs:  make(chan Message, 1024),
 		done:  make(chan struct{}),
-		conns: map[*net.UnixConn]struct{}{},
+		conns: map[net.Conn]struct{}{},
+	}
+	if shared {
+		l.ln, l.idle = LimitListener(ln), SharedIdle
 	}
 	l.wg.Add(1)
 	go l.accept()
@@ -119,13 +134,9 @@ func (l *Listener) Close() error {
 func (l *Listener) accept() {
 	defer l.wg.Done()
 	for {
-		c, err := l.ln.AcceptUnix()
+		c, err := l.ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return // closed
+			return // closed: Accept retries every other failure
 		}
 		l.mu.Lock()
 		if l.closed {
@@ -140,7 +151,11 @@ func (l *Listener) accept() {
 	}
 }
 
-func (l *Listener) serve(c *net.UnixConn) {
+// Refused counts the connections closed because their UID held the most
+// a shared socket allows (0 on a private one).
+func (l *Listener) Refused() int64 { return l.ln.Refused() }
+
+func (l *Listener) serve(c net.Conn) {
 	defer l.wg.Done()
 	defer func() {
 		l.mu.Lock()
@@ -148,11 +163,17 @@ func (l *Listener) serve(c *net.UnixConn) {
 		l.mu.Unlock()
 		c.Close()
 	}()
-	peer, peerUID := PeerCred(c)
+	peer, peerUID := PeerOf(c)
 	lastPID := peer
 	sc := bufio.NewScanner(c)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
-	for sc.Scan() {
+	for {
+		if l.idle > 0 {
+			c.SetReadDeadline(time.Now().Add(l.idle))
+		}
+		if !sc.Scan() {
+			break
+		}
 		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 {
 			continue

@@ -85,3 +85,72 @@ func privateDir(dir string, uid int) error {
 	}
 	return nil
 }
+
+// EnsureSharedDir makes dir the directory of a machine-wide agent's shared
+// sockets (probe.sock, api.sock), or checks the one that exists: the
+// sockets are where every user's probes report and every user's commands
+// ask, so nobody but the agent's own user (uid, root on a shared machine)
+// may be able to replace them. A missing directory is created mode 0755
+// (every user may connect, none may write). One that exists must be a
+// directory, not a symbolic link, owned by uid (or root), with no write
+// permission for group or others; each directory above it must be owned by
+// uid or root and writable by no one else, or sticky (/tmp), so that no
+// other user can move it aside and put their own in its place. A
+// directory above it may be a symbolic link (/var/run to /run): the path
+// it leads to is checked.
+func EnsureSharedDir(dir string, uid int) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("shared socket directory %s: not an absolute path", dir)
+	}
+	dir = filepath.Clean(dir)
+	parent, err := filepath.EvalSymlinks(filepath.Dir(dir))
+	if err != nil {
+		return fmt.Errorf("shared socket directory %s: %w", dir, err)
+	}
+	for p := parent; ; p = filepath.Dir(p) {
+		if err := trustedDir(p, uid, true); err != nil {
+			return fmt.Errorf("shared socket directory %s: %w", dir, err)
+		}
+		if p == "/" {
+			break
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err == nil {
+		// the umask may have narrowed it: every user must reach the sockets
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return fmt.Errorf("shared socket directory %s: %w", dir, err)
+		}
+	} else if !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("shared socket directory %s: %w", dir, err)
+	}
+	if err := trustedDir(dir, uid, false); err != nil {
+		return fmt.Errorf("shared socket directory %s: %w (choose another with %s, or fix it)", dir, err, EnvSharedDir)
+	}
+	return nil
+}
+
+// trustedDir checks that p is a directory (not a symbolic link) owned by
+// uid or root that no other user can write (sticky: where others may
+// write, a sticky one is allowed).
+func trustedDir(p string, uid int, sticky bool) error {
+	st, err := os.Lstat(p)
+	if err != nil {
+		return err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	switch {
+	case st.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("%s is a symbolic link", p)
+	case !st.IsDir():
+		return fmt.Errorf("%s is not a directory", p)
+	case !ok || (int(sys.Uid) != uid && sys.Uid != 0):
+		owner := -1
+		if ok {
+			owner = int(sys.Uid)
+		}
+		return fmt.Errorf("%s belongs to uid %d, another user", p, owner)
+	case st.Mode().Perm()&0o022 != 0 && !(sticky && st.Mode()&os.ModeSticky != 0):
+		return fmt.Errorf("%s has mode %#o: other users may write in it", p, st.Mode().Perm())
+	}
+	return nil
+}

@@ -7,6 +7,7 @@ import (
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/timeline"
+	"github.com/vramguard/vramguard/internal/users"
 )
 
 // Running returns the supervised runs in progress as their own timelines
@@ -45,7 +46,11 @@ func RunningStates(ctx context.Context, st *store.Store) ([]timeline.RunState, e
 		if r.Status != store.StatusRunning || r.Attempts == 0 || !Alive(procfs.FS{}, r.SupervisorPID, r.SupervisorStart) {
 			continue
 		}
-		rs := timeline.RunState{ID: r.ID, Name: r.Name, JobPID: r.JobPID, Attempt: r.Attempts}
+		rs := timeline.RunState{ID: r.ID, Name: r.Name, JobPID: r.JobPID, Attempt: r.Attempts, UID: users.NoUID}
+		// the run's owner is its supervisor's user, as the kernel says
+		if st, err := (procfs.FS{}).Status(r.SupervisorPID); err == nil {
+			rs.UID = st.UID
+		}
 		if atts, err := st.Attempts(ctx, r.ID); err == nil && len(atts) > 0 {
 			a := atts[len(atts)-1]
 			rs.Attempt, rs.AttemptStart = a.N, a.StartedAt

@@ -7,6 +7,7 @@ import (
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/monitor"
 	"github.com/vramguard/vramguard/internal/timeline"
+	"github.com/vramguard/vramguard/internal/users"
 )
 
 // RunSource supplies the supervised runs in progress, as their own
@@ -67,8 +68,12 @@ func (s *Sampler) addRuns(ctx context.Context, smp *Reading) {
 		key := "run:" + r.ID
 		i, ok := have[key]
 		if !ok {
+			// its owner is the run's (its supervisor's user), GPU or not
 			j := attrib.Job{Key: key, Kind: attrib.KindRun, Name: r.Name, RootPID: r.JobPID, RunID: r.ID,
-				Devices: []int{}, Processes: []attrib.Process{}}
+				Devices: []int{}, Processes: []attrib.Process{}, UID: r.UID, User: users.Unknown}
+			if r.UID >= 0 && s.cfg.Attributor != nil {
+				j.User = s.cfg.Attributor.UserName(r.UID)
+			}
 			smp.Attrib.Jobs = append(smp.Attrib.Jobs, j)
 			i = len(smp.Attrib.Jobs) - 1
 		}

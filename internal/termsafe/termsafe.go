@@ -39,6 +39,17 @@ func String(s string) string {
 	return b.String()
 }
 
+// Line is String for text that must stay on one line (a table cell, a
+// name in a sentence): newline and tab become visible escapes too, so a
+// name cannot begin a row of its own or shift the columns after it.
+func Line(s string) string {
+	s = String(s)
+	if !strings.ContainsAny(s, "\n\t") {
+		return s
+	}
+	return strings.NewReplacer("\n", `\n`, "\t", `\t`).Replace(s)
+}
+
 // clean reports whether s needs no change.
 func clean(s string) bool {
 	for i := 0; i < len(s); i++ {

@@ -32,3 +32,21 @@ func TestWriter(t *testing.T) {
 		t.Errorf("n %d err %v out %q", n, err, b.String())
 	}
 }
+
+// Line keeps a name on its line: newline and tab are escaped as well as
+// every control character String escapes.
+func TestLine(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"train.py", "train.py"},
+		{"a\tb", `a\tb`},
+		{"nb\nroot 1 fake", `nb\nroot 1 fake`},
+		{"\x1b]0;pwned\x07x", `\x1b]0;pwned\x07x`},
+		{"\u009b31m", `\u009b31m`},
+		{"ünïcode", "ünïcode"},
+	}
+	for _, tt := range tests {
+		if got := Line(tt.in); got != tt.want {
+			t.Errorf("Line(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

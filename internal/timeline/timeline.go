@@ -64,9 +64,12 @@ func U(v uint64) *uint64 { return &v }
 // supervise the run (top, serve) show these rather than judge it again, so
 // a run has one verdict everywhere.
 type RunState struct {
-	ID           string
-	Name         string
-	JobPID       int
+	ID     string
+	Name   string
+	JobPID int
+	// UID is the run's owner: its supervisor's user, as the kernel
+	// records it (users.NoUID when unknown).
+	UID          int
 	Attempt      int
 	AttemptStart time.Time
 	// Latest is the attempt's newest sample, nil before the first.

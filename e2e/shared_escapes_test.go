@@ -1,0 +1,60 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSharedEscapes: a user names their job and their notebook with
+// terminal escape sequences (retitle the window, clear the screen, a C1
+// CSI, a newline that would start a row of its own); root's `top --once`
+// and `kernels` through a root `serve --shared` show them as visible
+// escapes, never as the bytes a terminal obeys.
+func TestSharedEscapes(t *testing.T) {
+	t.Parallel()
+	m := newSharedMachine(t, "vramguard-shared-escapes-")
+	name := "vgesc" + strconv.Itoa(os.Getpid()%100000)
+	uid := m.user(name)
+	const evil = "\x1b]0;pwned\x07\x1b[2J\u009b31m\nroot 1 fake"
+	// a job whose command name is the sequence (argv[0])
+	job := m.start(uid, []string{"EVIL=" + evil}, "bash", "-c", `exec -a "$EVIL" sleep 600`)
+	// a kernel whose notebook (JPY_SESSION_NAME, as a server passes it) is
+	c := asUID(uid, "/usr/bin/python3", "-c", "import time; time.sleep(600)", "-f", filepath.Join(m.dir, "kernel-ee11ee11-0000-4000-8000-0000000000ee.json"))
+	c.Env, c.Dir = append(os.Environ(), "JPY_SESSION_NAME="+evil+".ipynb"), m.dir
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	scen := filepath.Join(m.dir, "escapes.json")
+	if err := os.WriteFile(scen, []byte(`{"name": "escapes", "duration": "1h",
+	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
+	  "processes": [
+	    {"pid": "$JOB", "device": 0, "memory": "6GiB", "sm_util": 70},
+	    {"pid": "$KERNEL", "device": 0, "memory": "2GiB", "sm_util": 0}
+	  ]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m.serve([]string{fmt.Sprintf("JOB=%d", job), fmt.Sprintf("KERNEL=%d", c.Process.Pid)}, "--simulate", scen)
+	root := func(args ...string) string {
+		out, _ := m.as("root", 0, args...)
+		return out
+	}
+	waitFor(t, 30*time.Second, "the user's job and kernel through the agent", func() bool {
+		out := root("top", "--once", "--json")
+		return strings.Count(out, `"uid": `+strconv.Itoa(uid)) >= 2
+	})
+	for _, args := range [][]string{{"top", "--once"}, {"top", "--once", "--group"}, {"kernels"}} {
+		out := root(args...)
+		if strings.ContainsAny(out, "\x1b\x07\u009b") || strings.Contains(out, "\nroot 1 fake") {
+			t.Errorf("root's %v passes the user's escape sequences to the terminal:\n%q", args, out)
+		}
+		if !strings.Contains(out, `\x1b]0;pwned\x07`) {
+			t.Errorf("root's %v does not show the user's name as visible escapes:\n%s", args, out)
+		}
+	}
+}
