@@ -417,7 +417,7 @@ func (a *running) start(argv, env []string) error {
 			rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
 		}
 	}
-	args := []string{ShimCommand}
+	args := []string{ShimCommand, "--parent", strconv.Itoa(os.Getpid())}
 	if a.group != nil && a.group.ProcsFile() != "" {
 		args = append(args, "--cgroup-procs", a.group.ProcsFile())
 	}

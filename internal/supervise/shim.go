@@ -66,13 +66,20 @@ type statusMsg struct {
 	TimeNS int64 `json:"t_ns,omitempty"`
 }
 
-// RunShim is the shim's main: args are [--cgroup-procs FILE] -- CMD ARGS.
-// It returns the shim's own exit code.
+// RunShim is the shim's main: args are [--parent PID] [--cgroup-procs
+// FILE] -- CMD ARGS, where PID is the supervisor's. It returns the shim's
+// own exit code.
 func RunShim(args []string) int {
 	var procsFile string
+	want := 0 // the supervisor's PID; 0: unknown
 	for len(args) > 0 && args[0] != "--" {
 		if args[0] == "--cgroup-procs" && len(args) > 1 {
 			procsFile = args[1]
+			args = args[2:]
+			continue
+		}
+		if args[0] == "--parent" && len(args) > 1 {
+			want, _ = strconv.Atoi(args[1])
 			args = args[2:]
 			continue
 		}
@@ -100,8 +107,11 @@ func RunShim(args []string) int {
 	unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, shimCatches...)
-	if os.Getppid() != parent || parent == 1 {
-		return 1 // the supervisor is already gone
+	// The supervisor is already gone when the shim's parent changed, or is
+	// not the supervisor (it died before the shim started). Its PID may be 1:
+	// vramguard runs as the first process of a container.
+	if os.Getppid() != parent || want != 0 && parent != want || want == 0 && parent == 1 {
+		return 1
 	}
 	if procsFile != "" {
 		if err := os.WriteFile(procsFile, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
