@@ -11,6 +11,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestRequestRefusesRunsNotRunning checks what is refused before anything
@@ -104,5 +105,49 @@ func TestRequestReachesTheSupervisor(t *testing.T) {
 	}
 	if err := Request(procfs.FS{}, run, OpStop); err == nil || !strings.Contains(err.Error(), "no control socket") {
 		t.Errorf("a request to a run without a socket: %v", err)
+	}
+}
+
+// TestControlRefusesOtherUsers: the supervisor answers only its own user
+// and root, by the caller's peer credentials, even where the socket's mode
+// would let another user connect (here it is opened to all, and nobody
+// connects).
+func TestControlRefusesOtherUsers(t *testing.T) {
+	testbin.Need(t, testbin.Setpriv)
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root: the test connects as another user")
+	}
+	dir, err := os.MkdirTemp("", "vg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "r1.ctl")
+	c, err := ListenControl(filepath.Join(t.TempDir(), "r1"), sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, p := range []string{dir, sock} {
+		if err := os.Chmod(p, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := `import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b'{"op":"restart"}\n')
+print(s.makefile().readline().strip())`
+	out, err := exec.Command("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", testbin.Python(), "-c", client, sock).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the client as uid 65534: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), `"error":"uid 65534 may not control a run of uid 0"`) {
+		t.Errorf("the supervisor answered uid 65534: %s", out)
+	}
+	select {
+	case op := <-c.Requests():
+		t.Errorf("another user's %q reached the supervisor", op)
+	case <-time.After(200 * time.Millisecond):
 	}
 }

@@ -156,6 +156,9 @@ func (c *Control) serve(conn *net.UnixConn) {
 		b, _ := json.Marshal(r)
 		_, _ = conn.Write(append(b, '\n'))
 	}
+	// the request is read first, so that a refused caller reads the
+	// refusal rather than a broken pipe
+	line, rerr := bufio.NewReaderSize(&limitReader{conn, maxRequest}, maxRequest).ReadSlice('\n')
 	uid, _, err := peer(conn)
 	if err != nil {
 		reply(err)
@@ -165,9 +168,8 @@ func (c *Control) serve(conn *net.UnixConn) {
 		reply(fmt.Errorf("uid %d may not control a run of uid %d", uid, os.Geteuid()))
 		return
 	}
-	line, err := bufio.NewReaderSize(&limitReader{conn, maxRequest}, maxRequest).ReadSlice('\n')
-	if err != nil {
-		reply(fmt.Errorf("read the request: %v", err))
+	if rerr != nil {
+		reply(fmt.Errorf("read the request: %v", rerr))
 		return
 	}
 	var req wireRequest
