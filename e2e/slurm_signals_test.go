@@ -249,3 +249,44 @@ wait "$step"; wait "$step"
 	pm := g.savedInGrace()
 	schedulerReason(t, pm, "time_limit")
 }
+
+// TestSlurmRequeueIsTheNextAttempt: a job Slurm requeues (scontrol
+// requeue) starts again under the same job id; its task is the same run
+// as before, in attempt 2, and the first attempt saved in its grace.
+func TestSlurmRequeueIsTheNextAttempt(t *testing.T) {
+	t.Parallel()
+	g := submitGrace(t, "#SBATCH --requeue\n", srunTrain)
+	g.ready()
+	g.c.Scontrol("requeue", g.id)
+	// Slurm holds a requeued job before it starts it again: start it now
+	testbin.WaitFor(t, 60*time.Second, "the requeued job to wait", func() bool {
+		job := g.c.Job(g.id)
+		return job != nil && job["JobState"] == "PENDING"
+	})
+	g.c.Scontrol("update", "JobId="+g.id, "StartTime=now")
+	waitFor(t, 90*time.Second, "the requeued job's training to start", func() bool { return strings.Count(g.signals(), " ready ") == 2 })
+	if saved, ok := g.at("saved"); !ok {
+		t.Error("the first start's SIGTERM handler did not finish its save")
+	} else if idx := strings.Index(g.signals(), "saved"); idx > strings.LastIndex(g.signals(), " ready ") {
+		t.Errorf("saved at %.1f, after the second start", saved)
+	}
+	r := g.run()
+	if r["status"] != "running" || r["attempts"] != float64(2) {
+		t.Errorf("after the requeue the run is %v with %v attempts; want running, 2", r["status"], r["attempts"])
+	}
+	g.c.Scancel(g.id)
+	g.c.WaitJob(g.id, 60*time.Second)
+	pm := g.e.explain("last")
+	detail, _ := pm["attempts_detail"].([]any)
+	if pm["attempts"] != float64(2) || len(detail) != 2 {
+		t.Fatalf("post-mortem: %v attempts, detail %v; want 2", pm["attempts"], detail)
+	}
+	first, _ := detail[0].(map[string]any)
+	if first["exit_code"] != float64(143) {
+		t.Errorf("attempt 1: %v", first)
+	}
+	schedulerReason(t, first, "requeued")
+	if !strings.Contains(g.output(), "this is attempt 2 of run") {
+		t.Errorf("the requeued start did not say it continues the run:\n%s", g.output())
+	}
+}

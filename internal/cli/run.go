@@ -265,6 +265,19 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	if o.Kernel {
 		return runKernel(ctx, f, o, st, limit, id)
 	}
+	// A requeued Slurm job's task continues the run its earlier start made.
+	if o.detachedID == "" {
+		prev, next, err := requeuedRun(ctx, st, o.Command, os.Getenv)
+		if err != nil {
+			return Failf("find the run of the requeued Slurm job: %v", err)
+		}
+		if prev != nil {
+			fmt.Fprintf(f.IO.ErrOut, "vramguard: %s\n", requeueNotice(prev, next, os.Getenv))
+			err = superviseRun(ctx, f, o, st, prev, limit, next)
+			rs.finish(ctx, f, prev.ID)
+			return err
+		}
+	}
 	me, _ := procfs.FS{}.Proc(os.Getpid())
 	cwd, _ := os.Getwd()
 	run := &store.Run{ID: id, Name: o.recordName(), Command: o.Command, Cwd: cwd, Status: store.StatusRunning,
@@ -273,6 +286,7 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	if err := createRun(ctx, f, o, st, run); err != nil {
 		return err
 	}
+	markSlurmTask(run, os.Getenv)
 	err = superviseRun(ctx, f, o, st, run, limit, 1)
 	rs.finish(ctx, f, id)
 	return err
