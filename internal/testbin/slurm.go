@@ -371,7 +371,10 @@ func (c *SlurmCluster) stop() {
 	if c.t.Failed() {
 		c.dumpLogs()
 	}
-	_ = os.RemoveAll(c.Dir)
+	// a step killed last may still be leaving its spool: try again
+	for i := 0; i < 10 && os.RemoveAll(c.Dir) != nil; i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // stepds are the PIDs of the processes that run with this cluster's
