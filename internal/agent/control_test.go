@@ -3,9 +3,9 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"os/exec"
+	"os"
+	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,35 +15,37 @@ import (
 )
 
 // TestRunControlSignalsTheSupervisor: stop and restart through the API send
-// their signal to the run's recorded supervisor (a stand-in here, which dies
-// of it and so tells which signal came), and refuse runs that are not
+// their request to the run's recorded supervisor's control socket (this
+// process stands in for the supervisor), and refuse runs that are not
 // running or names that are no run.
 func TestRunControlSignalsTheSupervisor(t *testing.T) {
 	tests := []struct {
 		action string
-		sig    syscall.Signal
+		op     runctl.Op
 	}{
-		{"stop", syscall.SIGTERM},
-		{"restart", runctl.RestartSignal},
+		{"stop", runctl.OpStop},
+		{"restart", runctl.OpRestart},
 	}
 	for _, tc := range tests {
 		t.Run(tc.action, func(t *testing.T) {
 			r := newRig(t, twoJobs, Config{})
 			r.step(1)
 			ctx := context.Background()
-			sup := exec.Command("sleep", "60")
-			if err := sup.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { sup.Process.Kill(); sup.Wait() })
-			p, err := procfs.FS{}.Proc(sup.Process.Pid)
+			pid := os.Getpid()
+			p, err := procfs.FS{}.Proc(pid)
 			if err != nil {
 				t.Fatal(err)
 			}
+			runDir := filepath.Join(t.TempDir(), "live")
+			ctl, err := runctl.ListenControl(runDir, filepath.Join(t.TempDir(), "live.ctl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ctl.Close() })
 			for _, run := range []*store.Run{
-				{ID: "live", Name: "bert", Status: store.StatusRunning, StartedAt: time.Now(), SupervisorPID: sup.Process.Pid, SupervisorStart: p.StartTicks},
-				{ID: "done", Status: store.StatusFinished, StartedAt: time.Now(), SupervisorPID: sup.Process.Pid, SupervisorStart: p.StartTicks},
-				{ID: "reused", Status: store.StatusRunning, StartedAt: time.Now(), SupervisorPID: sup.Process.Pid, SupervisorStart: p.StartTicks + 1},
+				{ID: "live", Name: "bert", Status: store.StatusRunning, StartedAt: time.Now(), SupervisorPID: pid, SupervisorStart: p.StartTicks, Dir: runDir},
+				{ID: "done", Status: store.StatusFinished, StartedAt: time.Now(), SupervisorPID: pid, SupervisorStart: p.StartTicks, Dir: runDir},
+				{ID: "reused", Status: store.StatusRunning, StartedAt: time.Now(), SupervisorPID: pid, SupervisorStart: p.StartTicks + 1, Dir: runDir},
 			} {
 				if err := r.st.CreateRun(ctx, run); err != nil {
 					t.Fatal(err)
@@ -55,8 +57,10 @@ func TestRunControlSignalsTheSupervisor(t *testing.T) {
 					t.Fatalf("%s with token %q: %d %s, want 401", tc.action, tok, code, body)
 				}
 			}
-			if !runctl.Alive(procfs.FS{}, sup.Process.Pid, p.StartTicks) {
-				t.Fatal("the supervisor was signalled by a request without the token")
+			select {
+			case op := <-ctl.Requests():
+				t.Fatalf("the supervisor got %q from a request without the token", op)
+			default:
 			}
 			for _, c := range []struct {
 				id   string
@@ -67,10 +71,18 @@ func TestRunControlSignalsTheSupervisor(t *testing.T) {
 					t.Fatalf("%s %s: %d %s, want %d", tc.action, c.id, code, body, c.want)
 				}
 			}
-			err = sup.Wait()
-			ws, ok := sup.ProcessState.Sys().(syscall.WaitStatus)
-			if !ok || !ws.Signaled() || ws.Signal() != tc.sig {
-				t.Fatalf("the supervisor ended with %v, want death by %s", err, tc.sig)
+			select {
+			case op := <-ctl.Requests():
+				if op != tc.op {
+					t.Fatalf("the supervisor got %q, want %q", op, tc.op)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the supervisor got no %s request", tc.op)
+			}
+			select {
+			case op := <-ctl.Requests():
+				t.Fatalf("the supervisor got a second request %q: only \"live\" may reach it", op)
+			default:
 			}
 			_, body := r.do("GET", "/api/v1/events?job=run:live", "", "")
 			var evs struct{ Events []store.AgentEvent }

@@ -659,32 +659,32 @@ func (a *Agent) apiKill(w http.ResponseWriter, r *http.Request) {
 }
 
 // apiStop asks a supervised run's supervisor to stop it (as `vramguard
-// stop` does): SIGTERM to the supervisor, which stops the whole job.
+// stop` does): runctl.OpStop on its control socket.
 func (a *Agent) apiStop(w http.ResponseWriter, r *http.Request) {
-	a.signalRun(w, r, syscall.SIGTERM, "stop")
+	a.signalRun(w, r, runctl.OpStop)
 }
 
 // apiRestart asks a supervised run's supervisor to restart its running
-// attempt now (as `vramguard restart` does): runctl.RestartSignal.
+// attempt now (as `vramguard restart` does): runctl.OpRestart.
 func (a *Agent) apiRestart(w http.ResponseWriter, r *http.Request) {
-	a.signalRun(w, r, runctl.RestartSignal, "restart")
+	a.signalRun(w, r, runctl.OpRestart)
 }
 
-// signalRun sends sig to the supervisor of the run the path names, after
-// runctl.SignalSupervisor's checks, and notes the request on the run's
-// timeline.
-func (a *Agent) signalRun(w http.ResponseWriter, r *http.Request, sig syscall.Signal, what string) {
+// signalRun sends op to the supervisor of the run the path names, after
+// runctl.Request's checks, and notes the request on the run's timeline.
+func (a *Agent) signalRun(w http.ResponseWriter, r *http.Request, op runctl.Op) {
+	what := string(op)
 	ctx := r.Context()
 	run, ok := a.pathRun(w, r)
 	if !ok {
 		return
 	}
-	switch err := runctl.SignalSupervisor(procfs.FS{}, run, sig); {
+	switch err := runctl.Request(procfs.FS{}, run, op); {
 	case errors.Is(err, runctl.ErrNotRunning):
 		writeErr(w, http.StatusConflict, "%v", err)
 		return
 	case errors.Is(err, syscall.EPERM):
-		writeErr(w, http.StatusForbidden, "%v (the agent's user may not signal the run's owner)", err)
+		writeErr(w, http.StatusForbidden, "%v (the agent's user may not control the run's owner's runs)", err)
 		return
 	case err != nil:
 		writeErr(w, http.StatusInternalServerError, "%v", err)

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/store"
-	"github.com/vramguard/vramguard/internal/supervise"
 )
 
 // restartDoc is what `restart --json` prints.
@@ -35,8 +35,11 @@ checkpoint that passes the check. The restart happens whatever --restart says an
 does not count against --max-restarts; the ended attempt's reason is "restarted"
 (vramguard explain shows it).
 
-Only the run's owner (or root) can restart it: the request is a signal
-(SIGUSR1) to the run's supervisor. Waits until the new attempt runs and prints it.`,
+Only the run's owner (or root) can restart it: the request goes over the
+supervisor's control socket, which only its user can reach. (Signals are the
+job's: a SIGUSR1 sent to vramguard, as Slurm's --signal=USR1@90 sends it, is
+delivered to the job and restarts nothing.) Waits until the new attempt runs
+and prints it.`,
 		Example: `  # pick up a changed data file or a fixed config; the run and its logs stay one
   vramguard restart bert
 
@@ -45,7 +48,7 @@ Only the run's owner (or root) can restart it: the request is a signal
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			st, r, err := f.signalRun(ctx, args[0], supervise.RestartSignal)
+			st, r, err := f.signalRun(ctx, args[0], runctl.OpRestart)
 			if err != nil {
 				return err
 			}

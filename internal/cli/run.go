@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/vramguard/vramguard/internal/cgroup"
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/postmortem"
+	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/store"
@@ -53,9 +55,9 @@ type RunOptions struct {
 	// priorAutosave is a notebook kernel's newest autosave from an earlier
 	// kernel (run --kernel sets it), for the post-mortem's kernel section
 	priorAutosave *postmortem.Autosave
-	// sigs and restarts deliver the supervisor's stop signals and restart
-	// requests, caught from before the run is recorded (catchSignals).
-	sigs, restarts chan os.Signal
+	// sigs delivers the signals the supervisor takes for its job, caught
+	// from before the run is recorded (catchSignals).
+	sigs chan os.Signal
 	// runName is the name the run is recorded under: Name, or Name-2, ...
 	// when an earlier run has Name (run_name.go). Name itself stays what
 	// was asked for, which --adapt-remember keys on.
@@ -133,7 +135,7 @@ usage; 3 when --memory-limit cannot be applied here.`,
 	fl.StringVar(&o.ResumeFrom, "resume-from", "", "before each attempt, find the newest valid checkpoint under DIR: exported as VRAMGUARD_RESUME and substituted for {resume} in the arguments (never inside an sh -c script: use \"$VRAMGUARD_RESUME\" there)")
 	fl.DurationVar(&o.StallTimeout, "stall-timeout", 0, "kill the job (reason stalled) after D without output, CPU use or training progress (in a distributed job that has made progress, CPU use alone does not count: ranks spin waiting in collectives); 0 disables")
 	fl.DurationVar(&o.OOMWarning, "oom-warning", 10*time.Minute, "alert when the memory forecast says the job runs out within D (leaks are alerted too)")
-	fl.DurationVar(&o.StopTimeout, "stop-timeout", 30*time.Second, "after Ctrl-C or stop, kill the job if it has not ended within D")
+	fl.DurationVar(&o.StopTimeout, "stop-timeout", 30*time.Second, "after vramguard stop or restart, kill the job if it has not ended within D (a signal's sender sets its own deadline)")
 	fl.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "how often to sample memory (at least 50ms)")
 	fl.BoolVar(&o.Detach, "detach", false, "run in the background, surviving the terminal; prints the run id")
 	fl.BoolVar(&o.JSON, "json", false, "print the post-mortem (or, with --detach, the run id) as JSON on stdout")
@@ -257,15 +259,27 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	if id == "" {
 		id = newRunID(f.Now())
 	}
-	// The supervisor's own signals are caught before the run is recorded:
-	// once `vramguard runs` shows it running, a SIGHUP (the terminal
-	// closing) or a restart request is the supervisor's to handle, not
-	// the default action's, which would kill it and leave the run lost.
-	o.sigs, o.restarts = catchSignals()
+	// The job's signals are caught before the run is recorded: once
+	// `vramguard runs` shows it running, a SIGHUP (the terminal closing)
+	// or a scheduler's SIGUSR1 is the supervisor's to handle, not the
+	// default action's, which would kill it and leave the run lost.
+	o.sigs = catchSignals()
 	defer signal.Stop(o.sigs)
-	defer signal.Stop(o.restarts)
 	if o.Kernel {
 		return runKernel(ctx, f, o, st, limit, id)
+	}
+	// A requeued Slurm job's task continues the run its earlier start made.
+	if o.detachedID == "" {
+		prev, next, err := requeuedRun(ctx, st, o.Command, os.Getenv)
+		if err != nil {
+			return Failf("find the run of the requeued Slurm job: %v", err)
+		}
+		if prev != nil {
+			fmt.Fprintf(f.IO.ErrOut, "vramguard: %s\n", requeueNotice(prev, next, os.Getenv))
+			err = superviseRun(ctx, f, o, st, prev, limit, next)
+			rs.finish(ctx, f, prev.ID)
+			return err
+		}
 	}
 	me, _ := procfs.FS{}.Proc(os.Getpid())
 	cwd, _ := os.Getwd()
@@ -275,20 +289,51 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	if err := createRun(ctx, f, o, st, run); err != nil {
 		return err
 	}
+	markSlurmTask(run, os.Getenv)
 	err = superviseRun(ctx, f, o, st, run, limit, 1)
 	rs.finish(ctx, f, id)
 	return err
 }
 
-// catchSignals starts delivering the signals a supervisor handles: stops
-// (SIGINT, SIGTERM, SIGHUP) and restart requests (`vramguard restart` and
-// serve's restart endpoint signal the supervisor).
-func catchSignals() (stops, restarts chan os.Signal) {
-	stops = make(chan os.Signal, 4)
-	signal.Notify(stops, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	restarts = make(chan os.Signal, 1)
-	signal.Notify(restarts, supervise.RestartSignal)
-	return stops, restarts
+// catchSignals starts delivering the signals a supervisor takes for its
+// job (supervise.JobSignals): a stop (SIGINT, SIGTERM, SIGHUP) or a signal
+// the job may handle (a scheduler's SIGUSR1 warning among them). The
+// supervisor's own requests come over its control socket, never a signal.
+func catchSignals() chan os.Signal {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, supervise.JobSignals...)
+	return sigs
+}
+
+// foreground reports whether this process runs in the foreground of the
+// terminal on its stdin: a SIGINT then comes from a person's Ctrl-C.
+func foreground() bool {
+	pgrp, err := unix.IoctlGetInt(int(os.Stdin.Fd()), unix.TIOCGPGRP)
+	return err == nil && pgrp == syscall.Getpgrp()
+}
+
+// listenControl opens the run's control socket (stop, kill and restart
+// requests, runctl.Request) where its path is short and private; a
+// failure leaves the run without one, which `vramguard stop` and `restart`
+// then say.
+func listenControl(f *Factory, run *store.Run) (<-chan runctl.Op, func()) {
+	// A random name, as the probe socket's: socket names are readable by
+	// every user in /proc/net/unix, and a run id is for its owner.
+	sock, cleanup, note, err := probe.SupervisorSocket(f.Getenv, "c"+strings.TrimPrefix(supervisorSocketName(), "s"))
+	if err != nil {
+		fmt.Fprintf(f.IO.ErrOut, "vramguard: no control socket (stop and restart will not reach this run): %v\n", err)
+		return nil, func() {}
+	}
+	if note != "" {
+		f.Logger().Info("control socket", "note", note)
+	}
+	c, err := runctl.ListenControl(run.Dir, sock)
+	if err != nil {
+		cleanup()
+		fmt.Fprintf(f.IO.ErrOut, "vramguard: no control socket (stop and restart will not reach this run): %v\n", err)
+		return nil, func() {}
+	}
+	return c.Requests(), func() { c.Close(); cleanup() }
 }
 
 // superviseRun supervises a recorded run from attempt first on and maps the
@@ -299,13 +344,15 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 		return Envf("find the vramguard executable: %v", err)
 	}
 	gb := o.gpu
-	sigs, restarts := o.sigs, o.restarts
+	sigs := o.sigs
+	requests, closeControl := listenControl(f, run)
+	defer closeControl()
 
 	id := run.ID
 	so := supervise.Options{
 		RunID: id, Name: run.Name, Command: o.Command, Env: o.groupFl.env(os.Environ(), os.Getenv), RunDir: run.Dir, FirstAttempt: first,
 		Store: st, GPU: gb, Proc: procfs.FS{}, Cgroup: cgroup.Reader{},
-		Notify: f.IO.ErrOut, Signals: sigs, Restarts: restarts,
+		Notify: f.IO.ErrOut, Signals: sigs, Requests: requests, Terminal: foreground,
 		SampleInterval: o.SampleInterval, MemoryLimit: limit,
 		Restart: o.Restart, MaxRestarts: o.MaxRestarts, BackoffInitial: o.Backoff, BackoffMax: o.BackoffMax,
 		StableAfter: o.StableAfter, ResumeFrom: o.ResumeFrom, StallTimeout: o.StallTimeout, StopTimeout: o.StopTimeout,

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,22 +18,26 @@ func NewCmdStop(f *Factory) *cobra.Command {
 	var wait time.Duration
 	cmd := &cobra.Command{
 		Use:   "stop [--kill] RUN",
-		Short: "Stop a running job (SIGTERM to the whole job, then SIGKILL after its stop timeout)",
+		Short: "Stop a running job (SIGTERM to the job, then SIGKILL after its stop timeout)",
+		Long: `Stop the running job of RUN: the job's process group gets SIGTERM, then SIGKILL
+after the run's --stop-timeout (at once with --kill); it is not restarted.
+
+Only the run's owner (or root) can stop it: the request goes over the
+supervisor's control socket, which only its user can reach.`,
 		Example: `  vramguard stop bert
   vramguard stop --kill last`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			st, r, err := f.signalRun(ctx, args[0], syscall.SIGTERM)
+			op := runctl.OpStop
+			if kill {
+				op = runctl.OpKill
+			}
+			st, r, err := f.signalRun(ctx, args[0], op)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			if kill {
-				// A second stop while the first is under way kills.
-				time.Sleep(50 * time.Millisecond)
-				syscall.Kill(r.SupervisorPID, syscall.SIGTERM)
-			}
 			cur, ok := awaitRun(ctx, st, r.ID, wait, func(cur *store.Run) bool { return cur.Status != store.StatusRunning })
 			if !ok {
 				return Failf("run %s still running after %s", r.ID, wait)
@@ -48,16 +51,16 @@ func NewCmdStop(f *Factory) *cobra.Command {
 	return cmd
 }
 
-// signalRun finds RUN and sends sig to its supervisor, once it is sure the
-// run is running and the supervisor is the process that recorded it (see
-// runctl.SignalSupervisor); the caller closes the store. r is the run as
-// it was before the signal.
-func (f *Factory) signalRun(ctx context.Context, ref string, sig syscall.Signal) (st *store.Store, r *store.Run, err error) {
+// signalRun finds RUN and sends op to its supervisor's control socket, once
+// it is sure the run is running and the supervisor is the process that
+// recorded it (see runctl.Request); the caller closes the store. r is the
+// run as it was before the request.
+func (f *Factory) signalRun(ctx context.Context, ref string, op runctl.Op) (st *store.Store, r *store.Run, err error) {
 	st, r, err = f.openRun(ctx, ref)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := runctl.SignalSupervisor(procfs.FS{}, r, sig); err != nil {
+	if err := runctl.Request(procfs.FS{}, r, op); err != nil {
 		st.Close()
 		return nil, nil, Failf("%v", err)
 	}

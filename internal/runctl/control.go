@@ -1,39 +1,33 @@
 // Package runctl is how anything outside a supervisor knows and controls
 // supervised runs: which process is which run's job (for attribution), and
-// how to signal a run's supervisor safely. It reads the run store and sends
-// signals; it never starts or reaps a process.
+// how to ask a run's supervisor, safely, to stop or restart it. It reads the
+// run store and talks to supervisors' control sockets; it never starts or
+// reaps a process.
 package runctl
 
 import (
 	"errors"
 	"fmt"
-	"syscall"
 
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/store"
 )
 
-// A running supervisor is controlled by signals, from `vramguard stop` and
-// `vramguard restart` or from the agent's API:
+// A running supervisor is controlled by requests on its control socket
+// (Request, ListenControl), from `vramguard stop` and `vramguard restart` or
+// from the agent's API: stop, kill, restart (Op). Only the run's owner or
+// root may make them: the socket is the owner's alone (mode 0600 in a
+// private directory) and the supervisor checks each caller's peer
+// credentials. The agent runs as root on a node, so its endpoints demand its
+// token first.
 //
-//	SIGTERM (or SIGINT, SIGHUP)  stop the run: the job gets the signal, then
-//	                             SIGKILL after --stop-timeout; no restart
-//	RestartSignal                restart the running attempt now
-//
-// Signals need no listening socket and carry the kernel's own check: only
-// the run's owner (the supervisor's user) or root may send them. The agent
-// runs as root on a node, so its endpoints demand its token first.
+// Signals are the job's: a scheduler (Slurm's scancel, its time limit and
+// --signal warnings), a container runtime (docker stop, the kubelet) or a
+// terminal signals every process of a job, or its first one, and expects
+// the job's own handlers to run. The supervisor delivers each signal a job
+// may handle to the job and takes none of them for a request of its own.
 
-// RestartSignal asks a supervisor to end the running attempt (SIGTERM to the
-// job, SIGKILL after the stop timeout, as a stop does) and to start the next
-// attempt at once, whatever the restart policy says and without counting
-// against --max-restarts; with --resume-from it resumes from the newest
-// checkpoint that passes the check. A second one while the attempt is
-// ending kills it at once. A Go program ignores SIGUSR1 unless it asks for
-// it, so a supervisor that predates restarts is not harmed by one.
-const RestartSignal = syscall.SIGUSR1
-
-// ErrNotRunning is matched (errors.Is) by SignalSupervisor's error when the
+// ErrNotRunning is matched (errors.Is) by Request's error when the
 // run has ended or its supervisor is gone.
 var ErrNotRunning = errors.New("the run is not running")
 
@@ -42,12 +36,9 @@ type notRunning string
 func (e notRunning) Error() string        { return string(e) }
 func (e notRunning) Is(target error) bool { return target == ErrNotRunning }
 
-// SignalSupervisor sends sig to the supervisor of r after checking that r is
-// running and that its supervisor is still the process that recorded it (PID
-// and start time), so a reused PID is never signalled. The error matches
-// ErrNotRunning when there is nothing to signal, and syscall.EPERM when the
-// caller may not signal the run's owner.
-func SignalSupervisor(fs procfs.FS, r *store.Run, sig syscall.Signal) error {
+// checkRunning fails unless r is running and its supervisor is still the
+// process that recorded it (PID and start time).
+func checkRunning(fs procfs.FS, r *store.Run) error {
 	if r.Status != store.StatusRunning {
 		reason := r.Reason
 		if reason == "" {
@@ -57,9 +48,6 @@ func SignalSupervisor(fs procfs.FS, r *store.Run, sig syscall.Signal) error {
 	}
 	if !Alive(fs, r.SupervisorPID, r.SupervisorStart) {
 		return notRunning(fmt.Sprintf("the supervisor of run %s (pid %d) is gone", r.ID, r.SupervisorPID))
-	}
-	if err := syscall.Kill(r.SupervisorPID, sig); err != nil {
-		return fmt.Errorf("signal the supervisor of %s (pid %d): %w", r.ID, r.SupervisorPID, err)
 	}
 	return nil
 }

@@ -26,7 +26,9 @@ import (
 	"github.com/vramguard/vramguard/internal/joblog"
 	"github.com/vramguard/vramguard/internal/monitor"
 	"github.com/vramguard/vramguard/internal/postmortem"
+	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/ranks"
+	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/timeline"
@@ -103,7 +105,7 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	}
 
 	// A request that came while no attempt ran is answered by this one.
-	s.drainRestarts()
+	s.drainRequests()
 	in := diagnose.Input{}
 	a := &running{s: s, pm: pm, n: n, lw: lw, group: group, cells: newCellTrack(s.autosave),
 		mon: monitor.New(monitor.Config{OOMWarning: o.OOMWarning, UnsavedAfter: o.UnsavedWarning, StallAfter: o.StallTimeout}, start.Truncate(time.Millisecond))}
@@ -293,6 +295,11 @@ type running struct {
 	rankOf map[int]*ranks.Identity
 	// cells follows a notebook kernel's cells and autosaves
 	cells *cellTrack
+
+	// stopSignal is the signal that stopped the attempt (0: none);
+	// repeatNoted is set once a repeat of it was noted
+	stopSignal  syscall.Signal
+	repeatNoted bool
 }
 
 // probeEvents records the events the probe's messages made (a notebook
@@ -413,7 +420,7 @@ func (a *running) start(argv, env []string) error {
 			rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
 		}
 	}
-	args := []string{ShimCommand}
+	args := []string{ShimCommand, "--parent", strconv.Itoa(os.Getpid())}
 	if a.group != nil && a.group.ProcsFile() != "" {
 		args = append(args, "--cgroup-procs", a.group.ProcsFile())
 	}
@@ -431,7 +438,7 @@ func (a *running) start(argv, env []string) error {
 		cmd.Stdin = o.Stdin
 	}
 	cmd.ExtraFiles = []*os.File{stW}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGUSR1}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: shimKillSignal}
 	a.startedUptime = uptime()
 
 	// PR_SET_PDEATHSIG fires when the thread that forked exits, so the
@@ -533,27 +540,34 @@ func (a *running) watch(ctx context.Context) {
 		}
 	}()
 	a.sample(ctx)
-	killAll := func() { _ = syscall.Kill(a.shimPID, syscall.SIGUSR1) }
+	killAll := func() { _ = syscall.Kill(a.shimPID, shimKillSignal) }
 	// Ctrl-Z stops the supervisor, which the terminal signals, but not the
 	// job, which runs in a session of its own: without this the job would
 	// run on, stalled on a full pipe, while the shell says "Stopped". So the
 	// job is stopped with the supervisor and continued with it (fg, bg), as
 	// when it runs directly. Only while an attempt runs: between attempts
-	// Ctrl-Z stops the supervisor as usual.
+	// Ctrl-Z stops the supervisor as usual. SIGCONT is also a scheduler's
+	// (Slurm sends it before SIGTERM): the job gets it either way.
 	jobctl := make(chan os.Signal, 2)
 	signal.Notify(jobctl, syscall.SIGTSTP, syscall.SIGCONT)
 	defer signal.Stop(jobctl)
+	if op := a.s.pending; op != "" {
+		a.s.pending = ""
+		a.request(ctx, op, &stopTimer, killAll)
+	}
 	for {
 		select {
 		case sig := <-jobctl:
 			if sig == syscall.SIGTSTP {
-				_ = syscall.Kill(a.shimPID, syscall.SIGTSTP) // the shim stops the job's group
+				// SIGSTOP, as the job's group is orphaned (its session is
+				// its own), where the kernel drops a SIGTSTP
+				a.signalJob(syscall.SIGSTOP, true)
 				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 				continue
 			}
 			// continued (fg, bg, or kill -CONT): the job goes on too, and
 			// the time it stood still is no stall
-			_ = syscall.Kill(a.shimPID, syscall.SIGCONT)
+			a.signalJob(syscall.SIGCONT, true)
 			a.mon.Output(o.Now())
 		case err := <-a.shimDone:
 			_ = err
@@ -568,44 +582,13 @@ func (a *running) watch(ctx context.Context) {
 				o.Signals = nil
 				continue
 			}
-			if sig == syscall.SIGHUP && o.Detached {
-				continue
-			}
-			if a.interrupted || a.s.interrupted {
-				a.s.notifyf("killing the job")
-				killAll()
-				continue
-			}
-			a.interrupted, a.s.interrupted = true, true
-			fwd := sig.(syscall.Signal)
-			if fwd == syscall.SIGHUP {
-				fwd = syscall.SIGTERM
-				a.hangUp, a.s.hangUp = true, true
-				a.s.notifyf("the terminal closed (SIGHUP): stopping the job; run it with --detach to keep it running without a terminal")
-			}
-			a.s.notifyf("stopping the job (%s forwarded; again to kill it, or it is killed in %s)", diagnose.SignalName(fwd), o.StopTimeout)
-			a.s.event(ctx, a.n, timeline.KindStop, "stopped by "+diagnose.SignalName(sig.(syscall.Signal)), nil)
-			_ = syscall.Kill(a.shimPID, fwd)
-			stopTimer = time.After(o.StopTimeout)
-		case _, ok := <-a.s.restarts:
+			a.signalled(ctx, sig.(syscall.Signal), killAll)
+		case op, ok := <-a.s.requests:
 			if !ok {
-				a.s.restarts = nil
+				a.s.requests = nil
 				continue
 			}
-			switch {
-			case a.interrupted || a.s.interrupted:
-				a.s.notifyf("restart requested while the job is being stopped; the stop stands")
-				continue
-			case a.restarting:
-				a.s.notifyf("killing the job")
-				killAll()
-				continue
-			}
-			a.restarting = true
-			a.s.notifyf("restart requested: ending attempt %d (SIGTERM; again to kill it, or it is killed in %s), then attempt %d starts", a.n, o.StopTimeout, a.n+1)
-			a.s.event(ctx, a.n, timeline.KindRestartRequested, fmt.Sprintf("restart requested: attempt %d is ended (SIGTERM, SIGKILL after %s) and attempt %d starts", a.n, o.StopTimeout, a.n+1), nil)
-			_ = syscall.Kill(a.shimPID, syscall.SIGTERM)
-			stopTimer = time.After(o.StopTimeout)
+			a.request(ctx, op, &stopTimer, killAll)
 		case <-stopTimer:
 			a.s.notifyf("the job did not stop within %s; killing it", o.StopTimeout)
 			killAll()
@@ -618,14 +601,148 @@ func (a *running) watch(ctx context.Context) {
 	}
 }
 
-// drainRestarts drops restart requests that are waiting.
-func (s *supervisor) drainRestarts() {
+// signalled handles a signal the supervisor received (control.go): one that
+// ends the job is forwarded once and never escalates, unless it is a
+// person's second Ctrl-C; any other is delivered each time.
+func (a *running) signalled(ctx context.Context, sig syscall.Signal, killAll func()) {
+	o := a.s.o
+	if !endsJob(sig) {
+		a.signalJob(sig, sig == syscall.SIGUSR2)
+		a.s.event(ctx, a.n, timeline.KindSignal, diagnose.SignalName(sig)+" delivered to the job", map[string]any{"signal": diagnose.SignalName(sig)})
+		if sig == syscall.SIGUSR1 || sig == syscall.SIGUSR2 {
+			a.s.notifyf("%s delivered to the job", diagnose.SignalName(sig))
+		}
+		return
+	}
+	if sig == syscall.SIGHUP && o.Detached {
+		return
+	}
+	terminal := o.Terminal != nil && o.Terminal()
+	if a.stopSignal != 0 || a.interrupted && !a.restarting {
+		if sig == syscall.SIGINT && terminal {
+			a.s.notifyf("killing the job (Ctrl-C again)")
+			killAll()
+			return
+		}
+		if !a.repeatNoted {
+			a.repeatNoted = true
+			a.s.notifyf("%s again: the job has it already; waiting for it to end (its sender decides when to kill it)", diagnose.SignalName(sig))
+		}
+		return
+	}
+	a.interrupted, a.s.interrupted = true, true
+	a.stopSignal = sig
+	fwd := sig
+	if sig == syscall.SIGHUP {
+		a.hangUp, a.s.hangUp = true, true
+		// a job that handles SIGHUP gets it; one that does not would die
+		// of it at once, with no chance to save, so it gets SIGTERM
+		if !catches(o.Proc, a.jobPID, syscall.SIGHUP) {
+			fwd = syscall.SIGTERM
+		}
+		a.s.notifyf("the terminal closed (SIGHUP): stopping the job; run it with --detach to keep it running without a terminal")
+	}
+	again := "vramguard waits for it to end"
+	if terminal {
+		again = "Ctrl-C again to kill it"
+	}
+	a.s.notifyf("stopping the job (%s forwarded; %s)", diagnose.SignalName(fwd), again)
+	a.s.event(ctx, a.n, timeline.KindStop, "stopped by "+diagnose.SignalName(sig), map[string]any{"signal": diagnose.SignalName(sig), "forwarded": diagnose.SignalName(fwd)})
+	a.signalJob(fwd, false)
+}
+
+// request handles a request of the control socket: stop (SIGTERM, SIGKILL
+// after the stop timeout), kill (SIGKILL now), restart (a stop, then the
+// next attempt at once).
+func (a *running) request(ctx context.Context, op runctl.Op, stopTimer *<-chan time.Time, killAll func()) {
+	o := a.s.o
+	switch op {
+	case runctl.OpKill:
+		if !a.interrupted || a.restarting {
+			a.interrupted, a.s.interrupted = true, true
+			a.s.event(ctx, a.n, timeline.KindStop, "stopped by request (kill)", map[string]any{"request": string(op)})
+		}
+		a.s.notifyf("killing the job (stop --kill)")
+		killAll()
+	case runctl.OpStop:
+		if a.interrupted && !a.restarting {
+			a.s.notifyf("stop requested while the job is being stopped; still waiting for it to end")
+			return
+		}
+		a.interrupted, a.s.interrupted = true, true
+		a.s.notifyf("stopping the job (SIGTERM; it is killed in %s)", o.StopTimeout)
+		a.s.event(ctx, a.n, timeline.KindStop, "stopped by request (vramguard stop)", map[string]any{"request": string(op)})
+		a.signalJob(syscall.SIGTERM, false)
+		*stopTimer = time.After(o.StopTimeout)
+	case runctl.OpRestart:
+		switch {
+		case a.interrupted || a.s.interrupted:
+			a.s.notifyf("restart requested while the job is being stopped; the stop stands")
+			return
+		case a.restarting:
+			a.s.notifyf("killing the job")
+			killAll()
+			return
+		}
+		a.restarting = true
+		a.s.notifyf("restart requested: ending attempt %d (SIGTERM; again to kill it, or it is killed in %s), then attempt %d starts", a.n, o.StopTimeout, a.n+1)
+		a.s.event(ctx, a.n, timeline.KindRestartRequested, fmt.Sprintf("restart requested: attempt %d is ended (SIGTERM, SIGKILL after %s) and attempt %d starts", a.n, o.StopTimeout, a.n+1), nil)
+		a.signalJob(syscall.SIGTERM, false)
+		*stopTimer = time.After(o.StopTimeout)
+	}
+}
+
+// signalJob sends sig to the job's process group (the job and the workers
+// it forked), and with tree to every other process below the shim too (one
+// that started a session of its own).
+func (a *running) signalJob(sig syscall.Signal, tree bool) {
+	_ = syscall.Kill(-a.jobPID, sig)
+	if !tree {
+		return
+	}
+	all, err := procfs.FS{}.All()
+	if err != nil {
+		return
+	}
+	for _, p := range procfs.Tree(all, a.shimPID)[1:] {
+		if p.PGID != a.jobPID {
+			_ = syscall.Kill(p.PID, sig)
+		}
+	}
+}
+
+// catches reports whether process pid has a handler of its own for sig
+// (SigCgt in /proc/PID/status).
+func catches(fs procfs.FS, pid int, sig syscall.Signal) bool {
+	root := fs.Root
+	if root == "" {
+		root = "/"
+	}
+	b, err := os.ReadFile(filepath.Join(root, "proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigCgt:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
+}
+
+// drainRequests drops restart requests that are waiting (the attempt about
+// to start answers them) and keeps a stop or kill for it.
+func (s *supervisor) drainRequests() {
 	for {
 		select {
-		case _, ok := <-s.restarts:
+		case op, ok := <-s.requests:
 			if !ok {
-				s.restarts = nil
+				s.requests = nil
 				return
+			}
+			if op != runctl.OpRestart {
+				s.pending = op
 			}
 		default:
 			return

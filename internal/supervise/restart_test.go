@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -81,6 +80,10 @@ func start(t *testing.T, command []string, o Options) *harness {
 	o.RunID, o.Command, o.Env, o.RunDir = h.id, command, os.Environ(), RunDir(home, h.id)
 	o.Store, o.Proc, o.Self = st, procfs.FS{}, self
 	o.Stdout, o.Stderr, o.Notify, o.Signals = h.out, h.out, h.notify, h.sigs
+	if o.Terminal == nil {
+		// a person at a terminal: a second Ctrl-C kills (stop)
+		o.Terminal = func() bool { return true }
+	}
 	if o.SampleInterval == 0 {
 		o.SampleInterval = 50 * time.Millisecond
 	}
@@ -93,8 +96,8 @@ func start(t *testing.T, command []string, o Options) *harness {
 		select {
 		case <-h.done:
 		default:
-			h.sigs <- syscall.SIGTERM
-			h.sigs <- syscall.SIGTERM
+			h.sigs <- syscall.SIGINT
+			h.sigs <- syscall.SIGINT
 			<-h.done
 		}
 	})
@@ -142,10 +145,11 @@ func (h *harness) wait() *Result {
 	return h.res
 }
 
-// stop stops the run as Ctrl-C twice would, and waits for it.
+// stop stops the run as Ctrl-C twice at its terminal would, and waits for
+// it.
 func (h *harness) stop() *Result {
-	h.sigs <- syscall.SIGTERM
-	h.sigs <- syscall.SIGTERM
+	h.sigs <- syscall.SIGINT
+	h.sigs <- syscall.SIGINT
 	return h.wait()
 }
 
@@ -186,17 +190,20 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 func gone(pid int) bool { return !runctl.Alive(procfs.FS{}, pid, 0) }
 
-// TestRestartSignal restarts a run by sending RestartSignal to the
-// supervisor's own process, as `vramguard restart` does: the attempt's whole
-// process tree ends, the next attempt starts at once although the policy is
-// never, and it resumes from the checkpoint that appeared meanwhile.
-func TestRestartSignal(t *testing.T) {
+// TestRestartRequest restarts a run by a request on its control socket, as
+// `vramguard restart` makes it (runctl.Request, to this process, which
+// stands in for the supervisor it records): the attempt's whole process
+// tree ends, the next attempt starts at once although the policy is never,
+// and it resumes from the checkpoint that appeared meanwhile.
+func TestRestartRequest(t *testing.T) {
 	ck := t.TempDir()
-	// relayed as `vramguard run` relays it
-	restarts := make(chan os.Signal, 1)
-	signal.Notify(restarts, RestartSignal)
-	defer signal.Stop(restarts)
-	h := start(t, job(false, 0), Options{Restart: RestartNever, ResumeFrom: ck, StopTimeout: 10 * time.Second, Restarts: restarts})
+	runDir := filepath.Join(t.TempDir(), "r1")
+	ctl, err := runctl.ListenControl(runDir, filepath.Join(t.TempDir(), "r1.ctl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	h := start(t, job(false, 0), Options{Restart: RestartNever, ResumeFrom: ck, StopTimeout: 10 * time.Second, Requests: ctl.Requests()})
 	first, resume := h.attempt(1)
 	if resume != "" {
 		t.Fatalf("attempt 1 resumed from %q in an empty directory", resume)
@@ -209,7 +216,12 @@ func TestRestartSignal(t *testing.T) {
 	if err := os.WriteFile(valid, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(os.Getpid(), RestartSignal); err != nil {
+	me, err := procfs.FS{}.Proc(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &store.Run{ID: h.id, Status: store.StatusRunning, SupervisorPID: os.Getpid(), SupervisorStart: me.StartTicks, Dir: runDir}
+	if err := runctl.Request(procfs.FS{}, run, runctl.OpRestart); err != nil {
 		t.Fatal(err)
 	}
 	second, resume := h.attempt(2)
@@ -273,11 +285,11 @@ func TestRestartOfStubbornJob(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			restarts := make(chan os.Signal, 4)
-			h := start(t, job(true, 0), Options{Restart: RestartNever, StopTimeout: tt.stopTimeout, Restarts: restarts})
+			restarts := make(chan runctl.Op, 4)
+			h := start(t, job(true, 0), Options{Restart: RestartNever, StopTimeout: tt.stopTimeout, Requests: restarts})
 			first, _ := h.attempt(1)
 			for range tt.requests {
-				restarts <- RestartSignal
+				restarts <- runctl.OpRestart
 			}
 			var res *Result
 			if tt.stop {
@@ -305,13 +317,13 @@ func TestRestartOfStubbornJob(t *testing.T) {
 // TestRestartRequestsDoNotCount: two requested restarts, then failures under
 // on-failure with --max-restarts 1: the policy still has its one restart.
 func TestRestartRequestsDoNotCount(t *testing.T) {
-	restarts := make(chan os.Signal, 1)
+	restarts := make(chan runctl.Op, 1)
 	h := start(t, job(false, 3), Options{Restart: RestartOnFailure, MaxRestarts: 1, BackoffInitial: time.Millisecond,
-		BackoffMax: time.Millisecond, Restarts: restarts, StopTimeout: 10 * time.Second})
+		BackoffMax: time.Millisecond, Requests: restarts, StopTimeout: 10 * time.Second})
 	h.attempt(1)
-	restarts <- RestartSignal
+	restarts <- runctl.OpRestart
 	h.attempt(2)
-	restarts <- RestartSignal
+	restarts <- runctl.OpRestart
 	res := h.wait() // attempts 3 and 4 exit 5 at once
 	if res.Postmortem.Attempts != 4 || res.ExitStatus != 5 {
 		t.Errorf("%d attempts, exit %d; want 4 attempts (2 requested, 1 by the policy), exit 5\n%s",
@@ -325,11 +337,11 @@ func TestRestartRequestsDoNotCount(t *testing.T) {
 // TestRestartCutsBackoff: a request while the policy waits to restart starts
 // the next attempt at once.
 func TestRestartCutsBackoff(t *testing.T) {
-	restarts := make(chan os.Signal, 1)
+	restarts := make(chan runctl.Op, 1)
 	h := start(t, []string{"sh", "-c", `echo "ended $VRAMGUARD_ATTEMPT"; exit 3`}, Options{Restart: RestartAlways, MaxRestarts: 1,
-		BackoffInitial: time.Hour, BackoffMax: time.Hour, Restarts: restarts})
+		BackoffInitial: time.Hour, BackoffMax: time.Hour, Requests: restarts})
 	waitFor(t, 10*time.Second, "the policy's restart to be announced", func() bool { return len(h.events("restart")) == 1 })
-	restarts <- RestartSignal
+	restarts <- runctl.OpRestart
 	res := h.wait()
 	if res.Postmortem.Attempts != 2 || !strings.Contains(h.out.String(), "ended 2") {
 		t.Errorf("%d attempts; output %q", res.Postmortem.Attempts, h.out.String())

@@ -28,9 +28,26 @@ const ShimCommand = runctl.ShimCommand
 //
 // It is the job's parent and a child subreaper, so every descendant of the
 // job, even one that started its own session, stays below it. It dies with
-// the supervisor (PR_SET_PDEATHSIG delivers SIGUSR1), and whenever it ends
-// it kills every process below it first: no process of a job outlives
-// vramguard, even a SIGKILLed vramguard.
+// the supervisor (PR_SET_PDEATHSIG delivers shimKillSignal, which the
+// supervisor also sends to kill the job), and whenever it ends it kills
+// every process below it first: no process of a job outlives vramguard,
+// even a SIGKILLed vramguard.
+//
+// The shim delivers no signal: the supervisor signals the job itself. What
+// the shim receives besides shimKillSignal was sent to the whole job (Slurm
+// signals every process of a step), which the job got too, so the shim
+// catches it only not to die of it.
+
+// shimKillSignal tells the shim to kill the job and go. A real-time signal
+// (SIGRTMIN+8), which no scheduler, runtime or terminal sends to a job: the
+// signals they send are the job's.
+const shimKillSignal = syscall.Signal(34 + 8)
+
+// shimCatches are the signals a scheduler or a user may send to every
+// process of a job: the shim must outlive them to report the job's end.
+var shimCatches = []os.Signal{shimKillSignal, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTSTP, syscall.SIGCONT, syscall.SIGWINCH, syscall.SIGURG,
+	syscall.SIGALRM, syscall.SIGPIPE, syscall.SIGXCPU}
 
 // statusMsg is one line the shim writes on its status pipe (fd 3).
 type statusMsg struct {
@@ -49,13 +66,20 @@ type statusMsg struct {
 	TimeNS int64 `json:"t_ns,omitempty"`
 }
 
-// RunShim is the shim's main: args are [--cgroup-procs FILE] -- CMD ARGS.
-// It returns the shim's own exit code.
+// RunShim is the shim's main: args are [--parent PID] [--cgroup-procs
+// FILE] -- CMD ARGS, where PID is the supervisor's. It returns the shim's
+// own exit code.
 func RunShim(args []string) int {
 	var procsFile string
+	want := 0 // the supervisor's PID; 0: unknown
 	for len(args) > 0 && args[0] != "--" {
 		if args[0] == "--cgroup-procs" && len(args) > 1 {
 			procsFile = args[1]
+			args = args[2:]
+			continue
+		}
+		if args[0] == "--parent" && len(args) > 1 {
+			want, _ = strconv.Atoi(args[1])
 			args = args[2:]
 			continue
 		}
@@ -78,13 +102,16 @@ func RunShim(args []string) int {
 		statusMu.Unlock()
 	}
 	parent := os.Getppid()
-	// Die with the supervisor: SIGUSR1 means "kill everything and go".
-	unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGUSR1), 0, 0, 0)
+	// Die with the supervisor: shimKillSignal means "kill everything and go".
+	unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(shimKillSignal), 0, 0, 0)
 	unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTSTP, syscall.SIGCONT)
-	if os.Getppid() != parent || parent == 1 {
-		return 1 // the supervisor is already gone
+	signal.Notify(sigs, shimCatches...)
+	// The supervisor is already gone when the shim's parent changed, or is
+	// not the supervisor (it died before the shim started). Its PID may be 1:
+	// vramguard runs as the first process of a container.
+	if os.Getppid() != parent || want != 0 && parent != want || want == 0 && parent == 1 {
+		return 1
 	}
 	if procsFile != "" {
 		if err := os.WriteFile(procsFile, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
@@ -143,29 +170,11 @@ func RunShim(args []string) int {
 	for final == nil {
 		select {
 		case s := <-sigs:
-			if s == syscall.SIGUSR1 {
+			if s == shimKillSignal {
 				killTree(os.Getpid(), job)
 				return 1
 			}
-			switch s {
-			case syscall.SIGTSTP:
-				// the supervisor was stopped (Ctrl-Z): stop the job with
-				// it. SIGSTOP, as the job's group is orphaned (its session
-				// is its own), where the kernel drops a SIGTSTP
-				_ = syscall.Kill(-job, syscall.SIGSTOP)
-				signalTree(os.Getpid(), job, syscall.SIGSTOP)
-				continue
-			case syscall.SIGCONT:
-				_ = syscall.Kill(-job, syscall.SIGCONT)
-				signalTree(os.Getpid(), job, syscall.SIGCONT)
-				continue
-			}
-			// Forward to the job's process group (DataLoader workers
-			// included); a worker in another session gets it via the tree.
-			_ = syscall.Kill(-job, s.(syscall.Signal))
-			if s == syscall.SIGUSR2 {
-				signalTree(os.Getpid(), job, syscall.SIGUSR2)
-			}
+			// sent to the whole job, which has it too
 		case e := <-exits:
 			m := statusMsg{Event: "exit", PID: job, ExitCode: e.ws.ExitStatus()}
 			if e.ws.Signaled() {
@@ -180,17 +189,6 @@ func RunShim(args []string) int {
 	final.MaxRSS = childrenMaxRSS(&maxRSS, report)
 	report(*final)
 	return 0
-}
-
-// signalTree sends sig to every descendant of root.
-func signalTree(root, job int, sig syscall.Signal) {
-	all, err := procfs.FS{}.All()
-	if err != nil {
-		return
-	}
-	for _, p := range procfs.Tree(all, root)[1:] {
-		_ = syscall.Kill(p.PID, sig)
-	}
 }
 
 // killTree ends every descendant of root: SIGTERM to the job's group and the

@@ -25,6 +25,7 @@ import (
 	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/ranks"
+	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/termsafe"
@@ -67,11 +68,16 @@ type Options struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	Notify         io.Writer
-	// Signals delivers the supervisor's own SIGINT/SIGTERM/SIGHUP.
+	// Signals delivers the signals the supervisor received (JobSignals):
+	// each is the job's (control.go says what becomes of each).
 	Signals <-chan os.Signal
-	// Restarts delivers requests to restart the running attempt now (the
-	// caller relays RestartSignal, as `vramguard run` does); nil: none.
-	Restarts <-chan os.Signal
+	// Requests delivers the requests of the run's control socket
+	// (runctl.ListenControl): stop, kill, restart; nil: none.
+	Requests <-chan runctl.Op
+	// Terminal reports whether the supervisor runs in the foreground of a
+	// terminal now, so that a SIGINT is a person's Ctrl-C: a second one
+	// then kills the job. nil: never.
+	Terminal func() bool
 
 	SampleInterval time.Duration
 	MemoryLimit    uint64
@@ -90,8 +96,10 @@ type Options struct {
 	// UnsavedWarning warns when training ran this long since the last
 	// checkpoint (0 disables; needs a Hook that sees checkpoints).
 	UnsavedWarning time.Duration
-	// StopTimeout is how long a stopped job gets after SIGTERM/SIGINT before
-	// it is killed.
+	// StopTimeout is how long a job stopped or restarted by request
+	// (runctl.OpStop, OpRestart) gets after SIGTERM before it is killed. A
+	// job stopped by a signal is never killed by the supervisor: its sender
+	// has its own deadline.
 	StopTimeout time.Duration
 	Detached    bool
 
@@ -201,14 +209,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := os.MkdirAll(o.RunDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
-	s := &supervisor{o: o, restarts: o.Restarts, autosave: o.PriorAutosave}
+	s := &supervisor{o: o, requests: o.Requests, autosave: o.PriorAutosave}
 	if o.Adapt != nil {
 		s.settings = o.Adapt.Initial
 	}
 	var pm *Postmortem
 	first := max(o.FirstAttempt, 1)
 	// restarts counts the restarts the policy made; those asked for
-	// (RestartSignal) do not count against --max-restarts.
+	// (runctl.OpRestart) do not count against --max-restarts.
 	restarts := 0
 	for n := first; ; n++ {
 		var err error
@@ -266,10 +274,12 @@ type supervisor struct {
 	attempts    []*Postmortem
 	interrupted bool
 	hangUp      bool // the stop was SIGHUP: the terminal closed
-	// restarts delivers restart requests; restartNow is set when the
-	// attempt that just ended was ended by one.
-	restarts   <-chan os.Signal
+	// requests delivers the control socket's requests; restartNow is set
+	// when the attempt that just ended was ended by a restart request;
+	// pending is a stop or kill that came while no attempt ran.
+	requests   <-chan runctl.Op
 	restartNow bool
+	pending    runctl.Op
 	// Under --adapt: the settings the next attempt runs with, the changes
 	// made so far, and what the policy read of the attempt before.
 	settings adapt.Settings
@@ -344,8 +354,9 @@ func backoff(initial, max time.Duration, n int) time.Duration {
 	return half + time.Duration(rand.Int63n(int64(half)+1))
 }
 
-// interruptibleSleep waits d; it returns true if the user stopped the run.
-// A restart request cuts the wait short.
+// interruptibleSleep waits d; it returns true if the user stopped the run
+// (a signal that ends the job, or a stop request). A restart request cuts
+// the wait short; other signals have no job to go to.
 func (s *supervisor) interruptibleSleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -353,18 +364,23 @@ func (s *supervisor) interruptibleSleep(d time.Duration) bool {
 		select {
 		case <-t.C:
 			return false
-		case _, ok := <-s.restarts:
+		case op, ok := <-s.requests:
 			if !ok {
-				s.restarts = nil
+				s.requests = nil
 				continue
+			}
+			if op != runctl.OpRestart {
+				s.interrupted = true
+				return true
 			}
 			s.notifyf("restart requested: not waiting any longer")
 			return false
 		case sig, ok := <-s.o.Signals:
 			if !ok {
+				s.o.Signals = nil
 				continue
 			}
-			if sig == syscall.SIGHUP && s.o.Detached {
+			if !endsJob(sig) || sig == syscall.SIGHUP && s.o.Detached {
 				continue
 			}
 			s.interrupted = true

@@ -19,6 +19,7 @@ const (
 	KindRestart          Kind = "restart"           // a new attempt started
 	KindRestartRequested Kind = "restart_requested" // someone asked for a restart
 	KindStop             Kind = "stop"              // someone stopped the job
+	KindSignal           Kind = "signal"            // a signal that does not end the job was delivered to it (SIGUSR1: a scheduler's warning)
 	KindResumeSkipped    Kind = "resume_skipped"    // a newer checkpoint failed verification and was not resumed from
 	KindResumeNone       Kind = "resume_none"       // the resume directory holds checkpoint-looking files but none valid
 	KindAdapt            Kind = "adapt"             // run --adapt changed the next attempt's settings

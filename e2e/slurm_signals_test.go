@@ -1,0 +1,292 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
+)
+
+// graceTrain is train.py as a careful user writes it: it trains (a step
+// every half second), and on SIGTERM it saves its checkpoint, which takes
+// 4 s (or as many as its argument says), then exits 143; a SIGUSR1 (the
+// scheduler's warning) is noted and training goes on. signals.log gets
+// "T got NAME", "T saved", "T ready PID".
+const graceTrain = `import os, signal, sys, time
+SAVE = float(sys.argv[1]) if len(sys.argv) > 1 else 4
+log = open("signals.log", "a", buffering=1)
+def note(what):
+    log.write("%.3f %s\n" % (time.time(), what))
+step = 0
+saving = False
+def on_term(sig, frame):
+    global saving
+    note("got " + signal.Signals(sig).name)
+    if saving:
+        return
+    saving = True
+    time.sleep(SAVE)
+    with open("ckpt.tmp", "w") as f:
+        f.write("step %d\n" % step)
+    os.replace("ckpt.tmp", "ckpt.txt")
+    note("saved")
+    sys.exit(143)
+def on_warning(sig, frame):
+    note("got " + signal.Signals(sig).name)
+signal.signal(signal.SIGTERM, on_term)
+signal.signal(signal.SIGUSR1, on_warning)
+note("ready %d" % os.getpid())
+while True:
+    step += 1
+    print("step", step, flush=True)
+    time.sleep(0.5)
+`
+
+// graceJob is one batch job of graceTrain under `srun vramguard run`, on
+// its own Slurm cluster, with its own state directory.
+type graceJob struct {
+	t    *testing.T
+	c    *testbin.SlurmCluster
+	e    *env
+	work string
+	id   string
+}
+
+// submitGrace starts a cluster (KillWait 10 s: the job's 4-s save fits,
+// and Slurm's SIGKILL comes before any default of vramguard's would) and
+// submits a batch script of sbatch lines, then body, which starts the
+// training with $VRAMGUARD.
+func submitGrace(t *testing.T, sbatch, body string) *graceJob {
+	t.Helper()
+	c := testbin.StartSlurm(t, "KillWait=10")
+	g := &graceJob{t: t, c: c, e: newEnv(t), work: t.TempDir()}
+	if err := os.WriteFile(filepath.Join(g.work, "train.py"), []byte(graceTrain), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// the job runs with the submitter's environment (sbatch --export=ALL)
+	c.Env = append(c.Env, "VRAMGUARD_HOME="+g.e.home, "VRAMGUARD="+testbin.Path(t), "PYTHON="+python)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("signals.log:\n%s\njob output:\n%s", g.signals(), g.output())
+		}
+	})
+	g.id = c.Sbatch(g.work, "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --output=slurm-%j.out\n"+sbatch+body)
+	return g
+}
+
+// signals is what the job wrote to signals.log.
+func (g *graceJob) signals() string {
+	b, _ := os.ReadFile(filepath.Join(g.work, "signals.log"))
+	return string(b)
+}
+
+// output is the batch job's output file (srun's and vramguard's lines).
+func (g *graceJob) output() string {
+	b, _ := os.ReadFile(filepath.Join(g.work, "slurm-"+g.id+".out"))
+	return string(b)
+}
+
+// at is when signals.log noted what (its first such line).
+func (g *graceJob) at(what string) (float64, bool) {
+	for _, l := range strings.Split(g.signals(), "\n") {
+		t, rest, ok := strings.Cut(l, " ")
+		if ok && strings.HasPrefix(rest, what) {
+			f, err := strconv.ParseFloat(t, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// ready waits for the training to run under vramguard.
+func (g *graceJob) ready() {
+	g.t.Helper()
+	g.c.WaitRunning(g.id, 60*time.Second)
+	waitFor(g.t, 60*time.Second, "the training to start", func() bool { _, ok := g.at("ready"); return ok })
+}
+
+// run is the one run vramguard recorded, as `runs --json` shows it.
+func (g *graceJob) run() map[string]any {
+	g.t.Helper()
+	var runs []map[string]any
+	if err := json.Unmarshal([]byte(g.e.run("runs", "--json").stdout), &runs); err != nil || len(runs) != 1 {
+		g.t.Fatalf("runs --json: %v, %d runs; want one", err, len(runs))
+	}
+	return runs[0]
+}
+
+// keepsRunning checks that a warning changed nothing: after it the
+// training goes on in its first attempt, under the same Slurm job.
+func (g *graceJob) keepsRunning() {
+	g.t.Helper()
+	before := strings.Count(g.output(), "step ")
+	time.Sleep(2 * time.Second)
+	if after := strings.Count(g.output(), "step "); after <= before {
+		g.t.Errorf("training stopped after the warning (%d steps, then %d)", before, after)
+	}
+	if job := g.c.Job(g.id); job["JobState"] != "RUNNING" {
+		g.t.Errorf("the Slurm job is %s after the warning, want RUNNING", job["JobState"])
+	}
+	if r := g.run(); r["status"] != "running" || r["attempts"] != float64(1) {
+		g.t.Errorf("after the warning the run is %v with %v attempts; want running, 1 (no restart)", r["status"], r["attempts"])
+	}
+	if n := strings.Count(g.signals(), " ready "); n != 1 {
+		g.t.Errorf("the training started %d times, want once", n)
+	}
+	if strings.Contains(g.signals(), "saved") {
+		g.t.Error("the warning ended the training")
+	}
+}
+
+// savedInGrace checks what vramguard guarantees when the scheduler ends
+// the job: the SIGTERM handler ran its 4-s save to the end (vramguard
+// killed nothing before Slurm's KillWait), the run ended in its one
+// attempt with the job's own exit status, and vramguard exited with it.
+// It returns the post-mortem.
+func (g *graceJob) savedInGrace() map[string]any {
+	g.t.Helper()
+	term, ok := g.at("got SIGTERM")
+	if !ok {
+		g.t.Fatal("the job never got SIGTERM")
+	}
+	saved, ok := g.at("saved")
+	if !ok {
+		g.t.Fatal("the job's SIGTERM handler did not finish its save: it was killed first")
+	}
+	if saved-term < 4 {
+		g.t.Errorf("saved %.1fs after SIGTERM, want the handler's 4 s", saved-term)
+	}
+	if b, err := os.ReadFile(filepath.Join(g.work, "ckpt.txt")); err != nil || !strings.HasPrefix(string(b), "step ") {
+		g.t.Errorf("checkpoint: %q, %v", b, err)
+	}
+	pm := g.e.explain("last")
+	if pm["exit_code"] != float64(143) || pm["attempts"] != float64(1) {
+		g.t.Errorf("post-mortem: exit code %v, %v attempts; want 143 (the job's), 1", pm["exit_code"], pm["attempts"])
+	}
+	// srun reports its task's exit: vramguard's own, the job's status
+	if out := g.output(); !strings.Contains(out, "task 0: Exited with exit code 143") {
+		g.t.Errorf("srun did not report vramguard exiting 143:\n%s", out)
+	}
+	return pm
+}
+
+// schedulerReason is where the reason the scheduler's end is diagnosed as
+// (time_limit, cancelled: internal/diagnose reads Slurm's "*** JOB N ON
+// NODE CANCELLED AT ... DUE TO TIME LIMIT ***" lines) is asserted; until
+// that diagnosis is part of this tree it logs the reason found.
+func schedulerReason(t *testing.T, pm map[string]any, want string) {
+	t.Helper()
+	t.Logf("reason %v (the scheduler's end: %s)", pm["reason"], want)
+}
+
+// srunTrain is the step of every job here, as users write it.
+const srunTrain = `srun "$VRAMGUARD" run -- "$PYTHON" train.py
+`
+
+// TestSlurmTimeLimitKeepsTheGrace: a job ended at its time limit
+// (--time=1; Slurm sends SIGTERM, more than once, then SIGKILL KillWait
+// later) saves its checkpoint in the grace Slurm gives.
+func TestSlurmTimeLimitKeepsTheGrace(t *testing.T) {
+	t.Parallel()
+	g := submitGrace(t, "#SBATCH --time=1\n", srunTrain)
+	g.ready()
+	job := g.c.WaitJob(g.id, 150*time.Second)
+	if job["JobState"] != "TIMEOUT" {
+		t.Errorf("the Slurm job ended %s, want TIMEOUT", job["JobState"])
+	}
+	pm := g.savedInGrace()
+	schedulerReason(t, pm, "time_limit")
+}
+
+// TestSlurmScancel: scancel ends the job with its save finished; before
+// that, scancel --signal=USR1 (what --signal=USR1@90 sends) reaches the
+// job's handler and changes nothing else.
+func TestSlurmScancel(t *testing.T) {
+	t.Parallel()
+	for _, warn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("warned first %v", warn), func(t *testing.T) {
+			t.Parallel()
+			g := submitGrace(t, "", srunTrain)
+			g.ready()
+			if warn {
+				g.c.Scancel("--signal=USR1", g.id)
+				waitFor(t, 30*time.Second, "the job's handler to hear SIGUSR1", func() bool { _, ok := g.at("got SIGUSR1"); return ok })
+				g.keepsRunning()
+			}
+			g.c.Scancel(g.id)
+			if job := g.c.WaitJob(g.id, 60*time.Second); job["JobState"] != "CANCELLED" {
+				t.Errorf("the Slurm job ended %s, want CANCELLED", job["JobState"])
+			}
+			pm := g.savedInGrace()
+			schedulerReason(t, pm, "cancelled")
+		})
+	}
+}
+
+// TestSlurmBatchWarning: #SBATCH --signal=B:USR1@N warns the batch script
+// alone, which forwards it to the step as CLUSTER.md shows; the training
+// hears it and runs on to its time limit, where it saves in the grace.
+func TestSlurmBatchWarning(t *testing.T) {
+	t.Parallel()
+	g := submitGrace(t, "#SBATCH --time=1\n#SBATCH --signal=B:USR1@55\n", `trap 'kill -USR1 "$step"' USR1
+srun "$VRAMGUARD" run -- "$PYTHON" train.py &
+step=$!
+wait "$step"; wait "$step"
+`)
+	g.ready()
+	waitFor(t, 120*time.Second, "the job's handler to hear the forwarded SIGUSR1", func() bool { _, ok := g.at("got SIGUSR1"); return ok })
+	g.keepsRunning()
+	job := g.c.WaitJob(g.id, 150*time.Second)
+	if job["JobState"] != "TIMEOUT" {
+		t.Errorf("the Slurm job ended %s, want TIMEOUT", job["JobState"])
+	}
+	pm := g.savedInGrace()
+	schedulerReason(t, pm, "time_limit")
+}
+
+// TestSlurmRequeueIsTheNextAttempt: a job Slurm requeues (scontrol
+// requeue) starts again under the same job id; its task is the same run
+// as before, in attempt 2, and the first attempt saved in its grace.
+func TestSlurmRequeueIsTheNextAttempt(t *testing.T) {
+	t.Parallel()
+	g := submitGrace(t, "#SBATCH --requeue\n", srunTrain)
+	g.ready()
+	g.c.Scontrol("requeue", g.id)
+	// Slurm holds a requeued job before it starts it again: start it now
+	testbin.WaitFor(t, 60*time.Second, "the requeued job to wait", func() bool {
+		job := g.c.Job(g.id)
+		return job != nil && job["JobState"] == "PENDING"
+	})
+	g.c.Scontrol("update", "JobId="+g.id, "StartTime=now")
+	waitFor(t, 90*time.Second, "the requeued job's training to start", func() bool { return strings.Count(g.signals(), " ready ") == 2 })
+	if saved, ok := g.at("saved"); !ok {
+		t.Error("the first start's SIGTERM handler did not finish its save")
+	} else if idx := strings.Index(g.signals(), "saved"); idx > strings.LastIndex(g.signals(), " ready ") {
+		t.Errorf("saved at %.1f, after the second start", saved)
+	}
+	r := g.run()
+	if r["status"] != "running" || r["attempts"] != float64(2) {
+		t.Errorf("after the requeue the run is %v with %v attempts; want running, 2", r["status"], r["attempts"])
+	}
+	g.c.Scancel(g.id)
+	g.c.WaitJob(g.id, 60*time.Second)
+	pm := g.e.explain("last")
+	detail, _ := pm["attempts_detail"].([]any)
+	if pm["attempts"] != float64(2) || len(detail) != 2 {
+		t.Fatalf("post-mortem: %v attempts, detail %v; want 2", pm["attempts"], detail)
+	}
+	first, _ := detail[0].(map[string]any)
+	if first["exit_code"] != float64(143) {
+		t.Errorf("attempt 1: %v", first)
+	}
+	schedulerReason(t, first, "requeued")
+	if !strings.Contains(g.output(), "this is attempt 2 of run") {
+		t.Errorf("the requeued start did not say it continues the run:\n%s", g.output())
+	}
+}
