@@ -56,7 +56,7 @@ def drive_km(kernel, steps):
                 km.restart_kernel(now=False)
             else:
                 km.restart_kernel(now=True)
-            kc.wait_for_ready(timeout=60)
+            kc.wait_for_ready(timeout=st.get("ready_timeout", 60))
             out["steps"].append({"restarted": True})
     kc.stop_channels()
     km.shutdown_kernel()
