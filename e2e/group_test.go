@@ -15,15 +15,14 @@ import (
 // groupTask is one Slurm task of a job as srun starts it: its rank, its
 // node, and the state directory its node's vramguard run records in.
 type groupTask struct {
-	rank       int
-	node       string
-	home       string
-	res        result
-	groupDir   string // "" : the state directory's groups/
-	env        []string
-	localRank  int
-	nodeIndex  int
-	extraFlags []string
+	rank      int
+	node      string
+	home      string
+	res       result
+	groupDir  string // "" : the state directory's groups/
+	env       []string
+	localRank int
+	nodeIndex int
 }
 
 // runGroupJob runs a 4-task job over nodes n1 (ranks 0, 1) and n2 (ranks 2,
