@@ -46,7 +46,7 @@ var (
 
 // AllDeps lists every Dep above.
 var AllDeps = []Dep{Torch, NumPy, IPython, IPyKernel, JupyterServer, JupyterClient, NBClient, Psutil,
-	Tmux, Chromium, ChromeDriver, Prometheus, Zstandard, Setpriv}
+	Tmux, Chromium, ChromeDriver, Prometheus, Zstandard, Setpriv, Slurm, Munge}
 
 var depChecks sync.Map // Package -> error (nil: present)
 
