@@ -37,6 +37,14 @@ RUN
 // directory.
 func TestSlurmGroupStory(t *testing.T) {
 	t.Parallel()
+	// the script the docs give is the one submitted here
+	doc, err := os.ReadFile("../docs/CLUSTER.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), strings.Replace(slurmJobScript, "RUN", "srun vramguard run --name ranks -- python3 train.py", 1)) {
+		t.Errorf("docs/CLUSTER.md does not give the batch script this test submits:\n%s", slurmJobScript)
+	}
 	c := testbin.StartSlurm(t)
 	binDir := filepath.Dir(bin)
 	for _, tt := range []struct {

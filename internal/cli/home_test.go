@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,18 @@ func TestHomeOnNetworkFS(t *testing.T) {
 		!strings.Contains(r.Evidence, filepath.Join(shared, "groups")) {
 		t.Errorf("doctor: %v %+v", ok, r)
 	}
+	// no node directory to be had: the database stays where it was, and
+	// doctor warns with the fix
+	base := t.TempDir()
+	nodeHomeBase = base
+	defer func() { nodeHomeBase = "/var/tmp" }()
+	os.Mkdir(filepath.Join(base, "vramguard-"+strconv.Itoa(os.Getuid())), 0o777)
+	os.Chmod(filepath.Join(base, "vramguard-"+strconv.Itoa(os.Getuid())), 0o777)
+	delete(env, "VRAMGUARD_NODE_HOME")
+	if r, ok := stateDirCheck(f); !ok || r.Status != "warn" || !strings.Contains(r.Evidence, "may be written by others") || !strings.Contains(r.Fix, "VRAMGUARD_NODE_HOME") {
+		t.Errorf("doctor without a node directory: %v %+v", ok, r)
+	}
+	env["VRAMGUARD_NODE_HOME"] = node
 	// a local state directory: nothing moves, doctor says nothing
 	f.NetFS = func(string) string { return "" }
 	if f.Home() != shared {
