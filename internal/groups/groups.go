@@ -68,6 +68,9 @@ func (d Dir) Write(m ranks.Member) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("group records: %w", err)
 	}
+	if err := ownDir(dir); err != nil {
+		return err
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -134,6 +137,9 @@ func readRecord(path string) (ranks.Member, error) {
 		return m, err
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil || !mine(st) {
+		return m, errors.New("not a record of this user's")
+	}
 	b, err := io.ReadAll(io.LimitReader(f, maxRecord+1))
 	if err != nil {
 		return m, err
@@ -152,4 +158,25 @@ func (d Dir) Story(group string) (*ranks.Group, error) {
 		return nil, err
 	}
 	return ranks.JudgeGroup(group, ms), nil
+}
+
+// mine reports whether st is owned by this process's user: a job's tasks
+// all run as its user, so a record another user wrote (in a directory
+// others may write) is none of the job's.
+func mine(st os.FileInfo) bool {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	return ok && int(sys.Uid) == os.Geteuid()
+}
+
+// ownDir refuses a group's directory that is not a directory of this
+// user's (a link, or one another user made first in a shared directory).
+func ownDir(dir string) error {
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("group records: %w", err)
+	}
+	if !st.IsDir() || !mine(st) {
+		return fmt.Errorf("group records: %s is not a directory of this user's", dir)
+	}
+	return nil
 }

@@ -40,8 +40,9 @@ func member(group string, rank int, node string, failure string, at time.Time) r
 }
 
 // TestDirWriteRead: one file per rank, replaced whole; what is not a whole
-// record of the group (a temporary file a writer left, another group's
-// record, a damaged file, a link) is not read.
+// record of the group of this user's (a temporary file a writer left,
+// another group's record, a damaged file, a link, another user's file) is
+// not read, and another user's group directory is not written into.
 func TestDirWriteRead(t *testing.T) {
 	d := Dir(t.TempDir())
 	now := time.Now()
@@ -59,6 +60,19 @@ func TestDirWriteRead(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "rank-4.json"), []byte(`{"group":"4242","rank":{"ra`), 0o600)
 	os.WriteFile(filepath.Join(dir, "rank-5.json"), []byte(`{"group":"other","rank":{"rank":5}}`), 0o600)
 	os.Symlink("/etc/passwd", filepath.Join(dir, "rank-6.json"))
+	if os.Geteuid() == 0 {
+		// another user's record, planted in a directory others may write
+		p := filepath.Join(dir, "rank-7.json")
+		os.WriteFile(p, []byte(`{"group":"4242","rank":{"rank":7}}`), 0o644)
+		os.Chown(p, 65534, 65534)
+		// and a group directory another user made first
+		other := d.Path("4244")
+		os.MkdirAll(other, 0o777)
+		os.Chown(other, 65534, 65534)
+		if err := d.Write(member("4244", 0, "n1", ranks.FailureOK, now)); err == nil || !strings.Contains(err.Error(), "not a directory of this user's") {
+			t.Errorf("writing into another user's group directory: %v", err)
+		}
+	}
 	ms, err := d.Read("4242")
 	if err != nil {
 		t.Fatal(err)
