@@ -112,6 +112,8 @@ type jobState struct {
 	// idle tracks how long the job has held GPU memory unused
 	idle  idleTrack
 	idleS float64
+	// groups is the job's part in distributed jobs, as last recorded
+	groups []groupPlace
 }
 
 // Labels are the job's Prometheus labels. Pod is the pod's name and
@@ -311,8 +313,11 @@ func (a *Agent) Ingest(ctx context.Context, smp sampler.Reading) {
 			limit += totals[d]
 		}
 		js.Job, js.LastSeen, js.Limit, js.Labels = j, now, limit, labelsOf(&j)
-		if js.ID == 0 {
-			info, _ := json.Marshal(map[string]any{"labels": js.Labels, "devices": j.Devices, "limit_bytes": limit, "root_pid": j.RootPID})
+		groups := a.groupPlaces(&j)
+		if js.ID == 0 || !sameGroupPlaces(groups, js.groups) {
+			// recorded again when its ranks are first read (report --group)
+			js.groups = groups
+			info, _ := json.Marshal(map[string]any{"labels": js.Labels, "devices": j.Devices, "limit_bytes": limit, "root_pid": j.RootPID, "groups": groups})
 			id, err := a.cfg.Store.UpsertAgentJob(ctx, &store.AgentJob{Key: j.Key, Kind: j.Kind, Name: j.Name, Info: info, FirstSeen: js.FirstSeen, LastSeen: now})
 			if err != nil {
 				a.log.Warn("record job", "job", j.Key, "err", err)

@@ -79,7 +79,7 @@ func (a *Agent) endpoints() []Endpoint {
 		{"GET", "/api/v1/timelines", "range=1h | from=&to=, job=KEY (repeatable), points=N", "memory timelines as columns, with the range's events", false, a.apiTimelines},
 		{"GET", "/api/v1/events", "after=ID, job=KEY, range=, limit=N, wait=25s", "events after an id; wait holds the request until one arrives", false, a.apiEvents},
 		{"GET", "/api/v1/alerts", "", "recent alerts and webhook counters", false, a.apiAlerts},
-		{"GET", "/api/v1/report", "by=user|job|gpu, range=168h | from=&to=", "GPU accounting: memory-hours, held, busy and idle hours, peak, deaths, per user, job or GPU; over the socket the caller's own jobs", false, a.apiReport},
+		{"GET", "/api/v1/report", "by=user|job|gpu | group=GROUP, range=168h | from=&to=", "GPU accounting: memory-hours, held, busy and idle hours, peak, deaths, per user, job or GPU; with group, a distributed job's efficiency on this node per rank (GPU memory peak against the GPU's total, busy and idle hours, host memory peak against what the job asked for); over the socket the caller's own jobs", false, a.apiReport},
 		{"GET", "/api/v1/notices", "after=ID", "lines for users (an idle job's owner); over the socket the caller's own", false, a.apiNotices},
 		{"GET", "/api/v1/kernels", "", "Jupyter kernels with their notebook, owner, GPU memory and idle flag; over the socket another user's owner and memory only", false, a.apiKernels},
 		{"GET", "/api/v1/runs", "", "the newest 100 supervised runs", false, a.apiRuns},

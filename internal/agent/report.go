@@ -53,6 +53,10 @@ func (a *Agent) Report(ctx context.Context, by string, from, to time.Time, keep 
 // apiReport answers ?by=user|job|gpu&range=168h (or from=&to=): the
 // accounting of the range; over the socket a user's own jobs only.
 func (a *Agent) apiReport(w http.ResponseWriter, r *http.Request) {
+	if group := r.URL.Query().Get("group"); group != "" {
+		a.apiGroupReport(w, r, group)
+		return
+	}
 	by := r.URL.Query().Get("by")
 	if by == "" {
 		by = usage.ByUser
@@ -71,6 +75,27 @@ func (a *Agent) apiReport(w http.ResponseWriter, r *http.Request) {
 		keep = func(j JobView) bool { return c.owns(j.UID) }
 	}
 	rep, err := a.Report(r.Context(), by, from, to, keep)
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+// apiGroupReport answers ?group=GROUP&range=168h (or from=&to=): a
+// distributed job's efficiency on this node; over the socket only the
+// caller's own jobs count.
+func (a *Agent) apiGroupReport(w http.ResponseWriter, r *http.Request, group string) {
+	from, to, err := a.parseRange(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	var keep func(int) bool
+	if c, lim := limited(r); lim {
+		keep = c.owns
+	}
+	rep, err := a.GroupReport(r.Context(), group, from, to, keep)
 	if err != nil {
 		writeErr(w, http.StatusInternalServerError, "%v", err)
 		return

@@ -129,6 +129,9 @@ type Process struct {
 	Group     string `json:"group,omitempty"`
 	// RankFrom says which variable named the rank (ranks.Source*).
 	RankFrom string `json:"rank_from,omitempty"`
+	// MemRequest is the host memory its Slurm job asked for on this node
+	// (ranks.Place.MemRequest; 0: none asked).
+	MemRequest uint64 `json:"mem_request_bytes,omitempty"`
 }
 
 // Job is a process tree that holds GPU memory, with its owner.

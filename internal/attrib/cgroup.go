@@ -21,9 +21,13 @@ type Context struct {
 	PodName   string `json:"pod_name,omitempty"`
 	// QoS is the pod's Kubernetes QoS class cgroup (guaranteed, burstable,
 	// besteffort) when the path shows it.
-	QoS       string `json:"qos,omitempty"`
-	SlurmJob  string `json:"slurm_job,omitempty"`
-	SlurmStep string `json:"slurm_step,omitempty"`
+	QoS string `json:"qos,omitempty"`
+	// SlurmJob is the Slurm job the cgroup names: its id (job_N), else
+	// its SLUID (Slurm 26.05 names a job's cgroup by either); SlurmSLUID
+	// is the SLUID when the path has one.
+	SlurmJob   string `json:"slurm_job,omitempty"`
+	SlurmSLUID string `json:"slurm_sluid,omitempty"`
+	SlurmStep  string `json:"slurm_step,omitempty"`
 	// Unit is the innermost systemd unit (.service or .scope) in the path.
 	Unit string `json:"systemd_unit,omitempty"`
 	// Cgroup is the path the context was read from, and CgroupVersion 1 or 2.
@@ -101,6 +105,9 @@ var (
 	rePod      = lazyre.New(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32})(?:\.slice)?(?:/|$)`)
 	reQoS      = lazyre.New(`kubepods[-/](burstable|besteffort)`)
 	reSlurmJob = lazyre.New(`(?:^|/)job_([0-9]+)(?:/|$)`)
+	// a SLUID: "s" and 13 of Crockford's base32 ([0-9A-Z]), a directory
+	// of its own below slurmstepd.scope (v2) or /slurm (v1)
+	reSLUID    = lazyre.New(`(?:^|/)(s[0-9A-Z]{13})(?:/|$)`)
 	reSlurmStp = lazyre.New(`(?:^|/)step_([0-9a-z_]+)(?:/|$)`)
 	reUnit     = lazyre.New(`([^/]+\.(?:service|scope))(?:/|$)`)
 )
@@ -141,6 +148,14 @@ func ParseCgroup(entries []procfs.CgroupEntry) Context {
 	}
 	if m := findIf(reSlurmJob, path, "slurm"); m != nil {
 		c.SlurmJob = m[1]
+	}
+	if m := findIf(reSLUID, path, "slurm"); m != nil {
+		c.SlurmSLUID = m[1]
+		if c.SlurmJob == "" {
+			c.SlurmJob = m[1]
+		}
+	}
+	if c.SlurmJob != "" {
 		if s := reSlurmStp.FindStringSubmatch(path); s != nil {
 			c.SlurmStep = s[1]
 		}

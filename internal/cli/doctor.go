@@ -164,6 +164,9 @@ func runDoctor(ctx context.Context, f *Factory, o *doctorOptions) error {
 		}
 	}
 	rep := doctor.Run(ctx, env, doctor.Options{Python: py, Dir: dir, Keep: o.Keep, PythonTimeout: o.PythonTimeout})
+	if r, ok := stateDirCheck(f); ok {
+		addCheck(rep, r)
+	}
 	if rep.Python == "" {
 		rep.Python = o.Python
 	}

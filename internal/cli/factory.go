@@ -30,6 +30,9 @@ type Factory struct {
 	// NoticeEvery is how often a running `vramguard run` asks the shared
 	// agent for this user's notices (0: noticeEvery).
 	NoticeEvery time.Duration
+	// NetFS names the network file system that holds a path ("" for a
+	// local one); nil: groups.NetworkFS.
+	NetFS func(path string) string
 }
 
 // NewFactory returns a Factory wired to the real process.
@@ -44,9 +47,9 @@ func NewFactory() *Factory {
 	}
 }
 
-// Home is the state directory: --home, $VRAMGUARD_HOME, or
+// StateDir is the state directory: --home, $VRAMGUARD_HOME, or
 // ~/.local/state/vramguard ($XDG_STATE_HOME/vramguard when set).
-func (f *Factory) Home() string {
+func (f *Factory) StateDir() string {
 	if f.HomeFlag != "" {
 		return f.HomeFlag
 	}

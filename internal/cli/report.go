@@ -27,6 +27,10 @@ type reportOptions struct {
 	CSV   bool
 	Agent string
 	URL   string
+	// Group and URLs are --group's: the distributed job, and each node's
+	// agent (--url, once per node).
+	Group string
+	URLs  []string
 }
 
 // NewCmdReport builds `vramguard report`.
@@ -63,11 +67,20 @@ held no GPU memory are under "-".
 
 It asks the shared agent's socket (serve --shared) when one runs: there a
 user's report covers their own jobs; root and --admin-group members see
-everyone's. Otherwise it asks --url.`,
+everyone's. Otherwise it asks --url.
+
+--group GROUP reports one distributed job (the Slurm job id, run --group's
+name) as seff and jobstats do, with the GPU memory they leave out: per node
+and per rank, the GPU memory peak against the total of the GPUs it used,
+busy and idle GPU hours, and the host memory peak against what the job asked
+Slurm for (SLURM_MEM_PER_NODE, or SLURM_MEM_PER_CPU times the node's CPUs).
+Each node's agent knows its own ranks: give --url once per node's agent (or
+ask each node's shared socket).`,
 		Example: `  vramguard report
   vramguard report --by job --since 24h
   vramguard report --by user --since 30d --csv > gpu-usage.csv
-  vramguard report --json | jq '.rows[] | {group, idle_hours}'`,
+  vramguard report --json | jq '.rows[] | {group, idle_hours}'
+  vramguard report --group "$SLURM_JOB_ID" --url http://n1:9345 --url http://n2:9345`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runReport(cmd.Context(), f, o)
@@ -79,7 +92,8 @@ everyone's. Otherwise it asks --url.`,
 	fl.BoolVar(&o.JSON, "json", false, "print the report as JSON")
 	fl.BoolVar(&o.CSV, "csv", false, "print the report as CSV")
 	fl.StringVar(&o.Agent, "agent", "auto", "the shared agent's API socket: auto (under /run/vramguard when one runs), none, or a path")
-	fl.StringVar(&o.URL, "url", "http://127.0.0.1:9345", "the agent's HTTP address, when no shared socket is used")
+	fl.StringArrayVar(&o.URLs, "url", []string{"http://127.0.0.1:9345"}, "the agent's HTTP address, when no shared socket is used; with --group, once per node's agent")
+	fl.StringVar(&o.Group, "group", "", "report one distributed job's efficiency per node and rank: GROUP is its Slurm job id or run --group's name")
 	return cmd
 }
 
@@ -100,6 +114,15 @@ func parseSince(s string) (time.Duration, error) {
 }
 
 func runReport(ctx context.Context, f *Factory, o *reportOptions) error {
+	if o.Group != "" {
+		return runGroupReport(ctx, f, o)
+	}
+	if len(o.URLs) > 1 {
+		return Usagef("--url: one agent, unless --group asks each node's")
+	}
+	if len(o.URLs) == 1 {
+		o.URL = o.URLs[0]
+	}
 	if !slices.Contains(usage.Bys, o.By) {
 		return Usagef("--by %q: want user, job or gpu", o.By)
 	}

@@ -378,6 +378,9 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 	}
 	so.UnsavedWarning = o.UnsavedWarning
 	so.Adapt = adaptOptions(f, o)
+	if rec := o.groupFl.recorder(f, run); rec != nil {
+		so.Group = rec
+	}
 	so.PriorAutosave = o.priorAutosave
 	res, err := supervise.Run(ctx, so)
 	if err != nil {

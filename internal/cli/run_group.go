@@ -1,9 +1,14 @@
 package cli
 
 import (
+	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/vramguard/vramguard/internal/groups"
+	"github.com/vramguard/vramguard/internal/ranks"
+	"github.com/vramguard/vramguard/internal/store"
 )
 
 // groupFlags are run's flags for a distributed job with one `vramguard
@@ -43,4 +48,23 @@ func (g *groupFlags) env(base []string, getenv func(string) string) []string {
 		env = append(env[:len(env):len(env)], "VRAMGUARD_NODE="+n)
 	}
 	return env
+}
+
+// recorder is what shares run's ranks with the job's other nodes (nil for
+// a run of no group); the rank the run's environment names (a Slurm
+// task's) is recorded as running at once.
+func (g *groupFlags) recorder(f *Factory, run *store.Run) *groups.Recorder {
+	if run.Group == "" {
+		return nil
+	}
+	host, _ := os.Hostname()
+	rec := &groups.Recorder{Dir: groups.Dir(f.GroupDir()), Group: run.Group, RunID: run.ID, RunName: run.Name,
+		StateDir: f.Home(), Host: host, Node: strings.TrimSpace(g.Node), Now: f.Now,
+		Warn: func(err error) { f.Logger().Warn("group records", "err", err) }}
+	p := ranks.PlaceFromEnv(os.Environ())
+	if p.Node == "" {
+		p.Node = ranks.NodeName(os.Environ(), host)
+	}
+	rec.Started(p)
+	return rec
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/vramguard/vramguard/internal/store"
 )
 
 // nameRun settles the name a new run is recorded under. A name answers for
-// one run: when an earlier run still has the --name asked for (every
+// one run, or for the runs of one group (the tasks of one Slurm job, each
+// supervised on its node, share the job's --name): when an earlier run still has the --name asked for (every
 // recorded run can be found by its name), the new run is recorded as the
 // first free of NAME-2, NAME-3, ... and vramguard says so, so that neither
 // run is lost behind the other. --name itself keeps what was asked: what
@@ -36,14 +38,14 @@ func nameRun(ctx context.Context, f *Factory, o *RunOptions) error {
 		return nil
 	}
 	defer st.Close()
-	owner, err := st.NameOwner(ctx, o.Name)
+	owner, err := st.NameOwner(ctx, o.Name, o.groupFl.group(os.Getenv))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return Envf("%v", err)
 	}
-	name, err := st.FreeName(ctx, o.Name)
+	name, err := st.FreeName(ctx, o.Name, o.groupFl.group(os.Getenv))
 	if err != nil {
 		return Envf("%v", err)
 	}
@@ -84,7 +86,7 @@ func createRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Store, 
 		if try == 20 {
 			return Envf("could not find a free name for the run after %s: %s is taken", o.Name, run.Name)
 		}
-		name, err := st.FreeName(ctx, o.Name)
+		name, err := st.FreeName(ctx, o.Name, run.Group)
 		if err != nil {
 			return Envf("%v", err)
 		}

@@ -221,15 +221,35 @@ func printRuns(f *Factory, runs []*store.Run, deaths map[string][]string) error 
 	}
 	now := f.Now()
 	rows := make([][]string, 0, len(runs))
-	for _, r := range runs {
+	row := func(r *store.Run) []string {
 		gpu := "-"
 		if r.PeakGPU > 0 {
 			gpu = units.FormatBytes(r.PeakGPU)
 		}
 		// In runsColumns' order.
-		rows = append(rows, []string{r.ID, dash(r.Name), runStatus(r, deaths[r.ID]), ago(now, r.StartedAt), gpu,
+		return []string{r.ID, dash(r.Name), runStatus(r, deaths[r.ID]), ago(now, r.StartedAt), gpu,
 			strings.Join(strings.Fields(strings.Join(r.Command, " ")), " "),
-			compactDuration(runDuration(r, now)), units.FormatBytes(r.PeakRSS), fmt.Sprint(r.Attempts)})
+			compactDuration(runDuration(r, now)), units.FormatBytes(r.PeakRSS), fmt.Sprint(r.Attempts)}
+	}
+	// the runs of one group (a job's tasks) are one job: one line, at its
+	// newest run's place, its ranks beneath with -v
+	byGroup := map[string][]*store.Run{}
+	for _, r := range runs {
+		if r.Group != "" {
+			byGroup[r.Group] = append(byGroup[r.Group], r)
+		}
+	}
+	done := map[string]bool{}
+	for _, r := range runs {
+		if r.Group == "" {
+			rows = append(rows, row(r))
+			continue
+		}
+		if done[r.Group] {
+			continue
+		}
+		done[r.Group] = true
+		rows = append(rows, groupRows(f, r.Group, byGroup[r.Group], row)...)
 	}
 	return renderTable(f.IO.Out, f.termWidth(), runsColumns, rows)
 }

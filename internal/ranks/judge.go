@@ -120,6 +120,38 @@ type Rank struct {
 	LastLine string `json:"last_line"`
 	// StacksPath holds its Python stacks, when they were collected.
 	StacksPath string `json:"stacks_path,omitempty"`
+	// Failure is how the rank ended on its own evidence, before any other
+	// rank is weighed (the Failure constants); FailedAt is when, by its
+	// node's clock (zero: unknown). A job's other nodes weigh them
+	// (JudgeGroup).
+	Failure  string    `json:"-"`
+	FailedAt time.Time `json:"-"`
+}
+
+// How a rank ended on its own evidence (Rank.Failure).
+const (
+	FailureOwn         = "own"         // a failure of its own: an error, a crash, an OOM kill
+	FailureExternal    = "external"    // a signal from outside, nothing of its own read
+	FailureUnknown     = "unknown"     // a non-zero exit with nothing read of why
+	FailureConsequence = "consequence" // it read a failure elsewhere (a peer's closed connection, a collective timeout)
+	FailureOK          = "ok"          // it exited 0
+)
+
+// failureWord is Rank.Failure for k ("" for a rank not seen to end).
+func failureWord(k kind) string {
+	switch k {
+	case kindOK:
+		return FailureOK
+	case kindOwn:
+		return FailureOwn
+	case kindExternal:
+		return FailureExternal
+	case kindConsequence:
+		return FailureConsequence
+	case kindUnknown:
+		return FailureUnknown
+	}
+	return ""
 }
 
 // RootCause names the rank that failed first and why.
@@ -235,6 +267,15 @@ func Judge(j Job) *Result {
 		collateral(rs, root, stalled)
 	} else if !stalled {
 		allPeers(rs)
+	}
+	if len(rs) == 1 && rs[0].out.LastLine == "" {
+		// the job's one rank (a Slurm task's run): its output is the job's
+		for i := len(j.Tail) - 1; i >= 0; i-- {
+			if t := strings.TrimSpace(j.Tail[i]); t != "" {
+				rs[0].out.LastLine = truncate(t, 300)
+				break
+			}
+		}
 	}
 	for _, r := range rs {
 		res.Ranks = append(res.Ranks, r.out)
@@ -374,8 +415,17 @@ func attribute(rs []*rankState, lines []diagnose.Line) []*rankState {
 			byLocal[*l] = r
 		}
 	}
+	// a job of one rank (each Slurm task under its own vramguard run):
+	// what it printed without a rank's prefix is its own
+	var only *rankState
+	if len(rs) == 1 {
+		only = rs[0]
+	}
 	for _, l := range lines {
 		if l.Rank < 0 {
+			if only != nil {
+				only.lines = append(only.lines, l)
+			}
 			continue
 		}
 		local := strings.HasPrefix(l.Source, "default") || strings.HasPrefix(l.Source, "local_rank") || strings.HasPrefix(l.Source, "mp.spawn")
@@ -925,6 +975,7 @@ func (r *rankState) render() Rank {
 	out := Rank{Rank: p.Identity.Rank, LocalRank: p.Identity.LocalRank, WorldSize: p.Identity.WorldSize, NodeRank: p.Identity.NodeRank,
 		Node: p.Node, IdentityFrom: p.Identity.Source, PID: p.PID}
 	out.OptimizerSteps = p.Steps
+	out.Failure, out.FailedAt = failureWord(r.kind), r.t
 	if p.Exit != nil {
 		c := p.Exit.Status()
 		out.ExitCode = &c

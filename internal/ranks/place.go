@@ -1,6 +1,7 @@
 package ranks
 
 import (
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -22,6 +23,11 @@ type Place struct {
 	ID    *Identity
 	Group string
 	Node  string
+	// MemRequest is the host memory the job asked Slurm for on this node,
+	// in bytes: SLURM_MEM_PER_NODE, else SLURM_MEM_PER_CPU times
+	// SLURM_CPUS_ON_NODE (both in MiB, as Slurm exports them); 0 when
+	// neither is set.
+	MemRequest uint64
 }
 
 // PlaceFromEnv reads a process's Place from its environment (KEY=VALUE
@@ -32,7 +38,27 @@ func PlaceFromEnv(env []string) Place {
 	if !ok {
 		return Place{}
 	}
-	return Place{ID: &id, Group: lookupFirst(env, groupVars, "none"), Node: lookupFirst(env, nodeVars, "")}
+	return Place{ID: &id, Group: lookupFirst(env, groupVars, "none"), Node: lookupFirst(env, nodeVars, ""), MemRequest: MemRequest(env)}
+}
+
+// MemRequest is the host memory a Slurm job asked for on the node a
+// process runs on (Place.MemRequest), from its environment.
+func MemRequest(env []string) uint64 {
+	num := func(k string) uint64 {
+		v := lookupFirst(env, []string{k}, "")
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0
+		}
+		return n
+	}
+	if n := num("SLURM_MEM_PER_NODE"); n > 0 {
+		return n << 20
+	}
+	if n, c := num("SLURM_MEM_PER_CPU"), num("SLURM_CPUS_ON_NODE"); n > 0 && c > 0 {
+		return n * c << 20
+	}
+	return 0
 }
 
 // lookupFirst is the value of the first of keys set (non-empty, and not

@@ -27,3 +27,25 @@ func TestPlaceFromEnvPrecedence(t *testing.T) {
 		}
 	}
 }
+
+func TestMemRequest(t *testing.T) {
+	for _, tt := range []struct {
+		env  []string
+		want uint64
+	}{
+		{[]string{"SLURM_MEM_PER_NODE=4096"}, 4 << 30},
+		{[]string{"SLURM_MEM_PER_CPU=1000", "SLURM_CPUS_ON_NODE=3"}, 3000 << 20},
+		{[]string{"SLURM_MEM_PER_NODE=2048", "SLURM_MEM_PER_CPU=1000", "SLURM_CPUS_ON_NODE=3"}, 2 << 30},
+		{[]string{"SLURM_MEM_PER_CPU=1000"}, 0},
+		{[]string{"SLURM_MEM_PER_NODE=lots"}, 0},
+		{nil, 0},
+	} {
+		if got := MemRequest(tt.env); got != tt.want {
+			t.Errorf("MemRequest(%q) = %d, want %d", tt.env, got, tt.want)
+		}
+	}
+	p := PlaceFromEnv([]string{"SLURM_PROCID=1", "SLURM_JOB_ID=9", "SLURM_MEM_PER_NODE=512"})
+	if p.MemRequest != 512<<20 || p.Group != "9" {
+		t.Errorf("place %+v", p)
+	}
+}

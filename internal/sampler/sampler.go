@@ -323,6 +323,7 @@ func (s *Sampler) addRanks(smp *Reading) {
 			p := &j.Processes[k]
 			r := pl.ID.Rank
 			p.Rank, p.LocalRank, p.WorldSize, p.Node, p.Group, p.RankFrom = &r, pl.ID.LocalRank, pl.ID.WorldSize, pl.Node, pl.Group, pl.ID.Source
+			p.MemRequest = pl.MemRequest
 		}
 	}
 	s.places.Keep(live)

@@ -316,9 +316,10 @@ func (s *Store) CreateRun(ctx context.Context, r *Run) error {
 // name is taken; pick another (FreeName) and try again.
 func (s *Store) CreateRunNamed(ctx context.Context, r *Run) (ok bool, err error) {
 	cmd, _ := json.Marshal(r.Command)
+	// the runs of one group (a job's tasks, each its own run) share its name
 	res, err := s.db.ExecContext(ctx, `INSERT INTO runs(id,name,command,cwd,status,started_at,supervisor_pid,supervisor_start,detached,dir,grp)
-		SELECT ?,?,?,?,?,?,?,?,?,?,? WHERE NOT EXISTS (SELECT 1 FROM runs WHERE name=?)`, r.ID, r.Name, string(cmd), r.Cwd, r.Status,
-		ms(r.StartedAt), r.SupervisorPID, int64(r.SupervisorStart), boolInt(r.Detached), r.Dir, r.Group, r.Name)
+		SELECT ?,?,?,?,?,?,?,?,?,?,? WHERE NOT EXISTS (SELECT 1 FROM runs WHERE name=? AND (?='' OR grp!=?))`, r.ID, r.Name, string(cmd), r.Cwd, r.Status,
+		ms(r.StartedAt), r.SupervisorPID, int64(r.SupervisorStart), boolInt(r.Detached), r.Dir, r.Group, r.Name, r.Group, r.Group)
 	if err != nil {
 		return false, fmt.Errorf("create run %s: %w", r.ID, err)
 	}
@@ -510,9 +511,11 @@ func (s *Store) SetRunName(ctx context.Context, id, name string) error {
 	return nil
 }
 
-// NameOwner returns the newest run named name, or ErrNotFound.
-func (s *Store) NameOwner(ctx context.Context, name string) (*Run, error) {
-	r, err := scanRun(s.db.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE name=? ORDER BY started_at DESC, id DESC LIMIT 1`, name))
+// NameOwner returns the newest run named name, or ErrNotFound; with a
+// group, the newest of another group (or none): the runs of one group
+// share its name.
+func (s *Store) NameOwner(ctx context.Context, name, group string) (*Run, error) {
+	r, err := scanRun(s.db.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE name=? AND (?='' OR grp!=?) ORDER BY started_at DESC, id DESC LIMIT 1`, name, group, group))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -520,9 +523,10 @@ func (s *Store) NameOwner(ctx context.Context, name string) (*Run, error) {
 }
 
 // FreeName returns name when no run has it, else the first of name-2,
-// name-3, ... that no run has.
-func (s *Store) FreeName(ctx context.Context, name string) (string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name FROM runs WHERE name=? OR name LIKE ? ESCAPE '\'`, name, escapeLike(name)+"-%")
+// name-3, ... that no run has; with a group, a name only its runs have is
+// free (the runs of one group share its name).
+func (s *Store) FreeName(ctx context.Context, name, group string) (string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name FROM runs WHERE (name=? OR name LIKE ? ESCAPE '\') AND (?='' OR grp!=?)`, name, escapeLike(name)+"-%", group, group)
 	if err != nil {
 		return "", fmt.Errorf("look up run names: %w", err)
 	}

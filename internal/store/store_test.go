@@ -192,3 +192,55 @@ func TestCanWrite(t *testing.T) {
 		t.Errorf("after the lock is gone: %v", err)
 	}
 }
+
+// TestGroupSharesName: the runs of one group (a job's tasks, started at
+// once) all take the job's name; a run of another group, or of none, does
+// not, and FreeName and NameOwner look past the group's own runs.
+func TestGroupSharesName(t *testing.T) {
+	st, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	create := func(id, name, group string) bool {
+		ok, err := st.CreateRunNamed(ctx, &Run{ID: id, Name: name, Group: group, Command: []string{"true"}, Status: StatusRunning, StartedAt: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	var wg sync.WaitGroup
+	var won atomic.Int32
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if create(fmt.Sprintf("task-%d", i), "ranks", "4242") {
+				won.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if won.Load() != 4 {
+		t.Errorf("%d of the job's 4 tasks got its name", won.Load())
+	}
+	if create("other", "ranks", "4243") || create("plain", "ranks", "") {
+		t.Error("a run of another group, or of none, took the group's name")
+	}
+	if n, _ := st.FreeName(ctx, "ranks", "4242"); n != "ranks" {
+		t.Errorf("FreeName for the group's own name: %s", n)
+	}
+	if n, _ := st.FreeName(ctx, "ranks", "4243"); n != "ranks-2" {
+		t.Errorf("FreeName for another group: %s, want ranks-2", n)
+	}
+	if n, _ := st.FreeName(ctx, "ranks", ""); n != "ranks-2" {
+		t.Errorf("FreeName for no group: %s, want ranks-2", n)
+	}
+	if _, err := st.NameOwner(ctx, "ranks", "4242"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("NameOwner past the group's own runs: %v", err)
+	}
+	if r, err := st.NameOwner(ctx, "ranks", ""); err != nil || r.Group != "4242" {
+		t.Errorf("NameOwner: %v %v", r, err)
+	}
+}

@@ -140,6 +140,9 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 	if in.StartErr == nil {
 		// a distributed job: each rank's end, and the rank that failed first
 		a.judgeRanks(in, pm)
+		if o.Group != nil {
+			o.Group.Ended(ctx, pm)
+		}
 	}
 	exitMsg := fmt.Sprintf("attempt %d ended: %s", n, pm.Reason)
 	// (A kernel its client restarted is restarted by the client: the new

@@ -117,6 +117,16 @@ type Options struct {
 	// from the store), so a post-mortem can say how old the newest one was
 	// even when the dying kernel saved none; nil: none.
 	PriorAutosave *postmortem.Autosave
+	// Group, when set, hears each attempt's post-mortem once its ranks are
+	// judged and before it is recorded: it shares the ranks with the
+	// job's other nodes and may name a first failure recorded there
+	// (groups.Recorder); nil: a run of no group.
+	Group GroupRecorder
+}
+
+// GroupRecorder shares a distributed job's ranks across its supervisors.
+type GroupRecorder interface {
+	Ended(ctx context.Context, pm *postmortem.Postmortem)
 }
 
 // Adapt configures run --adapt: the settings of the first attempt and the
