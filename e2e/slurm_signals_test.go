@@ -176,13 +176,16 @@ func (g *graceJob) savedInGrace() map[string]any {
 	return pm
 }
 
-// schedulerReason is where the reason the scheduler's end is diagnosed as
-// (time_limit, cancelled: internal/diagnose reads Slurm's "*** JOB N ON
-// NODE CANCELLED AT ... DUE TO TIME LIMIT ***" lines) is asserted; until
-// that diagnosis is part of this tree it logs the reason found.
+// schedulerReason asserts the reason the scheduler's end is diagnosed as
+// (time_limit, cancelled): the supervisor reads Slurm's "*** STEP N ON NODE
+// CANCELLED AT ... DUE TO TIME LIMIT ***" line from the job's output file
+// (slurmstepd writes it to the step's stderr, not the task's) and names the
+// step daemon that signalled it.
 func schedulerReason(t *testing.T, pm map[string]any, want string) {
 	t.Helper()
-	t.Logf("reason %v (the scheduler's end: %s)", pm["reason"], want)
+	if pm["reason"] != want {
+		t.Errorf("the attempt ended %v, want %s (the scheduler's end); evidence %v", pm["reason"], want, pm["evidence"])
+	}
 }
 
 // srunTrain is the step of every job here, as users write it.
@@ -285,7 +288,7 @@ func TestSlurmRequeueIsTheNextAttempt(t *testing.T) {
 	if first["exit_code"] != float64(143) {
 		t.Errorf("attempt 1: %v", first)
 	}
-	schedulerReason(t, first, "requeued")
+	schedulerReason(t, first, "cancelled") // Slurm: "CANCELLED AT … DUE TO JOB REQUEUE"
 	if !strings.Contains(g.output(), "this is attempt 2 of run") {
 		t.Errorf("the requeued start did not say it continues the run:\n%s", g.output())
 	}

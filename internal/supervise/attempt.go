@@ -303,6 +303,8 @@ type running struct {
 	// repeatNoted is set once a repeat of it was noted
 	stopSignal  syscall.Signal
 	repeatNoted bool
+	// stop is the signal that ended the job, for diagnose (noteStop)
+	stop *diagnose.Stop
 }
 
 // probeEvents records the events the probe's messages made (a notebook
@@ -635,6 +637,7 @@ func (a *running) signalled(ctx context.Context, sig syscall.Signal, killAll fun
 	}
 	a.interrupted, a.s.interrupted = true, true
 	a.stopSignal = sig
+	a.noteStop(sig, terminal)
 	fwd := sig
 	if sig == syscall.SIGHUP {
 		a.hangUp, a.s.hangUp = true, true
@@ -845,6 +848,9 @@ func (a *running) collectStacks() []string {
 func (a *running) input() diagnose.Input {
 	// a stop that comes while a restart is under way wins
 	in := diagnose.Input{Interrupted: a.interrupted && !a.stalled, HangUp: a.hangUp, Restarted: a.restarting && !a.interrupted && !a.stalled, Stalled: a.stalled, StallDesc: a.stallDesc, Stacks: a.stacks}
+	if in.Interrupted {
+		in.Stop = a.stopInput()
+	}
 	if a.haveFinal {
 		in.ExitCode = a.final.ExitCode
 		in.Signal = syscall.Signal(a.final.Signal)
