@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vramguard/vramguard/internal/analyze"
@@ -158,6 +159,10 @@ type Agent struct {
 	alerts *Alerts
 	log    *slog.Logger
 	start  time.Time
+
+	// pendingJobEvents counts the events waiting for their job
+	// (jobEventSoon)
+	pendingJobEvents atomic.Int32
 
 	mu        sync.RWMutex
 	latest    sampler.Reading
@@ -578,15 +583,11 @@ func (a *Agent) probeMessage(ctx context.Context, m probe.Message) {
 	case probe.TypeCell:
 		// A notebook kernel's cell ended: the dashboard marks its span on
 		// the kernel's plot (data: timeline.CellData, start and end).
-		var e *store.AgentEvent
-		a.withJobOf(pid, func(js *jobState) {
+		a.jobEventSoon(ctx, pid, func(js *jobState) *store.AgentEvent {
 			d := probe.CellData(m)
 			raw, _ := json.Marshal(d)
-			e = a.jobEventRaw(&js.Job, now, EventCell, js.Job.Name+": "+probe.CellLine(d), raw)
+			return a.jobEventRaw(&js.Job, now, EventCell, js.Job.Name+": "+probe.CellLine(d), raw)
 		})
-		if e != nil {
-			a.emit(ctx, []*store.AgentEvent{e})
-		}
 	case probe.TypeOOM:
 		var e *store.AgentEvent
 		a.withJobOf(pid, func(js *jobState) {
@@ -604,6 +605,47 @@ func (a *Agent) probeMessage(ctx context.Context, m probe.Message) {
 			a.emit(ctx, []*store.AgentEvent{e})
 		}
 	}
+}
+
+// maxPendingJobEvents bounds the events waiting for their job (jobEventSoon):
+// past it, an event of a process no job holds yet is dropped.
+const maxPendingJobEvents = 64
+
+// jobEventSoon emits the event ev makes of pid's job: at once when a job
+// holds pid, else once the machine view's next refreshes find it, for up
+// to 10 s (a kernel's probe reports its first cell before a refresh has
+// seen its new process). At most maxPendingJobEvents wait at once.
+func (a *Agent) jobEventSoon(ctx context.Context, pid int, ev func(*jobState) *store.AgentEvent) {
+	try := func() bool {
+		found := false
+		var e *store.AgentEvent
+		a.withJobOf(pid, func(js *jobState) { found, e = true, ev(js) })
+		if e != nil {
+			a.emit(ctx, []*store.AgentEvent{e})
+		}
+		return found
+	}
+	if try() {
+		return
+	}
+	if a.pendingJobEvents.Add(1) > maxPendingJobEvents {
+		a.pendingJobEvents.Add(-1)
+		return
+	}
+	go func() {
+		defer a.pendingJobEvents.Add(-1)
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			if try() {
+				return
+			}
+		}
+	}()
 }
 
 // withJobOf calls fn with the job holding pid, if there is one.
