@@ -8,9 +8,20 @@ the directory to put on sys.path for that.
 
     import vramguard
     vramguard.step()      # count a training step in a loop without an optimizer
+    vramguard.autosave(model=model, opt=opt, dir="ckpt/", every="30m")
+                          # save them at optimizer steps, and on the scheduler's warning
 """
 
 from ._probe import PROTOCOL, VERSION, start, step, stop  # noqa: F401
+
+
+def autosave(**kw):
+    """Keep a training script's objects saved (vramguard.script_autosave);
+    imported on first use, so the probe's start-up in every process does
+    not pay for it."""
+    from . import script_autosave
+
+    return script_autosave.autosave(**kw)
 
 
 def load_ipython_extension(ipython):
