@@ -448,3 +448,17 @@ def _dur(s):
         return "%dm%02ds" % divmod(s, 60)
     h, rest = divmod(s, 3600)
     return "%dh%02dm" % (h, rest // 60)
+
+
+class _Module(type(sys)):
+    """This module, callable: importing it makes vramguard.autosave the
+    module (Python sets a package's attribute to its submodule), and
+    vramguard.autosave(model=..., ...) must still call the script API."""
+
+    def __call__(self, **kw):
+        from . import script_autosave
+
+        return script_autosave.autosave(**kw)
+
+
+sys.modules[__name__].__class__ = _Module

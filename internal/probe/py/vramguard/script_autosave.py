@@ -19,8 +19,9 @@ its own, the handler notes the time and the next optimizer step saves at
 once; the ckpt event carries the signal, its time and the save's. Then the
 handler that was there before runs: a Python handler is called, SIGTERM's
 default is raised again (the job ends as it would have), an ignored signal
-stays ignored, and SIGUSR1's default (ending the job) is not taken: the
-warning is what the save was for, and the job trains on to its end. A job
+stays ignored, and the warning signal's default (SIGUSR1's ends the job)
+is not taken: the warning is what the save was for, and the job trains on
+to its end. A job
 that is not stepping (no optimizer step in the last STALL seconds, or ten
 times its mean step time if longer) has its previous handler run at once,
 as no step boundary would come.
