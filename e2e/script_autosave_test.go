@@ -171,3 +171,31 @@ print(int(o["opt"]["state"][0]["step"]), int(o["sched"]["last_epoch"]), sorted(o
 		t.Errorf("the job did not end of SIGTERM: %s", b)
 	}
 }
+
+// TestRunSaveOn: --save-on reaches the job as VRAMGUARD_SAVE_ON, by its
+// canonical name; a signal the job cannot be warned with is a one-line
+// usage error.
+func TestRunSaveOn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "SIGUSR1"},
+		{[]string{"--save-on", "hup"}, "SIGHUP"},
+		{[]string{"--save-on", "SIGTERM"}, "SIGTERM"},
+	} {
+		args := append(append([]string{"run", "--no-probe"}, c.args...), "--", "sh", "-c", `echo "save-on=[$VRAMGUARD_SAVE_ON]"`)
+		r := e.run(args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "save-on=["+c.want+"]") {
+			t.Errorf("%v: exit %d stdout %q stderr %q", c.args, r.code, r.stdout, r.stderr)
+		}
+	}
+	for _, bad := range []string{"SIGKILL", "SIGUSR2", "often"} {
+		r := e.run("run", "--save-on", bad, "--", "true")
+		if r.code != 2 || !strings.HasPrefix(r.stderr, "vramguard: ") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, "--save-on "+bad) {
+			t.Errorf("--save-on %s: exit %d stderr %q", bad, r.code, r.stderr)
+		}
+	}
+}
