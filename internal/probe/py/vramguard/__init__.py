@@ -15,13 +15,16 @@ the directory to put on sys.path for that.
 from ._probe import PROTOCOL, VERSION, start, step, stop  # noqa: F401
 
 
-def autosave(**kw):
-    """Keep a training script's objects saved (vramguard.script_autosave);
-    imported on first use, so the probe's start-up in every process does
-    not pay for it."""
-    from . import script_autosave
+def __getattr__(name):
+    """vramguard.autosave: the autosave module, imported on first use (the
+    probe's start-up in every process does not pay for it), and callable:
+    vramguard.autosave(model=..., opt=..., dir=...) keeps a training
+    script's objects saved (vramguard.script_autosave)."""
+    if name == "autosave":
+        import importlib
 
-    return script_autosave.autosave(**kw)
+        return importlib.import_module(".autosave", __name__)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 def load_ipython_extension(ipython):

@@ -451,9 +451,9 @@ def _dur(s):
 
 
 class _Module(type(sys)):
-    """This module, callable: importing it makes vramguard.autosave the
-    module (Python sets a package's attribute to its submodule), and
-    vramguard.autosave(model=..., ...) must still call the script API."""
+    """This module, callable: vramguard.autosave is this module (the
+    notebook side imports it by that name), and vramguard.autosave(model=...,
+    ...) is the script API."""
 
     def __call__(self, **kw):
         from . import script_autosave
