@@ -38,6 +38,7 @@ func TestScriptAutosaveChain(t *testing.T) {
 		{scenario: "own_handler", want: facts{Calls: [][]any{{"SIGUSR1", 3.0}, {"SIGTERM", 5.0}}, Saves: [][]any{{"0.pt", 0.0}, {"4.pt", 4.0}}, Steps: 7}},
 		{scenario: "ignored", want: facts{Calls: [][]any{}, Saves: [][]any{{"0.pt", 0.0}, {"4.pt", 4.0}}, Steps: 5}},
 		{scenario: "term", signal: syscall.SIGTERM, files: []string{"0", "4"}},
+		{scenario: "thread", signal: syscall.SIGTERM, files: []string{"0", "4"}},
 		{scenario: "idle", want: facts{Calls: [][]any{}, Saves: [][]any{{"0.pt", 0.0}}, Steps: 3}},
 		{scenario: "save_on", env: []string{"VRAMGUARD_SAVE_ON=SIGHUP"}, want: facts{Calls: [][]any{}, Saves: [][]any{{"0.pt", 0.0}, {"4.pt", 4.0}}, Steps: 5}},
 		{scenario: "bad_save_on", want: facts{Error: "SIGKILL is not a signal that can be caught"}},

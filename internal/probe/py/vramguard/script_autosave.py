@@ -70,6 +70,7 @@ class ScriptAutosave(Autosave):
         self.script = script or "-"
         self.pending = []  # (signal, wall time, previous handler) not yet served
         self.previous = {}  # signal -> the handler before ours
+        self.passing = set()  # signals to pass on when they come again
         self.step_times = []  # clock() of the recent steps
         self.steps = 0  # steps seen by the hooks (the probe counts them under `vramguard run`)
         self.lock = threading.Lock()
@@ -91,6 +92,10 @@ class ScriptAutosave(Autosave):
     def _on_signal(self, signum, frame):
         s = signal.Signals(signum)
         entry = (s, self.wall(), self.previous.get(s, signal.SIG_DFL))
+        if s in self.passing:  # sent again by _chain from a training thread
+            self.passing.discard(s)
+            self._chain(entry, frame, saved=True)
+            return
         if not self._stepping():
             self._chain(entry, frame, saved=False)
             return
@@ -124,6 +129,12 @@ class ScriptAutosave(Autosave):
 
     def _chain(self, entry, frame, saved):
         s, _, prev = entry
+        if threading.current_thread() is not threading.main_thread():
+            # handlers run, and are set, in the main thread only: the
+            # signal goes there again, and the handler there chains
+            self.passing.add(s)
+            os.kill(os.getpid(), s)
+            return
         if callable(prev):
             prev(int(s), frame)
         elif prev in (signal.SIG_DFL, None) and s == signal.SIGTERM:

@@ -6,6 +6,7 @@ the step the job had made when it ran) and whether the process lived on.
   own_handler  the job's own SIGUSR1 and SIGTERM handlers
   ignored      SIGUSR1 ignored by the job
   term         SIGTERM with no handler of the job's (it ends of it)
+  thread       the same, training in a thread other than the main one
   idle         the warning before any optimizer step
   save_on      VRAMGUARD_SAVE_ON=SIGHUP
   bad_save_on  save_on="SIGKILL"
@@ -68,6 +69,21 @@ elif scenario == "term":
     train(3)
     os.kill(os.getpid(), signal.SIGTERM)
     train(2)
+elif scenario == "thread":
+    import threading
+    import time
+
+    def loop():
+        train(3)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)  # the main thread's handler runs
+        train(2)
+        time.sleep(5)
+
+    th = threading.Thread(target=loop)
+    th.start()
+    while th.is_alive():
+        th.join(0.05)
 else:
     train(3)
     os.kill(os.getpid(), signal.SIGUSR1)
