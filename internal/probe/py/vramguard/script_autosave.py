@@ -83,6 +83,11 @@ class ScriptAutosave(Autosave):
             self.previous[s] = prev
             signal.signal(s, self._on_signal)
 
+    def off(self):
+        """Stop saving, and give the signals back to their handlers."""
+        self.unwatch()
+        super().off()
+
     def unwatch(self):
         for s, prev in self.previous.items():
             if signal.getsignal(s) == self._on_signal:
@@ -94,10 +99,10 @@ class ScriptAutosave(Autosave):
         entry = (s, self.wall(), self.previous.get(s, signal.SIG_DFL))
         if s in self.passing:  # sent again by _chain from a training thread
             self.passing.discard(s)
-            self._chain(entry, frame, saved=True)
+            self._chain(entry, frame)
             return
         if not self._stepping():
-            self._chain(entry, frame, saved=False)
+            self._chain(entry, frame)
             return
         with self.lock:
             self.pending.append(entry)
@@ -125,9 +130,9 @@ class ScriptAutosave(Autosave):
         s, warned, _ = served[0]
         self.save(signal=s.name, warned_at=round(warned, 6))
         for e in served:
-            self._chain(e, None, saved=True)
+            self._chain(e, None)
 
-    def _chain(self, entry, frame, saved):
+    def _chain(self, entry, frame):
         s, _, prev = entry
         if threading.current_thread() is not threading.main_thread():
             # handlers run, and are set, in the main thread only: the
@@ -172,7 +177,6 @@ def autosave(dir="vramguard-autosave", every="30m", keep=DEFAULT_KEEP, save_on=N
         import torch.optim  # noqa: F401  (the objects are torch's; the hooks need the module)
     script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-") else ""
     if _current is not None:
-        _current.unwatch()
         _current.off()
     a = ScriptAutosave(dict(objects), script)
     a.configure(list(objects), period, dir, keep)
