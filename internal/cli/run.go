@@ -51,6 +51,7 @@ type RunOptions struct {
 	OOMSnapshot    bool
 	AtomicSave     bool
 	UnsavedWarning time.Duration
+	SaveOn         string
 	detachedID     string
 	// priorAutosave is a notebook kernel's newest autosave from an earlier
 	// kernel (run --kernel sets it), for the post-mortem's kernel section
@@ -93,6 +94,13 @@ next one looks again. {resume} carries only a path of letters, digits and
 checkpoint named otherwise is refused (exit 2), as is {resume} inside the
 script of a shell's -c or the code of python -c: use "$VRAMGUARD_RESUME" in
 a script (os.environ["VRAMGUARD_RESUME"] in Python) instead.
+
+A script that calls vramguard.autosave(model=..., opt=..., dir="ckpt/") is
+saved at its optimizer steps, and once more at the first step after the
+scheduler's warning: --save-on (SIGUSR1 by default), and SIGTERM while the
+script has no SIGTERM handler of its own. Its own handler runs after the
+save; the post-mortem says at which step the save was made and how long
+after the warning (docs/CLUSTER.md).
 
 Exit status: the job's own (a job killed by signal N gives 128+N); 2 for bad
 usage; 3 when --memory-limit cannot be applied here.`,
@@ -146,6 +154,7 @@ usage; 3 when --memory-limit cannot be applied here.`,
 	fl.BoolVar(&o.OOMSnapshot, "oom-snapshot", false, "record CUDA allocation history (bounded) and dump a snapshot at an OOM; explain shows the largest allocation sites")
 	fl.BoolVar(&o.AtomicSave, "atomic-save", false, "make torch.save write a temporary file, fsync and rename, so a crash mid-save keeps the previous checkpoint")
 	fl.DurationVar(&o.UnsavedWarning, "unsaved-warning", 30*time.Minute, "warn when the job has trained this long since its last checkpoint (0 disables)")
+	fl.StringVar(&o.SaveOn, "save-on", "SIGUSR1", "the scheduler's warning signal (SIGUSR1, SIGTERM, SIGINT or SIGHUP) on which vramguard.autosave() in the job saves at the next optimizer step (SIGTERM too while the job has no handler of its own); passed as VRAMGUARD_SAVE_ON")
 	fl.BoolVar(&o.Kernel, "kernel", false, "the job is a Jupyter kernel: each restart of the same kernel becomes an attempt of one run (the kernelspec of vramguard jupyter install sets it)")
 	addAdaptFlags(fl, &o.adapt)
 	fl.StringVar(&o.detachedID, "detached-run-id", "", "")
@@ -179,6 +188,11 @@ func runRun(ctx context.Context, f *Factory, o *RunOptions) error {
 	if o.MaxRestarts < 0 {
 		return Usagef("--max-restarts must be 0 or more")
 	}
+	saveOn, err := saveOnSignal(o.SaveOn)
+	if err != nil {
+		return err
+	}
+	o.SaveOn = saveOn
 	var limit uint64
 	if o.MemoryLimit != "" {
 		var err error
@@ -350,7 +364,7 @@ func superviseRun(ctx context.Context, f *Factory, o *RunOptions, st *store.Stor
 
 	id := run.ID
 	so := supervise.Options{
-		RunID: id, Name: run.Name, Command: o.Command, Env: o.groupFl.env(os.Environ(), os.Getenv), RunDir: run.Dir, FirstAttempt: first,
+		RunID: id, Name: run.Name, Command: o.Command, Env: append(o.groupFl.env(os.Environ(), os.Getenv), saveOnVar+"="+o.SaveOn), RunDir: run.Dir, FirstAttempt: first,
 		Store: st, GPU: gb, Proc: procfs.FS{}, Cgroup: cgroup.Reader{},
 		Notify: f.IO.ErrOut, Signals: sigs, Requests: requests, Terminal: foreground,
 		SampleInterval: o.SampleInterval, MemoryLimit: limit,
@@ -522,4 +536,22 @@ func detachArgs(argv []string, o *RunOptions) []string {
 		add("simulate", abs)
 	}
 	return append(append(out, "--"), o.Command...)
+}
+
+// saveOnVar passes --save-on to the probe's vramguard.autosave().
+const saveOnVar = "VRAMGUARD_SAVE_ON"
+
+// saveOnSignal is the canonical name of a --save-on signal: one the
+// supervisor delivers to its job and the job may handle (SIGUSR2 is the
+// probe's own, for stacks).
+func saveOnSignal(v string) (string, error) {
+	n := strings.ToUpper(strings.TrimSpace(v))
+	if !strings.HasPrefix(n, "SIG") {
+		n = "SIG" + n
+	}
+	switch n {
+	case "SIGUSR1", "SIGTERM", "SIGINT", "SIGHUP":
+		return n, nil
+	}
+	return "", Usagef("--save-on %s: give SIGUSR1, SIGTERM, SIGINT or SIGHUP (the signals a scheduler warns with)", v)
 }

@@ -9,6 +9,7 @@ package postmortem
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/vramguard/vramguard/internal/adapt"
@@ -179,6 +180,32 @@ type Checkpoint struct {
 	// names of the objects saved.
 	Autosave bool     `json:"autosave,omitempty"`
 	Objects  []string `json:"objects,omitempty"`
+	// Signal and WarnedAt: an autosave made on the scheduler's warning
+	// (vramguard.autosave() in a script), the signal and when it arrived.
+	Signal   string     `json:"signal,omitempty"`
+	WarnedAt *time.Time `json:"warned_at,omitempty"`
+}
+
+// WarningSaves adds to the evidence a line for each save the job made on
+// its scheduler's warning. Call it once the probe's summary is in pm.Probe.
+func WarningSaves(pm *Postmortem) {
+	if pm.Probe == nil {
+		return
+	}
+	for _, c := range pm.Probe.Checkpoints {
+		if l := c.AfterWarning(); l != "" {
+			pm.Evidence = append(pm.Evidence, c.Path+" was "+l)
+		}
+	}
+}
+
+// AfterWarning is the line that says when a save made on a warning was
+// made, or "".
+func (c Checkpoint) AfterWarning() string {
+	if c.WarnedAt == nil || c.Error != "" {
+		return ""
+	}
+	return fmt.Sprintf("saved at step %d, %s after the warning (%s)", c.Steps, FormatSeconds(max(0, c.T.Sub(*c.WarnedAt).Seconds())), c.Signal)
 }
 
 // OOM is a CUDA out-of-memory error the probe saw.

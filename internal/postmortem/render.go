@@ -383,6 +383,9 @@ func renderProbe(w io.Writer, p *Probe, sites []AllocSite, sitesErr string) {
 				atomic = ", atomic"
 			}
 			fmt.Fprintf(w, "    %s  %s  %s (step %d%s)\n", c.T.Local().Format("15:04:05"), filepath.Base(c.Path), what, c.Steps, atomic)
+			if l := c.AfterWarning(); l != "" {
+				fmt.Fprintf(w, "              %s\n", l)
+			}
 		}
 	}
 	if o := p.OOM; o != nil {

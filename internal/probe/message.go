@@ -68,6 +68,12 @@ type Message struct {
 	// the objects saved
 	Autosave bool     `json:"autosave,omitempty"`
 	Objects  []string `json:"objects,omitempty"`
+	// ckpt of vramguard.autosave() made on a warning signal: the signal's
+	// name and when it arrived (unix seconds)
+	Signal   string  `json:"signal,omitempty"`
+	WarnedAt float64 `json:"warned_at,omitempty"`
+	// ckpt of vramguard.autosave() in a script: the script's path
+	Script string `json:"script,omitempty"`
 
 	// cell_start and cell (rss_bytes too; error names the exception a
 	// cell raised; cuda holds the devices' deltas)

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"slices"
+	"time"
 
 	"github.com/vramguard/vramguard/internal/postmortem"
 )
@@ -52,6 +53,10 @@ func (s *Summary) Add(m Message) {
 			Autosave: m.Autosave, Objects: m.Objects}
 		if m.Bytes != nil {
 			c.Bytes = *m.Bytes
+		}
+		if m.WarnedAt > 0 {
+			w := time.Unix(0, int64(m.WarnedAt*1e9)).UTC()
+			c.WarnedAt, c.Signal = &w, m.Signal
 		}
 		s.Checkpoints = append(s.Checkpoints, c)
 		s.OptimizerSteps = max(s.OptimizerSteps, m.OptimizerSteps)

@@ -134,6 +134,7 @@ func (s *supervisor) attempt(ctx context.Context, n int) (*Postmortem, error) {
 		o.Probe.Finish(pm)
 		a.probeEvents(ctx)
 		postmortem.CaughtOOM(pm) // an exit 0 after an OOM the job caught
+		postmortem.WarningSaves(pm)
 	}
 	postmortem.SchedulerEnd(pm) // what a scheduler's end lost, and what to set
 	a.kernelSection(pm)

@@ -92,8 +92,8 @@ func (c *cellTrack) event(e timeline.Event) {
 		delete(c.peak, k)
 	case timeline.KindCheckpoint:
 		var d timeline.CheckpointData
-		if json.Unmarshal(e.Data, &d) != nil || !d.Autosave {
-			return
+		if json.Unmarshal(e.Data, &d) != nil || !d.Autosave || d.Script != "" {
+			return // a script's autosave is not a kernel's
 		}
 		c.seen = true
 		if c.autosave == nil || !e.T.Before(c.autosave.T) {

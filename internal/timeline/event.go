@@ -113,4 +113,8 @@ type CheckpointData struct {
 	Bytes    int64    `json:"bytes"`
 	Autosave bool     `json:"autosave,omitempty"`
 	Objects  []string `json:"objects,omitempty"`
+	// Script is the training script of vramguard.autosave() (a script's
+	// autosave, not a notebook's); Signal names the warning it was made on
+	Script string `json:"script,omitempty"`
+	Signal string `json:"signal,omitempty"`
 }

@@ -262,9 +262,10 @@ class Autosave:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
         return "autosave-%s%s-%d.pt" % (self.tag + "-" if self.tag else "", stamp, count)
 
-    def save(self):
+    def save(self, **extra):
         """One autosave now; returns its path, or "" (the error is reported
-        on stderr and in `%vramguard autosave status`)."""
+        on stderr and in `%vramguard autosave status`). extra: more fields
+        of the ckpt event sent to the supervisor."""
         torch = sys.modules.get("torch")
         self.saving = True
         t0 = time.perf_counter()
@@ -290,14 +291,14 @@ class Autosave:
             self.last, self.last_path, self.last_wall, self.last_error = self.clock(), path, now, ""
             self.saves += 1
             _probe.event("ckpt", path=path, bytes=nbytes, seconds=round(time.perf_counter() - t0, 6), atomic=True,
-                         ok=True, optimizer_steps=_probe._optimizer_steps, autosave=True, objects=list(objs))
+                         ok=True, optimizer_steps=_probe._optimizer_steps, autosave=True, objects=list(objs), **extra)
             self.prune()
             return path
         except Exception as e:
             self.last = self.clock()  # not again at once: the next try is a period away
             self.last_error = "%s: %s" % (type(e).__name__, e) if not isinstance(e, AutosaveError) else str(e)
             _probe.event("ckpt", path=path, atomic=True, ok=False, error=self.last_error[:2000],
-                         optimizer_steps=_probe._optimizer_steps, autosave=True, objects=list(self.names))
+                         optimizer_steps=_probe._optimizer_steps, autosave=True, objects=list(self.names), **extra)
             out = self.err or sys.stderr
             try:
                 out.write("vramguard: autosave failed: %s\n" % self.last_error)
@@ -447,3 +448,17 @@ def _dur(s):
         return "%dm%02ds" % divmod(s, 60)
     h, rest = divmod(s, 3600)
     return "%dh%02dm" % (h, rest // 60)
+
+
+class _Module(type(sys)):
+    """This module, callable: vramguard.autosave is this module (the
+    notebook side imports it by that name), and vramguard.autosave(model=...,
+    ...) is the script API."""
+
+    def __call__(self, **kw):
+        from . import script_autosave
+
+        return script_autosave.autosave(**kw)
+
+
+sys.modules[__name__].__class__ = _Module
