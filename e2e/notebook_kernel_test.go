@@ -71,8 +71,14 @@ func (l *nbLab) vg(args ...string) testbin.Result {
 // drive runs drive.py (mode km or nb) with spec and decodes its report.
 func (l *nbLab) drive(mode string, spec any, out any) {
 	l.t.Helper()
+	l.driveFor(testbin.Timeout, mode, spec, out)
+}
+
+// driveFor is drive with a limit of its own on drive.py.
+func (l *nbLab) driveFor(limit time.Duration, mode string, spec any, out any) {
+	l.t.Helper()
 	b, _ := json.Marshal(spec)
-	r := testbin.Run(l.t, testbin.Command(l.t, l.environ(), python, filepath.Join("testdata", "notebook", "drive.py"), mode, nbKernel, string(b)))
+	r := testbin.Run(l.t, testbin.CommandFor(l.t, limit, l.environ(), python, filepath.Join("testdata", "notebook", "drive.py"), mode, nbKernel, string(b)))
 	if r.Code != 0 {
 		l.t.Fatalf("drive.py %s: exit %d\nstdout:\n%s\nstderr:\n%s", mode, r.Code, r.Stdout, r.Stderr)
 	}

@@ -140,12 +140,27 @@ func Python() string {
 // or when t ends. env is its whole environment (nil: this process's).
 func Command(t testing.TB, env []string, name string, args ...string) *exec.Cmd {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	return CommandFor(t, Timeout, env, name, args...)
+}
+
+// CommandFor is Command with a limit of its own, for a command that drives
+// many steps (a client restarting a kernel fifty times). A command killed
+// at its limit is waited for at most WaitDelay more: a descendant it left
+// holding its stdout or stderr (a kernel it started) makes Run return
+// rather than hang the test.
+func CommandFor(t testing.TB, limit time.Duration, env []string, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = env
+	cmd.WaitDelay = WaitDelay
 	return cmd
 }
+
+// WaitDelay is how long Run waits, once a command has exited or been
+// killed, for the descendants still holding its output pipes.
+const WaitDelay = 10 * time.Second
 
 // Vramguard is Command for the binary under test.
 func Vramguard(t testing.TB, env []string, args ...string) *exec.Cmd {
@@ -177,6 +192,11 @@ func Run(t testing.TB, cmd *exec.Cmd) Result {
 		r.PID = cmd.ProcessState.Pid()
 	}
 	var ee *exec.ExitError
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// it ended, but something it started still held its output
+		t.Logf("run %s: a descendant still held its output %v after it ended", strings.Join(cmd.Args, " "), WaitDelay)
+		err = nil
+	}
 	if err != nil && !errors.As(err, &ee) {
 		t.Fatalf("run %s: %v\nstderr:\n%s", strings.Join(cmd.Args, " "), err, r.Stderr)
 	}

@@ -24,42 +24,48 @@ def drive_km(kernel, steps):
 
     km = KernelManager(kernel_name=kernel)
     km.start_kernel()
+    # a step that fails (a timeout) still ends the kernel: one left running
+    # would hold this process's output pipes after it exits
     kc = km.client()
-    kc.start_channels()
-    kc.wait_for_ready(timeout=60)
-    out = {"connection_file": km.connection_file, "steps": []}
-    for st in steps:
-        if "run" in st:
-            res = {"stdout": "", "stderr": "", "error": None, "execution_count": None}
+    done = False
+    try:
+        kc.start_channels()
+        kc.wait_for_ready(timeout=60)
+        out = {"connection_file": km.connection_file, "steps": []}
+        for st in steps:
+            if "run" in st:
+                res = {"stdout": "", "stderr": "", "error": None, "execution_count": None}
 
-            def hook(msg, res=res):
-                t, c = msg["msg_type"], msg["content"]
-                if t == "stream":
-                    res[c["name"]] += c["text"]
-                elif t == "error":
-                    res["error"] = c["ename"]
-                    res["stderr"] += "%s: %s\n" % (c["ename"], c["evalue"])
-                elif t == "execute_input":
-                    res["execution_count"] = c["execution_count"]
+                def hook(msg, res=res):
+                    t, c = msg["msg_type"], msg["content"]
+                    if t == "stream":
+                        res[c["name"]] += c["text"]
+                    elif t == "error":
+                        res["error"] = c["ename"]
+                        res["stderr"] += "%s: %s\n" % (c["ename"], c["evalue"])
+                    elif t == "execute_input":
+                        res["execution_count"] = c["execution_count"]
 
-            kc.execute_interactive(st["run"], output_hook=hook, timeout=st.get("timeout", 60))
-            out["steps"].append(res)
-        elif "until_dead" in st:
-            kc.execute(st["until_dead"])
-            deadline = time.time() + st.get("timeout", 60)
-            while km.is_alive() and time.time() < deadline:
-                time.sleep(0.05)
-            out["steps"].append({"dead": not km.is_alive()})
-        elif st.get("restart"):
-            if "wait" in st:
-                km.shutdown_wait_time = st["wait"]
-                km.restart_kernel(now=False)
-            else:
-                km.restart_kernel(now=True)
-            kc.wait_for_ready(timeout=st.get("ready_timeout", 60))
-            out["steps"].append({"restarted": True})
-    kc.stop_channels()
-    km.shutdown_kernel()
+                kc.execute_interactive(st["run"], output_hook=hook, timeout=st.get("timeout", 60))
+                out["steps"].append(res)
+            elif "until_dead" in st:
+                kc.execute(st["until_dead"])
+                deadline = time.time() + st.get("timeout", 60)
+                while km.is_alive() and time.time() < deadline:
+                    time.sleep(0.05)
+                out["steps"].append({"dead": not km.is_alive()})
+            elif st.get("restart"):
+                if "wait" in st:
+                    km.shutdown_wait_time = st["wait"]
+                    km.restart_kernel(now=False)
+                else:
+                    km.restart_kernel(now=True)
+                kc.wait_for_ready(timeout=st.get("ready_timeout", 60))
+                out["steps"].append({"restarted": True})
+        done = True
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=not done)
     print(json.dumps(out))
 
 
