@@ -58,13 +58,13 @@ type graceJob struct {
 	id   string
 }
 
-// submitGrace starts a cluster (KillWait 10 s: the job's 4-s save fits,
+// submitGrace starts a cluster (KillWait 30 s, Slurm's default: the job's 4-s save fits under load,
 // and Slurm's SIGKILL comes before any default of vramguard's would) and
 // submits a batch script of sbatch lines, then body, which starts the
 // training with $VRAMGUARD.
 func submitGrace(t *testing.T, sbatch, body string) *graceJob {
 	t.Helper()
-	c := testbin.StartSlurm(t, "KillWait=10")
+	c := testbin.StartSlurm(t, "KillWait=30")
 	g := &graceJob{t: t, c: c, e: newEnv(t), work: t.TempDir()}
 	if err := os.WriteFile(filepath.Join(g.work, "train.py"), []byte(graceTrain), 0o644); err != nil {
 		t.Fatal(err)
