@@ -151,6 +151,13 @@ func (g *graceJob) keepsRunning() {
 // It returns the post-mortem.
 func (g *graceJob) savedInGrace() map[string]any {
 	g.t.Helper()
+	// Slurm shows a cancelled job CANCELLED at once, while its processes
+	// still run their handlers (COMPLETING): the run's end is vramguard's
+	// own, once the job ended
+	waitFor(g.t, 90*time.Second, "the run to end", func() bool {
+		var runs []map[string]any
+		return json.Unmarshal([]byte(g.e.run("runs", "--json").stdout), &runs) == nil && len(runs) == 1 && runs[0]["status"] != "running"
+	})
 	term, ok := g.at("got SIGTERM")
 	if !ok {
 		g.t.Fatal("the job never got SIGTERM")
