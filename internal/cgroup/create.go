@@ -90,7 +90,7 @@ func Create(name string, limit uint64) (*Group, error) {
 		ErrUnavailable, strings.Join(tried, "\n  "))
 }
 
-// mkdirUnique makes a new directory under parent named name-XXXXXXXX and
+// mkdirUnique makes a new directory under parent named name-<8 hex digits> and
 // returns its path; it never returns one that existed before the call.
 func mkdirUnique(parent, name string) (string, error) {
 	for range 8 {
@@ -107,7 +107,7 @@ func mkdirUnique(parent, name string) (string, error) {
 			return "", err
 		}
 	}
-	return "", fmt.Errorf("no unused name %s-XXXXXXXX under %s", name, parent)
+	return "", fmt.Errorf("no unused name %s-<8 hex digits> under %s", name, parent)
 }
 
 func createV1(parent, name string, limit uint64) (*Group, error) {
