@@ -20,9 +20,12 @@ import (
 // "T got NAME", "T saved", "T ready PID".
 const graceTrain = `import os, signal, sys, time
 SAVE = float(sys.argv[1]) if len(sys.argv) > 1 else 4
-log = open("signals.log", "a", buffering=1)
+# os.write, not a buffered file: a signal may come twice at once (from Slurm
+# and forwarded by vramguard), and a handler re-entering a buffered write
+# raises RuntimeError
+log = os.open("signals.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 def note(what):
-    log.write("%.3f %s\n" % (time.time(), what))
+    os.write(log, ("%.3f %s\n" % (time.time(), what)).encode())
 step = 0
 saving = False
 def on_term(sig, frame):
