@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/units"
 )
 
 // TestAnalyzeShortHostLeak: a CPU job (no GPU backend) that keeps every
@@ -84,13 +85,19 @@ while not stopped():
 	if f.Series != "rss" || f.Limit == nil || *f.Limit != 600<<20 || f.LeakRate <= 0 || f.DetectedAt.After(d.EndedAt) {
 		t.Errorf("monitor's forecast %+v: want the rss rise to the 600 MiB limit, raised before the end", f)
 	}
-	m := regexp.MustCompile(`host resident memory \(rss\) floor rises ([0-9.]+) MiB/s`).FindStringSubmatch(ev)
+	// the rate is written in whichever unit suits it (KiB/s when the
+	// machine's load slows the job's steps)
+	m := regexp.MustCompile(`host resident memory \(rss\) floor rises ([0-9.]+ [KMG]iB)/s`).FindStringSubmatch(ev)
 	if a.Verdict == "insufficient_data" {
 		if m == nil {
 			t.Fatalf("analyze states no rate of the rise: %s", ev)
 		}
-		rate, _ := strconv.ParseFloat(m[1], 64)
-		if mon := f.LeakRate / (1 << 20); rate < 0.7*mon || rate > 1.3*mon {
+		b, err := units.ParseBytes(m[1])
+		if err != nil {
+			t.Fatalf("analyze's rate %q: %v", m[1], err)
+		}
+		rate, mon := float64(b)/(1<<20), f.LeakRate/(1<<20)
+		if rate < 0.7*mon || rate > 1.3*mon {
 			t.Errorf("analyze reads a rise of %.2f MiB/s, the monitor forecast from %.2f MiB/s", rate, mon)
 		}
 	}

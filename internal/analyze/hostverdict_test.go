@@ -21,6 +21,9 @@ func TestHostSeriesVerdict(t *testing.T) {
 		{"rising for 7.5 minutes to its limit", 454, 0.9, VerdictInsufficientData, "host resident memory (rss) floor rises 922 KiB/s since t=0s"},
 		{"rising for 15 minutes", 900, 0.9, VerdictLeak, "host resident memory (floor per window) rose"},
 		{"flat for 10 minutes", 600, 0, VerdictStable, "host resident memory (rss) floor (the level each window returns to) shows no persistent rise"},
+		// resident memory can stand above the cgroup's limit (shared file
+		// pages it is not charged for): no "out of memory in 0s (0s to 0s)"
+		{"already past its limit", 600, 0.9, VerdictLeak, "at or past its limit of 512 MiB: no time left at this rate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

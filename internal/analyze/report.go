@@ -324,6 +324,14 @@ func (d *Detector) forecast(r *Report, e estimate, limit float64, what string) {
 	case e.tr.lo < e.slope:
 		r.OOMETAHigh = room / e.tr.lo
 	}
+	if room == 0 {
+		// resident memory counts shared file pages (a library mapped by
+		// several processes) that the cgroup may not be charged for, so a
+		// job's RSS can stand above the limit that ends it
+		r.Evidence = append(r.Evidence, fmt.Sprintf("%s at %s, at or past its limit of %s: no time left at this rate",
+			what, units.FormatBytes(e.peak), units.FormatBytes(limit)))
+		return
+	}
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s at %s of %s: out of memory in %s (%s to %s) at this rate",
 		what, units.FormatBytes(e.peak), units.FormatBytes(limit), FormatDuration(r.OOMETA), FormatDuration(r.OOMETALow), FormatDuration(r.OOMETAHigh)))
 }
