@@ -130,10 +130,14 @@ func StartSlurm(t testing.TB, conf ...string) *SlurmCluster {
 		settings[k] = v
 	}
 	for k, v := range map[string]string{
-		"ClusterName":       "vgtest" + strconv.Itoa(ports[0]),
-		"SlurmctldHost":     host,
-		"SlurmctldPort":     strconv.Itoa(ports[0]),
-		"AuthInfo":          "socket=" + filepath.Join(dir, "munge.sock"),
+		"ClusterName":   "vgtest" + strconv.Itoa(ports[0]),
+		"SlurmctldHost": host,
+		"SlurmctldPort": strconv.Itoa(ports[0]),
+		// cred_expire: how long a requeued job waits before it starts
+		// again (120 s by default); scontrol update StartTime=now
+		// instead races Slurm's own revocation of the first start's
+		// credential ("Job credential revoked")
+		"AuthInfo":          "socket=" + filepath.Join(dir, "munge.sock") + ",cred_expire=10",
 		"StateSaveLocation": filepath.Join(dir, "state"),
 		"SlurmdSpoolDir":    filepath.Join(dir, "spool", "%n"),
 		"SlurmctldPidFile":  filepath.Join(dir, "slurmctld.pid"),
