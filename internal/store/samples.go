@@ -1,4 +1,4 @@
-// A run's samples: one timeline.Sample per interval of each attempt.
+// A run's samples (timeline.Sample): the readings of its job kept for each attempt.
 
 package store
 
