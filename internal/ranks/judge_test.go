@@ -298,6 +298,9 @@ func TestJudgeOnlyConsequences(t *testing.T) {
 		if res.Verdict.Reason != diagnose.Stalled || !strings.Contains(res.RootCause.How, "timed out waiting for it") {
 			t.Errorf("%s: %q", res.Verdict.Reason, res.RootCause.How)
 		}
+		if ev := strings.Join(res.Verdict.Evidence, "\n"); !strings.Contains(ev, "ranks 0, 1 ended because of it") {
+			t.Errorf("evidence does not name the ranks that waited: %q", ev)
+		}
 	})
 
 	t.Run("counts read a moment before a sudden end name no straggler", func(t *testing.T) {
