@@ -101,7 +101,7 @@ what they would do unless --yes is given.`,
 
 func addKernelsFlags(cmd *cobra.Command, o *KernelsOptions) {
 	fl := cmd.Flags()
-	fl.StringArrayVar(&o.RuntimeDirs, "runtime-dir", nil, "look for servers in DIR (repeatable; default: $JUPYTER_RUNTIME_DIR and Jupyter's data directory, every user's for root)")
+	fl.StringArrayVar(&o.RuntimeDirs, "runtime-dir", nil, "look only in DIR for servers and kernels (repeatable; default: $JUPYTER_RUNTIME_DIR and Jupyter's data directory, every user's for root, and every kernel process found)")
 	fl.StringVar(&o.GPUBackend, "gpu-backend", "auto", "where GPU memory is read: auto, nvml, none or sim:SCENARIO")
 	fl.DurationVar(&o.Timeout, "timeout", 10*time.Second, "how long to wait for a server's answer")
 	fl.DurationVar(&o.IdleWindow, "idle-window", jupyter.DefaultIdleWindow, "flag a kernel idle when Jupyter has called it idle this long and it holds GPU memory")
@@ -144,6 +144,15 @@ func collectKernels(ctx context.Context, f *Factory, o *KernelsOptions) ([]jupyt
 		jobs = res.Jobs
 	}
 	c := &jupyter.Collector{Servers: servers, Procs: jupyter.LiveProcs{}, Jobs: jobs, Now: f.Now, Timeout: o.Timeout, IdleWindow: o.IdleWindow}
+	if len(o.RuntimeDirs) > 0 {
+		// kernels no server listed: only those of the named directories
+		for _, d := range o.RuntimeDirs {
+			if abs, err := filepath.Abs(d); err == nil {
+				d = abs
+			}
+			c.Scope = append(c.Scope, d)
+		}
+	}
 	entries, err := c.Collect(ctx)
 	if err != nil {
 		if entries == nil {

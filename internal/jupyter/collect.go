@@ -82,6 +82,24 @@ type Collector struct {
 	// IdleWindow is how long a kernel Jupyter calls idle must have been so
 	// to be an idle holder (0: DefaultIdleWindow).
 	IdleWindow time.Duration
+	// Scope, when set, limits the kernels no server listed to those whose
+	// connection file is in one of these directories (the runtime
+	// directories a user named); nil shows every such kernel.
+	Scope []string
+}
+
+// inScope reports whether a kernel no server listed is shown: no scope,
+// or its connection file is in a scoped directory.
+func (c *Collector) inScope(kp KernelProc) bool {
+	if c.Scope == nil {
+		return true
+	}
+	for _, d := range c.Scope {
+		if kp.ConnFile != "" && filepath.Dir(kp.ConnFile) == filepath.Clean(d) {
+			return true
+		}
+	}
+	return false
 }
 
 // DefaultIdleWindow is the idle window of a kernel, as the agent's idle
@@ -179,6 +197,9 @@ func (c *Collector) Collect(ctx context.Context) ([]Entry, error) {
 		}
 		// each owner's process is its own entry (none is the other's)
 		for _, p := range append([]KernelProc{kp}, kp.Others...) {
+			if !c.inScope(p) {
+				continue
+			}
 			e := Entry{KernelID: id, ExecutionState: "unknown", PIDs: []int{}, UID: users.NoUID, User: users.Unknown}
 			c.fill(&e, p)
 			if envSrc != nil {

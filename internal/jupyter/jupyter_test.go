@@ -291,7 +291,7 @@ func TestCollect(t *testing.T) {
 			{PID: 80, PPID: 1, Comm: "python3", RSSBytes: 100},
 			{PID: 90, PPID: 1, Comm: "python3", RSSBytes: 100},
 		},
-		argv: map[int][]string{22: kernelArgv("A"), 23: kernelArgv("A"), 30: kernelArgv("B"), 60: kernelArgv("U"), 70: kernelArgv("V"), 80: kernelArgv("C"), 90: kernelArgv("D")},
+		argv: map[int][]string{22: kernelArgv("A"), 23: kernelArgv("A"), 30: kernelArgv("B"), 60: kernelArgv("U"), 70: {"/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "/other/rt/kernel-V.json"}, 80: kernelArgv("C"), 90: kernelArgv("D")},
 		env:  map[int][]string{60: {"HOME=/h", "JPY_SESSION_NAME=proj/u.ipynb"}},
 		cwd:  map[int]string{60: "/w/proj"},
 		uid:  map[int]int{22: 1001, 23: 1001, 30: 1002, 60: 4242, 70: 0, 80: 1002, 90: 1002},
@@ -378,6 +378,23 @@ func TestCollect(t *testing.T) {
 		t.Errorf("idle holders under a 5 min window: %q, want A and C", holders)
 	}
 	c.IdleWindow = 0
+
+	// Scoped to runtime directories (kernels --runtime-dir): a kernel no
+	// server listed is shown only when its connection file is in one of
+	// them; what the servers list is shown as before.
+	c.Scope = []string{"/rt"}
+	scoped, err := c.Collect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, e := range scoped {
+		ids = append(ids, e.KernelID)
+	}
+	if !reflect.DeepEqual(ids, []string{"A", "C", "D", "Z", "B", "U"}) {
+		t.Errorf("kernels scoped to /rt: %q, want every listed one and U, not V (of /other/rt)", ids)
+	}
+	c.Scope = nil
 
 	nb := Notebooks(context.Background(), c.Servers, src, time.Second)
 	// each with its kernel's owner: its server's user, or its process's

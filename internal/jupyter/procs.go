@@ -40,6 +40,9 @@ type KernelProc struct {
 	// RunID is the supervising run, from VRAMGUARD_RUN_ID in the kernel's
 	// environment ("" when unsupervised or the environment is unreadable).
 	RunID string
+	// ConnFile is the connection file the kernel's command line names, an
+	// absolute path as the kernel sees it ("" when it cannot be told).
+	ConnFile string
 	// Others are processes of other users whose command lines name the
 	// same kernel (each user's newest): a command line is anyone's to
 	// write, so which is the kernel is its server's user's to say (Of).
@@ -127,6 +130,7 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 		// launcher: the kernel's command follows a "--" (vramguard run
 		// --kernel ... -- python ...; other launchers alike)
 		launcher bool
+		file     string // the connection file, absolute ("" unknown)
 	}
 	cands := map[int]cand{}
 	ids := connIDs{src: src, seen: map[string]string{}}
@@ -140,6 +144,7 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 			continue
 		}
 		c := cand{id: id, vramguard: looksLikeVramguard(p.Comm, argv), launcher: launches(argv)}
+		c.file, _ = ids.file(p.PID, argv)
 		if exeSrc != nil {
 			if exe, err := exeSrc.Exe(p.PID); err == nil && exe != "" {
 				c.ident = "exe:" + exe
@@ -209,7 +214,7 @@ func KernelProcs(src ProcSource) (map[string]KernelProc, error) {
 			continue
 		}
 		c := cands[pid]
-		kp := KernelProc{PID: pid, Tree: procfs.Tree(all, pid)}
+		kp := KernelProc{PID: pid, Tree: procfs.Tree(all, pid), ConnFile: c.file}
 		if parent(pid) != 0 {
 			kp.Supervised = true
 			if envSrc != nil {
@@ -316,16 +321,8 @@ func (c *connIDs) of(pid int, argv []string) (string, bool) {
 	if !strings.HasSuffix(file, ".json") {
 		return "", false
 	}
-	if !filepath.IsAbs(file) {
-		es, ok := c.src.(EnvSource)
-		if !ok {
-			return "", false
-		}
-		cwd, err := es.Cwd(pid)
-		if err != nil || cwd == "" {
-			return "", false
-		}
-		file = filepath.Join(cwd, file)
+	if file, ok = c.file(pid, argv); !ok {
+		return "", false
 	}
 	if id, ok := c.seen[file]; ok {
 		return id, id != ""
@@ -338,6 +335,28 @@ func (c *connIDs) of(pid int, argv []string) (string, bool) {
 	}
 	c.seen[file] = id
 	return id, id != ""
+}
+
+// file is the connection file a command line names, made absolute with
+// the process's working directory; ok is false when there is none or a
+// relative one cannot be resolved.
+func (c *connIDs) file(pid int, argv []string) (string, bool) {
+	file, ok := attrib.ConnectionFile(argv)
+	if !ok {
+		return "", false
+	}
+	if filepath.IsAbs(file) {
+		return file, true
+	}
+	es, ok := c.src.(EnvSource)
+	if !ok {
+		return "", false
+	}
+	cwd, err := es.Cwd(pid)
+	if err != nil || cwd == "" {
+		return "", false
+	}
+	return filepath.Join(cwd, file), true
 }
 
 // FileOwnerSource is implemented by a ProcSource that can tell who owns a
@@ -371,20 +390,9 @@ func (c *connIDs) holds(pid int, argv []string) bool {
 	if !ok {
 		return true
 	}
-	file, ok := attrib.ConnectionFile(argv)
+	file, ok := c.file(pid, argv)
 	if !ok {
 		return true
-	}
-	if !filepath.IsAbs(file) {
-		es, ok := c.src.(EnvSource)
-		if !ok {
-			return true
-		}
-		cwd, err := es.Cwd(pid)
-		if err != nil || cwd == "" {
-			return true
-		}
-		file = filepath.Join(cwd, file)
 	}
 	owner, ok := fo.FileOwner(pid, file)
 	if !ok {
