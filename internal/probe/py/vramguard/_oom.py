@@ -1,5 +1,5 @@
-"""CUDA OOM forensics. When the job initialises CUDA, an OOM observer is
-attached (torch >= 2.0; before, a sys.excepthook that recognises a CUDA
+"""CUDA OOM forensics. When the job initialises CUDA, torch's OOM observer
+is attached (where torch has none, a sys.excepthook that recognises a CUDA
 OOM), and with --oom-snapshot the allocator starts recording its history.
 At an OOM the probe sends an "oom" line and writes, in the run directory,
 the allocator's memory_summary and, when recording, its memory snapshot

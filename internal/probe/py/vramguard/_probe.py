@@ -56,10 +56,11 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _start_lock = threading.Lock()
 _hooks_installed = False  # import hook, fork hooks, atexit: once per interpreter
 
-# The running probe and the step counts, read (never set) by the notebook
-# side, vramguard.autosave() and tests as _probe._p, _probe._optimizer_steps
-# and _probe._user_steps: each lives in the one module that keeps it.
-_SHARED = {"_p": (_state, "p"), "_optimizer_steps": (_steps, "optimizer_steps"), "_user_steps": (_steps, "user_steps")}
+# The running probe and the optimizer's step count, read (never set) as
+# _probe._p and _probe._optimizer_steps by vramguard.autosave()
+# (script_autosave), the benchmarks and tests: each lives in the one module
+# that keeps it.
+_SHARED = {"_p": (_state, "p"), "_optimizer_steps": (_steps, "optimizer_steps")}
 
 
 def __getattr__(name):
