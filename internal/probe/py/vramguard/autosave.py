@@ -31,7 +31,7 @@ import sys
 import time
 import weakref
 
-from . import _probe, owned, weights
+from . import _probe, _steps, owned, weights
 from ._units import size
 
 DEFAULT_KEEP = 3
@@ -291,14 +291,14 @@ class Autosave:
             self.last, self.last_path, self.last_wall, self.last_error = self.clock(), path, now, ""
             self.saves += 1
             _probe.event("ckpt", path=path, bytes=nbytes, seconds=round(time.perf_counter() - t0, 6), atomic=True,
-                         ok=True, optimizer_steps=_probe._optimizer_steps, autosave=True, objects=list(objs), **extra)
+                         ok=True, optimizer_steps=_steps.optimizer_steps, autosave=True, objects=list(objs), **extra)
             self.prune()
             return path
         except Exception as e:
             self.last = self.clock()  # not again at once: the next try is a period away
             self.last_error = "%s: %s" % (type(e).__name__, e) if not isinstance(e, AutosaveError) else str(e)
             _probe.event("ckpt", path=path, atomic=True, ok=False, error=self.last_error[:2000],
-                         optimizer_steps=_probe._optimizer_steps, autosave=True, objects=list(self.names), **extra)
+                         optimizer_steps=_steps.optimizer_steps, autosave=True, objects=list(self.names), **extra)
             out = self.err or sys.stderr
             try:
                 out.write("vramguard: autosave failed: %s\n" % self.last_error)

@@ -10,7 +10,8 @@ import gc
 import sys
 import types
 
-from . import _cuda, holders
+from . import _cuda
+from .roots import exception_roots, output_name
 
 
 def _measure():
@@ -56,7 +57,7 @@ def drop_outputs(shell):
     # IPython's own `%reset out` leaves behind.
     hidden = getattr(shell, "user_ns_hidden", None)
     if isinstance(hidden, dict):
-        for k in [k for k in hidden if holders.output_name(k)]:
+        for k in [k for k in hidden if output_name(k)]:
             if type(hidden[k]) is str and hidden[k] == "":
                 continue
             if k in ("_", "__", "___"):
@@ -73,7 +74,7 @@ def drop_exception(shell):
     """The last exception wherever IPython keeps it, each traceback's frames
     cleared first so their locals go even if something else kept the
     traceback. Returns the places it was found in."""
-    roots = holders.exception_roots(shell)
+    roots = exception_roots(shell)
     done = set()
     for obj, _ in roots:
         _clear_frames(obj, done)

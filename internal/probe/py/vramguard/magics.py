@@ -10,7 +10,7 @@ import sys
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from . import _cuda, _probe, autosave, cells, free, holders
+from . import _config, _cuda, _probe, _state, _wire, autosave, cells, free, holders
 from ._units import parse_duration, parse_size, signed, size
 
 USAGE = """%vramguard [SUBCOMMAND]: memory inside this notebook.
@@ -249,13 +249,13 @@ class VramguardMagics(Magics):
 
     def status(self):
         side = self.side
-        p = _probe._p
-        run_id = (p.cfg.run_id if p is not None else "") or os.environ.get(_probe.ENV_RUN_ID, "")
+        p = _state.p
+        run_id = (p.cfg.run_id if p is not None else "") or os.environ.get(_config.ENV_RUN_ID, "")
         if p is None:
             probe = "not running (%load_ext vramguard starts it)"
         elif p.failed:
             probe = "stopped after an internal error"
-        elif _probe._alive(p.conn):
+        elif _wire.alive(p.conn):
             probe = "sending to %s" % p.cfg.socket_path
         elif p.agent_path:
             probe = "sending to the agent at %s" % p.agent_path
