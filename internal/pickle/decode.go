@@ -162,11 +162,7 @@ func (t *tree) Tuple(items []any) (any, error) { return Tuple(append([]any(nil),
 func (t *tree) List(items []any) (any, error) { return &List{Items: append([]any(nil), items...)}, nil }
 
 func (t *tree) Dict(items []any) (any, error) {
-	d := &Dict{}
-	for i := 0; i < len(items); i += 2 {
-		d.set(items[i], items[i+1])
-	}
-	return d, nil
+	return NewDict(items...), nil
 }
 
 func (t *tree) FrozenSet(items []any) (any, error) {
