@@ -193,7 +193,12 @@ func (w *walker) walkDict(x *pickle.Dict, path string, depth int, role string) {
 		role = "optimizer"
 	}
 	for i := range x.Len() {
-		w.walk(x.Val(i), join(path, pathKey(x.Key(i))), depth+1, role)
+		v := x.Val(i)
+		if _, none := v.(pickle.None); none && w.nodes < maxWalkNodes && depth < maxWalkDepth {
+			w.nodes++ // a None names nothing: no path to make
+			continue
+		}
+		w.walk(v, join(path, pathKey(x.Key(i))), depth+1, role)
 	}
 }
 

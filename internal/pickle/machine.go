@@ -68,6 +68,17 @@ type MemoWatcher[V any] interface {
 	Memoized(k uint64, v *V)
 }
 
+// Packer is a Builder whose small scalar values (None, bools, small ints:
+// what a flood of memoised values mostly is) the machine may keep in the
+// memo as 4-byte words rather than as values: Pack says whether v is one
+// and its word (never 0), Unpack makes the value back. The values must be
+// ones Python shares too (None, bools, small ints), so a memo read of a
+// word is the value it was.
+type Packer[V any] interface {
+	Pack(v V) (uint32, bool)
+	Unpack(w uint32) V
+}
+
 // Limits bounds one decode. The absolute bounds (MaxStack, MaxMemo, ...)
 // stop a file that claims more than any real one holds; the proportional
 // ones keep what a decode holds in proportion to the bytes it has read: the
@@ -120,14 +131,18 @@ type Machine[V any] struct {
 	lim    Limits
 	b      Builder[V]
 	watch  MemoWatcher[V]
+	pack   Packer[V]
 	stack  []V
 	depths []int32 // nesting depth of each stack value
 	marks  []int
 	// The memo: dense while indices come in order (MEMOIZE, a pickler's
 	// PUTs), in pages that never move, and a map for any index out of
 	// order, so an index costs one entry whatever its value. A page of
-	// depths exists only once a value nested in something is memoised there.
+	// values exists only once a value that does not pack (Packer) is
+	// memoised there, a page of words once one that packs is, a page of
+	// depths once a value nested in something is.
 	memo       [][]V
+	memoWord   [][]uint32
 	memoDepth  [][]int32
 	memoN      int // dense entries
 	sparse     map[uint64]memoEnt[V]
@@ -184,13 +199,21 @@ func NewMachine[V any](r io.Reader, start, size int64, lim Limits, b Builder[V],
 		lim: lim, b: b, opPos: start,
 	}
 	m.watch, _ = b.(MemoWatcher[V])
+	m.pack, _ = b.(Packer[V])
 	return m
 }
 
 // SetMemo replaces the value memoised at k, when there is one.
 func (m *Machine[V]) SetMemo(k uint64, v V) {
 	if k < uint64(m.memoN) {
-		m.memo[k/memoPage][k%memoPage] = v
+		p, i := k/memoPage, k%memoPage
+		if m.memo[p] == nil {
+			m.memo[p] = make([]V, memoPage)
+		}
+		m.memo[p][i] = v
+		if w := m.memoWord[p]; w != nil {
+			w[i] = 0
+		}
 	} else if e, ok := m.sparse[k]; ok {
 		e.v = v
 		m.sparse[k] = e
@@ -479,6 +502,9 @@ const memoPage = 1 << 12
 // dense returns the dense entry k < memoN and its depth.
 func (m *Machine[V]) dense(k uint64) (V, int32) {
 	p, i := k/memoPage, k%memoPage
+	if w := m.memoWord[p]; w != nil && w[i] != 0 {
+		return m.pack.Unpack(w[i]), 0
+	}
 	var depth int32
 	if d := m.memoDepth[p]; d != nil {
 		depth = d[i]
@@ -490,18 +516,41 @@ func (m *Machine[V]) dense(k uint64) (V, int32) {
 func (m *Machine[V]) setDense(k uint64, v V, depth int32) {
 	p, i := k/memoPage, k%memoPage
 	if p == uint64(len(m.memo)) {
-		m.memo = append(m.memo, make([]V, memoPage))
+		m.memo = append(m.memo, nil)
+		m.memoWord = append(m.memoWord, nil)
 		m.memoDepth = append(m.memoDepth, nil)
 	}
+	if k == uint64(m.memoN) {
+		m.memoN++
+	}
+	if m.pack != nil && depth == 0 {
+		if w, ok := m.pack.Pack(v); ok {
+			if m.memoWord[p] == nil {
+				m.memoWord[p] = make([]uint32, memoPage)
+			}
+			m.memoWord[p][i] = w
+			if m.memo[p] != nil {
+				var zero V
+				m.memo[p][i] = zero
+			}
+			if m.memoDepth[p] != nil {
+				m.memoDepth[p][i] = 0
+			}
+			return
+		}
+	}
+	if m.memo[p] == nil {
+		m.memo[p] = make([]V, memoPage)
+	}
 	m.memo[p][i] = v
+	if w := m.memoWord[p]; w != nil {
+		w[i] = 0
+	}
 	if depth != 0 && m.memoDepth[p] == nil {
 		m.memoDepth[p] = make([]int32, memoPage)
 	}
 	if m.memoDepth[p] != nil {
 		m.memoDepth[p][i] = depth
-	}
-	if k == uint64(m.memoN) {
-		m.memoN++
 	}
 }
 

@@ -48,8 +48,12 @@ type Dict struct {
 	// own hash, so consecutive keys take consecutive slots); any other int,
 	// a float's bits and a string in a map. Other keys are not
 	// deduplicated, which keeps decoding linear and is what a report needs.
+	// While the int keys come in increasing order (as a dict built in
+	// order is written) none can repeat one before, and wordTab is not
+	// made.
 	wordTab  []int32 // position+1, 0 for an empty slot
 	nWord    int
+	lastWord int32 // the last int key, while wordTab is nil
 	intIdx   map[int64]int32
 	floatIdx map[uint64]int32
 	strIdx   map[string]int32
@@ -153,7 +157,7 @@ func (d *Dict) wordFind(w uint32) (pos, slot int) {
 		if e == 0 {
 			return -1, int(i)
 		}
-		if d.keys.at(int(e-1)) == w {
+		if normWord(d.keys.at(int(e-1))) == w {
 			return int(e - 1), int(i)
 		}
 		perturb >>= 5
@@ -161,13 +165,39 @@ func (d *Dict) wordFind(w uint32) (pos, slot int) {
 	}
 }
 
-// growWords doubles wordTab (its load stays at most 2/3, as CPython's).
+// normWord is a packed key as the int it equals (a bool's word as 0 or 1).
+func normWord(w uint32) uint32 {
+	switch w {
+	case wordFalse:
+		return 0<<2 | tagInt
+	case wordTrue:
+		return 1<<2 | tagInt
+	}
+	return w
+}
+
+// growWords makes wordTab room for one more int key (its load stays at
+// most 2/3, as CPython's): doubled, or made from the items when it is first
+// needed.
 func (d *Dict) growWords() {
 	old := d.wordTab
-	d.wordTab = make([]int32, max(2*len(old), 8))
+	n := max(2*len(old), 8)
+	for 3*(d.nWord+1) > 2*n {
+		n *= 2
+	}
+	d.wordTab = make([]int32, n)
+	if old == nil {
+		for i := range d.keys.len() {
+			if w := normWord(d.keys.at(i)); w&3 == tagInt {
+				_, s := d.wordFind(w)
+				d.wordTab[s] = int32(i + 1)
+			}
+		}
+		return
+	}
 	for _, e := range old {
 		if e != 0 {
-			_, s := d.wordFind(d.keys.at(int(e - 1)))
+			_, s := d.wordFind(normWord(d.keys.at(int(e - 1))))
 			d.wordTab[s] = e
 		}
 	}
@@ -229,6 +259,13 @@ func (d *Dict) index(k any, n int32) {
 func (d *Dict) set(k, v any) {
 	n := d.keys.len()
 	if w, ok := keyWord(k); ok {
+		if x := int32(w) >> 2; d.wordTab == nil && (d.nWord == 0 || x > d.lastWord) {
+			d.lastWord = x
+			d.nWord++
+			d.keys.append(d.pack(k, 0))
+			d.vals.append(d.pack(v, 0))
+			return
+		}
 		if 3*(d.nWord+1) > 2*len(d.wordTab) {
 			d.growWords()
 		}
