@@ -24,7 +24,7 @@ func allocated(f func()) uint64 {
 // bound, and the decode allocates at most 48 bytes per byte of input and
 // 100 MB in all, collected or not.
 func TestBombsCostTheirBytes(t *testing.T) {
-	for _, b := range pickletest.Bombs() {
+	for _, b := range append(pickletest.Bombs(), pickletest.Dicts()...) {
 		t.Run(b.Name, func(t *testing.T) {
 			var err error
 			n := allocated(func() { _, err = DecodeBytes(b.Data, DefaultLimits) })
@@ -54,9 +54,10 @@ func TestCycleDecodes(t *testing.T) {
 	}
 }
 
-// BenchmarkBombs decodes each hostile pickle: B/op is what it allocates.
+// BenchmarkBombs decodes each hostile pickle and each dict of millions of
+// items: B/op is what it allocates.
 func BenchmarkBombs(b *testing.B) {
-	for _, bomb := range pickletest.Bombs() {
+	for _, bomb := range append(pickletest.Bombs(), pickletest.Dicts()...) {
 		b.Run(bomb.Name, func(b *testing.B) {
 			b.SetBytes(int64(len(bomb.Data)))
 			b.ReportAllocs()
