@@ -168,27 +168,13 @@ type memoEnt[V any] struct {
 // (-1 when unknown). progress, when not nil, hears the bytes read every few
 // MiB.
 func NewMachine[V any](r io.Reader, start, size int64, lim Limits, b Builder[V], progress func(int64)) *Machine[V] {
-	if lim.MaxOps <= 0 {
-		lim.MaxOps = DefaultLimits.MaxOps
-	}
-	if lim.MaxBytes <= 0 {
-		lim.MaxBytes = math.MaxInt64
-	}
-	if lim.MaxDepth <= 0 {
-		lim.MaxDepth = DefaultLimits.MaxDepth
-	}
-	if lim.MaxMarks <= 0 {
-		lim.MaxMarks = DefaultLimits.MaxMarks
-	}
-	if lim.Slack <= 0 {
-		lim.Slack = DefaultLimits.Slack
-	}
-	if lim.BytesPer <= 0 {
-		lim.BytesPer = DefaultLimits.BytesPer
-	}
-	if lim.MemoBytesPer <= 0 {
-		lim.MemoBytesPer = DefaultLimits.MemoBytesPer
-	}
+	orDefault(&lim.MaxOps, DefaultLimits.MaxOps)
+	orDefault(&lim.MaxBytes, math.MaxInt64)
+	orDefault(&lim.MaxDepth, DefaultLimits.MaxDepth)
+	orDefault(&lim.MaxMarks, DefaultLimits.MaxMarks)
+	orDefault(&lim.Slack, DefaultLimits.Slack)
+	orDefault(&lim.BytesPer, DefaultLimits.BytesPer)
+	orDefault(&lim.MemoBytesPer, DefaultLimits.MemoBytesPer)
 	maxLine := lim.MaxString
 	if maxLine < 1<<20 {
 		maxLine = 1 << 20
@@ -201,6 +187,13 @@ func NewMachine[V any](r io.Reader, start, size int64, lim Limits, b Builder[V],
 	m.watch, _ = b.(MemoWatcher[V])
 	m.pack, _ = b.(Packer[V])
 	return m
+}
+
+// orDefault sets a limit that is not positive to d.
+func orDefault[T int | int64](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // SetMemo replaces the value memoised at k, when there is one.

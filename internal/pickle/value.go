@@ -239,21 +239,19 @@ func floatKey(x float64) uint64 {
 func (d *Dict) index(k any, n int32) {
 	switch x := k.(type) {
 	case string:
-		if d.strIdx == nil {
-			d.strIdx = map[string]int32{}
-		}
-		d.strIdx[x] = n
+		putIndex(&d.strIdx, x, n)
 	case float64:
-		if d.floatIdx == nil {
-			d.floatIdx = map[uint64]int32{}
-		}
-		d.floatIdx[floatKey(x)] = n
+		putIndex(&d.floatIdx, floatKey(x), n)
 	case int64:
-		if d.intIdx == nil {
-			d.intIdx = map[int64]int32{}
-		}
-		d.intIdx[x] = n
+		putIndex(&d.intIdx, x, n)
 	}
+}
+
+func putIndex[K comparable](m *map[K]int32, k K, n int32) {
+	if *m == nil {
+		*m = map[K]int32{}
+	}
+	(*m)[k] = n
 }
 
 func (d *Dict) set(k, v any) {
