@@ -3,22 +3,10 @@ package pickle
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"testing"
 
 	"github.com/vramguard/vramguard/internal/pickle/pickletest"
 )
-
-// allocated is what f allocates, collected or not: an upper bound of what
-// it holds at its peak.
-func allocated(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
 
 // TestBombsCostTheirBytes: every hostile pickle decodes or is refused by a
 // bound, and the decode allocates at most 48 bytes per byte of input and
@@ -27,7 +15,7 @@ func TestBombsCostTheirBytes(t *testing.T) {
 	for _, b := range append(pickletest.Bombs(), pickletest.Dicts()...) {
 		t.Run(b.Name, func(t *testing.T) {
 			var err error
-			n := allocated(func() { _, err = DecodeBytes(b.Data, DefaultLimits) })
+			n := pickletest.Allocated(func() { _, err = DecodeBytes(b.Data, DefaultLimits) })
 			if err != nil && !errors.Is(err, ErrLimit) {
 				t.Fatalf("%s: %v, want a value or a bound", b.Name, err)
 			}

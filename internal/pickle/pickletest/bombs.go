@@ -7,6 +7,7 @@ package pickletest
 import (
 	"bytes"
 	"encoding/binary"
+	"runtime"
 )
 
 // Bomb is one hostile pickle.
@@ -123,4 +124,15 @@ func Dicts() []Bomb {
 	return []Bomb{
 		{"dict keys batched", DictKeysBatched(2_400_000), "2.4 M distinct keys in SETITEMS batches of 1000: a dict of 2.4 M items"},
 	}
+}
+
+// Allocated is what f allocates, collected or not: an upper bound of what
+// it holds at its peak (what the bomb tests hold each reader to).
+func Allocated(f func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&a)
+	f()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
 }
