@@ -71,9 +71,10 @@ type MemoWatcher[V any] interface {
 // Packer is a Builder whose small scalar values (None, bools, small ints:
 // what a flood of memoised values mostly is) the machine may keep in the
 // memo as 4-byte words rather than as values: Pack says whether v is one
-// and its word (never 0), Unpack makes the value back. The values must be
-// ones Python shares too (None, bools, small ints), so a memo read of a
-// word is the value it was.
+// and its word (never 0), Unpack makes the value back. Only values a view
+// tells apart by their value alone, never by their identity (None, bools,
+// ints), may pack: a memo read of a word is a new value equal to the one
+// memoised.
 type Packer[V any] interface {
 	Pack(v V) (uint32, bool)
 	Unpack(w uint32) V
