@@ -20,7 +20,7 @@ mkdir -p "$WORK"
 go build -o "$WORK/vramguard" ./cmd/vramguard
 vg=$WORK/vramguard
 /usr/bin/python3 - "$WORK" <<'PY'
-import struct, sys, zipfile, os
+import pickle, struct, sys, zipfile, os
 w = sys.argv[1]
 def flood(first, op, n, tail=b""):
     return b"\x80\x04" + first + op * n + (b"N" if not first else b"") + b"."
@@ -33,6 +33,8 @@ cases = {
     "none_memoize": flood(b"", b"N\x94", 4_900_000),
     "none_memoize_pop": flood(b"", b"N\x940", 4_900_000),
     "dict_keys": b"\x80\x02}(" + b"".join(b"J" + struct.pack("<I", i) + b"N" for i in range(2_400_000)) + b"u.",
+    # the same keys as CPython writes a dict: SETITEMS in batches of 1000
+    "dict_keys_batched": pickle.dumps({i: None for i in range(2_400_000)}, protocol=2),
 }
 for name, data in cases.items():
     open(os.path.join(w, name + ".pkl"), "wb").write(data)

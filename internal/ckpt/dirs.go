@@ -76,9 +76,9 @@ func inspectDCP(dir string, rep *Report, opt Options) {
 	// Tensors: state_dict_metadata maps FQN -> TensorStorageMetadata.
 	if sdm, ok := state.Get("state_dict_metadata"); ok {
 		if d := asDict(sdm); d != nil {
-			for i, k := range d.Keys {
-				fqn := pickle.KeyString(k)
-				c, ok := d.Vals[i].(*pickle.Call)
+			for i := range d.Len() {
+				fqn := pickle.KeyString(d.Key(i))
+				c, ok := d.Val(i).(*pickle.Call)
 				if !ok {
 					continue
 				}
@@ -122,10 +122,11 @@ func inspectDCP(dir string, rep *Report, opt Options) {
 		return
 	}
 	sizes := map[string]int64{}
-	for i, k := range d.Keys {
-		info, ok := d.Vals[i].(*pickle.Call)
+	for i := range d.Len() {
+		k := d.Key(i)
+		info, ok := d.Val(i).(*pickle.Call)
 		if !ok {
-			rep.invalid("storage_data entry %d is %T", i, d.Vals[i])
+			rep.invalid("storage_data entry %d is %T", i, d.Val(i))
 			return
 		}
 		s := asStateDict(info)
@@ -187,8 +188,8 @@ func describeIndex(k any) string {
 
 // readDCPScalars opens each BytesStorageMetadata item and walks it.
 func readDCPScalars(dir string, state *pickle.Dict, storage *pickle.Dict, rep *Report) {
-	for i, k := range storage.Keys {
-		fqn := describeIndex(k)
+	for i := range storage.Len() {
+		fqn := describeIndex(storage.Key(i))
 		isTensor := false
 		for _, t := range rep.Tensors {
 			if t.Path == fqn {
@@ -199,7 +200,7 @@ func readDCPScalars(dir string, state *pickle.Dict, storage *pickle.Dict, rep *R
 		if isTensor {
 			continue
 		}
-		s := asStateDict(storage.Vals[i].(*pickle.Call))
+		s := asStateDict(storage.Val(i).(*pickle.Call))
 		rp, _ := s.Get("relative_path")
 		off, _ := s.Get("offset")
 		ln, _ := s.Get("length")
@@ -250,7 +251,12 @@ func asStateDict(c *pickle.Call) *pickle.Dict {
 		if len(s) == 2 {
 			if d, ok := s[1].(*pickle.Dict); ok {
 				if d0, ok := s[0].(*pickle.Dict); ok {
-					out := &pickle.Dict{Keys: append(append([]any{}, d0.Keys...), d.Keys...), Vals: append(append([]any{}, d0.Vals...), d.Vals...)}
+					out := pickle.NewDict()
+					for _, src := range []*pickle.Dict{d0, d} {
+						for i := range src.Len() {
+							out.Set(src.Key(i), src.Val(i))
+						}
+					}
 					return out
 				}
 				return d

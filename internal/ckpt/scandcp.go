@@ -46,8 +46,9 @@ func dcpStorageItems(dir string) ([]dcpItem, error) {
 		return nil, fmt.Errorf(".metadata has no storage_data dict")
 	}
 	var items []dcpItem
-	for i, k := range d.Keys {
-		info, _ := d.Vals[i].(*pickle.Call)
+	for i := range d.Len() {
+		k := d.Key(i)
+		info, _ := d.Val(i).(*pickle.Call)
 		var s *pickle.Dict
 		if info != nil {
 			s = asStateDict(info)

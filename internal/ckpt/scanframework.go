@@ -268,8 +268,9 @@ func (w *useWalk) value(v any) {
 		case *pickle.Dict:
 			if !w.seen[x] {
 				w.seen[x] = true
-				stack = append(stack, x.Keys...)
-				stack = append(stack, x.Vals...)
+				for i := range x.Len() {
+					stack = append(stack, x.Key(i), x.Val(i))
+				}
 			}
 		case *pickle.Set:
 			if !w.seen[x] {

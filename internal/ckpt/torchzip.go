@@ -205,16 +205,16 @@ func classifyLayout(rep *Report, v any) {
 		rep.Layout = "optimizer"
 		return
 	}
-	for _, k := range d.Keys {
-		s, _ := k.(string)
+	for i := range d.Len() {
+		s, _ := d.Key(i).(string)
 		if strings.Contains(s, "optimizer") || s == "epoch" || s == "step" || s == "global_step" {
 			rep.Layout = "training"
 			return
 		}
 	}
-	allTensors := len(d.Keys) > 0
-	for _, t := range d.Vals {
-		c, ok := t.(*pickle.Call)
+	allTensors := d.Len() > 0
+	for i := range d.Len() {
+		c, ok := d.Val(i).(*pickle.Call)
 		if !ok {
 			allTensors = false
 			break

@@ -192,8 +192,13 @@ func (w *walker) walkDict(x *pickle.Dict, path string, depth int, role string) {
 	if role == "" && isOptimizerState(x) {
 		role = "optimizer"
 	}
-	for i, k := range x.Keys {
-		w.walk(x.Vals[i], join(path, pathKey(k)), depth+1, role)
+	for i := range x.Len() {
+		v := x.Val(i)
+		if _, none := v.(pickle.None); none && w.nodes < maxWalkNodes && depth < maxWalkDepth {
+			w.nodes++ // a None names nothing: no path to make
+			continue
+		}
+		w.walk(v, join(path, pathKey(x.Key(i))), depth+1, role)
 	}
 }
 
@@ -316,15 +321,15 @@ func (w *walker) walkModule(st *pickle.Dict, path string, depth int, role string
 	for _, field := range []string{"_parameters", "_buffers"} {
 		v, _ := st.Get(field)
 		if d := asDict(v); d != nil {
-			for i, k := range d.Keys {
-				w.walk(d.Vals[i], join(path, pathKey(k)), depth+1, role)
+			for i := range d.Len() {
+				w.walk(d.Val(i), join(path, pathKey(d.Key(i))), depth+1, role)
 			}
 		}
 	}
 	if v, ok := st.Get("_modules"); ok {
 		if d := asDict(v); d != nil {
-			for i, k := range d.Keys {
-				child := d.Vals[i]
+			for i := range d.Len() {
+				k, child := d.Key(i), d.Val(i)
 				if c, ok := child.(*pickle.Call); ok {
 					if cs, ok := c.State.(*pickle.Dict); ok && isModuleState(cs) {
 						w.walkModule(cs, join(path, pathKey(k)), depth+1, role)
@@ -336,14 +341,14 @@ func (w *walker) walkModule(st *pickle.Dict, path string, depth int, role string
 		}
 	}
 	// Plain attributes (ints, floats, strings) of the module are scalars.
-	for i, k := range st.Keys {
-		ks := pathKey(k)
+	for i := range st.Len() {
+		ks := pathKey(st.Key(i))
 		if strings.HasPrefix(ks, "_") {
 			continue
 		}
-		switch st.Vals[i].(type) {
+		switch v := st.Val(i); v.(type) {
 		case int64, float64, string:
-			w.scalar(join(path, ks), st.Vals[i])
+			w.scalar(join(path, ks), v)
 		}
 	}
 }

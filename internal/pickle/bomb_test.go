@@ -3,31 +3,19 @@ package pickle
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"testing"
 
 	"github.com/vramguard/vramguard/internal/pickle/pickletest"
 )
 
-// allocated is what f allocates, collected or not: an upper bound of what
-// it holds at its peak.
-func allocated(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
-
 // TestBombsCostTheirBytes: every hostile pickle decodes or is refused by a
 // bound, and the decode allocates at most 48 bytes per byte of input and
 // 100 MB in all, collected or not.
 func TestBombsCostTheirBytes(t *testing.T) {
-	for _, b := range pickletest.Bombs() {
+	for _, b := range append(pickletest.Bombs(), pickletest.Dicts()...) {
 		t.Run(b.Name, func(t *testing.T) {
 			var err error
-			n := allocated(func() { _, err = DecodeBytes(b.Data, DefaultLimits) })
+			n := pickletest.Allocated(func() { _, err = DecodeBytes(b.Data, DefaultLimits) })
 			if err != nil && !errors.Is(err, ErrLimit) {
 				t.Fatalf("%s: %v, want a value or a bound", b.Name, err)
 			}
@@ -54,9 +42,10 @@ func TestCycleDecodes(t *testing.T) {
 	}
 }
 
-// BenchmarkBombs decodes each hostile pickle: B/op is what it allocates.
+// BenchmarkBombs decodes each hostile pickle and each dict of millions of
+// items: B/op is what it allocates.
 func BenchmarkBombs(b *testing.B) {
-	for _, bomb := range pickletest.Bombs() {
+	for _, bomb := range append(pickletest.Bombs(), pickletest.Dicts()...) {
 		b.Run(bomb.Name, func(b *testing.B) {
 			b.SetBytes(int64(len(bomb.Data)))
 			b.ReportAllocs()
@@ -64,6 +53,30 @@ func BenchmarkBombs(b *testing.B) {
 				if _, err := DecodeBytes(bomb.Data, DefaultLimits); err != nil && !errors.Is(err, ErrLimit) {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// TestMemoOfScalarsCostsWords: a memo of millions of None, bools or small
+// ints costs a 4-byte word an entry, not an interface: 4.9 M entries, each
+// popped, allocate at most 5 bytes an entry in all.
+func TestMemoOfScalarsCostsWords(t *testing.T) {
+	const n = 4_900_000
+	for _, tc := range []struct{ name, value string }{
+		{"None", "N"},
+		{"True", "\x88"},
+		{"small int", "K\x07"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := pickletest.Flood("", tc.value+"\x940", n)
+			var err error
+			got := pickletest.Allocated(func() { _, err = DecodeBytes(data, DefaultLimits) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got > 5*n {
+				t.Errorf("%d memo entries of %s allocate %d bytes, over %d", n, tc.name, got, 5*n)
 			}
 		})
 	}

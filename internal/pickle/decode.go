@@ -128,6 +128,14 @@ func (t *tree) global(g Global, op string, resolved bool, detail string) {
 	t.res.Globals = append(t.res.Globals, GlobalRef{Global: g, Offset: t.m.OpPos(), Opcode: op, Resolved: resolved, Detail: detail, Proto: t.m.Protocol()})
 }
 
+// Pack and Unpack keep None, bools and small ints in the memo as words.
+func (t *tree) Pack(v any) (uint32, bool) { return packScalar(v) }
+
+func (t *tree) Unpack(w uint32) any {
+	v, _ := unpackScalar(w)
+	return v
+}
+
 func (t *tree) Proto(int) error     { return nil }
 func (t *tree) None() any           { return None{} }
 func (t *tree) Bool(b bool) any     { return b }
@@ -162,11 +170,7 @@ func (t *tree) Tuple(items []any) (any, error) { return Tuple(append([]any(nil),
 func (t *tree) List(items []any) (any, error) { return &List{Items: append([]any(nil), items...)}, nil }
 
 func (t *tree) Dict(items []any) (any, error) {
-	d := &Dict{}
-	for i := 0; i < len(items); i += 2 {
-		d.set(items[i], items[i+1])
-	}
-	return d, nil
+	return NewDict(items...), nil
 }
 
 func (t *tree) FrozenSet(items []any) (any, error) {

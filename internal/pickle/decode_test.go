@@ -13,8 +13,8 @@ func TestDecodeValues(t *testing.T) {
 		name, in string
 		want     string // fmt of the decoded value
 	}{
-		{"proto2 dict", "\x80\x02}q\x00X\x04\x00\x00\x00stepq\x01K\x05s.", "&{[step] [5] map[step:0] map[] map[]}"},
-		{"proto0 dict", "(dp0\nS'a'\np1\nI01\ns.", "&{[a] [true] map[a:0] map[] map[]}"},
+		{"proto2 dict", "\x80\x02}q\x00X\x04\x00\x00\x00stepq\x01K\x05s.", "{step: 5}"},
+		{"proto0 dict", "(dp0\nS'a'\np1\nI01\ns.", "{a: True}"},
 		{"proto0 int and long", "(I42\nL123456789012345678901234567890L\ntp0\n.", "[42 123456789012345678901234567890]"},
 		{"binfloat", "\x80\x02G?\xf0\x00\x00\x00\x00\x00\x00.", "1"},
 		{"text float", "F0.25\n.", "0.25"},
@@ -139,7 +139,7 @@ func TestManySetitemsLinear(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(res.Value.(*Dict).Keys); n != 200_000 {
+	if n := res.Value.(*Dict).Len(); n != 200_000 {
 		t.Fatalf("%d keys", n)
 	}
 }

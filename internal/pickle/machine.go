@@ -68,6 +68,18 @@ type MemoWatcher[V any] interface {
 	Memoized(k uint64, v *V)
 }
 
+// Packer is a Builder whose small scalar values (None, bools, small ints:
+// what a flood of memoised values mostly is) the machine may keep in the
+// memo as 4-byte words rather than as values: Pack says whether v is one
+// and its word (never 0), Unpack makes the value back. Only values a view
+// tells apart by their value alone, never by their identity (None, bools,
+// ints), may pack: a memo read of a word is a new value equal to the one
+// memoised.
+type Packer[V any] interface {
+	Pack(v V) (uint32, bool)
+	Unpack(w uint32) V
+}
+
 // Limits bounds one decode. The absolute bounds (MaxStack, MaxMemo, ...)
 // stop a file that claims more than any real one holds; the proportional
 // ones keep what a decode holds in proportion to the bytes it has read: the
@@ -120,14 +132,18 @@ type Machine[V any] struct {
 	lim    Limits
 	b      Builder[V]
 	watch  MemoWatcher[V]
+	pack   Packer[V]
 	stack  []V
 	depths []int32 // nesting depth of each stack value
 	marks  []int
 	// The memo: dense while indices come in order (MEMOIZE, a pickler's
 	// PUTs), in pages that never move, and a map for any index out of
 	// order, so an index costs one entry whatever its value. A page of
-	// depths exists only once a value nested in something is memoised there.
+	// values exists only once a value that does not pack (Packer) is
+	// memoised there, a page of words once one that packs is, a page of
+	// depths once a value nested in something is.
 	memo       [][]V
+	memoWord   [][]uint32
 	memoDepth  [][]int32
 	memoN      int // dense entries
 	sparse     map[uint64]memoEnt[V]
@@ -153,27 +169,13 @@ type memoEnt[V any] struct {
 // (-1 when unknown). progress, when not nil, hears the bytes read every few
 // MiB.
 func NewMachine[V any](r io.Reader, start, size int64, lim Limits, b Builder[V], progress func(int64)) *Machine[V] {
-	if lim.MaxOps <= 0 {
-		lim.MaxOps = DefaultLimits.MaxOps
-	}
-	if lim.MaxBytes <= 0 {
-		lim.MaxBytes = math.MaxInt64
-	}
-	if lim.MaxDepth <= 0 {
-		lim.MaxDepth = DefaultLimits.MaxDepth
-	}
-	if lim.MaxMarks <= 0 {
-		lim.MaxMarks = DefaultLimits.MaxMarks
-	}
-	if lim.Slack <= 0 {
-		lim.Slack = DefaultLimits.Slack
-	}
-	if lim.BytesPer <= 0 {
-		lim.BytesPer = DefaultLimits.BytesPer
-	}
-	if lim.MemoBytesPer <= 0 {
-		lim.MemoBytesPer = DefaultLimits.MemoBytesPer
-	}
+	orDefault(&lim.MaxOps, DefaultLimits.MaxOps)
+	orDefault(&lim.MaxBytes, math.MaxInt64)
+	orDefault(&lim.MaxDepth, DefaultLimits.MaxDepth)
+	orDefault(&lim.MaxMarks, DefaultLimits.MaxMarks)
+	orDefault(&lim.Slack, DefaultLimits.Slack)
+	orDefault(&lim.BytesPer, DefaultLimits.BytesPer)
+	orDefault(&lim.MemoBytesPer, DefaultLimits.MemoBytesPer)
 	maxLine := lim.MaxString
 	if maxLine < 1<<20 {
 		maxLine = 1 << 20
@@ -184,13 +186,28 @@ func NewMachine[V any](r io.Reader, start, size int64, lim Limits, b Builder[V],
 		lim: lim, b: b, opPos: start,
 	}
 	m.watch, _ = b.(MemoWatcher[V])
+	m.pack, _ = b.(Packer[V])
 	return m
+}
+
+// orDefault sets a limit that is not positive to d.
+func orDefault[T int | int64](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // SetMemo replaces the value memoised at k, when there is one.
 func (m *Machine[V]) SetMemo(k uint64, v V) {
 	if k < uint64(m.memoN) {
-		m.memo[k/memoPage][k%memoPage] = v
+		p, i := k/memoPage, k%memoPage
+		if m.memo[p] == nil {
+			m.memo[p] = make([]V, memoPage)
+		}
+		m.memo[p][i] = v
+		if w := m.memoWord[p]; w != nil {
+			w[i] = 0
+		}
 	} else if e, ok := m.sparse[k]; ok {
 		e.v = v
 		m.sparse[k] = e
@@ -479,6 +496,9 @@ const memoPage = 1 << 12
 // dense returns the dense entry k < memoN and its depth.
 func (m *Machine[V]) dense(k uint64) (V, int32) {
 	p, i := k/memoPage, k%memoPage
+	if w := m.memoWord[p]; w != nil && w[i] != 0 {
+		return m.pack.Unpack(w[i]), 0
+	}
 	var depth int32
 	if d := m.memoDepth[p]; d != nil {
 		depth = d[i]
@@ -490,18 +510,41 @@ func (m *Machine[V]) dense(k uint64) (V, int32) {
 func (m *Machine[V]) setDense(k uint64, v V, depth int32) {
 	p, i := k/memoPage, k%memoPage
 	if p == uint64(len(m.memo)) {
-		m.memo = append(m.memo, make([]V, memoPage))
+		m.memo = append(m.memo, nil)
+		m.memoWord = append(m.memoWord, nil)
 		m.memoDepth = append(m.memoDepth, nil)
 	}
+	if k == uint64(m.memoN) {
+		m.memoN++
+	}
+	if m.pack != nil && depth == 0 {
+		if w, ok := m.pack.Pack(v); ok {
+			if m.memoWord[p] == nil {
+				m.memoWord[p] = make([]uint32, memoPage)
+			}
+			m.memoWord[p][i] = w
+			if m.memo[p] != nil {
+				var zero V
+				m.memo[p][i] = zero
+			}
+			if m.memoDepth[p] != nil {
+				m.memoDepth[p][i] = 0
+			}
+			return
+		}
+	}
+	if m.memo[p] == nil {
+		m.memo[p] = make([]V, memoPage)
+	}
 	m.memo[p][i] = v
+	if w := m.memoWord[p]; w != nil {
+		w[i] = 0
+	}
 	if depth != 0 && m.memoDepth[p] == nil {
 		m.memoDepth[p] = make([]int32, memoPage)
 	}
 	if m.memoDepth[p] != nil {
 		m.memoDepth[p][i] = depth
-	}
-	if k == uint64(m.memoN) {
-		m.memoN++
 	}
 }
 
@@ -599,15 +642,15 @@ func (m *Machine[V]) uint(width int) (uint64, error) {
 	return v, nil
 }
 
-// operandWidth is the byte width of the length or code operand of the
-// string, bytes and extension opcodes.
+// operandWidth is the byte width of the integer operand of the BININT,
+// LONG1/LONG4, string, bytes and extension opcodes.
 func operandWidth(op byte) int {
 	switch op {
-	case opShortBinString, opShortBinBytes, opShortBinUni, opExt1:
+	case opShortBinString, opShortBinBytes, opShortBinUni, opExt1, opBinInt1, opLong1:
 		return 1
-	case opExt2:
+	case opExt2, opBinInt2:
 		return 2
-	case opBinString, opBinBytes, opBinUnicode, opExt4:
+	case opBinString, opBinBytes, opBinUnicode, opExt4, opBinInt, opLong4:
 		return 4
 	}
 	return 8 // BINBYTES8, BYTEARRAY8, BINUNICODE8
@@ -635,27 +678,28 @@ func (m *Machine[V]) run() (V, error) {
 		// in the read-ahead.
 		if s.end-s.pos >= 5 {
 			b := s.buf[s.pos:s.end]
+			var v V
+			var depth int32
+			n := 0
 			switch b[0] {
 			case opBinGet:
 				if k := uint64(b[1]); k < uint64(m.memoN) {
-					s.advance(2)
-					if err := m.pushD(m.dense(k)); err != nil {
-						return zero, fmt.Errorf("opcode %s: %w", opName(opBinGet), err)
-					}
-					continue
+					v, depth = m.dense(k)
+					n = 2
 				}
 			case opLongBinGet:
 				if k := uint64(binary.LittleEndian.Uint32(b[1:])); k < uint64(m.memoN) {
-					s.advance(5)
-					if err := m.pushD(m.dense(k)); err != nil {
-						return zero, fmt.Errorf("opcode %s: %w", opName(opLongBinGet), err)
-					}
-					continue
+					v, depth = m.dense(k)
+					n = 5
 				}
 			case opBinInt1:
-				s.advance(2)
-				if err := m.push(m.b.Int(int64(b[1]))); err != nil {
-					return zero, fmt.Errorf("opcode %s: %w", opName(opBinInt1), err)
+				v, n = m.b.Int(int64(b[1])), 2
+			}
+			if n > 0 {
+				op := b[0]
+				s.advance(n)
+				if err := m.pushD(v, depth); err != nil {
+					return zero, fmt.Errorf("opcode %s: %w", opName(op), err)
 				}
 				continue
 			}
@@ -692,6 +736,59 @@ func (m *Machine[V]) nestB(v V, err error) error {
 
 func (m *Machine[V]) pushB(v V, err error) error {
 	if err != nil {
+		return err
+	}
+	return m.push(v)
+}
+
+// popN removes the top n values above the last MARK and returns them, in
+// stack order (aliasing the stack: valid until the next push); m.popped is
+// the deepest of them.
+func (m *Machine[V]) popN(n int) ([]V, error) {
+	k := len(m.stack) - n
+	if k < m.base() {
+		return nil, errors.New("stack underflow")
+	}
+	items := m.stack[k:]
+	m.popped = 0
+	for _, x := range m.depths[k:] {
+		m.popped = max(m.popped, x)
+	}
+	m.stack, m.depths = m.stack[:k], m.depths[:k]
+	return items, nil
+}
+
+// popItems removes what an item opcode adds (n values, or all above the
+// last MARK when n is 0) and returns them with the value they go into,
+// which the caller may replace.
+func (m *Machine[V]) popItems(n int) ([]V, *V, error) {
+	var items []V
+	var err error
+	if n == 0 {
+		items, err = m.popMark()
+	} else {
+		items, err = m.popN(n)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := m.top()
+	return items, t, err
+}
+
+// lines reads the two text lines of GLOBAL and INST.
+func (m *Machine[V]) lines() (mod, name string, err error) {
+	if mod, err = m.src.line(); err != nil {
+		return "", "", err
+	}
+	name, err = m.src.line()
+	return mod, name, err
+}
+
+// emptyContainer pushes an empty mutable container, counted against the
+// proportional bound.
+func (m *Machine[V]) emptyContainer(v V) error {
+	if err := m.container(); err != nil {
 		return err
 	}
 	return m.push(v)
@@ -745,10 +842,8 @@ func (m *Machine[V]) step(op byte) error {
 		return m.pushD(*t, m.depths[len(m.depths)-1])
 	case opNone:
 		return m.push(b.None())
-	case opNewTrue:
-		return m.push(b.Bool(true))
-	case opNewFalse:
-		return m.push(b.Bool(false))
+	case opNewTrue, opNewFalse:
+		return m.push(b.Bool(op == opNewTrue))
 	case opInt, opLong, opFloat, opString, opUnicode:
 		l, err := m.src.line()
 		if err != nil {
@@ -771,41 +866,22 @@ func (m *Machine[V]) step(op byte) error {
 			return err
 		}
 		return m.pushB(b.Parsed(op, v))
-	case opBinInt:
-		v, err := m.uint(4)
+	case opBinInt, opBinInt1, opBinInt2:
+		v, err := m.uint(operandWidth(op))
 		if err != nil {
 			return err
 		}
-		return m.push(b.Int(int64(int32(uint32(v)))))
-	case opBinInt1:
-		v, err := m.src.byte()
-		if err != nil {
-			return err
-		}
-		return m.push(b.Int(int64(v)))
-	case opBinInt2:
-		v, err := m.uint(2)
-		if err != nil {
-			return err
+		if op == opBinInt {
+			return m.push(b.Int(int64(int32(uint32(v)))))
 		}
 		return m.push(b.Int(int64(v)))
 	case opLong1, opLong4:
-		var n uint64
-		if op == opLong1 {
-			c, err := m.src.byte()
-			if err != nil {
-				return err
-			}
-			n = uint64(c)
-		} else {
-			v, err := m.uint(4)
-			if err != nil {
-				return err
-			}
-			if int32(v) < 0 {
-				return errors.New("negative LONG4 length")
-			}
-			n = v
+		n, err := m.uint(operandWidth(op))
+		if err != nil {
+			return err
+		}
+		if op == opLong4 && int32(n) < 0 {
+			return errors.New("negative LONG4 length")
 		}
 		if n > uint64(m.lim.MaxString) {
 			return fmt.Errorf("%w: integer of %d bytes", ErrLimit, n)
@@ -824,7 +900,8 @@ func (m *Machine[V]) step(op byte) error {
 			return err
 		}
 		return m.push(b.Float(math.Float64frombits(binary.BigEndian.Uint64(v))))
-	case opBinString, opShortBinString, opBinBytes, opShortBinBytes, opBinBytes8, opByteArray8:
+	case opBinString, opShortBinString, opBinBytes, opShortBinBytes, opBinBytes8, opByteArray8,
+		opBinUnicode, opShortBinUni, opBinUnicode8:
 		n, err := m.uint(operandWidth(op))
 		if err != nil {
 			return err
@@ -836,25 +913,18 @@ func (m *Machine[V]) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		if op == opBinString || op == opShortBinString {
+		switch op {
+		case opBinUnicode, opShortBinUni, opBinUnicode8:
+			if !utf8.Valid(v) {
+				if err := utf8SurrogatePass(v); err != nil {
+					return err
+				}
+			}
+			return m.pushB(b.Text(op, v))
+		case opBinString, opShortBinString:
 			return m.pushB(b.Text(op, v))
 		}
 		return m.pushB(b.Bytes(op, v))
-	case opBinUnicode, opShortBinUni, opBinUnicode8:
-		n, err := m.uint(operandWidth(op))
-		if err != nil {
-			return err
-		}
-		v, err := m.str(n)
-		if err != nil {
-			return err
-		}
-		if !utf8.Valid(v) {
-			if err := utf8SurrogatePass(v); err != nil {
-				return err
-			}
-		}
-		return m.pushB(b.Text(op, v))
 	case opNextBuffer:
 		m.nbuf++
 		return m.pushB(b.NextBuffer(m.nbuf - 1))
@@ -866,129 +936,57 @@ func (m *Machine[V]) step(op byte) error {
 		return b.ReadonlyBuffer(t)
 	case opEmptyTuple:
 		return m.push(b.EmptyTuple())
-	case opTuple:
-		items, err := m.popMark()
+	case opEmptyList:
+		return m.emptyContainer(b.EmptyList())
+	case opEmptyDict:
+		return m.emptyContainer(b.EmptyDict())
+	case opEmptySet:
+		return m.emptyContainer(b.EmptySet())
+	case opTuple, opTuple1, opTuple2, opTuple3, opList, opDict, opFrozenSet:
+		var items []V
+		var err error
+		if op >= opTuple1 && op <= opTuple3 {
+			items, err = m.popN(int(op-opTuple1) + 1)
+		} else {
+			items, err = m.popMark()
+		}
 		if err != nil {
 			return err
+		}
+		switch op {
+		case opList:
+			return m.nestB(b.List(items))
+		case opDict:
+			if len(items)%2 != 0 {
+				return errors.New("DICT with an odd number of items")
+			}
+			return m.nestB(b.Dict(items))
+		case opFrozenSet:
+			return m.nestB(b.FrozenSet(items))
 		}
 		if len(items) == 0 {
 			return m.push(b.EmptyTuple())
 		}
 		return m.nestB(b.Tuple(items))
-	case opTuple1, opTuple2, opTuple3:
-		n := int(op-opTuple1) + 1
-		if len(m.stack)-n < m.base() {
-			return errors.New("stack underflow")
-		}
-		k := len(m.stack) - n
-		items := m.stack[k:]
-		m.popped = 0
-		for _, x := range m.depths[k:] {
-			m.popped = max(m.popped, x)
-		}
-		m.stack, m.depths = m.stack[:k], m.depths[:k]
-		return m.nestB(b.Tuple(items))
-	case opEmptyList:
-		if err := m.container(); err != nil {
-			return err
-		}
-		return m.push(b.EmptyList())
-	case opList:
-		items, err := m.popMark()
+	case opAppend, opAppends, opAddItems, opSetItem, opSetItems, opBuild:
+		items, t, err := m.popItems(itemsPopped(op))
 		if err != nil {
 			return err
 		}
-		return m.nestB(b.List(items))
-	case opEmptyDict:
-		if err := m.container(); err != nil {
-			return err
-		}
-		return m.push(b.EmptyDict())
-	case opDict:
-		items, err := m.popMark()
-		if err != nil {
-			return err
-		}
-		if len(items)%2 != 0 {
-			return errors.New("DICT with an odd number of items")
-		}
-		return m.nestB(b.Dict(items))
-	case opEmptySet:
-		if err := m.container(); err != nil {
-			return err
-		}
-		return m.push(b.EmptySet())
-	case opFrozenSet:
-		items, err := m.popMark()
-		if err != nil {
-			return err
-		}
-		return m.nestB(b.FrozenSet(items))
-	case opAppend:
-		v, err := m.pop()
-		if err != nil {
-			return err
-		}
-		t, err := m.top()
-		if err != nil {
-			return err
-		}
-		one := [1]V{v}
-		if err := b.Append(t, one[:]); err != nil {
-			return err
-		}
-		return m.deepen(m.popped)
-	case opAppends, opAddItems:
-		items, err := m.popMark()
-		if err != nil {
-			return err
-		}
-		t, err := m.top()
-		if err != nil {
-			return err
-		}
-		if op == opAppends {
+		switch op {
+		case opAppend, opAppends:
 			err = b.Append(t, items)
-		} else {
+		case opAddItems:
 			err = b.AddItems(t, items)
+		case opBuild:
+			err = b.Build(t, items[0])
+		default:
+			if len(items)%2 != 0 {
+				return errors.New("SETITEMS with an odd number of items")
+			}
+			err = b.SetItems(t, items)
 		}
 		if err != nil {
-			return err
-		}
-		return m.deepen(m.popped)
-	case opSetItem:
-		v, err := m.pop()
-		if err != nil {
-			return err
-		}
-		vd := m.popped
-		k, err := m.pop()
-		if err != nil {
-			return err
-		}
-		vd = max(vd, m.popped)
-		t, err := m.top()
-		if err != nil {
-			return err
-		}
-		kv := [2]V{k, v}
-		if err := b.SetItems(t, kv[:]); err != nil {
-			return err
-		}
-		return m.deepen(vd)
-	case opSetItems:
-		items, err := m.popMark()
-		if err != nil {
-			return err
-		}
-		if len(items)%2 != 0 {
-			return errors.New("SETITEMS with an odd number of items")
-		}
-		t, err := m.top()
-		if err != nil {
-			return err
-		}
-		if err := b.SetItems(t, items); err != nil {
 			return err
 		}
 		return m.deepen(m.popped)
@@ -1007,11 +1005,7 @@ func (m *Machine[V]) step(op byte) error {
 		}
 		return m.memoGet(k)
 	case opGlobal:
-		mod, err := m.src.line()
-		if err != nil {
-			return err
-		}
-		name, err := m.src.line()
+		mod, name, err := m.lines()
 		if err != nil {
 			return err
 		}
@@ -1019,76 +1013,8 @@ func (m *Machine[V]) step(op byte) error {
 			return fmt.Errorf("GLOBAL operands %q %q are not non-empty UTF-8", truncate(mod), truncate(name))
 		}
 		return m.pushB(b.Global(op, mod, name))
-	case opStackGlobal:
-		nv, err := m.pop()
-		if err != nil {
-			return err
-		}
-		mv, err := m.pop()
-		if err != nil {
-			return err
-		}
-		return m.pushB(b.StackGlobal(mv, nv))
-	case opExt1, opExt2, opExt4:
-		v, err := m.uint(operandWidth(op))
-		if err != nil {
-			return err
-		}
-		return m.pushB(b.Ext(op, int32(v)))
-	case opPersID:
-		l, err := m.src.line()
-		if err != nil {
-			return err
-		}
-		id, err := b.Parsed(op, l)
-		if err != nil {
-			return err
-		}
-		return m.pushB(b.PersID(id, true))
-	case opBinPersID:
-		v, err := m.pop()
-		if err != nil {
-			return err
-		}
-		return m.nestB(b.PersID(v, false))
-	case opReduce, opNewObj:
-		args, err := m.pop()
-		if err != nil {
-			return err
-		}
-		depth := m.popped
-		fn, err := m.pop()
-		if err != nil {
-			return err
-		}
-		m.popped = depth
-		if op == opReduce {
-			return m.nestB(b.Reduce(fn, args))
-		}
-		return m.nestB(b.NewObj(fn, args))
-	case opNewObjEx:
-		kw, err := m.pop()
-		if err != nil {
-			return err
-		}
-		depth := m.popped
-		args, err := m.pop()
-		if err != nil {
-			return err
-		}
-		depth = max(depth, m.popped)
-		cls, err := m.pop()
-		if err != nil {
-			return err
-		}
-		m.popped = depth
-		return m.nestB(b.NewObjEx(cls, args, kw))
 	case opInst:
-		mod, err := m.src.line()
-		if err != nil {
-			return err
-		}
-		name, err := m.src.line()
+		mod, name, err := m.lines()
 		if err != nil {
 			return err
 		}
@@ -1115,20 +1041,62 @@ func (m *Machine[V]) step(op byte) error {
 			return errors.New("OBJ without a class")
 		}
 		return m.nestB(b.Obj(items[0], items[1:]))
-	case opBuild:
-		state, err := m.pop()
+	case opExt1, opExt2, opExt4:
+		v, err := m.uint(operandWidth(op))
 		if err != nil {
 			return err
 		}
-		sd := m.popped
-		t, err := m.top()
+		return m.pushB(b.Ext(op, int32(v)))
+	case opPersID:
+		l, err := m.src.line()
 		if err != nil {
 			return err
 		}
-		if err := b.Build(t, state); err != nil {
+		id, err := b.Parsed(op, l)
+		if err != nil {
 			return err
 		}
-		return m.deepen(sd)
+		return m.pushB(b.PersID(id, true))
+	case opStackGlobal, opBinPersID, opReduce, opNewObj, opNewObjEx:
+		a, err := m.popN(callArgs(op))
+		if err != nil {
+			return err
+		}
+		switch op {
+		case opStackGlobal:
+			return m.pushB(b.StackGlobal(a[0], a[1]))
+		case opBinPersID:
+			return m.nestB(b.PersID(a[0], false))
+		case opReduce:
+			return m.nestB(b.Reduce(a[0], a[1]))
+		case opNewObj:
+			return m.nestB(b.NewObj(a[0], a[1]))
+		}
+		return m.nestB(b.NewObjEx(a[0], a[1], a[2]))
 	}
 	return errors.New("unknown opcode")
+}
+
+// itemsPopped is what an item opcode takes from the stack: 0 for all above
+// the last MARK.
+func itemsPopped(op byte) int {
+	switch op {
+	case opAppend, opBuild:
+		return 1
+	case opSetItem:
+		return 2
+	}
+	return 0
+}
+
+// callArgs is what STACK_GLOBAL, BINPERSID and the call opcodes take from
+// the stack.
+func callArgs(op byte) int {
+	switch op {
+	case opBinPersID:
+		return 1
+	case opNewObjEx:
+		return 3
+	}
+	return 2
 }

@@ -323,6 +323,25 @@ func unquoteString(l string) (string, error) {
 	return latin1(b), nil
 }
 
+// ControlEscape is the control character a backslash escape letter stands
+// for in the strings of Python, C and JSON alike (\b \f \n \r \t); false
+// for any other letter.
+func ControlEscape(c byte) (byte, bool) {
+	switch c {
+	case 'b':
+		return '\b', true
+	case 'f':
+		return '\f', true
+	case 'n':
+		return '\n', true
+	case 'r':
+		return '\r', true
+	case 't':
+		return '\t', true
+	}
+	return 0, false
+}
+
 // escapeDecode is CPython's _PyBytes_DecodeEscape.
 func escapeDecode(body string) ([]byte, error) {
 	out := make([]byte, 0, len(body))
@@ -336,20 +355,15 @@ func escapeDecode(body string) ([]byte, error) {
 		if i >= len(body) {
 			return nil, errors.New(`STRING: trailing \ in string`)
 		}
-		switch c := body[i]; c {
+		c = body[i]
+		if e, ok := ControlEscape(c); ok {
+			out = append(out, e)
+			continue
+		}
+		switch c {
 		case '\n':
 		case '\\', '\'', '"':
 			out = append(out, c)
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 't':
-			out = append(out, '\t')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
 		case 'v':
 			out = append(out, '\v')
 		case 'a':

@@ -19,7 +19,10 @@ package pickle
 
 import (
 	"fmt"
+	"math"
 	"math/big"
+	"strconv"
+	"strings"
 )
 
 // None is Python's None.
@@ -32,15 +35,339 @@ type Tuple []any
 // every reference, as in Python.
 type List struct{ Items []any }
 
-// Dict is a Python dict with its insertion order kept.
+// Dict is a Python dict with its insertion order kept. Its items are kept
+// compactly (a few bytes per item for the small scalars dicts of millions
+// of items hold): read them with Len, Key and Val.
 type Dict struct {
-	Keys []any
-	Vals []any
-	// scalar keys -> position, so SETITEM stays O(1): typed maps, a
-	// fraction of what one map of interfaces costs for millions of keys
-	strIdx   map[string]int32
+	keys, vals paged[uint32] // packed words (packScalar) or indices into refs
+	refs       paged[any]    // keys and values that are not small scalars
+	// The positions of the scalar keys, so SETITEM stays O(1). An int
+	// key that packs in a word (most keys of a dict of millions; a bool is
+	// the int it equals, as a Python dict has it) is found in wordTab, an
+	// open-addressing table probed as CPython probes a dict (the int is its
+	// own hash, so consecutive keys take consecutive slots); any other int,
+	// a float's bits and a string in a map. Other keys are not
+	// deduplicated, which keeps decoding linear and is what a report needs.
+	// While the int keys come in increasing order (as a dict built in
+	// order is written) none can repeat one before, and wordTab is not
+	// made.
+	wordTab  []int32 // position+1, 0 for an empty slot
+	nWord    int
+	lastWord int32 // the last int key, while wordTab is nil
 	intIdx   map[int64]int32
-	floatIdx map[float64]int32
+	floatIdx map[uint64]int32
+	strIdx   map[string]int32
+}
+
+// NewDict makes a dict of the items kv (key, value, key, value, ...), a
+// later key replacing an earlier equal one.
+func NewDict(kv ...any) *Dict {
+	d := &Dict{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Set(kv[i], kv[i+1])
+	}
+	return d
+}
+
+// Len is the count of items.
+func (d *Dict) Len() int { return d.keys.len() }
+
+// Key is the key of item i.
+func (d *Dict) Key(i int) any { return d.word(d.keys.at(i)) }
+
+// Val is the value of item i.
+func (d *Dict) Val(i int) any { return d.word(d.vals.at(i)) }
+
+// String renders the first items, as {key: value, ...}: scalars as
+// themselves, anything else by its type (so a dict holding itself prints).
+func (d *Dict) String() string {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range min(d.Len(), 16) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(KeyString(d.Key(i)))
+		b.WriteString(": ")
+		switch v := d.Val(i).(type) {
+		case string, int64, bool, float64, None:
+			b.WriteString(KeyString(v))
+		default:
+			fmt.Fprintf(&b, "<%T>", v)
+		}
+	}
+	if d.Len() > 16 {
+		fmt.Fprintf(&b, ", ... (%d items)", d.Len())
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+// Set sets key k to v: it replaces the value of an equal scalar key, or
+// adds an item.
+func (d *Dict) Set(k, v any) { d.set(k, v) }
+
+// word unpacks a packed word.
+func (d *Dict) word(w uint32) any {
+	if v, ok := unpackScalar(w); ok {
+		return v
+	}
+	return d.refs.at(int(w >> 2))
+}
+
+// pack packs v, keeping it in refs when it is no small scalar; old is the
+// word v replaces (its slot in refs is reused), 0 when none.
+func (d *Dict) pack(v any, old uint32) uint32 {
+	if w, ok := packScalar(v); ok {
+		return w
+	}
+	if old != 0 {
+		if _, ok := unpackScalar(old); !ok {
+			d.refs.set(int(old>>2), v)
+			return old
+		}
+	}
+	j := d.refs.len()
+	d.refs.append(v)
+	return uint32(j) << 2
+}
+
+// keyWord is the packed word of an int or bool key, when it packs.
+func keyWord(k any) (uint32, bool) {
+	switch x := k.(type) {
+	case int64:
+		return packScalar(x)
+	case bool:
+		if x {
+			return packScalar(int64(1))
+		}
+		return packScalar(int64(0))
+	}
+	return 0, false
+}
+
+// wordFind returns the position of the item whose key packs to w, or the
+// empty slot of wordTab where it goes (pos -1).
+func (d *Dict) wordFind(w uint32) (pos, slot int) {
+	mask := uint64(len(d.wordTab) - 1)
+	h := uint64(int64(int32(w) >> 2))
+	perturb := h
+	for i := h & mask; ; {
+		e := d.wordTab[i]
+		if e == 0 {
+			return -1, int(i)
+		}
+		if normWord(d.keys.at(int(e-1))) == w {
+			return int(e - 1), int(i)
+		}
+		perturb >>= 5
+		i = (5*i + perturb + 1) & mask
+	}
+}
+
+// normWord is a packed key as the int it equals (a bool's word as 0 or 1).
+func normWord(w uint32) uint32 {
+	switch w {
+	case wordFalse:
+		return 0<<2 | tagInt
+	case wordTrue:
+		return 1<<2 | tagInt
+	}
+	return w
+}
+
+// growWords makes wordTab room for one more int key (its load stays at
+// most 2/3, as CPython's): doubled, or made from the items when it is first
+// needed.
+func (d *Dict) growWords() {
+	old := d.wordTab
+	n := max(2*len(old), 8)
+	for 3*(d.nWord+1) > 2*n {
+		n *= 2
+	}
+	d.wordTab = make([]int32, n)
+	if old == nil {
+		for i := range d.keys.len() {
+			if w := normWord(d.keys.at(i)); w&3 == tagInt {
+				_, s := d.wordFind(w)
+				d.wordTab[s] = int32(i + 1)
+			}
+		}
+		return
+	}
+	for _, e := range old {
+		if e != 0 {
+			_, s := d.wordFind(normWord(d.keys.at(int(e - 1))))
+			d.wordTab[s] = e
+		}
+	}
+}
+
+// find returns the position of the item whose key equals k (-1 when none)
+// and whether k is a key that is indexed.
+func (d *Dict) find(k any) (int, bool) {
+	var i int32
+	ok := false
+	switch x := k.(type) {
+	case string:
+		i, ok = d.strIdx[x]
+	case float64:
+		if x != x {
+			return -1, false // NaN equals nothing
+		}
+		i, ok = d.floatIdx[floatKey(x)]
+	case int64:
+		i, ok = d.intIdx[x]
+	default:
+		return -1, false
+	}
+	if !ok {
+		return -1, true
+	}
+	return int(i), true
+}
+
+// floatKey is a float key's bits, -0.0 as 0.0.
+func floatKey(x float64) uint64 {
+	if x == 0 {
+		return 0
+	}
+	return math.Float64bits(x)
+}
+
+// index records that the key k of an indexed kind is at position n.
+func (d *Dict) index(k any, n int32) {
+	switch x := k.(type) {
+	case string:
+		putIndex(&d.strIdx, x, n)
+	case float64:
+		putIndex(&d.floatIdx, floatKey(x), n)
+	case int64:
+		putIndex(&d.intIdx, x, n)
+	}
+}
+
+func putIndex[K comparable](m *map[K]int32, k K, n int32) {
+	if *m == nil {
+		*m = map[K]int32{}
+	}
+	(*m)[k] = n
+}
+
+func (d *Dict) set(k, v any) {
+	n := d.keys.len()
+	if w, ok := keyWord(k); ok {
+		if x := int32(w) >> 2; d.wordTab == nil && (d.nWord == 0 || x > d.lastWord) {
+			d.lastWord = x
+			d.nWord++
+			d.keys.append(d.pack(k, 0))
+			d.vals.append(d.pack(v, 0))
+			return
+		}
+		if 3*(d.nWord+1) > 2*len(d.wordTab) {
+			d.growWords()
+		}
+		pos, slot := d.wordFind(w)
+		if pos >= 0 {
+			d.vals.set(pos, d.pack(v, d.vals.at(pos)))
+			return
+		}
+		d.wordTab[slot] = int32(n + 1)
+		d.nWord++
+	} else if pos, indexed := d.find(k); pos >= 0 {
+		d.vals.set(pos, d.pack(v, d.vals.at(pos)))
+		return
+	} else if indexed {
+		d.index(k, int32(n))
+	}
+	d.keys.append(d.pack(k, 0))
+	d.vals.append(d.pack(v, 0))
+}
+
+// paged is a slice kept in pages of pageLen items: the first grows as a
+// slice does, the others are made whole, so it never holds more than a page
+// beyond its items and never copies a full page.
+type paged[T any] struct {
+	p [][]T
+	n int
+}
+
+const pageLen = 1 << 12
+
+func (s *paged[T]) len() int   { return s.n }
+func (s *paged[T]) at(i int) T { return s.p[i/pageLen][i%pageLen] }
+func (s *paged[T]) set(i int, v T) {
+	s.p[i/pageLen][i%pageLen] = v
+}
+
+func (s *paged[T]) append(v T) {
+	if s.n%pageLen == 0 && s.n/pageLen == len(s.p) {
+		var p []T
+		if s.n > 0 {
+			p = make([]T, 0, pageLen)
+		}
+		s.p = append(s.p, p)
+	}
+	last := &s.p[len(s.p)-1]
+	if len(*last) == cap(*last) && len(*last) > 0 {
+		nl := make([]T, len(*last), min(2*cap(*last), pageLen))
+		copy(nl, *last)
+		*last = nl
+	}
+	*last = append(*last, v)
+	s.n++
+}
+
+// Packed small scalars: what millions of dict items and memo entries
+// mostly are, kept in 4 bytes rather than an interface and its box. A word
+// is 0 for none; tagInt holds an int of 30 bits; tagConst None, False or
+// True.
+const (
+	tagRef   = 0
+	tagInt   = 1
+	tagConst = 2
+)
+
+const (
+	wordNone  = 0<<2 | tagConst
+	wordFalse = 1<<2 | tagConst
+	wordTrue  = 2<<2 | tagConst
+)
+
+// packScalar packs v when it is None, a bool or an int of 30 bits.
+func packScalar(v any) (uint32, bool) {
+	switch x := v.(type) {
+	case None:
+		return wordNone, true
+	case bool:
+		if x {
+			return wordTrue, true
+		}
+		return wordFalse, true
+	case int64:
+		if x >= -1<<29 && x < 1<<29 {
+			return uint32(int32(x))<<2 | tagInt, true
+		}
+	}
+	return 0, false
+}
+
+// unpackScalar is the value of a packed word (false for a reference).
+func unpackScalar(w uint32) (any, bool) {
+	switch w & 3 {
+	case tagInt:
+		return int64(int32(w) >> 2), true
+	case tagConst:
+		switch w {
+		case wordNone:
+			return None{}, true
+		case wordFalse:
+			return false, true
+		case wordTrue:
+			return true, true
+		}
+	}
+	return nil, false
 }
 
 // Set is a Python set or frozenset.
@@ -110,66 +437,12 @@ func (c *Call) Global() (Global, bool) {
 	return g, ok
 }
 
-// DictGet returns the value for a string key.
+// Get returns the value for a string key.
 func (d *Dict) Get(key string) (any, bool) {
-	for i, k := range d.Keys {
-		if s, ok := k.(string); ok && s == key {
-			return d.Vals[i], true
-		}
+	if i, ok := d.strIdx[key]; ok {
+		return d.Val(int(i)), true
 	}
 	return nil, false
-}
-
-func (d *Dict) set(k, v any) {
-	// Only scalar keys are deduplicated; anything else is appended, which
-	// keeps decoding linear and is what a report needs. A bool is the int
-	// it equals, as a Python dict has it.
-	n := int32(len(d.Keys))
-	var i int32
-	var ok bool
-	switch x := k.(type) {
-	case string:
-		if d.strIdx == nil {
-			d.strIdx = map[string]int32{}
-		}
-		if i, ok = d.strIdx[x]; !ok {
-			d.strIdx[x] = n
-		}
-	case int64, bool:
-		var key int64
-		if b, isBool := x.(bool); isBool {
-			if b {
-				key = 1
-			}
-		} else {
-			key = x.(int64)
-		}
-		if d.intIdx == nil {
-			d.intIdx = map[int64]int32{}
-		}
-		if i, ok = d.intIdx[key]; !ok {
-			d.intIdx[key] = n
-		}
-	case float64:
-		if d.floatIdx == nil {
-			d.floatIdx = map[float64]int32{}
-		}
-		if i, ok = d.floatIdx[x]; !ok {
-			d.floatIdx[x] = n
-		}
-	}
-	if ok {
-		d.Vals[i] = v
-		return
-	}
-	if len(d.Keys) == cap(d.Keys) {
-		// double: append's growth of large slices copies five times over
-		c := max(2*cap(d.Keys), 4)
-		d.Keys = append(make([]any, 0, c), d.Keys...)
-		d.Vals = append(make([]any, 0, c), d.Vals...)
-	}
-	d.Keys = append(d.Keys, k)
-	d.Vals = append(d.Vals, v)
 }
 
 // KeyString renders a dict key or sequence index as a path element.
@@ -183,7 +456,7 @@ func keyString(k any, depth int) string {
 	case string:
 		return v
 	case int64:
-		return fmt.Sprint(v)
+		return strconv.FormatInt(v, 10)
 	case bool:
 		if v {
 			return "True"

@@ -3,23 +3,11 @@ package snapshot
 import (
 	"bytes"
 	"errors"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/vramguard/vramguard/internal/pickle/pickletest"
 )
-
-// allocated is what f allocates, collected or not: an upper bound of what
-// it holds at its peak.
-func allocated(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
 
 // sharedBlocks is a snapshot whose segments all hold one memoised list of
 // 1000 blocks: walked once per segment, it is 10 M blocks from 600 KiB.
@@ -53,7 +41,7 @@ func TestHostileSnapshots(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			var err error
 			var s *Snapshot
-			n := allocated(func() { s, err = Decode(bytes.NewReader(c.Data), DefaultLimits, nil) })
+			n := pickletest.Allocated(func() { s, err = Decode(bytes.NewReader(c.Data), DefaultLimits, nil) })
 			if err != nil && !errors.Is(err, ErrNotSnapshot) {
 				t.Fatalf("%v does not wrap ErrNotSnapshot", err)
 			}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/vramguard/vramguard/internal/pickle"
 )
 
 func isJSONStart(b byte) bool {
@@ -379,19 +381,13 @@ func (j *jsonReader) str() (string, error) {
 		if err != nil {
 			return "", err
 		}
+		if c, ok := pickle.ControlEscape(e); ok {
+			t = append(t, c)
+			continue
+		}
 		switch e {
 		case '"', '\\', '/':
 			t = append(t, e)
-		case 'b':
-			t = append(t, '\b')
-		case 'f':
-			t = append(t, '\f')
-		case 'n':
-			t = append(t, '\n')
-		case 'r':
-			t = append(t, '\r')
-		case 't':
-			t = append(t, '\t')
 		case 'u':
 			r, err := j.hex4()
 			if err != nil {

@@ -7,6 +7,7 @@ package pickletest
 import (
 	"bytes"
 	"encoding/binary"
+	"runtime"
 )
 
 // Bomb is one hostile pickle.
@@ -69,6 +70,37 @@ func DictKeys(n int) []byte {
 	return b.Bytes()
 }
 
+// DictKeysBatched writes one dict of n distinct int keys, each to None, as
+// CPython's pickle.dumps(protocol=2) writes it: SETITEMS in batches of 1000,
+// each key in the smallest of BININT1, BININT2 and BININT.
+func DictKeysBatched(n int) []byte {
+	var b bytes.Buffer
+	b.WriteString("\x80\x02}q\x00")
+	for i := 0; i < n; i++ {
+		if i%1000 == 0 {
+			b.WriteByte('(')
+		}
+		switch {
+		case i < 1<<8:
+			b.WriteByte('K')
+			b.WriteByte(byte(i))
+		case i < 1<<16:
+			b.WriteByte('M')
+			b.WriteByte(byte(i))
+			b.WriteByte(byte(i >> 8))
+		default:
+			b.WriteByte('J')
+			le32(&b, uint32(i))
+		}
+		b.WriteByte('N')
+		if i%1000 == 999 || i == n-1 {
+			b.WriteByte('u')
+		}
+	}
+	b.WriteString(".")
+	return b.Bytes()
+}
+
 // Bombs are the hostile pickles of every reader, at the sizes they were
 // found at.
 func Bombs() []Bomb {
@@ -83,4 +115,24 @@ func Bombs() []Bomb {
 		{"EMPTY_LIST MEMOIZE POP", Flood("", "]\x940", 4_900_000), "4.9 M lists memoised and popped"},
 		{"dict keys", DictKeys(2_400_000), "one SETITEMS of 2.4 M distinct keys"},
 	}
+}
+
+// Dicts are dicts of millions of items written as CPython writes them: no
+// flood for the proportional bounds, so a view that keeps a dict's items
+// holds every one of them.
+func Dicts() []Bomb {
+	return []Bomb{
+		{"dict keys batched", DictKeysBatched(2_400_000), "2.4 M distinct keys in SETITEMS batches of 1000: a dict of 2.4 M items"},
+	}
+}
+
+// Allocated is what f allocates, collected or not: an upper bound of what
+// it holds at its peak (what the bomb tests hold each reader to).
+func Allocated(f func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&a)
+	f()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
 }
