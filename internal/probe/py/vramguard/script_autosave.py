@@ -87,6 +87,7 @@ class ScriptAutosave(Autosave):
         self.guard = StepGuard()
         self.timer = Fallback(self._fallback)
         self.saved_steps = None  # counter() at the last save
+        self.fallback_saves = 0  # saves the fallback made
 
     def watch(self, signals):
         for s in signals:
@@ -179,8 +180,8 @@ class ScriptAutosave(Autosave):
             if not served:
                 return
             s, warned, _ = served[0]
-            self.save(signal=s.name, warned_at=round(warned, 6), fallback=True,
-                      fallback_s=round(delay, 3))
+            if self.save(signal=s.name, warned_at=round(warned, 6), fallback=True, fallback_s=round(delay, 3)):
+                self.fallback_saves += 1
         for e in served:
             self._chain(e, None)
 
