@@ -19,13 +19,13 @@ import (
 // one-line error.
 func TestAutosaveFallbackCases(t *testing.T) {
 	type facts struct {
-		Error     string    `json:"error"`
-		Saves     [][]any   `json:"saves"`
-		Fallbacks *int      `json:"fallbacks"`
-		Steps     int       `json:"steps"`
-		Warnings  []string  `json:"warnings"`
-		LR        []bool    `json:"lr_as_without"`
-		Guarded   *bool     `json:"guarded_after_off"`
+		Error     string   `json:"error"`
+		Saves     [][]any  `json:"saves"`
+		Fallbacks *int     `json:"fallbacks"`
+		Steps     int      `json:"steps"`
+		Warnings  []string `json:"warnings"`
+		LR        []bool   `json:"lr_as_without"`
+		Guarded   *bool    `json:"guarded_after_off"`
 	}
 	n := func(i int) *int { return &i }
 	no := false
