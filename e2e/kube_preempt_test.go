@@ -13,6 +13,24 @@ import (
 	"github.com/vramguard/vramguard/internal/testbin"
 )
 
+// podTrain trains (a step every half second) and, on SIGTERM, saves for a
+// second and exits 143; signals.log gets "T ready PID", "T got SIGTERM",
+// "T saved".
+const podTrain = `import os, signal, sys, time
+log = os.open("signals.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def note(what):
+    os.write(log, ("%.3f %s\n" % (time.time(), what)).encode())
+def on_term(sig, frame):
+    note("got SIGTERM")
+    time.sleep(1)
+    note("saved")
+    sys.exit(143)
+signal.signal(signal.SIGTERM, on_term)
+note("ready %d" % os.getpid())
+while True:
+    time.sleep(0.5)
+`
+
 // TestKubePreemptedPod: `vramguard run` in a pod (the in-cluster
 // environment and a service account directory pointed at a TLS API server
 // that checks the token) is sent SIGTERM as the kubelet sends it to a
@@ -30,10 +48,10 @@ func TestKubePreemptedPod(t *testing.T) {
 	srv := kubepodtest.Start(t, "ml", "train-7f9c4", pod, kubepodtest.OK)
 	e := newEnv(t)
 	work := t.TempDir()
-	if err := os.WriteFile(filepath.Join(work, "train.py"), []byte(graceTrain), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(work, "train.py"), []byte(podTrain), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "run", "--", python, "train.py", "1")
+	cmd := exec.Command(bin, "run", "--", python, "train.py")
 	cmd.Dir, cmd.Env = work, append(e.environ(), srv.Env...)
 	var out testbin.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
