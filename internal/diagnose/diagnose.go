@@ -247,6 +247,7 @@ func Classify(in Input) Verdict {
 		v.Reason = schedReason
 		v.Summary = schedSummary
 		v.Evidence = append(v.Evidence, schedEvidence...)
+		v.Evidence = append(v.Evidence, stopNotes(in)...)
 		v.Evidence = append(v.Evidence, exitEvidence(in))
 		v.Advice = append(v.Advice, schedulerAdvice[schedReason]...)
 		return v
@@ -260,6 +261,7 @@ func Classify(in Input) Verdict {
 	case in.Interrupted:
 		v.Reason = Interrupted
 		v.Summary = "the job was stopped by the user"
+		v.Evidence = append(v.Evidence, stopNotes(in)...)
 		v.Evidence = append(v.Evidence, exitEvidence(in))
 		v.Advice = append(v.Advice, "Nothing to fix. Restart it with --resume-from DIR to continue from its newest checkpoint.")
 		return v

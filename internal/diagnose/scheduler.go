@@ -60,6 +60,11 @@ type Stop struct {
 	// "EvictionByEvictionAPI", "TerminationByKubelet",
 	// "DeletionByTaintManager"), an event's message ("Preempted by pod …").
 	Scheduler []string
+	// Notes is what else was read of the end, evidence that names no
+	// reason: the grace a pod's deletion gave it, that the pod had no
+	// DisruptionTarget condition, or why the pod could not be read (the
+	// permission to grant).
+	Notes []string
 }
 
 var (
@@ -125,9 +130,9 @@ func schedulerEnd(r Reading, in Input) (reason, summary string, evidence []strin
 	for _, l := range st.Scheduler {
 		switch {
 		case reKubePreempt.MatchString(l):
-			return Preempted, "the job's pod was preempted or evicted", []string{strings.TrimSpace(l), "read: the pod's condition or event says it was preempted or evicted"}, true
+			return Preempted, kubeSummary(l), []string{strings.TrimSpace(l), "read: the pod's condition or event says it was preempted or evicted"}, true
 		case reKubeNode.MatchString(l):
-			return NodeFailure, "the job's pod was deleted because its node failed or became unreachable", []string{strings.TrimSpace(l), "read: the pod was taken off a node that stopped answering"}, true
+			return NodeFailure, "the job's pod was deleted because its node failed or became unreachable", []string{strings.TrimSpace(l), "read: the pod was taken off a node that stopped answering (a NoExecute taint: not-ready or unreachable)"}, true
 		}
 	}
 	sig := SignalName(st.Signal)
@@ -142,6 +147,20 @@ func schedulerEnd(r Reading, in Input) (reason, summary string, evidence []strin
 			[]string{from, "read: Slurm's step daemon sent it before the job's end time; Slurm's line in the job's output file (\"CANCELLED AT … DUE TO …\") names which"}, true
 	}
 	return "", "", nil, false
+}
+
+// kubeSummary says which kind of preemption or eviction a pod's line
+// names.
+func kubeSummary(l string) string {
+	switch {
+	case strings.Contains(l, "PreemptionBy"), strings.Contains(l, "Preempted by"):
+		return "the job's pod was preempted by the scheduler for a higher-priority pod"
+	case strings.Contains(l, "EvictionByEvictionAPI"):
+		return "the job's pod was evicted through the Eviction API (a node drain or another eviction)"
+	case strings.Contains(l, "TerminationByKubelet"), strings.Contains(l, "low on resource"), strings.Contains(l, "node shutdown"):
+		return "the job's pod was ended by its node's kubelet (node pressure or a node shutdown)"
+	}
+	return "the job's pod was preempted or evicted"
 }
 
 // schedulerAdvice is each scheduler reason's advice before the run's own
@@ -171,4 +190,12 @@ func SlurmDeadline(getenv func(string) string) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(n, 0)
+}
+
+// stopNotes is what else was read of a stop (Stop.Notes), for the evidence.
+func stopNotes(in Input) []string {
+	if in.Stop == nil {
+		return nil
+	}
+	return in.Stop.Notes
 }

@@ -184,6 +184,12 @@ type Checkpoint struct {
 	// (vramguard.autosave() in a script), the signal and when it arrived.
 	Signal   string     `json:"signal,omitempty"`
 	WarnedAt *time.Time `json:"warned_at,omitempty"`
+	// Fallback marks a save on the warning made by the autosave's
+	// fallback thread, between two steps, as no optimizer step came within
+	// FallbackS seconds of the warning (0: the job was not stepping when
+	// the warning came).
+	Fallback  bool    `json:"fallback,omitempty"`
+	FallbackS float64 `json:"fallback_s,omitempty"`
 }
 
 // WarningSaves adds to the evidence a line for each save the job made on
@@ -205,7 +211,14 @@ func (c Checkpoint) AfterWarning() string {
 	if c.WarnedAt == nil || c.Error != "" {
 		return ""
 	}
-	return fmt.Sprintf("saved at step %d, %s after the warning (%s)", c.Steps, FormatSeconds(max(0, c.T.Sub(*c.WarnedAt).Seconds())), c.Signal)
+	after := FormatSeconds(max(0, c.T.Sub(*c.WarnedAt).Seconds()))
+	if c.Fallback && c.FallbackS == 0 {
+		return fmt.Sprintf("saved by the fallback at step %d, %s after the warning (%s): the job was not stepping when it came", c.Steps, after, c.Signal)
+	}
+	if c.Fallback {
+		return fmt.Sprintf("saved by the fallback at step %d, %s after the warning (%s): no optimizer step came within %s of it", c.Steps, after, c.Signal, FormatSeconds(c.FallbackS))
+	}
+	return fmt.Sprintf("saved at step %d, %s after the warning (%s)", c.Steps, after, c.Signal)
 }
 
 // OOM is a CUDA out-of-memory error the probe saw.

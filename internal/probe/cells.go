@@ -32,7 +32,7 @@ func event(m Message) (timeline.Event, bool) {
 		if !m.Autosave || m.Error != "" || m.Path == "" {
 			return timeline.Event{}, false
 		}
-		d := timeline.CheckpointData{PID: m.PID, Path: m.Path, Autosave: true, Objects: m.Objects, Script: m.Script, Signal: m.Signal}
+		d := timeline.CheckpointData{PID: m.PID, Path: m.Path, Autosave: true, Objects: m.Objects, Script: m.Script, Signal: m.Signal, Fallback: m.Fallback}
 		if m.Bytes != nil {
 			d.Bytes = *m.Bytes
 		}

@@ -72,6 +72,10 @@ type Message struct {
 	// name and when it arrived (unix seconds)
 	Signal   string  `json:"signal,omitempty"`
 	WarnedAt float64 `json:"warned_at,omitempty"`
+	// Fallback marks such a save made by the fallback's thread: no
+	// optimizer step came within FallbackS seconds of the warning
+	Fallback  bool    `json:"fallback,omitempty"`
+	FallbackS float64 `json:"fallback_s,omitempty"`
 	// ckpt of vramguard.autosave() in a script: the script's path
 	Script string `json:"script,omitempty"`
 

@@ -57,6 +57,7 @@ func (s *Summary) Add(m Message) {
 		if m.WarnedAt > 0 {
 			w := time.Unix(0, int64(m.WarnedAt*1e9)).UTC()
 			c.WarnedAt, c.Signal = &w, m.Signal
+			c.Fallback, c.FallbackS = m.Fallback, m.FallbackS
 		}
 		s.Checkpoints = append(s.Checkpoints, c)
 		s.OptimizerSteps = max(s.OptimizerSteps, m.OptimizerSteps)

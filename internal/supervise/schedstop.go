@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/diagnose"
+	"github.com/vramguard/vramguard/internal/kubepod"
 	"github.com/vramguard/vramguard/internal/procfs"
 )
 
@@ -46,7 +47,25 @@ func (a *running) stopInput() *diagnose.Stop {
 	if id := getenv("SLURM_JOB_ID"); id != "" && !st.FromTerminal {
 		st.Scheduler = slurmEndLines(id, a.s.o.Env)
 	}
+	if st.Signal == syscall.SIGTERM && !st.FromTerminal {
+		if c, ok := kubepod.FromEnv(getenv); ok {
+			sched, notes := podEndLines(c, st.At)
+			st.Scheduler = append(st.Scheduler, sched...)
+			st.Notes = append(st.Notes, notes...)
+		}
+	}
 	return &st
+}
+
+// podEndLines reads, in a pod, what the pod says of its end (kubepod):
+// read once the job ended, as the pod's DisruptionTarget condition is set
+// before the kubelet's SIGTERM. A read that fails is a note, never an error.
+func podEndLines(c kubepod.Config, sigAt time.Time) (scheduler, notes []string) {
+	p, err := kubepod.Read(context.Background(), c)
+	if err != nil {
+		return nil, []string{err.Error()}
+	}
+	return p.Lines(sigAt)
 }
 
 // slurmAncestor is the nearest slurmstepd above this process (srun's task,

@@ -117,4 +117,6 @@ type CheckpointData struct {
 	// autosave, not a notebook's); Signal names the warning it was made on
 	Script string `json:"script,omitempty"`
 	Signal string `json:"signal,omitempty"`
+	// Fallback: saved by the fallback's thread, no step having come
+	Fallback bool `json:"fallback,omitempty"`
 }

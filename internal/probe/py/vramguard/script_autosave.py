@@ -21,10 +21,16 @@ handler that was there before runs: a Python handler is called, SIGTERM's
 default is raised again (the job ends as it would have), an ignored signal
 stays ignored, and the warning signal's default (SIGUSR1's ends the job)
 is not taken: the warning is what the save was for, and the job trains on
-to its end. A job
-that is not stepping (no optimizer step in the last STALL seconds, or ten
-times its mean step time if longer) has its previous handler run at once,
-as no step boundary would come.
+to its end.
+
+When no step comes (the job blocked in data loading, a collective or a
+handler of its own), the fallback saves from a thread `fallback` seconds
+after the warning (autosave_fallback: 2 s by default), between two steps:
+a step in progress is waited for, the next one waits for the save. A job
+that is not stepping when the warning comes (no optimizer step in the last
+STALL seconds, or ten times its mean step time if longer) is saved by the
+fallback at once when it stepped since its last save; then, or at once when
+nothing is unsaved, its previous handler runs.
 """
 
 import os
@@ -35,6 +41,7 @@ import threading
 from . import _probe
 from ._units import parse_duration
 from .autosave import DEFAULT_KEEP, Autosave, AutosaveError
+from .autosave_fallback import DEFAULT_FALLBACK, Fallback, StepGuard
 
 ENV_SAVE_ON = "VRAMGUARD_SAVE_ON"
 DEFAULT_SAVE_ON = "SIGUSR1"
@@ -73,7 +80,14 @@ class ScriptAutosave(Autosave):
         self.passing = set()  # signals to pass on when they come again
         self.step_times = []  # clock() of the recent steps
         self.steps = 0  # steps seen by the hooks (the probe counts them under `vramguard run`)
-        self.lock = threading.Lock()
+        # reentrant: the signal handler takes it in the main thread, which
+        # may hold it already when the signal comes
+        self.lock = threading.RLock()
+        self.fallback = DEFAULT_FALLBACK  # seconds after a warning; None: off
+        self.guard = StepGuard()
+        self.timer = Fallback(self._fallback)
+        self.saved_steps = None  # counter() at the last save
+        self.fallback_saves = 0  # saves the fallback made
 
     def watch(self, signals):
         for s in signals:
@@ -85,8 +99,21 @@ class ScriptAutosave(Autosave):
 
     def off(self):
         """Stop saving, and give the signals back to their handlers."""
+        self.timer.cancel()
         self.unwatch()
+        self.guard.unwrap()
         super().off()
+
+    def hook_optimizers(self):
+        super().hook_optimizers()
+        optim = sys.modules.get("torch.optim")
+        opt_t = getattr(optim, "Optimizer", None)
+        if opt_t is None or self.fallback is None:
+            return
+        ns = self._ns()
+        for n in self.names:
+            if isinstance(ns.get(n), opt_t):
+                self.guard.wrap(ns[n])
 
     def unwatch(self):
         for s, prev in self.previous.items():
@@ -102,10 +129,17 @@ class ScriptAutosave(Autosave):
             self._chain(entry, frame)
             return
         if not self._stepping():
-            self._chain(entry, frame)
+            if self.fallback is None or self.counter() == self.saved_steps:
+                self._chain(entry, frame)  # nothing unsaved, or no fallback
+                return
+            with self.lock:
+                self.pending.append(entry)
+            self.timer.arm(0.0)
             return
         with self.lock:
             self.pending.append(entry)
+        if self.fallback is not None:
+            self.timer.arm(self.fallback)
 
     def _stepping(self):
         t = self.step_times
@@ -116,7 +150,10 @@ class ScriptAutosave(Autosave):
         return quiet <= max(STALL, 10 * mean)
 
     def save(self, **extra):
-        return super().save(script=self.script, **extra)
+        path = super().save(script=self.script, **extra)
+        if path:
+            self.saved_steps = self.counter()
+        return path
 
     def _after_step(self):
         self.steps += 1
@@ -127,8 +164,24 @@ class ScriptAutosave(Autosave):
         if not served:
             super()._after_step()
             return
+        self.timer.cancel()
         s, warned, _ = served[0]
         self.save(signal=s.name, warned_at=round(warned, 6))
+        for e in served:
+            self._chain(e, None)
+
+    def _fallback(self, delay):
+        """The timer's save: no step served the warning in time. Holding
+        the step guard, it waits for a step in progress (whose own hook may
+        serve the warning first) and keeps the next one out until saved."""
+        with self.guard.lock:
+            with self.lock:
+                served, self.pending = self.pending, []
+            if not served:
+                return
+            s, warned, _ = served[0]
+            if self.save(signal=s.name, warned_at=round(warned, 6), fallback=True, fallback_s=round(delay, 3)):
+                self.fallback_saves += 1
         for e in served:
             self._chain(e, None)
 
@@ -147,13 +200,15 @@ class ScriptAutosave(Autosave):
             os.kill(os.getpid(), s)
 
 
-def autosave(dir="vramguard-autosave", every="30m", keep=DEFAULT_KEEP, save_on=None, **objects):
+def autosave(dir="vramguard-autosave", every="30m", keep=DEFAULT_KEEP, save_on=None, fallback=DEFAULT_FALLBACK, **objects):
     """Save objects' state_dict()s (model=..., opt=..., sched=...) to dir
     every `every` (10m, 90s, 1h, or seconds), at optimizer steps, keeping the
     newest `keep`; save at the next step after the save-on signal (save_on,
-    else $VRAMGUARD_SAVE_ON, else SIGUSR1) and SIGTERM. Saves once now.
-    Returns the engine (status(), save(), off()). Call it from the main
-    thread; a second call replaces the first."""
+    else $VRAMGUARD_SAVE_ON, else SIGUSR1) and SIGTERM, or from a thread
+    `fallback` (2s, 1.5s, or seconds; 0: at once; None: never) after it
+    when no step came by then. Saves once now. Returns the engine
+    (status(), save(), off()). Call it from the main thread; a second call
+    replaces the first."""
     global _current
     if not objects:
         raise AutosaveError("name the objects to save: vramguard.autosave(model=model, opt=opt)")
@@ -163,6 +218,15 @@ def autosave(dir="vramguard-autosave", every="30m", keep=DEFAULT_KEEP, save_on=N
     period = parse_duration(every) if isinstance(every, str) else float(every)
     if not period > 0:
         raise AutosaveError("every must be more than zero")
+    if fallback is None or fallback is False:
+        fb = None
+    else:
+        try:
+            fb = parse_duration(fallback) if isinstance(fallback, str) else float(fallback)
+        except (TypeError, ValueError):
+            raise AutosaveError("fallback must be a duration (2s, 1.5s, seconds) or None, not %r" % (fallback,)) from None
+        if not fb >= 0:
+            raise AutosaveError("fallback must be zero or more")
     names = save_on if save_on is not None else (os.environ.get(ENV_SAVE_ON) or DEFAULT_SAVE_ON)
     signals = []
     for n in str(names).replace(",", " ").split():
@@ -179,6 +243,7 @@ def autosave(dir="vramguard-autosave", every="30m", keep=DEFAULT_KEEP, save_on=N
     if _current is not None:
         _current.off()
     a = ScriptAutosave(dict(objects), script)
+    a.fallback = fb
     a.configure(list(objects), period, dir, keep)
     if a.warning:
         sys.stderr.write("vramguard: autosave: warning: %s\n" % a.warning)
