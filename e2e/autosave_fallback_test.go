@@ -118,6 +118,7 @@ func TestAutosaveFallback(t *testing.T) {
 				t.Fatalf("no pid in the log:\n%s", log())
 			}
 			pid, _ := strconv.Atoi(m[1])
+			killed := time.Now()
 			syscall.Kill(pid, syscall.SIGKILL)
 			select {
 			case <-done:
@@ -181,8 +182,17 @@ print(int(d["objects"]["opt"]["state"][0]["step"]))
 					t.Errorf("the fallback saved %v after the warning, want 2 s and the save's time", after)
 				}
 				line := fmt.Sprintf("%s was saved by the fallback at step %d, ", path, last)
-				if !strings.Contains(ev, line) || !strings.Contains(ev, "after the warning (SIGUSR1): no optimizer step came within 2s of it") {
+				if !strings.Contains(ev, line) || !strings.Contains(ev, "before the job ended: no optimizer step came within 2s of the warning") {
 					t.Errorf("evidence lacks %q:\n%s", line, ev)
+				}
+				// how long before the kill, against the test's own SIGKILL
+				bm := regexp.MustCompile(`after the warning \(SIGUSR1\) and ([0-9.]+(?:ms|s)) before the job ended`).FindStringSubmatch(ev)
+				if bm == nil {
+					t.Fatalf("the evidence says not how long before the end the save came:\n%s", ev)
+				}
+				before, err := time.ParseDuration(bm[1])
+				if d := killed.Sub(fi.ModTime()) - before; err != nil || d < -time.Second || d > time.Second {
+					t.Errorf("saved %s before the job ended, says the evidence; the test killed it %v after the file was written", bm[1], killed.Sub(fi.ModTime()))
 				}
 				if !strings.Contains(out.String(), fmt.Sprintf("saved by the fallback at step %d, ", last)) {
 					t.Errorf("the run's post-mortem lacks the fallback's save:\n%s", out.String())

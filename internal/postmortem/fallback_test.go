@@ -14,16 +14,16 @@ func TestAfterWarningFallback(t *testing.T) {
 		want string
 	}{
 		{Checkpoint{Steps: 21, T: w.Add(13 * time.Millisecond), WarnedAt: &w, Signal: "SIGUSR1"},
-			"saved at step 21, 13ms after the warning (SIGUSR1)"},
+			"saved at step 21, 13ms after the warning (SIGUSR1) and 30s before the job ended"},
 		{Checkpoint{Steps: 21, T: w.Add(2040 * time.Millisecond), WarnedAt: &w, Signal: "SIGUSR1", Fallback: true, FallbackS: 2},
-			"saved by the fallback at step 21, 2s after the warning (SIGUSR1): no optimizer step came within 2s of it"},
+			"saved by the fallback at step 21, 2s after the warning (SIGUSR1) and 28s before the job ended: no optimizer step came within 2s of the warning"},
 		{Checkpoint{Steps: 7, T: w.Add(30 * time.Millisecond), WarnedAt: &w, Signal: "SIGTERM", Fallback: true},
-			"saved by the fallback at step 7, 30ms after the warning (SIGTERM): the job was not stepping when it came"},
+			"saved by the fallback at step 7, 30ms after the warning (SIGTERM) and 30s before the job ended: the job was not stepping when the warning came"},
 		{Checkpoint{Steps: 7, T: w, Signal: "SIGTERM", Fallback: true}, ""},
 		{Checkpoint{Steps: 7, T: w, WarnedAt: &w, Error: "OSError: disk full", Fallback: true}, ""},
 	}
 	for _, c := range cases {
-		if got := c.c.AfterWarning(); got != c.want {
+		if got := c.c.AfterWarning(w.Add(30 * time.Second)); got != c.want {
 			t.Errorf("%+v:\n got %q\nwant %q", c.c, got, c.want)
 		}
 	}

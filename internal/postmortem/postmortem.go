@@ -199,26 +199,30 @@ func WarningSaves(pm *Postmortem) {
 		return
 	}
 	for _, c := range pm.Probe.Checkpoints {
-		if l := c.AfterWarning(); l != "" {
+		if l := c.AfterWarning(pm.EndedAt); l != "" {
 			pm.Evidence = append(pm.Evidence, c.Path+" was "+l)
 		}
 	}
 }
 
 // AfterWarning is the line that says when a save made on a warning was
-// made, or "".
-func (c Checkpoint) AfterWarning() string {
+// made: after the warning and, when end (the job's end) is known, before
+// it; "" for any other save.
+func (c Checkpoint) AfterWarning(end time.Time) string {
 	if c.WarnedAt == nil || c.Error != "" {
 		return ""
 	}
-	after := FormatSeconds(max(0, c.T.Sub(*c.WarnedAt).Seconds()))
+	when := FormatSeconds(max(0, c.T.Sub(*c.WarnedAt).Seconds())) + " after the warning (" + c.Signal + ")"
+	if !end.IsZero() && !end.Before(c.T) {
+		when += " and " + FormatSeconds(end.Sub(c.T).Seconds()) + " before the job ended"
+	}
 	if c.Fallback && c.FallbackS == 0 {
-		return fmt.Sprintf("saved by the fallback at step %d, %s after the warning (%s): the job was not stepping when it came", c.Steps, after, c.Signal)
+		return fmt.Sprintf("saved by the fallback at step %d, %s: the job was not stepping when the warning came", c.Steps, when)
 	}
 	if c.Fallback {
-		return fmt.Sprintf("saved by the fallback at step %d, %s after the warning (%s): no optimizer step came within %s of it", c.Steps, after, c.Signal, FormatSeconds(c.FallbackS))
+		return fmt.Sprintf("saved by the fallback at step %d, %s: no optimizer step came within %s of the warning", c.Steps, when, FormatSeconds(c.FallbackS))
 	}
-	return fmt.Sprintf("saved at step %d, %s after the warning (%s)", c.Steps, after, c.Signal)
+	return fmt.Sprintf("saved at step %d, %s", c.Steps, when)
 }
 
 // OOM is a CUDA out-of-memory error the probe saw.

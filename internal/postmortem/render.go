@@ -187,7 +187,7 @@ func Render(w io.Writer, d *Document) {
 		}
 	}
 	if d.Probe != nil {
-		renderProbe(w, d.Probe, d.AllocationSites, d.AllocationSitesError)
+		renderProbe(w, d.Probe, d.EndedAt, d.AllocationSites, d.AllocationSitesError)
 	}
 }
 
@@ -343,7 +343,7 @@ func renderTimeline(w io.Writer, tl *TimelineSummary, mem *MemStats) {
 	}
 }
 
-func renderProbe(w io.Writer, p *Probe, sites []AllocSite, sitesErr string) {
+func renderProbe(w io.Writer, p *Probe, end time.Time, sites []AllocSite, sitesErr string) {
 	fmt.Fprintln(w, "\nprobe (inside PyTorch)")
 	fmt.Fprintf(w, "  steps     %d optimizer steps", p.OptimizerSteps)
 	if p.UserSteps > 0 {
@@ -383,7 +383,7 @@ func renderProbe(w io.Writer, p *Probe, sites []AllocSite, sitesErr string) {
 				atomic = ", atomic"
 			}
 			fmt.Fprintf(w, "    %s  %s  %s (step %d%s)\n", c.T.Local().Format("15:04:05"), filepath.Base(c.Path), what, c.Steps, atomic)
-			if l := c.AfterWarning(); l != "" {
+			if l := c.AfterWarning(end); l != "" {
 				fmt.Fprintf(w, "              %s\n", l)
 			}
 		}
