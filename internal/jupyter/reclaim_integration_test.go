@@ -1,7 +1,6 @@
 package jupyter_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vramguard/vramguard/internal/jupyter"
 	"github.com/vramguard/vramguard/internal/testbin"
 )
 
@@ -24,20 +22,8 @@ import (
 func TestIdleKernelThroughServer(t *testing.T) {
 	l := newLab(t)
 	l.startServer()
-	ctx := context.Background()
-	s, err := l.client.CreateSession(ctx, "idle.ipynb", "python3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := s.Kernel.ID
 	// a client's cell: Jupyter calls the kernel idle (not starting) after it
-	k := l.connect(id)
-	k.run("x = 1")
-	var pid int
-	testbin.WaitFor(t, 60*time.Second, "the kernel's process", func() bool {
-		pid = l.kernels()[id].PID
-		return pid > 0
-	})
+	id, k, pid := l.startKernel("idle.ipynb")
 	dir := t.TempDir()
 	scen := filepath.Join(dir, "idle.json")
 	if err := os.WriteFile(scen, []byte(fmt.Sprintf(`{"name": "idle kernel", "duration": "1h",
@@ -101,18 +87,7 @@ func TestIdleKernelThroughServer(t *testing.T) {
 	if err := json.NewDecoder(stdout).Decode(&start); err != nil || start.URL == "" {
 		t.Fatalf("serve's startup line: %v (url %q)", err, start.URL)
 	}
-	testbin.WaitFor(t, 60*time.Second, "the server to no longer list the reclaimed kernel", func() bool {
-		var ks []jupyter.Kernel
-		if err := l.client.Do(ctx, http.MethodGet, "api/kernels", nil, &ks); err != nil {
-			return false
-		}
-		for _, k := range ks {
-			if k.ID == id {
-				return false
-			}
-		}
-		return true
-	})
+	testbin.WaitFor(t, 60*time.Second, "the server to no longer list the reclaimed kernel", func() bool { return !l.listed(id) })
 	resp, err := http.Get(start.URL + "api/v1/notices")
 	if err != nil {
 		t.Fatal(err)
