@@ -124,6 +124,45 @@ func (g *graceJob) run() map[string]any {
 	return runs[0]
 }
 
+// requeue requeues the job (scontrol requeue) and waits for its training's
+// second start. Slurm holds a requeued job before it starts it again, and
+// may set its begin time again once its first start has ended (under
+// load, after an update): while it waits, its start is moved to now.
+func (g *graceJob) requeue() {
+	g.t.Helper()
+	g.c.Scontrol("requeue", g.id)
+	waitFor(g.t, 60*time.Second, "the requeued job to wait", func() bool {
+		job := g.c.Job(g.id)
+		return job != nil && job["JobState"] == "PENDING"
+	})
+	waitFor(g.t, 90*time.Second, "the requeued job's training to start", func() bool {
+		if job := g.c.Job(g.id); job != nil && job["JobState"] == "PENDING" {
+			// (it may start between the look and the update: then the update fails, harmlessly)
+			_ = g.c.Command("scontrol", "update", "JobId="+g.id, "StartTime=now").Run()
+		}
+		return strings.Count(g.signals(), " ready ") == 2
+	})
+}
+
+// endRequeued checks that the requeued job's run goes on in its second
+// attempt, cancels the job and returns the run's post-mortem and its two
+// attempts' detail.
+func (g *graceJob) endRequeued() (map[string]any, []any) {
+	g.t.Helper()
+	r := g.run()
+	if r["status"] != "running" || r["attempts"] != float64(2) {
+		g.t.Errorf("after the requeue the run is %v with %v attempts; want running, 2", r["status"], r["attempts"])
+	}
+	g.c.Scancel(g.id)
+	g.c.WaitJob(g.id, 60*time.Second)
+	pm := g.e.explain("last")
+	detail, _ := pm["attempts_detail"].([]any)
+	if pm["attempts"] != float64(2) || len(detail) != 2 {
+		g.t.Fatalf("post-mortem: %v attempts, detail %v; want 2", pm["attempts"], detail)
+	}
+	return pm, detail
+}
+
 // keepsRunning checks that a warning changed nothing: after it the
 // training goes on in its first attempt, under the same Slurm job.
 func (g *graceJob) keepsRunning() {
@@ -270,37 +309,13 @@ func TestSlurmRequeueIsTheNextAttempt(t *testing.T) {
 	t.Parallel()
 	g := submitGrace(t, "#SBATCH --requeue\n", srunTrain)
 	g.ready()
-	g.c.Scontrol("requeue", g.id)
-	// Slurm holds a requeued job before it starts it again: start it now
-	testbin.WaitFor(t, 60*time.Second, "the requeued job to wait", func() bool {
-		job := g.c.Job(g.id)
-		return job != nil && job["JobState"] == "PENDING"
-	})
-	// Slurm may set the requeued job's begin time again once its first
-	// start has ended (under load, after this update): move it each time
-	waitFor(t, 90*time.Second, "the requeued job's training to start", func() bool {
-		if job := g.c.Job(g.id); job != nil && job["JobState"] == "PENDING" {
-			// (it may start between the look and the update: then the update fails, harmlessly)
-			_ = g.c.Command("scontrol", "update", "JobId="+g.id, "StartTime=now").Run()
-		}
-		return strings.Count(g.signals(), " ready ") == 2
-	})
+	g.requeue()
 	if saved, ok := g.at("saved"); !ok {
 		t.Error("the first start's SIGTERM handler did not finish its save")
 	} else if idx := strings.Index(g.signals(), "saved"); idx > strings.LastIndex(g.signals(), " ready ") {
 		t.Errorf("saved at %.1f, after the second start", saved)
 	}
-	r := g.run()
-	if r["status"] != "running" || r["attempts"] != float64(2) {
-		t.Errorf("after the requeue the run is %v with %v attempts; want running, 2", r["status"], r["attempts"])
-	}
-	g.c.Scancel(g.id)
-	g.c.WaitJob(g.id, 60*time.Second)
-	pm := g.e.explain("last")
-	detail, _ := pm["attempts_detail"].([]any)
-	if pm["attempts"] != float64(2) || len(detail) != 2 {
-		t.Fatalf("post-mortem: %v attempts, detail %v; want 2", pm["attempts"], detail)
-	}
+	_, detail := g.endRequeued()
 	first, _ := detail[0].(map[string]any)
 	if first["exit_code"] != float64(143) {
 		t.Errorf("attempt 1: %v", first)
