@@ -1,0 +1,85 @@
+package testbin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// CopyRun copies the training run directory src into a new temporary
+// directory, named run, and returns its path. Its checkpoints (ckpt-*)
+// get the oldest modification times and everything else newer ones, a
+// minute apart: the order in which a job writes its config and tokenizer
+// after (or next to) its checkpoints, so that a pick by modification time
+// alone would take a non-checkpoint.
+func CopyRun(t testing.TB, src string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "run")
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var paths []string
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			paths = append(paths, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(paths, func(i, j int) bool {
+		ci, cj := strings.HasPrefix(filepath.Base(paths[i]), "ckpt-"), strings.HasPrefix(filepath.Base(paths[j]), "ckpt-")
+		if ci != cj {
+			return ci
+		}
+		return paths[i] < paths[j]
+	})
+	for i, p := range paths {
+		rel, _ := filepath.Rel(src, p)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dst, rel)
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(out, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mt := t0.Add(time.Duration(i) * time.Minute)
+		if err := os.Chtimes(out, mt, mt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// HashTree maps every regular file under dir (its path relative to dir)
+// to its SHA-256.
+func HashTree(t testing.TB, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(b)
+		rel, _ := filepath.Rel(dir, p)
+		out[rel] = hex.EncodeToString(sum[:])
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
