@@ -17,6 +17,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -275,4 +276,32 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// Pipes are a started command's standard streams: pipes to its stdin and
+// from its stdout, and what it writes to stderr.
+type Pipes struct {
+	Stdin  io.WriteCloser
+	Stdout io.ReadCloser
+	Stderr *Buffer
+}
+
+// StartPiped starts cmd with a pipe to its stdin (open until the caller
+// closes it), a pipe from its stdout, and its stderr kept; the caller
+// waits for it.
+func StartPiped(t testing.TB, cmd *exec.Cmd) Pipes {
+	t.Helper()
+	p := Pipes{Stderr: &Buffer{}}
+	var err error
+	if p.Stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Stdout, err = cmd.StdoutPipe(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = p.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
