@@ -11,6 +11,7 @@ import (
 	"github.com/vramguard/vramguard/internal/cgroup"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/ranks"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // Each process's rank: from its environment (read once per process), from
@@ -22,7 +23,7 @@ func TestTreeRanks(t *testing.T) {
 	files := fixture("max\n", "max\n")
 	files["proc/101/environ"] = "PATH=/bin\x00RANK=3\x00LOCAL_RANK=1\x00WORLD_SIZE=8\x00GROUP_RANK=1\x00TORCHELASTIC_ERROR_FILE=/tmp/e/3/error.json\x00"
 	files["proc/102/environ"] = "PATH=/bin\x00"
-	root := writeTree(t, files)
+	root := testbin.WriteTree(t, files)
 	s, _ := newTreeSampler(t, c, gpuScenario)
 	w := 8
 	probe := map[int]*ranks.Identity{}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // readCost is a JobWatch's real clock and measure of its rollups: every
@@ -33,7 +34,7 @@ func (c *readCost) measure(f func()) time.Duration {
 // job's processes has every one read again at once.
 func TestRollupBudget(t *testing.T) {
 	files := fixture("max\n", "max\n")
-	root := writeTree(t, files)
+	root := testbin.WriteTree(t, files)
 	c := &clock{t: time.Unix(1700000000, 0)}
 	s, _ := newTreeSampler(t, c, gpuScenario)
 	w := s.WatchJob(JobSpec{Root: 100, Main: 101, Proc: procfs.FS{Root: root}})

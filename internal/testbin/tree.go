@@ -83,3 +83,20 @@ func HashTree(t testing.TB, dir string) map[string]string {
 	}
 	return out
 }
+
+// WriteTree writes files (path relative to the root: content) under a new
+// temporary root, making their directories, and returns the root.
+func WriteTree(t testing.TB, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for p, c := range files {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
