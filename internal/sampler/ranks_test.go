@@ -12,7 +12,22 @@ import (
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/ranks"
 	"github.com/vramguard/vramguard/internal/testbin"
+	"github.com/vramguard/vramguard/internal/timeline"
 )
+
+// readJob takes a reading of w and returns it with its processes' readings.
+func readJob(t *testing.T, w *JobWatch) (timeline.Sample, []ProcReading, TreeInfo) {
+	t.Helper()
+	x, info, err := w.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var procs []ProcReading
+	if err := json.Unmarshal(x.Procs, &procs); err != nil {
+		t.Fatal(err)
+	}
+	return x, procs, info
+}
 
 // Each process's rank: from its environment (read once per process), from
 // torch.distributed where the probe reported it (which wins, keeping what
@@ -31,14 +46,7 @@ func TestTreeRanks(t *testing.T) {
 		RankOf: func(pid int) *ranks.Identity { return probe[pid] }}
 	job := s.WatchJob(spec)
 	read := func() ([]ProcReading, TreeInfo) {
-		x, info, err := job.Read(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var procs []ProcReading
-		if err := json.Unmarshal(x.Procs, &procs); err != nil {
-			t.Fatal(err)
-		}
+		_, procs, info := readJob(t, job)
 		return procs, info
 	}
 	procs, info := read()

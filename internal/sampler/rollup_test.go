@@ -1,8 +1,6 @@
 package sampler
 
 import (
-	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -58,14 +56,7 @@ func TestRollupBudget(t *testing.T) {
 		rc.t = rc.t.Add(100 * time.Millisecond)
 		c.t = c.t.Add(100 * time.Millisecond)
 		before := rc.reads
-		x, _, err := w.Read(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var procs []ProcReading
-		if err := json.Unmarshal(x.Procs, &procs); err != nil {
-			t.Fatal(err)
-		}
+		x, procs, _ := readJob(t, w)
 		pss := map[int]uint64{}
 		var sum uint64
 		for _, p := range procs {
