@@ -41,23 +41,28 @@ func CopyRun(t testing.TB, src string) string {
 	})
 	for i, p := range paths {
 		rel, _ := filepath.Rel(src, p)
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := filepath.Join(dst, rel)
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(out, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		mt := t0.Add(time.Duration(i) * time.Minute)
-		if err := os.Chtimes(out, mt, mt); err != nil {
-			t.Fatal(err)
-		}
+		CopyFile(t, p, filepath.Join(dst, rel), t0.Add(time.Duration(i)*time.Minute))
 	}
 	return dst
+}
+
+// CopyFile copies the file src to dst (making its directory), modified at
+// mtime.
+func CopyFile(t testing.TB, src, dst string, mtime time.Time) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(dst, mtime, mtime); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // HashTree maps every regular file under dir (its path relative to dir)
