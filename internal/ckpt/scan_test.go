@@ -1,7 +1,6 @@
 package ckpt
 
 import (
-	"archive/tar"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -416,22 +415,9 @@ func TestScanTarFollowsStorages(t *testing.T) {
 		return append([]byte("\x80\x02(X\x01\x00\x00\x00"+key+"X\x03\x00\x00\x00cpuctorch\nFloatStorage\ntq\x00.\x05\x00\x00\x00\x00\x00\x00\x00"), raw...)
 	}
 	build := func(storages []byte) []byte {
-		var buf bytes.Buffer
-		tw := tar.NewWriter(&buf)
-		for _, rec := range []struct {
-			name string
-			data []byte
-		}{
-			{"sys_info", []byte("\x80\x02}q\x00.")},
-			{"storages", storages},
-			{"tensors", []byte("\x80\x02K\x01.\x80\x02(X\x01\x00\x00\x00tX\x01\x00\x00\x000ctorch\nFloatTensor\ntq\x00.\x01\x00\x00\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")},
-			{"pickle", []byte("\x80\x02}q\x00.")},
-		} {
-			tw.WriteHeader(&tar.Header{Name: rec.name, Mode: 0o644, Size: int64(len(rec.data))})
-			tw.Write(rec.data)
-		}
-		tw.Close()
-		return buf.Bytes()
+		return tarOf(t, tarRecord{"sys_info", []byte("\x80\x02}q\x00.")}, tarRecord{"storages", storages},
+			tarRecord{"tensors", []byte("\x80\x02K\x01.\x80\x02(X\x01\x00\x00\x00tX\x01\x00\x00\x000ctorch\nFloatTensor\ntq\x00.\x01\x00\x00\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")},
+			tarRecord{"pickle", []byte("\x80\x02}q\x00.")})
 	}
 	scan := func(b []byte) *ScanResult {
 		res := &ScanResult{Format: FormatTorchTar}

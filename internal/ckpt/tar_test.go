@@ -6,27 +6,36 @@ import (
 	"testing"
 )
 
-// legacyTar builds the pre-1.0 torch layout: a tar of pickles named
-// sys_info, pickle, tensors and storages.
-func legacyTar(t *testing.T, pickleRecord []byte) []byte {
+// tarRecord is one member of a tar written by tarOf.
+type tarRecord struct {
+	name string
+	data []byte
+}
+
+// tarOf writes a tar of recs, in turn.
+func tarOf(t *testing.T, recs ...tarRecord) []byte {
+	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	for _, rec := range []struct {
-		name string
-		data []byte
-	}{
-		{"sys_info", []byte("\x80\x02}q\x00.")},
-		{"pickle", pickleRecord},
-		{"tensors", []byte("\x80\x02K\x00.")},
-		{"storages", []byte("\x80\x02K\x00.")},
-	} {
+	for _, rec := range recs {
 		if err := tw.WriteHeader(&tar.Header{Name: rec.name, Mode: 0o644, Size: int64(len(rec.data))}); err != nil {
 			t.Fatal(err)
 		}
-		tw.Write(rec.data)
+		if _, err := tw.Write(rec.data); err != nil {
+			t.Fatal(err)
+		}
 	}
-	tw.Close()
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
 	return buf.Bytes()
+}
+
+// legacyTar builds the pre-1.0 torch layout: a tar of pickles named
+// sys_info, pickle, tensors and storages.
+func legacyTar(t *testing.T, pickleRecord []byte) []byte {
+	return tarOf(t, tarRecord{"sys_info", []byte("\x80\x02}q\x00.")}, tarRecord{"pickle", pickleRecord},
+		tarRecord{"tensors", []byte("\x80\x02K\x00.")}, tarRecord{"storages", []byte("\x80\x02K\x00.")})
 }
 
 func TestLegacyTar(t *testing.T) {
