@@ -1,41 +1,15 @@
 package ckpt
 
 import (
-	"archive/tar"
 	"bytes"
 	"testing"
 )
 
-// tarRecord is one member of a tar written by tarOf.
-type tarRecord struct {
-	name string
-	data []byte
-}
-
-// tarOf writes a tar of recs, in turn.
-func tarOf(t *testing.T, recs ...tarRecord) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, rec := range recs {
-		if err := tw.WriteHeader(&tar.Header{Name: rec.name, Mode: 0o644, Size: int64(len(rec.data))}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(rec.data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
 // legacyTar builds the pre-1.0 torch layout: a tar of pickles named
 // sys_info, pickle, tensors and storages.
 func legacyTar(t *testing.T, pickleRecord []byte) []byte {
-	return tarOf(t, tarRecord{"sys_info", []byte("\x80\x02}q\x00.")}, tarRecord{"pickle", pickleRecord},
-		tarRecord{"tensors", []byte("\x80\x02K\x00.")}, tarRecord{"storages", []byte("\x80\x02K\x00.")})
+	return tarOf(t, member{"sys_info", []byte("\x80\x02}q\x00.")}, member{"pickle", pickleRecord},
+		member{"tensors", []byte("\x80\x02K\x00.")}, member{"storages", []byte("\x80\x02K\x00.")})
 }
 
 func TestLegacyTar(t *testing.T) {
