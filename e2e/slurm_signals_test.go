@@ -225,6 +225,17 @@ func (g *graceJob) savedInGrace() map[string]any {
 	return pm
 }
 
+// endsInGrace waits (up to d) for the Slurm job to end in state (TIMEOUT,
+// CANCELLED), then checks that it saved in the grace (savedInGrace) and
+// that its attempt ended for the scheduler's reason (schedulerReason).
+func (g *graceJob) endsInGrace(state, reason string, d time.Duration) {
+	g.t.Helper()
+	if job := g.c.WaitJob(g.id, d); job["JobState"] != state {
+		g.t.Errorf("the Slurm job ended %s, want %s", job["JobState"], state)
+	}
+	schedulerReason(g.t, g.savedInGrace(), reason)
+}
+
 // schedulerReason asserts the reason the scheduler's end is diagnosed as
 // (time_limit, cancelled): the supervisor reads Slurm's "*** STEP N ON NODE
 // CANCELLED AT ... DUE TO TIME LIMIT ***" line from the job's output file
@@ -248,12 +259,7 @@ func TestSlurmTimeLimitKeepsTheGrace(t *testing.T) {
 	t.Parallel()
 	g := submitGrace(t, "#SBATCH --time=1\n", srunTrain)
 	g.ready()
-	job := g.c.WaitJob(g.id, 150*time.Second)
-	if job["JobState"] != "TIMEOUT" {
-		t.Errorf("the Slurm job ended %s, want TIMEOUT", job["JobState"])
-	}
-	pm := g.savedInGrace()
-	schedulerReason(t, pm, "time_limit")
+	g.endsInGrace("TIMEOUT", "time_limit", 150*time.Second)
 }
 
 // TestSlurmScancel: scancel ends the job with its save finished; before
@@ -272,11 +278,7 @@ func TestSlurmScancel(t *testing.T) {
 				g.keepsRunning()
 			}
 			g.c.Scancel(g.id)
-			if job := g.c.WaitJob(g.id, 60*time.Second); job["JobState"] != "CANCELLED" {
-				t.Errorf("the Slurm job ended %s, want CANCELLED", job["JobState"])
-			}
-			pm := g.savedInGrace()
-			schedulerReason(t, pm, "cancelled")
+			g.endsInGrace("CANCELLED", "cancelled", 60*time.Second)
 		})
 	}
 }
@@ -294,12 +296,7 @@ wait "$step"; wait "$step"
 	g.ready()
 	waitFor(t, 120*time.Second, "the job's handler to hear the forwarded SIGUSR1", func() bool { _, ok := g.at("got SIGUSR1"); return ok })
 	g.keepsRunning()
-	job := g.c.WaitJob(g.id, 150*time.Second)
-	if job["JobState"] != "TIMEOUT" {
-		t.Errorf("the Slurm job ended %s, want TIMEOUT", job["JobState"])
-	}
-	pm := g.savedInGrace()
-	schedulerReason(t, pm, "time_limit")
+	g.endsInGrace("TIMEOUT", "time_limit", 150*time.Second)
 }
 
 // TestSlurmRequeueIsTheNextAttempt: a job Slurm requeues (scontrol
