@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -64,25 +62,8 @@ func TestIdleKernelThroughServer(t *testing.T) {
 	}
 
 	// serve --reclaim-idle: the owner's notice, then the shutdown
-	serve := exec.Command(l.bin, "serve", "--listen", "127.0.0.1:0", "--json", "--simulate", scen, "--probe-socket", "none",
-		"--idle-window", "1s", "--reclaim-idle", "2s")
-	serve.Env = append(l.env(), "VRAMGUARD_HOME="+filepath.Join(dir, "agent"))
-	stdout, err := serve.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var serr strings.Builder
-	serve.Stderr = &serr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		serve.Process.Signal(syscall.SIGTERM)
-		serve.Wait()
-		if t.Failed() {
-			t.Logf("serve's stderr:\n%s", serr.String())
-		}
-	})
+	stdout, serr := l.serve(l.bin, append(l.env(), "VRAMGUARD_HOME="+filepath.Join(dir, "agent")),
+		"--listen", "127.0.0.1:0", "--json", "--simulate", scen, "--probe-socket", "none", "--idle-window", "1s", "--reclaim-idle", "2s")
 	var start struct{ URL string }
 	if err := json.NewDecoder(stdout).Decode(&start); err != nil || start.URL == "" {
 		t.Fatalf("serve's startup line: %v (url %q)", err, start.URL)

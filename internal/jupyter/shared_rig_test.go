@@ -1,8 +1,8 @@
 package jupyter_test
 
 import (
-	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -52,6 +52,33 @@ func (l *lab) listed(id string) bool {
 	return false
 }
 
+// serve starts vg's serve with args in env, stopped (SIGTERM) when the
+// test ends, and returns its stdout and its stderr (logged then, when the
+// test failed).
+func (l *lab) serve(vg string, env []string, args ...string) (io.Reader, *testbin.Buffer) {
+	t := l.t
+	t.Helper()
+	serve := exec.Command(vg, append([]string{"serve"}, args...)...)
+	serve.Env = env
+	stdout, err := serve.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serr := &testbin.Buffer{}
+	serve.Stderr = serr
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		serve.Process.Signal(syscall.SIGTERM)
+		serve.Wait()
+		if t.Failed() {
+			t.Logf("serve's stderr:\n%s", serr.String())
+		}
+	})
+	return stdout, serr
+}
+
 // sharedAgent is a root `serve --shared` beside the lab's server, for the
 // tests of what its users may see and do: a directory every user may
 // enter, a copy of the binary there that they may run, and the agent's
@@ -77,20 +104,9 @@ func (l *lab) newSharedAgent(prefix string) *sharedAgent {
 func (a *sharedAgent) serve(args ...string) {
 	t := a.l.t
 	t.Helper()
-	serve := exec.Command(a.vg, append([]string{"serve", "--shared", "--listen", "127.0.0.1:0", "--json", "--gpu-backend", "none"}, args...)...)
-	serve.Env = append(a.l.env(), "VRAMGUARD_HOME="+filepath.Join(a.dir, "agent-home"), "VRAMGUARD_SHARED_DIR="+a.shared)
-	var serr bytes.Buffer
-	serve.Stderr = &serr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		serve.Process.Signal(syscall.SIGTERM)
-		serve.Wait()
-		if t.Failed() {
-			t.Logf("serve's stderr:\n%s", serr.String())
-		}
-	})
+	stdout, _ := a.l.serve(a.vg, append(a.l.env(), "VRAMGUARD_HOME="+filepath.Join(a.dir, "agent-home"), "VRAMGUARD_SHARED_DIR="+a.shared),
+		append([]string{"--shared", "--listen", "127.0.0.1:0", "--json", "--gpu-backend", "none"}, args...)...)
+	go io.Copy(io.Discard, stdout)
 	testbin.WaitFor(t, 30*time.Second, "the shared API socket", func() bool {
 		st, err := os.Stat(filepath.Join(a.shared, "api.sock"))
 		return err == nil && st.Mode().Perm() == 0o666
