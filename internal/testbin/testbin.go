@@ -2,7 +2,10 @@
 // built vramguard binary (e2e, internal/jupyter, internal/probe): it builds
 // the binary once for all of them, runs commands with a bound and captures
 // what they print and how they end, waits for conditions with a deadline,
-// and names the Python interpreter that has torch.
+// and names the Python interpreter that has torch. It also holds the
+// fixtures the tests of several packages share, one helper a shape of
+// setup: throwaway users and directories every user may enter (users.go),
+// file trees, copies and hashes of them (tree.go), the corpora (corpus.go).
 //
 // Only _test.go files may import it. The vramguard binary must never: it
 // would link the testing package into what users run.
