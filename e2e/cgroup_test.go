@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestMemoryLimitRefusedWithoutCgroup: an unprivileged user with no cgroup to
@@ -16,20 +18,9 @@ func TestMemoryLimitRefusedWithoutCgroup(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Fatal("this test drops to user nobody and must run as root (as CI does)")
 	}
-	dir, err := os.MkdirTemp("", "vramguard-nobody-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o777)
-	exe := filepath.Join(dir, "vramguard")
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(exe, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := testbin.SharedDir(t, "vramguard-nobody-")
+	os.Chmod(dir, 0o777) // nobody writes its home and marker here
+	exe := testbin.CopyBinary(t, bin, dir)
 	marker := filepath.Join(dir, "ran")
 	cmd := exec.Command("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--reset-env",
 		exe, "--home", filepath.Join(dir, "home"), "run", "--memory-limit", "100m", "--", "sh", "-c", "touch "+marker)

@@ -1,16 +1,14 @@
 package e2e
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // seriesRun is a training run's directory written by real torch
@@ -20,66 +18,6 @@ import (
 // (a text file named .metadata and a README).
 const seriesRun = "../internal/ckpt/testdata/series/run"
 
-// copyRun copies seriesRun into a temp dir; the checkpoints get the oldest
-// modification times, so a pick by mtime would take a non-checkpoint.
-func copyRun(t *testing.T) string {
-	t.Helper()
-	dst := filepath.Join(t.TempDir(), "run")
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var files []string
-	err := filepath.WalkDir(seriesRun, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			files = append(files, p)
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.SliceStable(files, func(i, j int) bool {
-		return strings.HasPrefix(filepath.Base(files[i]), "ckpt-") && !strings.HasPrefix(filepath.Base(files[j]), "ckpt-")
-	})
-	for i, p := range files {
-		rel, _ := filepath.Rel(seriesRun, p)
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := filepath.Join(dst, rel)
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(out, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		mt := t0.Add(time.Duration(i) * time.Minute)
-		os.Chtimes(out, mt, mt)
-	}
-	return dst
-}
-
-func treeHashes(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		sum := sha256.Sum256(b)
-		rel, _ := filepath.Rel(dir, p)
-		out[rel] = hex.EncodeToString(sum[:])
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // TestCkptSeriesLatestAndPrune: `ckpt latest` picks ckpt-300.pt, and
 // `ckpt prune --keep-last 1 --apply` deletes ckpt-100.pt and ckpt-200.pt
 // and leaves every other file byte for byte as it was, naming each one it
@@ -87,14 +25,14 @@ func treeHashes(t *testing.T, dir string) map[string]string {
 func TestCkptSeriesLatestAndPrune(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	dir := copyRun(t)
+	dir := testbin.CopyRun(t, seriesRun)
 
 	r := e.run("ckpt", "latest", dir)
 	if r.code != 0 || r.stdout != filepath.Join(dir, "ckpt-300.pt")+"\n" {
 		t.Fatalf("latest: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
 	}
 
-	before := treeHashes(t, dir)
+	before := testbin.HashTree(t, dir)
 	r = e.run("ckpt", "prune", dir, "--keep-last", "1", "--apply", "--json")
 	if r.code != 0 {
 		t.Fatalf("prune: exit %d\n%s", r.code, r.stderr)
@@ -113,7 +51,7 @@ func TestCkptSeriesLatestAndPrune(t *testing.T) {
 	if strings.Join(plan.Deleted, " ") != filepath.Join(dir, "ckpt-100.pt")+" "+filepath.Join(dir, "ckpt-200.pt") {
 		t.Errorf("deleted %v", plan.Deleted)
 	}
-	after := treeHashes(t, dir)
+	after := testbin.HashTree(t, dir)
 	for rel, sum := range before {
 		gone := rel == "ckpt-100.pt" || rel == "ckpt-200.pt"
 		got, ok := after[rel]
@@ -142,7 +80,7 @@ func TestCkptSeriesLatestAndPrune(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "LEFT ALONE") || strings.Contains(r.stdout, "deleted") {
 		t.Errorf("second prune: exit %d\n%s", r.code, r.stdout)
 	}
-	if len(treeHashes(t, dir)) != len(before)-2 {
+	if len(testbin.HashTree(t, dir)) != len(before)-2 {
 		t.Error("the second prune deleted something")
 	}
 }
@@ -153,7 +91,7 @@ func TestCkptSeriesLatestAndPrune(t *testing.T) {
 func TestCkptLatestSymlinkedDir(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	dir := copyRun(t)
+	dir := testbin.CopyRun(t, seriesRun)
 	link := filepath.Join(t.TempDir(), "current")
 	if err := os.Symlink(dir, link); err != nil {
 		t.Fatal(err)
@@ -175,7 +113,7 @@ func TestCkptLatestSymlinkedDir(t *testing.T) {
 func TestCkptLatestAllInvalid(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	dir := copyRun(t)
+	dir := testbin.CopyRun(t, seriesRun)
 	tearSeries(t, dir)
 	r := e.run("ckpt", "latest", dir)
 	if r.code != 1 || r.stdout != "" {
@@ -199,7 +137,7 @@ func TestCkptLatestAllInvalid(t *testing.T) {
 func TestResumeFromNothingValidIsLoud(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	dir := copyRun(t)
+	dir := testbin.CopyRun(t, seriesRun)
 	tearSeries(t, dir)
 	r := e.run("run", "--resume-from", dir, "--", "sh", "-c", `echo "resume=[$VRAMGUARD_RESUME]"; exit 3`)
 	if r.code != 3 || !strings.Contains(r.stdout, "resume=[]") {

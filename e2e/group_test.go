@@ -119,19 +119,7 @@ func TestGroupStory(t *testing.T) {
 					}
 				}
 				// every run is named ranks; runs shows the job once per state directory
-				seen := map[string]bool{}
-				for _, tk := range tasks {
-					if seen[tk.home] {
-						continue
-					}
-					seen[tk.home] = true
-					var runs []map[string]any
-					testbin.Run(t, testbin.Vramguard(t, tk.env, "runs", "--json")).JSON(t, &runs)
-					for _, r := range runs {
-						if r["name"] != "ranks" || r["group"] != jobID {
-							t.Errorf("run %v: name %v group %v, want ranks %s", r["id"], r["name"], r["group"], jobID)
-						}
-					}
+				checkGroupRuns(t, tasks, jobID, func(tk *groupTask) {
 					out := testbin.Run(t, testbin.Vramguard(t, append(tk.env, "COLUMNS=200"), "runs")).Stdout
 					if n := strings.Count(out, "slurm_train.py"); n != 1 {
 						t.Errorf("runs shows the job %d times, want once:\n%s", n, out)
@@ -145,13 +133,35 @@ func TestGroupStory(t *testing.T) {
 							t.Errorf("runs -v does not list rank %d beneath the job:\n%s", r, v)
 						}
 					}
-				}
+				})
 				text := testbin.Run(t, testbin.Vramguard(t, tasks[1].env, "explain", "--group", jobID)).Stdout
 				if !strings.Contains(text, "first failure: rank 3 on n2") || !strings.Contains(text, "4 ranks on 2 nodes (n1, n2)") {
 					t.Errorf("explain --group's text:\n%s", text)
 				}
 			})
 		}
+	}
+}
+
+// checkGroupRuns checks the runs each state directory of tasks records
+// (once a directory): every one is named ranks and is of group; then it
+// calls more with the directory's first task, for its own checks.
+func checkGroupRuns(t *testing.T, tasks []*groupTask, group string, more func(tk *groupTask)) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, tk := range tasks {
+		if seen[tk.home] {
+			continue
+		}
+		seen[tk.home] = true
+		var runs []map[string]any
+		testbin.Run(t, testbin.Vramguard(t, tk.env, "runs", "--json")).JSON(t, &runs)
+		for _, r := range runs {
+			if r["name"] != "ranks" || r["group"] != group {
+				t.Errorf("run %v: name %v group %v, want ranks %s", r["id"], r["name"], r["group"], group)
+			}
+		}
+		more(tk)
 	}
 }
 

@@ -1,16 +1,13 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,23 +34,8 @@ func TestReportGroupTwoAgents(t *testing.T) {
 		if r >= 2 {
 			node = "b"
 		}
-		cmd := exec.Command("/usr/bin/python3", "-c", fmt.Sprintf(
-			"import time\nb = bytearray(%d << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ready', flush=True)\ntime.sleep(120)\n", 30*(r+1)))
-		cmd.Env = append(os.Environ(), "SLURM_JOB_ID="+jobID, "SLURM_PROCID="+strconv.Itoa(r), "SLURM_NTASKS=4", "SLURM_LOCALID="+strconv.Itoa(r%2),
+		pids[r] = startRank(t, r, 30*(r+1), "SLURM_JOB_ID="+jobID, "SLURM_PROCID="+strconv.Itoa(r), "SLURM_NTASKS=4", "SLURM_LOCALID="+strconv.Itoa(r%2),
 			"SLURMD_NODENAME="+node, "SLURM_MEM_PER_CPU=512", "SLURM_CPUS_ON_NODE=2")
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
-			t.Fatalf("rank %d: %q", r, line)
-		}
-		pids[r] = cmd.Process.Pid
 		procs = append(procs, fmt.Sprintf(`{"pid": %d, "device": %d, "memory": "%dMiB", "sm_util": %d}`, pids[r], r%2, gpuMiB[r], util[r]))
 	}
 	scen := filepath.Join(t.TempDir(), "ranks.json")

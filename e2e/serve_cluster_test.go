@@ -38,24 +38,8 @@ func TestServeClusterRanks(t *testing.T) {
 			rs[r].node = "b"
 		}
 		// each rank holds its own amount of host memory, touched
-		cmd := exec.Command("/usr/bin/python3", "-c", fmt.Sprintf(
-			"import sys, time\nb = bytearray(%d << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ready', flush=True)\ntime.sleep(120)\n", 20*(r+1)))
-		cmd.Env = append(os.Environ(), "VRAMGUARD_GROUP="+group, "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r%2),
+		rs[r].pid = startRank(t, r, 20*(r+1), "VRAMGUARD_GROUP="+group, "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r%2),
 			"WORLD_SIZE=4", "VRAMGUARD_NODE="+rs[r].node)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		if line != "ready\n" {
-			t.Fatalf("rank %d: %q", r, line)
-		}
-		rs[r].pid = cmd.Process.Pid
 	}
 	port, logb, agents := startCluster(t, rs)
 	checkClusterRanks(t, port, logb, agents, group, rs)
@@ -282,4 +266,28 @@ func TestServeClusterSlurm(t *testing.T) {
 	if got := promValues(t, port, `count by (group) (vramguard_rank_host_memory_bytes)`, "group"); strings.Join(got, " ") != strings.Join(ids, " ") {
 		t.Errorf("rank series of groups %v, want only the jobs %v", got, ids)
 	}
+}
+
+// startRank starts rank r of a distributed job: a process, in its own
+// process group with this process's environment and env added, that holds
+// hostMiB MiB of host memory it has touched; it returns the PID once the
+// memory is held, and kills the process when the test ends.
+func startRank(t *testing.T, r, hostMiB int, env ...string) int {
+	t.Helper()
+	cmd := exec.Command("/usr/bin/python3", "-c", fmt.Sprintf(
+		"import time\nb = bytearray(%d << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ready', flush=True)\ntime.sleep(120)\n", hostMiB))
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("rank %d: %q", r, line)
+	}
+	return cmd.Process.Pid
 }

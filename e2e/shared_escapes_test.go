@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,22 +23,11 @@ func TestSharedEscapes(t *testing.T) {
 	// a job whose command name is the sequence (argv[0])
 	job := m.start(uid, []string{"EVIL=" + evil}, "bash", "-c", `exec -a "$EVIL" sleep 600`)
 	// a kernel whose notebook (JPY_SESSION_NAME, as a server passes it) is
-	c := asUID(uid, "/usr/bin/python3", "-c", "import time; time.sleep(600)", "-f", filepath.Join(m.dir, "kernel-ee11ee11-0000-4000-8000-0000000000ee.json"))
-	c.Env, c.Dir = append(os.Environ(), "JPY_SESSION_NAME="+evil+".ipynb"), m.dir
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-	scen := filepath.Join(m.dir, "escapes.json")
-	if err := os.WriteFile(scen, []byte(`{"name": "escapes", "duration": "1h",
-	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
-	  "processes": [
-	    {"pid": "$JOB", "device": 0, "memory": "6GiB", "sm_util": 70},
-	    {"pid": "$KERNEL", "device": 0, "memory": "2GiB", "sm_util": 0}
-	  ]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m.serve([]string{fmt.Sprintf("JOB=%d", job), fmt.Sprintf("KERNEL=%d", c.Process.Pid)}, "--simulate", scen)
+	kernel := m.kernel(uid, "ee11ee11-0000-4000-8000-0000000000ee", evil+".ipynb")
+	m.serveSimulated("escapes", `
+		{"pid": "$JOB", "device": 0, "memory": "6GiB", "sm_util": 70},
+		{"pid": "$KERNEL", "device": 0, "memory": "2GiB", "sm_util": 0}`,
+		[]string{fmt.Sprintf("JOB=%d", job), fmt.Sprintf("KERNEL=%d", kernel)})
 	root := func(args ...string) string {
 		out, _ := m.as("root", 0, args...)
 		return out

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,7 +22,6 @@ import (
 func TestSharedKernels(t *testing.T) {
 	t.Parallel()
 	m := newSharedMachine(t, "vramguard-shared-kernels-")
-	dir := m.dir
 	sfx := strconv.Itoa(os.Getpid() % 100000)
 	type user struct {
 		name, kernel string
@@ -31,30 +29,15 @@ func TestSharedKernels(t *testing.T) {
 	}
 	mk := func(name, kernel string) user {
 		u := user{name: name, kernel: kernel, uid: m.user(name)}
-		// a kernel's command line (its connection file after -f), its
-		// notebook in its environment as a server passes it
-		c := exec.Command("setpriv", "--reuid="+strconv.Itoa(u.uid), "--regid="+strconv.Itoa(u.uid), "--clear-groups",
-			"/usr/bin/python3", "-c", "import time; time.sleep(600)", "-f", filepath.Join(dir, "kernel-"+kernel+".json"))
-		c.Env, c.Dir = append(os.Environ(), "JPY_SESSION_NAME="+name+".ipynb"), dir
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-		u.pid = c.Process.Pid
+		u.pid = m.kernel(u.uid, kernel, name+".ipynb")
 		return u
 	}
 	ana := mk("vgkana"+sfx, "aa11aa11-0000-4000-8000-0000000000aa")
 	ben := mk("vgkben"+sfx, "bb22bb22-0000-4000-8000-0000000000bb")
-	scen := filepath.Join(dir, "kernels.json")
-	if err := os.WriteFile(scen, []byte(`{"name": "shared kernels", "duration": "1h",
-	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
-	  "processes": [
-	    {"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
-	    {"pid": "$BEN", "device": 0, "memory": "20GiB", "sm_util": 0}
-	  ]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m.serve([]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)}, "--simulate", scen, "--idle-window", "1s")
+	m.serveSimulated("shared kernels", `
+		{"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
+		{"pid": "$BEN", "device": 0, "memory": "20GiB", "sm_util": 0}`,
+		[]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)}, "--idle-window", "1s")
 	as := func(u user, args ...string) string {
 		out, _ := m.as(u.name, u.uid, args...)
 		return out
@@ -92,7 +75,7 @@ func TestSharedKernels(t *testing.T) {
 			// rather than Jupyter's
 			nb, idOK := "(another user's job)", strings.HasPrefix(e.KernelID, jupyter.OpaqueKernelPrefix)
 			if o.uid == u.uid {
-				nb, idOK = filepath.Join(dir, o.name+".ipynb"), e.KernelID == o.kernel
+				nb, idOK = filepath.Join(m.dir, o.name+".ipynb"), e.KernelID == o.kernel
 			}
 			gpu := map[int]uint64{ana.pid: 6 << 30, ben.pid: 20 << 30}[o.pid]
 			if !idOK || e.User != o.name || e.GPUBytes != gpu || e.Notebook != nb || e.Idle != (o.uid == ben.uid) {

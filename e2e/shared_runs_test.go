@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,16 +43,10 @@ func TestSharedRuns(t *testing.T) {
 		return u
 	}
 	ana, ben := mk("vgrana"+sfx), mk("vgrben"+sfx)
-	scen := filepath.Join(m.dir, "runs.json")
-	if err := os.WriteFile(scen, []byte(`{"name": "shared runs", "duration": "1h",
-	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
-	  "processes": [
-	    {"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
-	    {"pid": "$BEN", "device": 0, "memory": "20GiB", "sm_util": 30}
-	  ]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m.serve([]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)}, "--simulate", scen)
+	m.serveSimulated("shared runs", `
+		{"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
+		{"pid": "$BEN", "device": 0, "memory": "20GiB", "sm_util": 30}`,
+		[]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)})
 	as := func(u user, args ...string) string {
 		out, _ := m.as(u.name, u.uid, args...)
 		return out

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/attrib"
+	"github.com/vramguard/vramguard/internal/testbin"
 	"github.com/vramguard/vramguard/internal/usage"
 )
 
@@ -39,16 +40,10 @@ func TestSharedAgent(t *testing.T) {
 		return u
 	}
 	ana, ben := mk("vgana"+sfx), mk("vgben"+sfx)
-	scen := filepath.Join(m.dir, "shared.json")
-	if err := os.WriteFile(scen, []byte(`{"name": "shared", "duration": "1h",
-	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
-	  "processes": [
-	    {"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
-	    {"pid": "$BEN", "device": 0, "memory": "20GiB", "sm_util": 0}
-	  ]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m.serve([]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)}, "--simulate", scen,
+	m.serveSimulated("shared", `
+		{"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
+		{"pid": "$BEN", "device": 0, "memory": "20GiB", "sm_util": 0}`,
+		[]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)},
 		"--idle-window", "2s", "--notify-idle", "3s")
 	as := func(u user, args ...string) (string, string) { return m.as(u.name, u.uid, args...) }
 	type snap struct{ Jobs []attrib.Job }
@@ -107,27 +102,8 @@ func TestSharedAgent(t *testing.T) {
 	}
 }
 
-// sharedDir is a directory every user may enter, removed after t, for a
-// test that adds users and runs processes as them (so it must run as root,
-// as CI does).
-func sharedDir(t *testing.T, prefix string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
-	}
-	dir, err := os.MkdirTemp("", prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // sharedMachine is a machine shared by throwaway users for the tests of
-// `serve --shared`: a directory every user may enter (sharedDir), a copy
+// `serve --shared`: a directory every user may enter (testbin.SharedDir), a copy
 // of the binary there that they may run, and the shared directory
 // (VRAMGUARD_SHARED_DIR) of the root agent serve starts.
 type sharedMachine struct {
@@ -140,31 +116,18 @@ type sharedMachine struct {
 
 func newSharedMachine(t *testing.T, prefix string) *sharedMachine {
 	t.Helper()
-	m := &sharedMachine{t: t, dir: sharedDir(t, prefix)}
-	m.vg, m.shared = filepath.Join(m.dir, "vramguard"), filepath.Join(m.dir, "run")
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
 	}
-	if err := os.WriteFile(m.vg, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	m := &sharedMachine{t: t, dir: testbin.SharedDir(t, prefix)}
+	m.vg, m.shared = testbin.CopyBinary(t, bin, m.dir), filepath.Join(m.dir, "run")
 	return m
 }
 
 // user adds a throwaway user, removed after the test, and returns its UID.
 func (m *sharedMachine) user(name string) int {
 	m.t.Helper()
-	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		m.t.Fatalf("useradd: %v %s", err, out)
-	}
-	m.t.Cleanup(func() { exec.Command("userdel", name).Run() })
-	out, err := exec.Command("id", "-u", name).Output()
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	uid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-	return uid
+	return testbin.User(m.t, name)
 }
 
 // serve starts the root agent, `serve --shared` with args, its environment
@@ -202,6 +165,21 @@ func (m *sharedMachine) start(uid int, env []string, argv ...string) int {
 	return c.Process.Pid
 }
 
+// kernel starts, as uid, a process with a kernel's command line (its
+// connection file, kernel-ID.json in the machine's directory, after -f)
+// and its notebook in its environment as a server passes it
+// (JPY_SESSION_NAME), killed when the test ends, and returns its PID.
+func (m *sharedMachine) kernel(uid int, id, notebook string) int {
+	m.t.Helper()
+	c := asUID(uid, "/usr/bin/python3", "-c", "import time; time.sleep(600)", "-f", filepath.Join(m.dir, "kernel-"+id+".json"))
+	c.Env, c.Dir = append(os.Environ(), "JPY_SESSION_NAME="+notebook), m.dir
+	if err := c.Start(); err != nil {
+		m.t.Fatal(err)
+	}
+	m.t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	return c.Process.Pid
+}
+
 // command is the binary with args run as the user (a home and state
 // directory of their own, the agent's shared directory).
 func (m *sharedMachine) command(name string, uid int, args ...string) *exec.Cmd {
@@ -224,4 +202,20 @@ func (m *sharedMachine) as(name string, uid int, args ...string) (string, string
 		m.t.Fatalf("%v as %s: %v\n%s%s\nserve: %s", args, name, err, out.String(), errb.String(), m.serr.String())
 	}
 	return out.String(), errb.String()
+}
+
+// serveSimulated starts the agent (serve, with args added) on a simulated
+// 80 GiB GPU, scenario name, on which the processes, given as the JSON
+// objects of the scenario's "processes" list, hold memory; a process's
+// "pid" may name a variable ("$ANA") that env sets.
+func (m *sharedMachine) serveSimulated(name, processes string, env []string, args ...string) {
+	m.t.Helper()
+	scen := filepath.Join(m.dir, "scenario.json")
+	data := `{"name": "` + name + `", "duration": "1h",
+	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
+	  "processes": [` + processes + `]}`
+	if err := os.WriteFile(scen, []byte(data), 0o644); err != nil {
+		m.t.Fatal(err)
+	}
+	m.serve(env, append([]string{"--simulate", scen}, args...)...)
 }

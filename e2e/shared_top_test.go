@@ -36,16 +36,10 @@ func TestSharedTopLive(t *testing.T) {
 		return u
 	}
 	ana, ben := mk("vgtana"+sfx, "sleep", "600"), mk("vgtben"+sfx, "tail", "-f", "/dev/null")
-	scen := filepath.Join(m.dir, "top.json")
-	if err := os.WriteFile(scen, []byte(`{"name": "shared top", "duration": "1h",
-	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
-	  "processes": [
-	    {"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
-	    {"pid": "$BEN", "device": 0, "memory": [["0s", "20GiB"], ["10m", "70GiB"]], "sm_util": 30}
-	  ]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m.serve([]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)}, "--simulate", scen)
+	m.serveSimulated("shared top", `
+		{"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
+		{"pid": "$BEN", "device": 0, "memory": [["0s", "20GiB"], ["10m", "70GiB"]], "sm_util": 30}`,
+		[]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)})
 
 	// ana's top in a tmux pane of its own server, as ana (m.command's
 	// environment; TERM the pane's)

@@ -78,20 +78,7 @@ func TestSlurmAutosaveRequeue(t *testing.T) {
 		t.Fatalf("the save on the warning %v: %v", fi, err)
 	}
 
-	g.c.Scontrol("requeue", g.id)
-	testbin.WaitFor(t, 60*time.Second, "the requeued job to wait", func() bool {
-		job := g.c.Job(g.id)
-		return job != nil && job["JobState"] == "PENDING"
-	})
-	// Slurm may set the requeued job's begin time again once its first
-	// start has ended (under load, after this update): move it each time
-	waitFor(t, 90*time.Second, "the requeued job's training to start", func() bool {
-		if job := g.c.Job(g.id); job != nil && job["JobState"] == "PENDING" {
-			// (it may start between the look and the update: then the update fails, harmlessly)
-			_ = g.c.Command("scontrol", "update", "JobId="+g.id, "StartTime=now").Run()
-		}
-		return strings.Count(g.signals(), " ready ") == 2
-	})
+	g.requeue()
 	var resumed string
 	var step int
 	for _, l := range strings.Split(g.signals(), "\n") {
@@ -103,19 +90,8 @@ func TestSlurmAutosaveRequeue(t *testing.T) {
 	if len(all) < 2 {
 		t.Fatalf("autosaves %v: want attempt 1's on SIGUSR1 and on SIGTERM", all)
 	}
-	r := g.run()
-	if r["status"] != "running" || r["attempts"] != float64(2) {
-		t.Errorf("after the requeue the run is %v with %v attempts; want running, 2", r["status"], r["attempts"])
-	}
-	g.c.Scancel(g.id)
-	g.c.WaitJob(g.id, 60*time.Second)
-
 	// attempt 1's post-mortem names the saves on its warnings
-	pm := g.e.explain("last")
-	detail, _ := pm["attempts_detail"].([]any)
-	if pm["attempts"] != float64(2) || len(detail) != 2 {
-		t.Fatalf("post-mortem: %v attempts, detail %v; want 2", pm["attempts"], detail)
-	}
+	pm, _ := g.endRequeued()
 	// attempt 1's saves on its warnings, as the run's timeline has them
 	bySignal := map[string]string{}
 	events, _ := pm["events"].([]any)

@@ -127,24 +127,12 @@ func TestSlurmGroupStory(t *testing.T) {
 				if n := strings.Count(string(out), root); n < 3 || !strings.Contains(string(out), "vramguard explain --group "+id) {
 					t.Errorf("the collateral tasks' post-mortems name %q %d times, want 3, with explain --group %s:\n%s", root, n, id, tail(string(out), 6000))
 				}
-				seen := map[string]bool{}
-				for _, tk := range tasks {
-					if seen[tk.home] {
-						continue
-					}
-					seen[tk.home] = true
-					var runs []map[string]any
-					testbin.Run(t, testbin.Vramguard(t, tk.env, "runs", "--json")).JSON(t, &runs)
-					for _, r := range runs {
-						if r["name"] != "ranks" || r["group"] != id {
-							t.Errorf("run %v: name %v group %v, want ranks %s", r["id"], r["name"], r["group"], id)
-						}
-					}
+				checkGroupRuns(t, tasks, id, func(tk *groupTask) {
 					text := testbin.Run(t, testbin.Vramguard(t, tk.env, "runs")).Stdout
 					if n := strings.Count(text, "train.py"); n != 1 || !strings.Contains(text, "group "+id) || !strings.Contains(text, "[4 ranks on 2 nodes]") {
 						t.Errorf("runs shows the job %d times, want once as group %s of 4 ranks on 2 nodes:\n%s", n, id, text)
 					}
-				}
+				})
 			})
 		}
 	}

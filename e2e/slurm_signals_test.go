@@ -124,6 +124,45 @@ func (g *graceJob) run() map[string]any {
 	return runs[0]
 }
 
+// requeue requeues the job (scontrol requeue) and waits for its training's
+// second start. Slurm holds a requeued job before it starts it again, and
+// may set its begin time again once its first start has ended (under
+// load, after an update): while it waits, its start is moved to now.
+func (g *graceJob) requeue() {
+	g.t.Helper()
+	g.c.Scontrol("requeue", g.id)
+	waitFor(g.t, 60*time.Second, "the requeued job to wait", func() bool {
+		job := g.c.Job(g.id)
+		return job != nil && job["JobState"] == "PENDING"
+	})
+	waitFor(g.t, 90*time.Second, "the requeued job's training to start", func() bool {
+		if job := g.c.Job(g.id); job != nil && job["JobState"] == "PENDING" {
+			// (it may start between the look and the update: then the update fails, harmlessly)
+			_ = g.c.Command("scontrol", "update", "JobId="+g.id, "StartTime=now").Run()
+		}
+		return strings.Count(g.signals(), " ready ") == 2
+	})
+}
+
+// endRequeued checks that the requeued job's run goes on in its second
+// attempt, cancels the job and returns the run's post-mortem and its two
+// attempts' detail.
+func (g *graceJob) endRequeued() (map[string]any, []any) {
+	g.t.Helper()
+	r := g.run()
+	if r["status"] != "running" || r["attempts"] != float64(2) {
+		g.t.Errorf("after the requeue the run is %v with %v attempts; want running, 2", r["status"], r["attempts"])
+	}
+	g.c.Scancel(g.id)
+	g.c.WaitJob(g.id, 60*time.Second)
+	pm := g.e.explain("last")
+	detail, _ := pm["attempts_detail"].([]any)
+	if pm["attempts"] != float64(2) || len(detail) != 2 {
+		g.t.Fatalf("post-mortem: %v attempts, detail %v; want 2", pm["attempts"], detail)
+	}
+	return pm, detail
+}
+
 // keepsRunning checks that a warning changed nothing: after it the
 // training goes on in its first attempt, under the same Slurm job.
 func (g *graceJob) keepsRunning() {
@@ -186,6 +225,17 @@ func (g *graceJob) savedInGrace() map[string]any {
 	return pm
 }
 
+// endsInGrace waits (up to d) for the Slurm job to end in state (TIMEOUT,
+// CANCELLED), then checks that it saved in the grace (savedInGrace) and
+// that its attempt ended for the scheduler's reason (schedulerReason).
+func (g *graceJob) endsInGrace(state, reason string, d time.Duration) {
+	g.t.Helper()
+	if job := g.c.WaitJob(g.id, d); job["JobState"] != state {
+		g.t.Errorf("the Slurm job ended %s, want %s", job["JobState"], state)
+	}
+	schedulerReason(g.t, g.savedInGrace(), reason)
+}
+
 // schedulerReason asserts the reason the scheduler's end is diagnosed as
 // (time_limit, cancelled): the supervisor reads Slurm's "*** STEP N ON NODE
 // CANCELLED AT ... DUE TO TIME LIMIT ***" line from the job's output file
@@ -209,12 +259,7 @@ func TestSlurmTimeLimitKeepsTheGrace(t *testing.T) {
 	t.Parallel()
 	g := submitGrace(t, "#SBATCH --time=1\n", srunTrain)
 	g.ready()
-	job := g.c.WaitJob(g.id, 150*time.Second)
-	if job["JobState"] != "TIMEOUT" {
-		t.Errorf("the Slurm job ended %s, want TIMEOUT", job["JobState"])
-	}
-	pm := g.savedInGrace()
-	schedulerReason(t, pm, "time_limit")
+	g.endsInGrace("TIMEOUT", "time_limit", 150*time.Second)
 }
 
 // TestSlurmScancel: scancel ends the job with its save finished; before
@@ -233,11 +278,7 @@ func TestSlurmScancel(t *testing.T) {
 				g.keepsRunning()
 			}
 			g.c.Scancel(g.id)
-			if job := g.c.WaitJob(g.id, 60*time.Second); job["JobState"] != "CANCELLED" {
-				t.Errorf("the Slurm job ended %s, want CANCELLED", job["JobState"])
-			}
-			pm := g.savedInGrace()
-			schedulerReason(t, pm, "cancelled")
+			g.endsInGrace("CANCELLED", "cancelled", 60*time.Second)
 		})
 	}
 }
@@ -255,12 +296,7 @@ wait "$step"; wait "$step"
 	g.ready()
 	waitFor(t, 120*time.Second, "the job's handler to hear the forwarded SIGUSR1", func() bool { _, ok := g.at("got SIGUSR1"); return ok })
 	g.keepsRunning()
-	job := g.c.WaitJob(g.id, 150*time.Second)
-	if job["JobState"] != "TIMEOUT" {
-		t.Errorf("the Slurm job ended %s, want TIMEOUT", job["JobState"])
-	}
-	pm := g.savedInGrace()
-	schedulerReason(t, pm, "time_limit")
+	g.endsInGrace("TIMEOUT", "time_limit", 150*time.Second)
 }
 
 // TestSlurmRequeueIsTheNextAttempt: a job Slurm requeues (scontrol
@@ -270,37 +306,13 @@ func TestSlurmRequeueIsTheNextAttempt(t *testing.T) {
 	t.Parallel()
 	g := submitGrace(t, "#SBATCH --requeue\n", srunTrain)
 	g.ready()
-	g.c.Scontrol("requeue", g.id)
-	// Slurm holds a requeued job before it starts it again: start it now
-	testbin.WaitFor(t, 60*time.Second, "the requeued job to wait", func() bool {
-		job := g.c.Job(g.id)
-		return job != nil && job["JobState"] == "PENDING"
-	})
-	// Slurm may set the requeued job's begin time again once its first
-	// start has ended (under load, after this update): move it each time
-	waitFor(t, 90*time.Second, "the requeued job's training to start", func() bool {
-		if job := g.c.Job(g.id); job != nil && job["JobState"] == "PENDING" {
-			// (it may start between the look and the update: then the update fails, harmlessly)
-			_ = g.c.Command("scontrol", "update", "JobId="+g.id, "StartTime=now").Run()
-		}
-		return strings.Count(g.signals(), " ready ") == 2
-	})
+	g.requeue()
 	if saved, ok := g.at("saved"); !ok {
 		t.Error("the first start's SIGTERM handler did not finish its save")
 	} else if idx := strings.Index(g.signals(), "saved"); idx > strings.LastIndex(g.signals(), " ready ") {
 		t.Errorf("saved at %.1f, after the second start", saved)
 	}
-	r := g.run()
-	if r["status"] != "running" || r["attempts"] != float64(2) {
-		t.Errorf("after the requeue the run is %v with %v attempts; want running, 2", r["status"], r["attempts"])
-	}
-	g.c.Scancel(g.id)
-	g.c.WaitJob(g.id, 60*time.Second)
-	pm := g.e.explain("last")
-	detail, _ := pm["attempts_detail"].([]any)
-	if pm["attempts"] != float64(2) || len(detail) != 2 {
-		t.Fatalf("post-mortem: %v attempts, detail %v; want 2", pm["attempts"], detail)
-	}
+	_, detail := g.endRequeued()
 	first, _ := detail[0].(map[string]any)
 	if first["exit_code"] != float64(143) {
 		t.Errorf("attempt 1: %v", first)

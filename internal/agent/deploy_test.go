@@ -15,13 +15,10 @@ import (
 // Prometheus rules and the Grafana dashboard query, and docs/SERVE.md
 // names, is one the agent exports.
 func TestDeployFilesNameRealMetrics(t *testing.T) {
-	ch := make(chan *prometheus.Desc, 100)
-	(&collector{}).Describe(ch)
-	close(ch)
 	have := map[string]bool{}
 	name := regexp.MustCompile(`fqName: "([^"]+)"`)
-	for d := range ch {
-		have[name.FindStringSubmatch(d.String())[1]] = true
+	for _, d := range metricDescs() {
+		have[name.FindStringSubmatch(d)[1]] = true
 	}
 	used := regexp.MustCompile(`vramguard_[a-z_]+`)
 	for _, f := range []string{"../../deploy/prometheus/rules.yml", "../../deploy/grafana/vramguard.json", "../../docs/SERVE.md"} {
@@ -50,10 +47,6 @@ func TestDeployFilesNameRealMetrics(t *testing.T) {
 // group, and below it panels of one line per rank (legend node and rank)
 // that query real rank metrics for the row's group.
 func TestDashboardRankRow(t *testing.T) {
-	b, err := os.ReadFile("../../deploy/grafana/vramguard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var d struct {
 		Templating struct {
 			List []struct{ Name, Type, Query string }
@@ -64,15 +57,10 @@ func TestDashboardRankRow(t *testing.T) {
 			Targets             []struct{ Expr, LegendFormat string }
 		}
 	}
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatal(err)
-	}
-	ch := make(chan *prometheus.Desc, 100)
-	(&collector{}).Describe(ch)
-	close(ch)
+	readDashboard(t, &d)
 	rankMetrics := map[string]bool{}
-	for desc := range ch {
-		if m := regexp.MustCompile(`fqName: "(vramguard_rank_[a-z_]+)"`).FindStringSubmatch(desc.String()); m != nil {
+	for _, desc := range metricDescs() {
+		if m := regexp.MustCompile(`fqName: "(vramguard_rank_[a-z_]+)"`).FindStringSubmatch(desc); m != nil {
 			rankMetrics[m[1]] = true
 		}
 	}
@@ -127,10 +115,6 @@ func TestDashboardRankRow(t *testing.T) {
 // titled Users whose panels draw one line per user (legend {{user}}) from
 // metrics the agent exports with a user label.
 func TestDashboardUserRow(t *testing.T) {
-	b, err := os.ReadFile("../../deploy/grafana/vramguard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var d struct {
 		Panels []struct {
 			Type, Title string
@@ -138,16 +122,11 @@ func TestDashboardUserRow(t *testing.T) {
 			Targets     []struct{ Expr, LegendFormat string }
 		}
 	}
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatal(err)
-	}
-	ch := make(chan *prometheus.Desc, 100)
-	(&collector{}).Describe(ch)
-	close(ch)
+	readDashboard(t, &d)
 	withUser := map[string]bool{}
 	re := regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)
-	for desc := range ch {
-		if m := re.FindStringSubmatch(desc.String()); m != nil && regexp.MustCompile(`\buser\b`).MatchString(m[2]) {
+	for _, desc := range metricDescs() {
+		if m := re.FindStringSubmatch(desc); m != nil && regexp.MustCompile(`\buser\b`).MatchString(m[2]) {
 			withUser[m[1]] = true
 		}
 	}
@@ -180,5 +159,29 @@ func TestDashboardUserRow(t *testing.T) {
 	}
 	if n < 3 {
 		t.Fatalf("the Users row has %d queries", n)
+	}
+}
+
+// metricDescs are the descriptions of every metric the agent exports.
+func metricDescs() []string {
+	ch := make(chan *prometheus.Desc, 100)
+	(&collector{}).Describe(ch)
+	close(ch)
+	var descs []string
+	for d := range ch {
+		descs = append(descs, d.String())
+	}
+	return descs
+}
+
+// readDashboard reads the Grafana dashboard the project ships into d.
+func readDashboard(t *testing.T, d any) {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/grafana/vramguard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, d); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -554,15 +554,24 @@ func (a *Agent) pathRun(w http.ResponseWriter, r *http.Request) (run *store.Run,
 	return run, true
 }
 
-func (a *Agent) apiRun(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
+// pathDocument is pathRun's run and its post-mortem (explain's document);
+// on false it has answered w.
+func (a *Agent) pathDocument(w http.ResponseWriter, r *http.Request) (*store.Run, *postmortem.Document, bool) {
 	run, ok := a.pathRun(w, r)
 	if !ok {
-		return
+		return nil, nil, false
 	}
-	doc, err := postmortem.Build(ctx, a.cfg.Store, run, a.cfg.Now())
+	doc, err := postmortem.Build(r.Context(), a.cfg.Store, run, a.cfg.Now())
 	if err != nil {
 		writeErr(w, http.StatusInternalServerError, "%v", err)
+		return nil, nil, false
+	}
+	return run, doc, true
+}
+
+func (a *Agent) apiRun(w http.ResponseWriter, r *http.Request) {
+	run, doc, ok := a.pathDocument(w, r)
+	if !ok {
 		return
 	}
 	// the document `explain --json` prints, and the run's record

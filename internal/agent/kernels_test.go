@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/vramguard/vramguard/internal/jupyter"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestSharedSocketKernels: GET /api/v1/kernels over the API socket lists
@@ -25,14 +26,7 @@ func TestSharedSocketKernels(t *testing.T) {
 	sfx := strconv.Itoa(os.Getpid() % 100000)
 	aliceN, bobN := "vgkalice"+sfx, "vgkbob"+sfx
 	alice, bob := testUser(t, aliceN), testUser(t, bobN)
-	dir, err := os.MkdirTemp("", "vramguard-kernels-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := testbin.SharedDir(t, "vramguard-kernels-")
 	ids := map[int]string{alice: "0a1b2c3d-0000-4000-8000-00000000000a", bob: "0b1b2c3d-0000-4000-8000-00000000000b"}
 	pids := map[int]int{}
 	for uid, id := range ids {

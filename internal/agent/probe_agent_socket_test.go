@@ -90,22 +90,11 @@ func TestAgentSocketAllocatedBytes(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, testbin.Python(), "-c", fakeAllocJob)
 	cmd.Env = env
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	pipes := testbin.StartPiped(t, cmd)
+	stderr := pipes.Stderr
 	defer cmd.Wait()
-	defer stdin.Close()
-	sc := bufio.NewScanner(stdout)
+	defer pipes.Stdin.Close()
+	sc := bufio.NewScanner(pipes.Stdout)
 	if !sc.Scan() {
 		t.Fatalf("the job printed no pid\nstderr:\n%s", stderr.String())
 	}

@@ -50,14 +50,7 @@ func TestMain(m *testing.M) {
 func TestProbeSocketRefusesOtherUsers(t *testing.T) {
 	// t.TempDir's parent is private to root; this directory must be one
 	// that nobody can enter, so only the socket's mode is tested.
-	dir, err := os.MkdirTemp("", "vramguard-probe-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := testbin.SharedDir(t, "vramguard-probe-")
 	sock := filepath.Join(dir, "probe.sock")
 	l, err := probe.Listen(sock)
 	if err != nil {

@@ -68,18 +68,8 @@ func removeTestUsers() {
 
 func testUser(t *testing.T, name string) int {
 	t.Helper()
-	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd %s: %v %s", name, err, out)
-	}
+	uid := testbin.AddUser(t, name)
 	testUsers = append(testUsers, name)
-	out, err := exec.Command("id", "-u", name).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The agent names users through users.System(), which reads a changed
 	// passwd again within a few seconds: until then a UID another test
 	// (in any package) just deleted and useradd gave out again has its old
@@ -149,14 +139,7 @@ func newSharedRig(t *testing.T, cfg Config, jobs ...rigJob) *sharedRig {
 	sr.rig = newRigEnv(t, sc, cfg, nil, func(k string) string { return env[k] })
 	// a directory every user can enter, so only the socket's mode and the
 	// agent's checks stand between them and the API
-	dir, err := os.MkdirTemp("", "vramguard-shared-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := testbin.SharedDir(t, "vramguard-shared-")
 	sr.listen(t, dir)
 	sr.step(2)
 	return sr
@@ -320,14 +303,7 @@ func TestSharedProbeSocket(t *testing.T) {
 		t.Fatalf("this test runs a process as another user: it must run as root (it does in CI)")
 	}
 	uid := testUser(t, "vgprobe"+strconv.Itoa(os.Getpid()%100000))
-	dir, err := os.MkdirTemp("", "vramguard-shared-probe-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := testbin.SharedDir(t, "vramguard-shared-probe-")
 	sock := filepath.Join(dir, "run", probe.AgentSocketName)
 	l, err := probe.ListenShared(sock)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/vramguard/vramguard/internal/agent/web"
-	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/snapshot"
 )
 
@@ -68,14 +67,8 @@ type runSnapshots struct {
 // apiRunSnapshot answers GET /api/v1/runs/{id}/snapshot: the view of the
 // memory snapshot the run's probe dumped at its OOM (run --oom-snapshot).
 func (a *Agent) apiRunSnapshot(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	run, ok := a.pathRun(w, r)
+	run, doc, ok := a.pathDocument(w, r)
 	if !ok {
-		return
-	}
-	doc, err := postmortem.Build(ctx, a.cfg.Store, run, a.cfg.Now())
-	if err != nil {
-		writeErr(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
 	if doc.Probe == nil || doc.Probe.OOM == nil || doc.Probe.OOM.SnapshotPath == "" {

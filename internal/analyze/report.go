@@ -257,14 +257,7 @@ func (d *Detector) trend(r *Report, k *track, limit, z float64) {
 	}
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s floor rises %s/s since t=%.0fs (Mann–Kendall Z=%.1f), but not yet steadily or long enough to call it a leak",
 		name, units.FormatBytes(e.slope), start, z))
-	what := "step peaks (allocated at its highest; the limit is the device less the CUDA context)"
-	switch r.Series {
-	case SeriesUsed:
-		what = "NVML used memory"
-	case SeriesRSS:
-		what = "host resident memory (the limit is the cgroup or the machine)"
-	}
-	d.forecast(r, e, limit, what)
+	d.forecast(r, e, limit, forecastWhat(r.Series, "step peaks (allocated at its highest; the limit is the device less the CUDA context)"))
 }
 
 // cacheGrowth fills r when reserved (or used) rises while allocated does not.
@@ -294,14 +287,19 @@ func (d *Detector) cacheGrowth(r *Report) {
 	r.Advice = append(r.Advice,
 		"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so the allocator grows segments instead of caching ever more of them",
 		"if sizes vary a lot between batches (variable sequence lengths), pad or bucket them to a few shapes")
-	what := "reserved (the limit is the device less the CUDA context)"
-	switch r.Series {
+	d.forecast(r, e, limit, forecastWhat(r.Series, "reserved (the limit is the device less the CUDA context)"))
+}
+
+// forecastWhat names what a forecast of series is of, and its limit: NVML
+// used memory and host RSS have their own words, any other series dflt.
+func forecastWhat(series Series, dflt string) string {
+	switch series {
 	case SeriesUsed:
-		what = "NVML used memory"
+		return "NVML used memory"
 	case SeriesRSS:
-		what = "host resident memory (the limit is the cgroup or the machine)"
+		return "host resident memory (the limit is the cgroup or the machine)"
 	}
-	d.forecast(r, e, limit, what)
+	return dflt
 }
 
 // forecast sets the OOM ETA from estimate e against limit: the time until

@@ -8,23 +8,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-)
 
-// tree writes files under a temporary root.
-func tree(t *testing.T, files map[string]string) string {
-	t.Helper()
-	root := t.TempDir()
-	for p, c := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
-}
+	"github.com/vramguard/vramguard/internal/testbin"
+)
 
 func TestMemoryOf(t *testing.T) {
 	tests := []struct {
@@ -76,7 +62,7 @@ func TestMemoryOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			root := tree(t, tt.files)
+			root := testbin.WriteTree(t, tt.files)
 			got, err := Reader{Root: root}.MemoryOf(42)
 			if err != nil {
 				t.Fatal(err)
@@ -87,7 +73,7 @@ func TestMemoryOf(t *testing.T) {
 			}
 		})
 	}
-	if _, err := (Reader{Root: tree(t, map[string]string{"proc/42/cgroup": "1:cpu:/\n"})}).MemoryOf(42); err == nil {
+	if _, err := (Reader{Root: testbin.WriteTree(t, map[string]string{"proc/42/cgroup": "1:cpu:/\n"})}).MemoryOf(42); err == nil {
 		t.Error("no memory controller: want an error")
 	}
 }

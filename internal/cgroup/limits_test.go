@@ -1,6 +1,10 @@
 package cgroup
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/vramguard/vramguard/internal/testbin"
+)
 
 func TestLimitsOf(t *testing.T) {
 	const gib = 1 << 30
@@ -147,7 +151,7 @@ func TestLimitsOf(t *testing.T) {
 			if tt.self {
 				pid = 0
 			}
-			got, err := Reader{Root: tree(t, tt.files)}.LimitsOf(pid)
+			got, err := Reader{Root: testbin.WriteTree(t, tt.files)}.LimitsOf(pid)
 			if err != nil {
 				t.Fatal(err)
 			}

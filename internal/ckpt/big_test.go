@@ -56,24 +56,23 @@ func writeSparseTorchZip(t testing.TB, path string, n int, rows, cols int64) int
 	var recs []rec
 	var pos int64
 	le := binary.LittleEndian
+	// put writes each of vs little-endian, in turn
+	put := func(b *bytes.Buffer, vs ...any) {
+		for _, v := range vs {
+			binary.Write(b, le, v)
+		}
+	}
 	writeRecord := func(name string, data []byte, size int64) {
 		// 64-byte aligned data, as torch writes it, via an extra field.
 		hdr := 30 + int64(len(name)) + 4
 		pad := (64 - (pos+hdr)%64) % 64
 		var h bytes.Buffer
-		binary.Write(&h, le, uint32(0x04034b50))
-		binary.Write(&h, le, uint16(45))
-		binary.Write(&h, le, uint16(0))
-		binary.Write(&h, le, uint16(0))
-		binary.Write(&h, le, uint32(0))
-		binary.Write(&h, le, uint32(0)) // crc (not checked here)
-		binary.Write(&h, le, uint32(0xffffffff))
-		binary.Write(&h, le, uint32(0xffffffff))
-		binary.Write(&h, le, uint16(len(name)))
-		binary.Write(&h, le, uint16(4+pad))
+		// local header: signature, version, flags, method, time and date,
+		// crc (not checked here), zip64's sizes, name and extra lengths
+		put(&h, uint32(0x04034b50), uint16(45), uint16(0), uint16(0), uint32(0),
+			uint32(0), uint32(0xffffffff), uint32(0xffffffff), uint16(len(name)), uint16(4+pad))
 		h.WriteString(name)
-		binary.Write(&h, le, uint16(0x4646)) // "FF", torch's padding id
-		binary.Write(&h, le, uint16(pad))
+		put(&h, uint16(0x4646), uint16(pad)) // "FF", torch's padding id, and its length
 		h.Write(make([]byte, pad))
 		if _, err := f.WriteAt(h.Bytes(), pos); err != nil {
 			t.Fatal(err)
@@ -94,48 +93,25 @@ func writeSparseTorchZip(t testing.TB, path string, n int, rows, cols int64) int
 	cdStart := pos
 	var cd bytes.Buffer
 	for _, r := range recs {
-		binary.Write(&cd, le, uint32(0x02014b50))
-		binary.Write(&cd, le, uint16(45))
-		binary.Write(&cd, le, uint16(45))
-		binary.Write(&cd, le, uint16(0))
-		binary.Write(&cd, le, uint16(0))
-		binary.Write(&cd, le, uint32(0))
-		binary.Write(&cd, le, uint32(0))
-		binary.Write(&cd, le, uint32(0xffffffff))
-		binary.Write(&cd, le, uint32(0xffffffff))
-		binary.Write(&cd, le, uint16(len(r.name)))
-		binary.Write(&cd, le, uint16(28))
-		binary.Write(&cd, le, uint16(0))
-		binary.Write(&cd, le, uint16(0))
-		binary.Write(&cd, le, uint16(0))
-		binary.Write(&cd, le, uint32(0))
-		binary.Write(&cd, le, uint32(0xffffffff))
+		// central directory header: signature, versions, flags, method,
+		// time and date, crc, zip64's sizes, name, extra and comment
+		// lengths, disk, attributes, zip64's offset
+		put(&cd, uint32(0x02014b50), uint16(45), uint16(45), uint16(0), uint16(0),
+			uint32(0), uint32(0), uint32(0xffffffff), uint32(0xffffffff),
+			uint16(len(r.name)), uint16(28), uint16(0), uint16(0), uint16(0), uint32(0), uint32(0xffffffff))
 		cd.WriteString(r.name)
-		binary.Write(&cd, le, uint16(1))
-		binary.Write(&cd, le, uint16(24))
-		binary.Write(&cd, le, uint64(r.len))
-		binary.Write(&cd, le, uint64(r.len))
-		binary.Write(&cd, le, uint64(r.off))
+		put(&cd, uint16(1), uint16(24), uint64(r.len), uint64(r.len), uint64(r.off)) // zip64 extra field
 	}
 	eocd64 := cdStart + int64(cd.Len())
-	binary.Write(&cd, le, uint32(0x06064b50))
-	binary.Write(&cd, le, uint64(44))
-	binary.Write(&cd, le, uint16(45))
-	binary.Write(&cd, le, uint16(45))
-	binary.Write(&cd, le, uint32(0))
-	binary.Write(&cd, le, uint32(0))
-	binary.Write(&cd, le, uint64(len(recs)))
-	binary.Write(&cd, le, uint64(len(recs)))
-	binary.Write(&cd, le, uint64(eocd64-cdStart))
-	binary.Write(&cd, le, uint64(cdStart))
-	binary.Write(&cd, le, uint32(0x07064b50))
-	binary.Write(&cd, le, uint32(0))
-	binary.Write(&cd, le, uint64(eocd64))
-	binary.Write(&cd, le, uint32(1))
-	binary.Write(&cd, le, uint32(0x06054b50))
+	// zip64 end of central directory record and locator, then the end of
+	// central directory record (its counts and offsets in the zip64 one)
+	put(&cd, uint32(0x06064b50), uint64(44), uint16(45), uint16(45), uint32(0), uint32(0),
+		uint64(len(recs)), uint64(len(recs)), uint64(eocd64-cdStart), uint64(cdStart))
+	put(&cd, uint32(0x07064b50), uint32(0), uint64(eocd64), uint32(1))
+	put(&cd, uint32(0x06054b50))
 	cd.Write(bytes.Repeat([]byte{0xff}, 8))
 	cd.Write(bytes.Repeat([]byte{0xff}, 8))
-	binary.Write(&cd, le, uint16(0))
+	put(&cd, uint16(0))
 	if _, err := f.WriteAt(cd.Bytes(), cdStart); err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // damageStorage copies a torch zip to dst with one byte of its first
 // storage record flipped: the structure is intact, the record's CRC is not.
 func damageStorage(t *testing.T, src, dst string, mtime time.Time) {
 	t.Helper()
-	copyTo(t, src, dst, mtime)
+	testbin.CopyFile(t, src, dst, mtime)
 	zr, err := zip.OpenReader(dst)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +53,7 @@ func damageStorage(t *testing.T, src, dst string, mtime time.Time) {
 func damagedRun(t *testing.T) string {
 	dir := t.TempDir()
 	t0 := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
-	copyTo(t, "testdata/torch/training.pt", filepath.Join(dir, "ckpt-100.pt"), t0)
+	testbin.CopyFile(t, "testdata/torch/training.pt", filepath.Join(dir, "ckpt-100.pt"), t0)
 	damageStorage(t, "testdata/torch/training.pt", filepath.Join(dir, "ckpt-200.pt"), t0.Add(time.Hour))
 	return dir
 }

@@ -134,13 +134,8 @@ func inspectDCP(dir string, rep *Report, opt Options) {
 			rep.invalid("storage_data entry %d has no state", i)
 			return
 		}
-		rp, _ := s.Get("relative_path")
-		off, _ := s.Get("offset")
-		ln, _ := s.Get("length")
-		rel, ok1 := rp.(string)
-		o, ok2 := off.(int64)
-		l, ok3 := ln.(int64)
-		if !ok1 || !ok2 || !ok3 || o < 0 || l < 0 {
+		rel, o, l, ok := storageSpan(s)
+		if !ok {
 			rep.invalid("storage_data entry %d is malformed", i)
 			return
 		}
@@ -237,6 +232,19 @@ func roleOf(path string) string {
 		return "optimizer"
 	}
 	return "model"
+}
+
+// storageSpan reads a _StorageInfo's state: the file its bytes are in
+// (relative_path) and where (offset, length, neither negative); false when
+// any of them is missing or of another type.
+func storageSpan(s *pickle.Dict) (rel string, off, length int64, ok bool) {
+	rp, _ := s.Get("relative_path")
+	o, _ := s.Get("offset")
+	l, _ := s.Get("length")
+	rel, ok1 := rp.(string)
+	off, ok2 := o.(int64)
+	length, ok3 := l.(int64)
+	return rel, off, length, ok1 && ok2 && ok3 && off >= 0 && length >= 0
 }
 
 // asStateDict returns the BUILD state of an object when it is a dict.

@@ -34,6 +34,11 @@ for p in sys.stdin.read().split():
 print(json.dumps(out))
 `
 
+// torchLoad torch.loads the file (torch's own default, weights_only=False
+// on Debian's 1.13).
+const torchLoad = `
+        torch.load(p)`
+
 // numpyLoad reads every array of a .npy or .npz as a user would.
 const numpyLoad = `
         x = numpy.load(p, allow_pickle=True)

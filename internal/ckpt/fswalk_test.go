@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 func mustSymlink(t *testing.T, target, link string) {
@@ -18,27 +20,12 @@ func mustSymlink(t *testing.T, target, link string) {
 	}
 }
 
-func copyTo(t *testing.T, src, dst string, mtime time.Time) {
-	t.Helper()
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	os.Chtimes(dst, mtime, mtime)
-}
-
 // hfCache lays out a Hugging Face hub cache: the snapshot's files are
 // symlinks to ../../blobs/<sha>.
 func hfCache(t *testing.T, weights string) (repo, snap string) {
 	repo = filepath.Join(t.TempDir(), "models--org--model")
 	t0 := time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC)
-	copyTo(t, weights, filepath.Join(repo, "blobs", "3f1c0ffee"), t0)
+	testbin.CopyFile(t, weights, filepath.Join(repo, "blobs", "3f1c0ffee"), t0)
 	os.WriteFile(filepath.Join(repo, "blobs", "9abc"), []byte(`{"model_type": "x"}`), 0o644)
 	snap = filepath.Join(repo, "snapshots", "0123abcd")
 	mustSymlink(t, "../../blobs/3f1c0ffee", filepath.Join(snap, "pytorch_model.bin"))
@@ -99,7 +86,7 @@ func TestSymlinkedCheckpointDir(t *testing.T) {
 	run := t.TempDir()
 	store := t.TempDir()
 	t0 := time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC)
-	copyTo(t, "testdata/torch/training.pt", filepath.Join(store, "epoch7.pt"), t0)
+	testbin.CopyFile(t, "testdata/torch/training.pt", filepath.Join(store, "epoch7.pt"), t0)
 	mustSymlink(t, store, filepath.Join(run, "ckpts"))
 	es, err := Scan(run)
 	if err != nil {
@@ -118,7 +105,7 @@ func TestSymlinkedCheckpointDir(t *testing.T) {
 // every file is still reached once per path that does not loop.
 func TestWalkFollowLoops(t *testing.T) {
 	dir := t.TempDir()
-	copyTo(t, "testdata/torch/state_dict.pt", filepath.Join(dir, "a", "m.pt"), time.Now())
+	testbin.CopyFile(t, "testdata/torch/state_dict.pt", filepath.Join(dir, "a", "m.pt"), time.Now())
 	mustSymlink(t, "..", filepath.Join(dir, "a", "up"))
 	mustSymlink(t, ".", filepath.Join(dir, "a", "self"))
 	mustSymlink(t, "../b", filepath.Join(dir, "a", "tob"))
@@ -153,8 +140,8 @@ func TestPruneRefusesThroughSymlinkedDir(t *testing.T) {
 	run := t.TempDir()
 	store := t.TempDir()
 	t0 := time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC)
-	copyTo(t, "testdata/torch/training.pt", filepath.Join(store, "ckpt-100.pt"), t0)
-	copyTo(t, "testdata/torch/training.pt", filepath.Join(store, "ckpt-200.pt"), t0.Add(time.Hour))
+	testbin.CopyFile(t, "testdata/torch/training.pt", filepath.Join(store, "ckpt-100.pt"), t0)
+	testbin.CopyFile(t, "testdata/torch/training.pt", filepath.Join(store, "ckpt-200.pt"), t0.Add(time.Hour))
 	mustSymlink(t, store, filepath.Join(run, "ckpts"))
 	plan, err := Prune(run, PrunePolicy{KeepLast: 1}, true)
 	if err == nil {

@@ -34,29 +34,11 @@ func torchZipWith(t *testing.T, root string, items []byte, weights bool) []byte 
 			"K\x00K\x02\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR")
 	}
 	p.WriteString("u.")
-	recs := []struct {
-		name string
-		data []byte
-	}{{root + "/data.pkl", p.Bytes()}, {root + "/version", []byte("3\n")}}
+	members := []member{{root + "/data.pkl", p.Bytes()}, {root + "/version", []byte("3\n")}}
 	if weights {
-		recs = append(recs, struct {
-			name string
-			data []byte
-		}{root + "/data/0", make([]byte, 8)})
+		members = append(members, member{root + "/data/0", make([]byte, 8)})
 	}
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, rec := range recs {
-		w, err := zw.CreateHeader(&zip.FileHeader{Name: rec.name, Method: zip.Store})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write(rec.data)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return zipOf(t, zip.Store, members...)
 }
 
 func safetensorsBytes(header string, data []byte) []byte {

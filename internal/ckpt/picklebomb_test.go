@@ -2,7 +2,6 @@ package ckpt
 
 import (
 	"archive/zip"
-	"bytes"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,22 +14,7 @@ import (
 // pickle of millions of one-byte opcodes is a few KB.
 func deflatedTorchZip(t *testing.T, pkl []byte) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, rec := range []struct {
-		name string
-		data []byte
-	}{{"archive/data.pkl", pkl}, {"archive/version", []byte("3\n")}} {
-		w, err := zw.CreateHeader(&zip.FileHeader{Name: rec.name, Method: zip.Deflate})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write(rec.data)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return zipOf(t, zip.Deflate, member{"archive/data.pkl", pkl}, member{"archive/version", []byte("3\n")})
 }
 
 // TestPickleBombsCostTheirBytes: a torch archive whose data.pkl is one of

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
@@ -19,7 +21,7 @@ func TestPruneKeepsLinkTargets(t *testing.T) {
 	dir := t.TempDir()
 	t0 := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
 	for i, n := range []string{"ckpt-100.pt", "ckpt-200.pt", "ckpt-300.pt", "ckpt-400.pt"} {
-		copyTo(t, "testdata/torch/training.pt", filepath.Join(dir, n), t0.Add(time.Duration(i)*time.Hour))
+		testbin.CopyFile(t, "testdata/torch/training.pt", filepath.Join(dir, n), t0.Add(time.Duration(i)*time.Hour))
 	}
 	mustSymlink(t, "ckpt-100.pt", filepath.Join(dir, "best.pt"))
 	mustSymlink(t, filepath.Join(dir, "ckpt-300.pt"), filepath.Join(dir, "last.ckpt"))
@@ -50,7 +52,7 @@ func TestPruneKeepsRecordedBest(t *testing.T) {
 	// Lightning (scripts/gen-edge-fixtures.py): best is epoch=0-step=100.
 	dir := t.TempDir()
 	for _, n := range []string{"epoch=0-step=100.ckpt", "epoch=1-step=200.ckpt", "epoch=2-step=300.ckpt"} {
-		copyTo(t, filepath.Join("testdata/edges/lightning", n), filepath.Join(dir, n), time.Now())
+		testbin.CopyFile(t, filepath.Join("testdata/edges/lightning", n), filepath.Join(dir, n), time.Now())
 	}
 	plan, err := Prune(dir, PrunePolicy{KeepLast: 1}, true)
 	if err != nil {
@@ -90,7 +92,7 @@ func copyDir(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 	for _, e := range ents {
-		copyTo(t, filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()), time.Now())
+		testbin.CopyFile(t, filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()), time.Now())
 	}
 }
 
@@ -136,7 +138,7 @@ func TestSeriesModelSizes(t *testing.T) {
 	// On disk: prune --keep-last 1 deletes none of three model sizes.
 	dir := t.TempDir()
 	for i, n := range []string{"resnet18.pt", "resnet50.pt", "resnet101.pt"} {
-		copyTo(t, "testdata/torch/state_dict.pt", filepath.Join(dir, n), time.Now().Add(time.Duration(i)*time.Minute))
+		testbin.CopyFile(t, "testdata/torch/state_dict.pt", filepath.Join(dir, n), time.Now().Add(time.Duration(i)*time.Minute))
 	}
 	plan, err := Prune(dir, PrunePolicy{KeepLast: 1}, true)
 	if err != nil || len(plan.Deleted) != 0 {
@@ -153,7 +155,7 @@ func TestPrunePartWay(t *testing.T) {
 	dir := t.TempDir()
 	t0 := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
 	for i, n := range []string{"ckpt-100.pt", "ckpt-200.pt", "ckpt-300.pt"} {
-		copyTo(t, "testdata/torch/training.pt", filepath.Join(dir, n), t0.Add(time.Duration(i)*time.Hour))
+		testbin.CopyFile(t, "testdata/torch/training.pt", filepath.Join(dir, n), t0.Add(time.Duration(i)*time.Hour))
 	}
 	if os.Geteuid() != 0 { // root writes anywhere
 		os.Chmod(dir, 0o555)
@@ -210,7 +212,7 @@ func TestLatestLightningRestart(t *testing.T) {
 	layout := func(files [][2]string) string {
 		dir := t.TempDir()
 		for i, f := range files {
-			copyTo(t, src+f[1], filepath.Join(dir, f[0]), t0.Add(time.Duration(i)*time.Hour))
+			testbin.CopyFile(t, src+f[1], filepath.Join(dir, f[0]), t0.Add(time.Duration(i)*time.Hour))
 		}
 		return dir
 	}

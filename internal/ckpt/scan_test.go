@@ -1,7 +1,6 @@
 package ckpt
 
 import (
-	"archive/tar"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -160,45 +159,15 @@ func TestScanAttacks(t *testing.T) {
 	}
 }
 
-// torchLoadScript torch.loads each file named on stdin in a fresh temp
-// dir and prints whether the payload's file appeared there.
-const torchLoadScript = `
-import json, os, sys, tempfile, warnings
-warnings.simplefilter("ignore")
-import torch
-out = {}
-for p in sys.stdin.read().split():
-    d = tempfile.mkdtemp()
-    os.chdir(d)
-    try:
-        torch.load(p)
-    except Exception:
-        pass
-    out[os.path.basename(p)] = os.path.exists(os.path.join(d, "vg-pwned"))
-    os.chdir("/")
-    if os.path.exists(os.path.join(d, "vg-pwned")):
-        os.remove(os.path.join(d, "vg-pwned"))
-    os.rmdir(d)
-print(json.dumps(out))
-`
-
 // TestMaliciousFixturesRunUnderTorch proves the attack fixtures are real:
 // Debian's torch (1.13, weights_only=False by default) runs every payload
 // when it loads the file.
 func TestMaliciousFixturesRunUnderTorch(t *testing.T) {
 	var paths []string
 	for _, tc := range attacks {
-		p, err := filepath.Abs(filepath.Join("testdata/malicious", tc.file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		paths = append(paths, p)
+		paths = append(paths, filepath.Join("testdata/malicious", tc.file))
 	}
-	out := runPython(t, strings.Join(paths, "\n"), torchLoadScript)
-	var ran map[string]bool
-	if err := json.Unmarshal([]byte(out), &ran); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	ran := runLoader(t, torchLoad, paths)
 	for _, tc := range attacks {
 		if !ran[tc.file] {
 			t.Errorf("%s: torch.load did not run the payload", tc.file)
@@ -446,22 +415,9 @@ func TestScanTarFollowsStorages(t *testing.T) {
 		return append([]byte("\x80\x02(X\x01\x00\x00\x00"+key+"X\x03\x00\x00\x00cpuctorch\nFloatStorage\ntq\x00.\x05\x00\x00\x00\x00\x00\x00\x00"), raw...)
 	}
 	build := func(storages []byte) []byte {
-		var buf bytes.Buffer
-		tw := tar.NewWriter(&buf)
-		for _, rec := range []struct {
-			name string
-			data []byte
-		}{
-			{"sys_info", []byte("\x80\x02}q\x00.")},
-			{"storages", storages},
-			{"tensors", []byte("\x80\x02K\x01.\x80\x02(X\x01\x00\x00\x00tX\x01\x00\x00\x000ctorch\nFloatTensor\ntq\x00.\x01\x00\x00\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")},
-			{"pickle", []byte("\x80\x02}q\x00.")},
-		} {
-			tw.WriteHeader(&tar.Header{Name: rec.name, Mode: 0o644, Size: int64(len(rec.data))})
-			tw.Write(rec.data)
-		}
-		tw.Close()
-		return buf.Bytes()
+		return tarOf(t, member{"sys_info", []byte("\x80\x02}q\x00.")}, member{"storages", storages},
+			member{"tensors", []byte("\x80\x02K\x01.\x80\x02(X\x01\x00\x00\x00tX\x01\x00\x00\x000ctorch\nFloatTensor\ntq\x00.\x01\x00\x00\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")},
+			member{"pickle", []byte("\x80\x02}q\x00.")})
 	}
 	scan := func(b []byte) *ScanResult {
 		res := &ScanResult{Format: FormatTorchTar}
@@ -524,8 +480,8 @@ func TestScanSafetensorsPolyglot(t *testing.T) {
 	if h := res.Hits[0]; h.Global != "multiprocessing.popen_spawn_posix.os.path.os.path.os.path.os.system" {
 		t.Errorf("hit %+v", h)
 	}
-	if out := runPython(t, p, torchLoadScript); !strings.Contains(out, `"pytorch_model.bin": true`) {
-		t.Errorf("torch.load did not run the polyglot's payload: %s", out)
+	if !runLoader(t, torchLoad, []string{p})["pytorch_model.bin"] {
+		t.Error("torch.load did not run the polyglot's payload")
 	}
 }
 
@@ -573,8 +529,8 @@ func TestScanPickleTarPolyglot(t *testing.T) {
 	if res.Safe || res.Dangerous != 1 || res.Hits[len(res.Hits)-1].Record != "storages" {
 		t.Errorf("format %s safe=%v dangerous=%d hits %+v errors %v", res.Format, res.Safe, res.Dangerous, res.Hits, res.Errors)
 	}
-	if out := runPython(t, p, torchLoadScript); !strings.Contains(out, `"model.pt": true`) {
-		t.Errorf("torch.load did not run the tar's payload: %s", out)
+	if !runLoader(t, torchLoad, []string{p})["model.pt"] {
+		t.Error("torch.load did not run the tar's payload")
 	}
 	// storages as a hard link to a member of another name.
 	var l []byte

@@ -56,13 +56,8 @@ func dcpStorageItems(dir string) ([]dcpItem, error) {
 		if s == nil {
 			return nil, fmt.Errorf("storage_data entry %d is not a _StorageInfo", i)
 		}
-		rp, _ := s.Get("relative_path")
-		off, _ := s.Get("offset")
-		ln, _ := s.Get("length")
-		rel, ok1 := rp.(string)
-		o, ok2 := off.(int64)
-		l, ok3 := ln.(int64)
-		if !ok1 || !ok2 || !ok3 || o < 0 || l < 0 {
+		rel, o, l, ok := storageSpan(s)
+		if !ok {
 			return nil, fmt.Errorf("storage_data entry %d is malformed", i)
 		}
 		items = append(items, dcpItem{name: describeIndex(k), rel: rel, off: o, length: l})

@@ -1,8 +1,6 @@
 package ckpt
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -13,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // seriesRun is testdata/series/run, written by scripts/gen-ckpt-series.py
@@ -48,68 +48,6 @@ func loadSeriesExpected(t *testing.T) map[string]seriesExpect {
 			t.Fatal(err)
 		}
 		out[k] = e
-	}
-	return out
-}
-
-// copySeriesRun copies the run directory into a temp dir. The checkpoints
-// get the oldest modification times and everything else newer ones, the
-// order in which a job writes its config and tokenizer after (or next to) its
-// checkpoints: an mtime order alone would pick a non-checkpoint.
-func copySeriesRun(t *testing.T) string {
-	t.Helper()
-	dst := filepath.Join(t.TempDir(), "run")
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var paths []string
-	err := filepath.WalkDir(seriesRun, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() {
-			paths = append(paths, p)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Slice(paths, func(i, j int) bool {
-		ci, cj := strings.HasPrefix(filepath.Base(paths[i]), "ckpt-"), strings.HasPrefix(filepath.Base(paths[j]), "ckpt-")
-		if ci != cj {
-			return ci
-		}
-		return paths[i] < paths[j]
-	})
-	for i, p := range paths {
-		rel, _ := filepath.Rel(seriesRun, p)
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeAt(t, filepath.Join(dst, rel), b, t0.Add(time.Duration(i)*time.Minute))
-	}
-	return dst
-}
-
-// hashTree maps every regular file under dir (relative path) to its SHA-256.
-func hashTree(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		sum := sha256.Sum256(b)
-		rel, _ := filepath.Rel(dir, p)
-		out[rel] = hex.EncodeToString(sum[:])
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return out
 }
@@ -183,7 +121,7 @@ func fmtInt(p *int64) string {
 // "step" and "epoch"), the optimizer alone (per-parameter step 400) or
 // whatever was written last.
 func TestSeriesLatest(t *testing.T) {
-	dir := copySeriesRun(t)
+	dir := testbin.CopyRun(t, seriesRun)
 	res, err := FindLatest(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -211,13 +149,13 @@ func TestSeriesLatest(t *testing.T) {
 // ckpt-200.pt and nothing else: every other file is the same byte for byte,
 // and the plan says what it left alone and why.
 func TestSeriesPruneApply(t *testing.T) {
-	dir := copySeriesRun(t)
-	before := hashTree(t, dir)
+	dir := testbin.CopyRun(t, seriesRun)
+	before := testbin.HashTree(t, dir)
 	plan, err := Prune(dir, PrunePolicy{KeepLast: 1}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	after := hashTree(t, dir)
+	after := testbin.HashTree(t, dir)
 	deleted := map[string]bool{"ckpt-100.pt": true, "ckpt-200.pt": true}
 	for rel, sum := range before {
 		got, ok := after[rel]
@@ -262,7 +200,7 @@ func TestSeriesPruneApply(t *testing.T) {
 // TestLatestSymlinkRoot: Scan, Latest and Prune follow a symlinked
 // directory and name what they find under the link.
 func TestLatestSymlinkRoot(t *testing.T) {
-	dir := copySeriesRun(t)
+	dir := testbin.CopyRun(t, seriesRun)
 	link := filepath.Join(t.TempDir(), "latest-run")
 	if err := os.Symlink(dir, link); err != nil {
 		t.Fatal(err)

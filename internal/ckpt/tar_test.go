@@ -1,7 +1,6 @@
 package ckpt
 
 import (
-	"archive/tar"
 	"bytes"
 	"testing"
 )
@@ -9,24 +8,8 @@ import (
 // legacyTar builds the pre-1.0 torch layout: a tar of pickles named
 // sys_info, pickle, tensors and storages.
 func legacyTar(t *testing.T, pickleRecord []byte) []byte {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, rec := range []struct {
-		name string
-		data []byte
-	}{
-		{"sys_info", []byte("\x80\x02}q\x00.")},
-		{"pickle", pickleRecord},
-		{"tensors", []byte("\x80\x02K\x00.")},
-		{"storages", []byte("\x80\x02K\x00.")},
-	} {
-		if err := tw.WriteHeader(&tar.Header{Name: rec.name, Mode: 0o644, Size: int64(len(rec.data))}); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write(rec.data)
-	}
-	tw.Close()
-	return buf.Bytes()
+	return tarOf(t, member{"sys_info", []byte("\x80\x02}q\x00.")}, member{"pickle", pickleRecord},
+		member{"tensors", []byte("\x80\x02K\x00.")}, member{"storages", []byte("\x80\x02K\x00.")})
 }
 
 func TestLegacyTar(t *testing.T) {

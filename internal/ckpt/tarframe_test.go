@@ -109,8 +109,7 @@ func TestScanStreamsAsCPython(t *testing.T) {
         f = open(p, "rb")
         while True:
             pickle.load(f)`, []string{filepath.Join(dir, "framed.pkl"), filepath.Join(dir, "six.pkl")})
-	tars := runLoader(t, `
-        torch.load(p)`, []string{filepath.Join(dir, "after_dir.pt"), filepath.Join(dir, "checksum_0o.pt"),
+	tars := runLoader(t, torchLoad, []string{filepath.Join(dir, "after_dir.pt"), filepath.Join(dir, "checksum_0o.pt"),
 		filepath.Join(dir, "framed_small.pt"), filepath.Join(dir, "framed_large.pt")})
 	for name, ran := range map[string]bool{"framed.pkl": pickles["framed.pkl"], "six.pkl": pickles["six.pkl"],
 		"after_dir.pt": tars["after_dir.pt"], "checksum_0o.pt": tars["checksum_0o.pt"],

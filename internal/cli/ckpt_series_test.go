@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // seriesDir copies ../ckpt/testdata/series/run (ckpt-{100,200,300}.pt among a
@@ -21,7 +23,7 @@ func seriesDir(t *testing.T) string {
 	names := []string{"ckpt-100.pt", "ckpt-200.pt", "ckpt-300.pt", "config.pt", "optimizer.pt",
 		"training_args.bin", "vocab.pkl", "tokenizer.json", "notes/.metadata", "notes/README.txt"}
 	for i, n := range names {
-		copyFile(t, filepath.Join(src, n), filepath.Join(dst, n), t0.Add(time.Duration(i)*time.Minute))
+		testbin.CopyFile(t, filepath.Join(src, n), filepath.Join(dst, n), t0.Add(time.Duration(i)*time.Minute))
 	}
 	return dst
 }
@@ -119,7 +121,7 @@ func TestCkptLatestNoneValid(t *testing.T) {
 		}
 		os.WriteFile(filepath.Join(dir, n), b[:len(b)/2], 0o644)
 	}
-	copyFile(t, ckptTestdata+"/series/run/config.pt", filepath.Join(dir, "config.pt"), time.Now())
+	testbin.CopyFile(t, ckptTestdata+"/series/run/config.pt", filepath.Join(dir, "config.pt"), time.Now())
 	code, out, errOut := runCkpt(t, "latest", dir)
 	if code != 1 || out != "" {
 		t.Fatalf("exit %d, stdout %q", code, out)

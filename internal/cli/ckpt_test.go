@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 const ckptTestdata = "../ckpt/testdata"
@@ -22,27 +24,12 @@ func runCkpt(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errOut.String()
 }
 
-func copyFile(t *testing.T, src, dst string, mtime time.Time) {
-	t.Helper()
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	os.Chtimes(dst, mtime, mtime)
-}
-
 // runDir holds two good checkpoints and a newer torn one.
 func runDir(t *testing.T) string {
 	dir := t.TempDir()
 	t0 := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
-	copyFile(t, ckptTestdata+"/torch/state_dict.pt", filepath.Join(dir, "epoch1.pt"), t0)
-	copyFile(t, ckptTestdata+"/torch/training.pt", filepath.Join(dir, "epoch2.pt"), t0.Add(time.Hour))
+	testbin.CopyFile(t, ckptTestdata+"/torch/state_dict.pt", filepath.Join(dir, "epoch1.pt"), t0)
+	testbin.CopyFile(t, ckptTestdata+"/torch/training.pt", filepath.Join(dir, "epoch2.pt"), t0.Add(time.Hour))
 	b, _ := os.ReadFile(ckptTestdata + "/torch/training.pt")
 	os.WriteFile(filepath.Join(dir, "epoch3.pt"), b[:len(b)-100], 0o644)
 	os.Chtimes(filepath.Join(dir, "epoch3.pt"), t0.Add(2*time.Hour), t0.Add(2*time.Hour))

@@ -15,36 +15,30 @@ import (
 // prefix 2026, one of them named, with one attempt each.
 func errorsHome(t *testing.T) string {
 	t.Helper()
-	home := t.TempDir()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ctx := context.Background()
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for i, r := range []struct{ id, name string }{
-		{"20260101-000000-aaaaaa", "demo"}, {"20260101-000001-bbbbbb", ""}, {"20260101-000002-cccccc", ""},
-	} {
-		run := &store.Run{ID: r.id, Name: r.name, Command: []string{"true"}, Status: store.StatusRunning, StartedAt: t0.Add(time.Duration(i) * time.Second)}
-		if err := st.CreateRun(ctx, run); err != nil {
-			t.Fatal(err)
+	return storeHome(t, func(ctx context.Context, st *store.Store, home string) {
+		t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		for i, r := range []struct{ id, name string }{
+			{"20260101-000000-aaaaaa", "demo"}, {"20260101-000001-bbbbbb", ""}, {"20260101-000002-cccccc", ""},
+		} {
+			run := &store.Run{ID: r.id, Name: r.name, Command: []string{"true"}, Status: store.StatusRunning, StartedAt: t0.Add(time.Duration(i) * time.Second)}
+			if err := st.CreateRun(ctx, run); err != nil {
+				t.Fatal(err)
+			}
+			log := filepath.Join(home, r.id+".log")
+			if err := os.WriteFile(log, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.StartAttempt(ctx, &store.Attempt{RunID: r.id, N: 1, StartedAt: run.StartedAt, LogPath: log}); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.FinishAttempt(ctx, r.id, 1, run.StartedAt.Add(time.Second), 0, "success", nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.FinishRun(ctx, r.id, store.StatusFinished, "success", 0, run.StartedAt.Add(time.Second), nil); err != nil {
+				t.Fatal(err)
+			}
 		}
-		log := filepath.Join(home, r.id+".log")
-		if err := os.WriteFile(log, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.StartAttempt(ctx, &store.Attempt{RunID: r.id, N: 1, StartedAt: run.StartedAt, LogPath: log}); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.FinishAttempt(ctx, r.id, 1, run.StartedAt.Add(time.Second), 0, "success", nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.FinishRun(ctx, r.id, store.StatusFinished, "success", 0, run.StartedAt.Add(time.Second), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return home
+	})
 }
 
 // repeatedSegment returns a ": "-separated part of msg that occurs twice

@@ -38,11 +38,7 @@ groups/, docs/CLUSTER.md).`,
 				}
 				return explainGroup(f, group, asJSON)
 			}
-			ref := "last"
-			if len(args) == 1 {
-				ref = args[0]
-			}
-			st, r, err := f.openRun(ctx, ref)
+			st, r, err := f.openRun(ctx, runArg(args))
 			if err != nil {
 				return err
 			}

@@ -47,11 +47,7 @@ live, from its first attempt (or attempt N) across restarts, until it ends.`,
 				return Usagef("--attempt %d: attempts are numbered from 1 (without --attempt: the latest)", attempt)
 			}
 			ctx := cmd.Context()
-			ref := "last"
-			if len(args) == 1 {
-				ref = args[0]
-			}
-			st, r, err := f.openRun(ctx, ref)
+			st, r, err := f.openRun(ctx, runArg(args))
 			if err != nil {
 				return err
 			}

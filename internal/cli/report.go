@@ -113,6 +113,20 @@ func parseSince(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// reportQuery is what both reports ask the agent: the report's path, of
+// query (by=… or group=…) over the --since range, and the agent's socket
+// ("": none, ask --url).
+func reportQuery(f *Factory, o *reportOptions, query string) (path, sock string, err error) {
+	since, err := parseSince(o.Since)
+	if err != nil {
+		return "", "", Usagef("--since %v", err)
+	}
+	if sock, err = agentSocket(o.Agent, f.Getenv); err != nil {
+		return "", "", err
+	}
+	return "/api/v1/report?" + query + "&range=" + url.QueryEscape(since.String()), sock, nil
+}
+
 func runReport(ctx context.Context, f *Factory, o *reportOptions) error {
 	if o.Group != "" {
 		return runGroupReport(ctx, f, o)
@@ -129,18 +143,13 @@ func runReport(ctx context.Context, f *Factory, o *reportOptions) error {
 	if o.JSON && o.CSV {
 		return Usagef("--json and --csv cannot be used together")
 	}
-	since, err := parseSince(o.Since)
+	path, sock, err := reportQuery(f, o, "by="+url.QueryEscape(o.By))
 	if err != nil {
-		return Usagef("--since %v", err)
+		return err
 	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	sock, err := agentSocket(o.Agent, f.Getenv)
-	if err != nil {
-		return err
-	}
-	path := "/api/v1/report?by=" + url.QueryEscape(o.By) + "&range=" + url.QueryEscape(since.String())
 	var rep usage.Report
 	if sock != "" {
 		if err := getAgent(ctx, agentClient(sock, 30*time.Second), path, &rep); err != nil {

@@ -24,18 +24,13 @@ func runGroupReport(ctx context.Context, f *Factory, o *reportOptions) error {
 	if o.CSV {
 		return Usagef("--group: the report is a table or --json")
 	}
-	since, err := parseSince(o.Since)
+	path, sock, err := reportQuery(f, o, "group="+url.QueryEscape(o.Group))
 	if err != nil {
-		return Usagef("--since %v", err)
+		return err
 	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	sock, err := agentSocket(o.Agent, f.Getenv)
-	if err != nil {
-		return err
-	}
-	path := "/api/v1/report?group=" + url.QueryEscape(o.Group) + "&range=" + url.QueryEscape(since.String())
 	var reps []usage.GroupReport
 	if sock != "" {
 		var rep usage.GroupReport

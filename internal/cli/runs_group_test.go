@@ -19,56 +19,50 @@ import (
 // SIGKILLed, the others collateral.
 func groupHome(t *testing.T) string {
 	t.Helper()
-	home := t.TempDir()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ctx := context.Background()
-	start := runsNow.Add(-10 * time.Minute)
-	for _, r := range []struct {
-		id, name, group, reason string
-		exit                    int
-	}{
-		{"20261129-175000-aaaaaa", "ranks", "4242", "peer_failed", 1},
-		{"20261129-175000-bbbbbb", "ranks", "4242", "peer_failed", 1},
-		{"20261129-174000-cccccc", "eval", "", "success", 0},
-	} {
-		run := &store.Run{ID: r.id, Name: r.name, Group: r.group, Command: []string{"python3", "train.py"}, Status: store.StatusRunning, StartedAt: start}
-		if err := st.CreateRun(ctx, run); err != nil {
-			t.Fatal(err)
+	return storeHome(t, func(ctx context.Context, st *store.Store, home string) {
+		start := runsNow.Add(-10 * time.Minute)
+		for _, r := range []struct {
+			id, name, group, reason string
+			exit                    int
+		}{
+			{"20261129-175000-aaaaaa", "ranks", "4242", "peer_failed", 1},
+			{"20261129-175000-bbbbbb", "ranks", "4242", "peer_failed", 1},
+			{"20261129-174000-cccccc", "eval", "", "success", 0},
+		} {
+			run := &store.Run{ID: r.id, Name: r.name, Group: r.group, Command: []string{"python3", "train.py"}, Status: store.StatusRunning, StartedAt: start}
+			if err := st.CreateRun(ctx, run); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.FinishRun(ctx, r.id, store.StatusFinished, r.reason, r.exit, start.Add(5*time.Minute), nil); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := st.FinishRun(ctx, r.id, store.StatusFinished, r.reason, r.exit, start.Add(5*time.Minute), nil); err != nil {
-			t.Fatal(err)
+		d := groups.Dir(filepath.Join(home, "groups"))
+		kill := "SIGKILL"
+		for r := 0; r < 4; r++ {
+			node, runID := "n1", []string{"20261129-175000-aaaaaa", "20261129-175000-bbbbbb"}[r%2]
+			if r >= 2 {
+				node, runID = "n2", []string{"20261129-175001-dddddd", "20261129-175001-eeeeee"}[r%2]
+			}
+			w, code, steps, peak := 4, 1, int64(40), uint64(250<<20)
+			rk := ranks.Rank{Rank: r, WorldSize: &w, Node: node, PID: 1000 + r, ExitCode: &code, Reason: "peer_failed", Collateral: true,
+				Evidence: []string{"a peer closed its connection: RuntimeError: Connection closed by peer"}, OptimizerSteps: &steps, PeakHostBytes: &peak,
+				LastLine: "RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer"}
+			failure, at := ranks.FailureConsequence, start.Add(5*time.Minute+time.Duration(r)*100*time.Millisecond)
+			summary := ""
+			if r == 3 {
+				c := 137
+				rk.ExitCode, rk.Signal, rk.Reason, rk.Collateral = &c, &kill, "killed", false
+				rk.Evidence, rk.LastLine = []string{"ended by SIGKILL (read from pidfd)"}, "rank 3 fails at step 3 (kill)"
+				failure, at, summary = ranks.FailureExternal, start.Add(5*time.Minute-time.Second), "the job was killed with SIGKILL, and nothing shows it was the OOM killer"
+			}
+			m := ranks.Member{Group: "4242", RunID: runID, RunName: "ranks", StateDir: "/home/u/.local/state/vramguard-" + node, Host: node,
+				Status: ranks.MemberEnded, Rank: rk, Failure: failure, FailedAt: at, Summary: summary, Written: at}
+			if err := d.Write(m); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	d := groups.Dir(filepath.Join(home, "groups"))
-	kill := "SIGKILL"
-	for r := 0; r < 4; r++ {
-		node, runID := "n1", []string{"20261129-175000-aaaaaa", "20261129-175000-bbbbbb"}[r%2]
-		if r >= 2 {
-			node, runID = "n2", []string{"20261129-175001-dddddd", "20261129-175001-eeeeee"}[r%2]
-		}
-		w, code, steps, peak := 4, 1, int64(40), uint64(250<<20)
-		rk := ranks.Rank{Rank: r, WorldSize: &w, Node: node, PID: 1000 + r, ExitCode: &code, Reason: "peer_failed", Collateral: true,
-			Evidence: []string{"a peer closed its connection: RuntimeError: Connection closed by peer"}, OptimizerSteps: &steps, PeakHostBytes: &peak,
-			LastLine: "RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer"}
-		failure, at := ranks.FailureConsequence, start.Add(5*time.Minute+time.Duration(r)*100*time.Millisecond)
-		summary := ""
-		if r == 3 {
-			c := 137
-			rk.ExitCode, rk.Signal, rk.Reason, rk.Collateral = &c, &kill, "killed", false
-			rk.Evidence, rk.LastLine = []string{"ended by SIGKILL (read from pidfd)"}, "rank 3 fails at step 3 (kill)"
-			failure, at, summary = ranks.FailureExternal, start.Add(5*time.Minute-time.Second), "the job was killed with SIGKILL, and nothing shows it was the OOM killer"
-		}
-		m := ranks.Member{Group: "4242", RunID: runID, RunName: "ranks", StateDir: "/home/u/.local/state/vramguard-" + node, Host: node,
-			Status: ranks.MemberEnded, Rank: rk, Failure: failure, FailedAt: at, Summary: summary, Written: at}
-		if err := d.Write(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return home
+	})
 }
 
 // TestRunsGroup: the runs of one group are one line, its reason the

@@ -39,6 +39,20 @@ func TestLogsDefaultsToLast(t *testing.T) {
 	}
 }
 
+// storeHome is a new state directory whose store fill records a fixture
+// in; the store is closed before it returns, as a finished run's is.
+func storeHome(t *testing.T, fill func(ctx context.Context, st *store.Store, home string)) string {
+	t.Helper()
+	home := t.TempDir()
+	st, err := store.Open(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fill(context.Background(), st, home)
+	return home
+}
+
 // runsNow is the clock of the runs fixture.
 var runsNow = time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 
@@ -48,73 +62,67 @@ var runsNow = time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 // run that survived three kinds of death.
 func runsHome(t *testing.T) string {
 	t.Helper()
-	home := t.TempDir()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ctx := context.Background()
-	me, err := procfs.FS{}.Proc(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	type attempt struct {
-		reason string
-		exit   int
-	}
-	for _, r := range []struct {
-		id, name, status string
-		cmd              []string
-		started, took    time.Duration // before runsNow; how long it ran (0: still running)
-		attempts         []attempt
-		rss, gpu         uint64
-	}{
-		{"20261129-155501-ab12cd", "bert-large-finetune", store.StatusFinished,
-			[]string{"python", "train.py", "--config", "configs/bert_large.yaml", "--epochs", "10"},
-			2*time.Hour + 5*time.Minute, time.Hour + 2*time.Minute + 9*time.Second,
-			[]attempt{{"cuda_oom", 1}, {"success", 0}}, 12_400 << 20, 39_117 << 20},
-		{"20261129-172010-0f9e8d", "analysis.ipynb", store.StatusRunning,
-			[]string{"/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "/run/user/1000/jupyter/runtime/kernel-3f2a9c1e.json"},
-			40 * time.Minute, 0, []attempt{{"host_oom_killed", 137}, {"restarted", 0}, {"", 0}}, 2_100 << 20, 0},
-		{"20261126-090000-77aa01", "", store.StatusFinished,
-			[]string{"python", "-c", "import torch; torch.zeros(1).cuda()"},
-			3*24*time.Hour + 9*time.Hour, 3 * time.Second, []attempt{{"exit_error", 1}}, 310 << 20, 0},
-		{"20261120-120000-5c5c5c", "sweep-lr-3e-4", store.StatusLost,
-			[]string{"torchrun", "--nproc-per-node", "8", "sweep.py", "--lr", "3e-4"},
-			9*24*time.Hour + 6*time.Hour, 26 * time.Hour, []attempt{{"lost", 0}}, 88_000 << 20, 650_000 << 20},
-		{"20261129-174500-e1e2e3", "flaky", store.StatusFinished,
-			[]string{"python", "train.py"}, 15 * time.Minute, 14*time.Minute + 30*time.Second,
-			[]attempt{{"nccl_error", 1}, {"cuda_oom", 1}, {"stalled", 137}, {"success", 0}}, 1 << 30, 3 << 30},
-	} {
-		start := runsNow.Add(-r.started)
-		// The running run's supervisor is this test, alive.
-		run := &store.Run{ID: r.id, Name: r.name, Command: r.cmd, Status: store.StatusRunning, StartedAt: start,
-			SupervisorPID: os.Getpid(), SupervisorStart: me.StartTicks}
-		if err := st.CreateRun(ctx, run); err != nil {
+	return storeHome(t, func(ctx context.Context, st *store.Store, home string) {
+		me, err := procfs.FS{}.Proc(os.Getpid())
+		if err != nil {
 			t.Fatal(err)
 		}
-		for i, a := range r.attempts {
-			if err := st.StartAttempt(ctx, &store.Attempt{RunID: r.id, N: i + 1, StartedAt: start}); err != nil {
+		type attempt struct {
+			reason string
+			exit   int
+		}
+		for _, r := range []struct {
+			id, name, status string
+			cmd              []string
+			started, took    time.Duration // before runsNow; how long it ran (0: still running)
+			attempts         []attempt
+			rss, gpu         uint64
+		}{
+			{"20261129-155501-ab12cd", "bert-large-finetune", store.StatusFinished,
+				[]string{"python", "train.py", "--config", "configs/bert_large.yaml", "--epochs", "10"},
+				2*time.Hour + 5*time.Minute, time.Hour + 2*time.Minute + 9*time.Second,
+				[]attempt{{"cuda_oom", 1}, {"success", 0}}, 12_400 << 20, 39_117 << 20},
+			{"20261129-172010-0f9e8d", "analysis.ipynb", store.StatusRunning,
+				[]string{"/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "/run/user/1000/jupyter/runtime/kernel-3f2a9c1e.json"},
+				40 * time.Minute, 0, []attempt{{"host_oom_killed", 137}, {"restarted", 0}, {"", 0}}, 2_100 << 20, 0},
+			{"20261126-090000-77aa01", "", store.StatusFinished,
+				[]string{"python", "-c", "import torch; torch.zeros(1).cuda()"},
+				3*24*time.Hour + 9*time.Hour, 3 * time.Second, []attempt{{"exit_error", 1}}, 310 << 20, 0},
+			{"20261120-120000-5c5c5c", "sweep-lr-3e-4", store.StatusLost,
+				[]string{"torchrun", "--nproc-per-node", "8", "sweep.py", "--lr", "3e-4"},
+				9*24*time.Hour + 6*time.Hour, 26 * time.Hour, []attempt{{"lost", 0}}, 88_000 << 20, 650_000 << 20},
+			{"20261129-174500-e1e2e3", "flaky", store.StatusFinished,
+				[]string{"python", "train.py"}, 15 * time.Minute, 14*time.Minute + 30*time.Second,
+				[]attempt{{"nccl_error", 1}, {"cuda_oom", 1}, {"stalled", 137}, {"success", 0}}, 1 << 30, 3 << 30},
+		} {
+			start := runsNow.Add(-r.started)
+			// The running run's supervisor is this test, alive.
+			run := &store.Run{ID: r.id, Name: r.name, Command: r.cmd, Status: store.StatusRunning, StartedAt: start,
+				SupervisorPID: os.Getpid(), SupervisorStart: me.StartTicks}
+			if err := st.CreateRun(ctx, run); err != nil {
 				t.Fatal(err)
 			}
-			if a.reason != "" {
-				if err := st.FinishAttempt(ctx, r.id, i+1, start.Add(r.took), a.exit, a.reason, nil); err != nil {
+			for i, a := range r.attempts {
+				if err := st.StartAttempt(ctx, &store.Attempt{RunID: r.id, N: i + 1, StartedAt: start}); err != nil {
+					t.Fatal(err)
+				}
+				if a.reason != "" {
+					if err := st.FinishAttempt(ctx, r.id, i+1, start.Add(r.took), a.exit, a.reason, nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := st.UpdatePeaks(ctx, r.id, r.rss, r.gpu); err != nil {
+				t.Fatal(err)
+			}
+			if r.status != store.StatusRunning {
+				last := r.attempts[len(r.attempts)-1]
+				if err := st.FinishRun(ctx, r.id, r.status, last.reason, last.exit, start.Add(r.took), nil); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
-		if err := st.UpdatePeaks(ctx, r.id, r.rss, r.gpu); err != nil {
-			t.Fatal(err)
-		}
-		if r.status != store.StatusRunning {
-			last := r.attempts[len(r.attempts)-1]
-			if err := st.FinishRun(ctx, r.id, r.status, last.reason, last.exit, start.Add(r.took), nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return home
+	})
 }
 
 // runRuns runs `vramguard runs args...` on a terminal of the given width

@@ -54,6 +54,15 @@ func (f *Factory) markLost(ctx context.Context, s *store.Store) *store.Store {
 	return s
 }
 
+// runArg is the run a command's optional RUN argument names: it, or the
+// last run.
+func runArg(args []string) string {
+	if len(args) == 1 {
+		return args[0]
+	}
+	return "last"
+}
+
 // openRun opens the store and finds RUN in it; the caller closes the store.
 func (f *Factory) openRun(ctx context.Context, ref string) (*store.Store, *store.Run, error) {
 	st, err := f.openStoreRead(ctx)

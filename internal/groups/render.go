@@ -5,8 +5,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/ranks"
-	"github.com/vramguard/vramguard/internal/units"
 )
 
 // Render writes a group's story as `vramguard explain --group` prints it:
@@ -33,34 +33,11 @@ func Render(w io.Writer, g *ranks.Group) {
 		if g.RootCause != nil && g.RootCause.Rank == r.Rank.Rank {
 			rank += "*"
 		}
-		pid := "-"
-		if r.PID > 0 {
-			pid = fmt.Sprint(r.PID)
-		}
-		exit := "-"
-		if r.ExitCode != nil {
-			exit = fmt.Sprint(*r.ExitCode)
-			if r.Signal != nil {
-				exit += " (" + *r.Signal + ")"
-			}
-		}
-		reason := r.Reason
+		c := postmortem.CellsOf(r.Rank)
 		if r.Status == ranks.MemberRunning {
-			reason = ranks.MemberRunning
+			c.Reason = ranks.MemberRunning
 		}
-		if reason == "" {
-			reason = "-"
-		}
-		steps := "-"
-		if r.OptimizerSteps != nil {
-			steps = fmt.Sprint(*r.OptimizerSteps)
-		}
-		last := r.LastLine
-		if n := 72; len([]rune(last)) > n {
-			last = string([]rune(last)[:n-1]) + "…"
-		}
-		fmt.Fprintf(w, "  %-5s %-10s %-8s %-15s %-16s %6s %10s %10s  %s\n", rank, cut(r.Node, 10), pid, exit, reason, steps,
-			bytesOrDash(r.PeakHostBytes), bytesOrDash(r.PeakGPUBytes), last)
+		fmt.Fprintf(w, "  %-5s %-10s %-8s %-15s %-16s %6s %10s %10s  %s\n", rank, c.Node, c.PID, c.Exit, c.Reason, c.Steps, c.PeakHost, c.PeakGPU, c.LastLine)
 	}
 	for _, r := range g.Ranks {
 		if !r.Collateral && (g.RootCause == nil || r.Rank.Rank == g.RootCause.Rank || r.Failure != ranks.FailureOwn) {
@@ -104,21 +81,4 @@ func plural(n int, thing string) string {
 		return "1 " + thing
 	}
 	return fmt.Sprintf("%d %ss", n, thing)
-}
-
-func bytesOrDash(v *uint64) string {
-	if v == nil {
-		return "-"
-	}
-	return units.FormatBytes(*v)
-}
-
-func cut(s string, n int) string {
-	if s == "" {
-		return "-"
-	}
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
 }

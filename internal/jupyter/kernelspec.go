@@ -117,18 +117,8 @@ func IsOurs(dir string) (bool, error) {
 // sys-prefix-style and system directories. extra adds more (a Python's
 // sys.prefix share/jupyter/kernels).
 func KernelsDirs(env func(string) string, home string, extra ...string) []string {
-	var dirs []string
-	add := func(d string) {
-		if d == "" {
-			return
-		}
-		for _, x := range dirs {
-			if x == d {
-				return
-			}
-		}
-		dirs = append(dirs, d)
-	}
+	var dirs dirList
+	add := dirs.add
 	for _, p := range filepath.SplitList(env("JUPYTER_PATH")) {
 		if p != "" {
 			add(filepath.Join(p, "kernels"))

@@ -1,19 +1,15 @@
 package jupyter_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/vramguard/vramguard/internal/jupyter"
 	"github.com/vramguard/vramguard/internal/testbin"
 )
 
@@ -24,20 +20,8 @@ import (
 func TestIdleKernelThroughServer(t *testing.T) {
 	l := newLab(t)
 	l.startServer()
-	ctx := context.Background()
-	s, err := l.client.CreateSession(ctx, "idle.ipynb", "python3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := s.Kernel.ID
 	// a client's cell: Jupyter calls the kernel idle (not starting) after it
-	k := l.connect(id)
-	k.run("x = 1")
-	var pid int
-	testbin.WaitFor(t, 60*time.Second, "the kernel's process", func() bool {
-		pid = l.kernels()[id].PID
-		return pid > 0
-	})
+	id, k, pid := l.startKernel("idle.ipynb")
 	dir := t.TempDir()
 	scen := filepath.Join(dir, "idle.json")
 	if err := os.WriteFile(scen, []byte(fmt.Sprintf(`{"name": "idle kernel", "duration": "1h",
@@ -78,41 +62,13 @@ func TestIdleKernelThroughServer(t *testing.T) {
 	}
 
 	// serve --reclaim-idle: the owner's notice, then the shutdown
-	serve := exec.Command(l.bin, "serve", "--listen", "127.0.0.1:0", "--json", "--simulate", scen, "--probe-socket", "none",
-		"--idle-window", "1s", "--reclaim-idle", "2s")
-	serve.Env = append(l.env(), "VRAMGUARD_HOME="+filepath.Join(dir, "agent"))
-	stdout, err := serve.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var serr strings.Builder
-	serve.Stderr = &serr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		serve.Process.Signal(syscall.SIGTERM)
-		serve.Wait()
-		if t.Failed() {
-			t.Logf("serve's stderr:\n%s", serr.String())
-		}
-	})
+	stdout, serr := l.serve(l.bin, append(l.env(), "VRAMGUARD_HOME="+filepath.Join(dir, "agent")),
+		"--listen", "127.0.0.1:0", "--json", "--simulate", scen, "--probe-socket", "none", "--idle-window", "1s", "--reclaim-idle", "2s")
 	var start struct{ URL string }
 	if err := json.NewDecoder(stdout).Decode(&start); err != nil || start.URL == "" {
 		t.Fatalf("serve's startup line: %v (url %q)", err, start.URL)
 	}
-	testbin.WaitFor(t, 60*time.Second, "the server to no longer list the reclaimed kernel", func() bool {
-		var ks []jupyter.Kernel
-		if err := l.client.Do(ctx, http.MethodGet, "api/kernels", nil, &ks); err != nil {
-			return false
-		}
-		for _, k := range ks {
-			if k.ID == id {
-				return false
-			}
-		}
-		return true
-	})
+	testbin.WaitFor(t, 60*time.Second, "the server to no longer list the reclaimed kernel", func() bool { return !l.listed(id) })
 	resp, err := http.Get(start.URL + "api/v1/notices")
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -75,23 +76,23 @@ func ParseServerFile(path string) (Server, error) {
 	return s, nil
 }
 
+// dirList is a list of directories in order, each once.
+type dirList []string
+
+// add appends d unless it is "" or listed already.
+func (l *dirList) add(d string) {
+	if d != "" && !slices.Contains(*l, d) {
+		*l = append(*l, d)
+	}
+}
+
 // RuntimeDirs are the directories where servers of this user (and, for
 // root, of every user with a home under /home) leave their runtime files,
 // in the order Jupyter itself would use them. env looks up variables
 // (os.Getenv normally).
 func RuntimeDirs(env func(string) string, home string, root bool) []string {
-	var dirs []string
-	add := func(d string) {
-		if d == "" {
-			return
-		}
-		for _, x := range dirs {
-			if x == d {
-				return
-			}
-		}
-		dirs = append(dirs, d)
-	}
+	var dirs dirList
+	add := dirs.add
 	add(env("JUPYTER_RUNTIME_DIR"))
 	add(filepath.Join(DataDir(env, home), "runtime"))
 	if root {

@@ -214,35 +214,8 @@ func renderRanks(w io.Writer, rs []ranks.Rank, root *ranks.RootCause) {
 		if root != nil && root.Rank == r.Rank {
 			rank += "*"
 		}
-		pid := "-"
-		if r.PID > 0 {
-			pid = fmt.Sprint(r.PID)
-		}
-		exit := "-"
-		if r.ExitCode != nil {
-			exit = fmt.Sprint(*r.ExitCode)
-			if r.Signal != nil {
-				exit += " (" + *r.Signal + ")"
-			}
-		}
-		reason := r.Reason
-		if reason == "" {
-			reason = "-"
-		}
-		steps := "-"
-		if r.OptimizerSteps != nil {
-			steps = fmt.Sprint(*r.OptimizerSteps)
-		}
-		node := r.Node
-		if node == "" {
-			node = "-"
-		}
-		last := r.LastLine
-		if n := 72; len([]rune(last)) > n {
-			last = string([]rune(last)[:n-1]) + "…"
-		}
-		fmt.Fprintf(w, "  %-5s %-8s %-10s %-15s %-16s %6s %10s %10s  %s\n", rank, pid, truncRunes(node, 10), exit, reason, steps,
-			bytesOrDash(r.PeakHostBytes), bytesOrDash(r.PeakGPUBytes), last)
+		c := CellsOf(r)
+		fmt.Fprintf(w, "  %-5s %-8s %-10s %-15s %-16s %6s %10s %10s  %s\n", rank, c.PID, c.Node, c.Exit, c.Reason, c.Steps, c.PeakHost, c.PeakGPU, c.LastLine)
 	}
 	if root != nil {
 		fmt.Fprintf(w, "  * %s\n", root.How)

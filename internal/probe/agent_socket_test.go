@@ -423,21 +423,10 @@ func TestAgentSocketLateAndRestarted(t *testing.T) {
 	}
 	env := jobEnv(t, Options{Socket: filepath.Join(dir, "sup.sock"), AgentSocket: agentPath, Hz: 20})
 	cmd := jobCommand(t, env, testbin.Python(), script)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	pipes := testbin.StartPiped(t, cmd)
+	stdin, stderr := pipes.Stdin, pipes.Stderr
 	pid := cmd.Process.Pid
-	lines := bufio.NewScanner(stdout)
+	lines := bufio.NewScanner(pipes.Stdout)
 	expect := func(want string) {
 		t.Helper()
 		if !lines.Scan() || lines.Text() != want {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 type loaded struct {
@@ -36,20 +38,9 @@ func TestAtomicSaveSurvivesSIGKILL(t *testing.T) {
 			env := Env(baseEnv(), probeDir(t), Options{Socket: l.Path(), AtomicSave: atomic})
 
 			cmd := pythonCmd(t, env, testdata(t, "scripts/save_kill.py"), ckpt)
-			stdin, err := cmd.StdinPipe() // kept open: the blocker waits on it
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer stdin.Close()
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
+			pipes := testbin.StartPiped(t, cmd)
+			defer pipes.Stdin.Close() // kept open until then: the blocker waits on it
+			stdout, stderr := pipes.Stdout, pipes.Stderr
 			sc := bufio.NewScanner(stdout)
 			var lines []string
 			for sc.Scan() {

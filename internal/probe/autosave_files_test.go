@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // What testdata/scripts/autosave_files.py reports.
@@ -43,17 +45,7 @@ func throwawayUser(t *testing.T, prefix string) int {
 	if os.Geteuid() != 0 {
 		t.Fatal("creating a second user needs root (the suite runs as root in CI)")
 	}
-	name := prefix + strconv.Itoa(os.Getpid()%100000)
-	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd %s: %v %s", name, err, out)
-	}
-	t.Cleanup(func() { exec.Command("userdel", name).Run() })
-	out, err := exec.Command("id", "-u", name).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-	return uid
+	return testbin.User(t, prefix+strconv.Itoa(os.Getpid()%100000))
 }
 
 func runAutosaveFiles(t *testing.T, dir string, env []string, args ...string) (afFacts, result) {

@@ -2,7 +2,6 @@ package probe
 
 import (
 	"encoding/json"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,14 +13,7 @@ import (
 // the probe writes them and checks the events the supervisor is handed:
 // each once, at the probe's times, with the figures sent.
 func TestHookCellEvents(t *testing.T) {
-	l := listen(t)
-	h := NewHook("/probe", l, Options{Socket: l.Path()}, nil)
-	h.Started(1, 500)
-	c, err := net.Dial("unix", l.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	h, c := attemptHook(t)
 	lines := []string{
 		`{"v":1,"type":"hello","pid":500,"ts":1}`,
 		`{"v":1,"type":"cell_start","pid":500,"ts":100.5,"execution_count":7,"first_line":"x = torch.zeros(1 << 28)","rss_bytes":1000}`,

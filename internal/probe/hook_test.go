@@ -17,6 +17,21 @@ import (
 	"github.com/vramguard/vramguard/internal/timeline"
 )
 
+// attemptHook is a Hook on a fresh socket in attempt 1 of job 500, and a
+// connection to its socket (closed when the test ends).
+func attemptHook(t *testing.T) (*Hook, net.Conn) {
+	t.Helper()
+	l := listen(t)
+	h := NewHook("/probe", l, Options{Socket: l.Path()}, nil)
+	h.Started(1, 500)
+	c, err := net.Dial("unix", l.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return h, c
+}
+
 // The supervisor's probe: env per attempt, progress from steps, and a
 // post-mortem that waits for the attempt's connections to close.
 func TestHook(t *testing.T) {
@@ -220,13 +235,7 @@ func TestHookKernelShutdown(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := listen(t)
-			h := NewHook("/probe", l, Options{Socket: l.Path()}, nil)
-			h.Started(1, 500)
-			c, err := net.Dial("unix", l.Path())
-			if err != nil {
-				t.Fatal(err)
-			}
+			h, c := attemptHook(t)
 			if _, err := c.Write([]byte(`{"v":1,"type":"hello","pid":500,"ts":1}` + "\n")); err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // holderUser adds a throwaway user, removed when the test ends, and
@@ -23,31 +25,7 @@ func holderUser(t *testing.T) int {
 	if os.Geteuid() != 0 {
 		t.Fatal("this test adds a user and runs a process as it: it must run as root (it does in CI)")
 	}
-	name := "vgholder" + strconv.Itoa(os.Getpid()%100000)
-	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("userdel", name).Run() })
-	out, err := exec.Command("id", "-u", name).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-	return uid
-}
-
-// sharedSocketDir is a directory every user may enter, for a shared socket.
-func sharedSocketDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "vramguard-holders-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return testbin.User(t, "vgholder"+strconv.Itoa(os.Getpid()%100000))
 }
 
 // TestSharedSocketHolders: another user holds as many idle connections to
@@ -68,7 +46,7 @@ func TestSharedSocketHolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Setrlimit(unix.RLIMIT_NOFILE, &rl)
-	sock := filepath.Join(sharedSocketDir(t), "run", AgentSocketName)
+	sock := filepath.Join(testbin.SharedDir(t, "vramguard-holders-"), "run", AgentSocketName)
 	l, err := ListenShared(sock)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +113,7 @@ time.sleep(600)
 func TestSharedSocketIdle(t *testing.T) {
 	defer func(d time.Duration) { SharedIdle = d }(SharedIdle)
 	SharedIdle = 300 * time.Millisecond
-	sock := filepath.Join(sharedSocketDir(t), "run", AgentSocketName)
+	sock := filepath.Join(testbin.SharedDir(t, "vramguard-holders-"), "run", AgentSocketName)
 	l, err := ListenShared(sock)
 	if err != nil {
 		t.Fatal(err)

@@ -226,17 +226,21 @@ func (fs FS) Status(pid int) (Status, error) {
 	return readFile(fs, pid, "status", ParseStatus)
 }
 
+// cutLine returns b's first line and what follows its newline.
+func cutLine(b []byte) (line, rest []byte) {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		return b[:i], b[i+1:]
+	}
+	return b, nil
+}
+
 // ParseStatus parses /proc/<pid>/status; unknown or malformed lines are
 // ignored. It allocates only the name and the NSpid list.
 func ParseStatus(b []byte) Status {
 	var s Status
 	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+		var line []byte
+		line, b = cutLine(b)
 		colon := bytes.IndexByte(line, ':')
 		if colon < 0 {
 			continue

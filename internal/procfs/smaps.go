@@ -55,12 +55,8 @@ func (fs FS) Exists(pid int) bool {
 func ParseSmapsRollup(b []byte) Rollup {
 	var r Rollup
 	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+		var line []byte
+		line, b = cutLine(b)
 		k, v, ok := bytes.Cut(line, []byte(":"))
 		if !ok {
 			continue

@@ -21,16 +21,7 @@ func claimUser(t *testing.T, name string) int {
 	if os.Geteuid() != 0 {
 		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
 	}
-	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd %s: %v %s", name, err, out)
-	}
-	t.Cleanup(func() { exec.Command("userdel", name).Run() })
-	out, err := exec.Command("id", "-u", name).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-	return uid
+	return testbin.User(t, name)
 }
 
 // claimJob starts, as uid, a job below a process whose command line says

@@ -11,7 +11,23 @@ import (
 	"github.com/vramguard/vramguard/internal/cgroup"
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/ranks"
+	"github.com/vramguard/vramguard/internal/testbin"
+	"github.com/vramguard/vramguard/internal/timeline"
 )
+
+// readJob takes a reading of w and returns it with its processes' readings.
+func readJob(t *testing.T, w *JobWatch) (timeline.Sample, []ProcReading, TreeInfo) {
+	t.Helper()
+	x, info, err := w.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var procs []ProcReading
+	if err := json.Unmarshal(x.Procs, &procs); err != nil {
+		t.Fatal(err)
+	}
+	return x, procs, info
+}
 
 // Each process's rank: from its environment (read once per process), from
 // torch.distributed where the probe reported it (which wins, keeping what
@@ -22,7 +38,7 @@ func TestTreeRanks(t *testing.T) {
 	files := fixture("max\n", "max\n")
 	files["proc/101/environ"] = "PATH=/bin\x00RANK=3\x00LOCAL_RANK=1\x00WORLD_SIZE=8\x00GROUP_RANK=1\x00TORCHELASTIC_ERROR_FILE=/tmp/e/3/error.json\x00"
 	files["proc/102/environ"] = "PATH=/bin\x00"
-	root := writeTree(t, files)
+	root := testbin.WriteTree(t, files)
 	s, _ := newTreeSampler(t, c, gpuScenario)
 	w := 8
 	probe := map[int]*ranks.Identity{}
@@ -30,14 +46,7 @@ func TestTreeRanks(t *testing.T) {
 		RankOf: func(pid int) *ranks.Identity { return probe[pid] }}
 	job := s.WatchJob(spec)
 	read := func() ([]ProcReading, TreeInfo) {
-		x, info, err := job.Read(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var procs []ProcReading
-		if err := json.Unmarshal(x.Procs, &procs); err != nil {
-			t.Fatal(err)
-		}
+		_, procs, info := readJob(t, job)
 		return procs, info
 	}
 	procs, info := read()

@@ -1,14 +1,13 @@
 package sampler
 
 import (
-	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // readCost is a JobWatch's real clock and measure of its rollups: every
@@ -33,7 +32,7 @@ func (c *readCost) measure(f func()) time.Duration {
 // job's processes has every one read again at once.
 func TestRollupBudget(t *testing.T) {
 	files := fixture("max\n", "max\n")
-	root := writeTree(t, files)
+	root := testbin.WriteTree(t, files)
 	c := &clock{t: time.Unix(1700000000, 0)}
 	s, _ := newTreeSampler(t, c, gpuScenario)
 	w := s.WatchJob(JobSpec{Root: 100, Main: 101, Proc: procfs.FS{Root: root}})
@@ -57,14 +56,7 @@ func TestRollupBudget(t *testing.T) {
 		rc.t = rc.t.Add(100 * time.Millisecond)
 		c.t = c.t.Add(100 * time.Millisecond)
 		before := rc.reads
-		x, _, err := w.Read(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var procs []ProcReading
-		if err := json.Unmarshal(x.Procs, &procs); err != nil {
-			t.Fatal(err)
-		}
+		x, procs, _ := readJob(t, w)
 		pss := map[int]uint64{}
 		var sum uint64
 		for _, p := range procs {

@@ -14,6 +14,7 @@ import (
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/gpu/sim"
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 const kib, mib, gib = 1 << 10, 1 << 20, 1 << 30
@@ -25,21 +26,6 @@ func stat(pid, ppid int, comm, state string, cpu, rssPages uint64) string {
 
 func rollup(rssKB, pssKB uint64) string {
 	return fmt.Sprintf("55d2-7ffd ---p 00000000 00:00 0  [rollup]\nRss:  %d kB\nPss:  %d kB\nPss_Anon:  %d kB\nShared_Clean:  0 kB\n", rssKB, pssKB, pssKB)
-}
-
-func writeTree(t *testing.T, files map[string]string) string {
-	t.Helper()
-	root := t.TempDir()
-	for p, c := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
 }
 
 // fixture is a job below shim 100: python 101 and its DataLoader worker 102
@@ -99,7 +85,7 @@ func TestTreeFixture(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			root := writeTree(t, fixture(tt.ownMax, tt.sliceMax))
+			root := testbin.WriteTree(t, fixture(tt.ownMax, tt.sliceMax))
 			s, _ := newTreeSampler(t, c, gpuScenario)
 			own := filepath.Join(root, "sys/fs/cgroup/job.slice/vramguard-r-1")
 			x, info, err := s.Tree(context.Background(), JobSpec{Root: 100, Main: 101, Cgroup: own, CgroupVersion: 2,
@@ -145,7 +131,7 @@ func TestTreeFixture(t *testing.T) {
 func TestTreeWithoutSmapsRollupFallsBackToRSS(t *testing.T) {
 	files := fixture("max\n", "max\n")
 	delete(files, "proc/102/smaps_rollup") // a kernel before 4.14, or no permission
-	root := writeTree(t, files)
+	root := testbin.WriteTree(t, files)
 	s, _ := newTreeSampler(t, &clock{t: time.Unix(1700000000, 0)}, gpuScenario)
 	x, _, err := s.Tree(context.Background(), JobSpec{Root: 100, Proc: procfs.FS{Root: root}, Cgroups: cgroup.Reader{Root: root}})
 	if err != nil {
@@ -162,7 +148,7 @@ func TestTreeWithoutSmapsRollupFallsBackToRSS(t *testing.T) {
 }
 
 func TestTreeEmpty(t *testing.T) {
-	root := writeTree(t, fixture("max\n", "max\n"))
+	root := testbin.WriteTree(t, fixture("max\n", "max\n"))
 	s, _ := newTreeSampler(t, &clock{t: time.Unix(1700000000, 0)}, gpuScenario)
 	if _, _, err := s.Tree(context.Background(), JobSpec{Root: 102, Proc: procfs.FS{Root: root}}); err != ErrNoProcesses {
 		t.Errorf("err %v, want ErrNoProcesses", err)
@@ -174,7 +160,7 @@ func TestTreeEmpty(t *testing.T) {
 // read and however many there are.
 func TestTreeSharesTheProcessList(t *testing.T) {
 	c := &clock{t: time.Unix(1700000000, 0)}
-	root := writeTree(t, fixture("max\n", "max\n"))
+	root := testbin.WriteTree(t, fixture("max\n", "max\n"))
 	s, b := newTreeSampler(t, c, gpuScenario)
 	spec := JobSpec{Root: 100, Proc: procfs.FS{Root: root}, Cgroups: cgroup.Reader{Root: root}}
 	w1, w2 := s.WatchJob(spec), s.WatchJob(spec)

@@ -175,13 +175,12 @@ func (o *OOMState) ref(index int, e *TraceEntry) refOOM {
 		LargestUsableFree: o.LargestUsable, Streams: o.Streams, PrivatePools: o.PrivatePools}
 }
 
-// TestCorpusOOMJudgedAtTheOOM: the OOM is judged from the allocator's state
-// at the OOM entry (the dump's with every later event undone), equal to the
-// reference reader's replay. The real OOM (constructor-sun, device 1):
-// 4.9 GiB asked, 133 MiB cached free and 91 MiB free on the device, one
-// stream, no private pool; the 25.6 GiB free block of the dump was freed by
-// frees after the OOM.
-func TestCorpusOOMJudgedAtTheOOM(t *testing.T) {
+// eachCorpusOOM calls f with each corpus snapshot's path that holds an
+// OOM, the device it happened on, the reference's figures of that device
+// (their OOM set) and the snapshot as read; the test fails when the corpus
+// holds no OOM.
+func eachCorpusOOM(t *testing.T, f func(path string, device int, want refFigures, s *Snapshot)) {
+	t.Helper()
 	ref := corpusFigures(t)
 	n := 0
 	for _, p := range corpusSnapshots(t) {
@@ -195,18 +194,30 @@ func TestCorpusOOMJudgedAtTheOOM(t *testing.T) {
 				t.Fatal(err)
 			}
 			d, _ := strconv.Atoi(dev)
-			sum := s.Summary(d)[0]
-			if sum.OOM == nil || sum.OOM.At == nil {
-				t.Fatalf("%s device %d: no OOM account", filepath.Base(p), d)
-			}
-			if got := sum.OOM.At.ref(sum.OOM.At.Index, s.Traces[d][sum.OOM.At.Index]); got != *w.OOM {
-				t.Errorf("%s device %d: at the OOM\nvramguard %+v\nreference %+v", filepath.Base(p), d, got, *w.OOM)
-			}
+			f(p, d, w, s)
 		}
 	}
 	if n == 0 {
 		t.Fatal("no OOM in the corpus")
 	}
+}
+
+// TestCorpusOOMJudgedAtTheOOM: the OOM is judged from the allocator's state
+// at the OOM entry (the dump's with every later event undone), equal to the
+// reference reader's replay. The real OOM (constructor-sun, device 1):
+// 4.9 GiB asked, 133 MiB cached free and 91 MiB free on the device, one
+// stream, no private pool; the 25.6 GiB free block of the dump was freed by
+// frees after the OOM.
+func TestCorpusOOMJudgedAtTheOOM(t *testing.T) {
+	eachCorpusOOM(t, func(p string, d int, w refFigures, s *Snapshot) {
+		sum := s.Summary(d)[0]
+		if sum.OOM == nil || sum.OOM.At == nil {
+			t.Fatalf("%s device %d: no OOM account", filepath.Base(p), d)
+		}
+		if got := sum.OOM.At.ref(sum.OOM.At.Index, s.Traces[d][sum.OOM.At.Index]); got != *w.OOM {
+			t.Errorf("%s device %d: at the OOM\nvramguard %+v\nreference %+v", filepath.Base(p), d, got, *w.OOM)
+		}
+	})
 	s := loadCorpus(t, "constructor-sun__memory_snapshot_oom_expandable.pickle")
 	o := s.Summary(1)[0].OOM
 	if o == nil {
@@ -266,43 +277,27 @@ func TestCorpusReplay(t *testing.T) {
 // memory, first, on its device and on all, though its site holds no live
 // bytes on that device.
 func TestCorpusOOMSite(t *testing.T) {
-	ref := corpusFigures(t)
-	n := 0
-	for _, p := range corpusSnapshots(t) {
-		for dev, w := range ref[p] {
-			if w.OOM == nil {
-				continue
+	eachCorpusOOM(t, func(p string, d int, w refFigures, s *Snapshot) {
+		for _, which := range []int{d, -1} {
+			tab := s.SiteTable(which)
+			if len(tab) == 0 || tab[0].Site != w.OOM.Site || tab[0].OOMBytes != w.OOM.Size {
+				t.Errorf("%s --device %d: sites start %+v, want the OOM's %s asking %d", filepath.Base(p), which, tab[:min(1, len(tab))], w.OOM.Site, w.OOM.Size)
 			}
-			n++
-			s, err := ReadFile(p, DefaultLimits, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, _ := strconv.Atoi(dev)
-			for _, which := range []int{d, -1} {
-				tab := s.SiteTable(which)
-				if len(tab) == 0 || tab[0].Site != w.OOM.Site || tab[0].OOMBytes != w.OOM.Size {
-					t.Errorf("%s --device %d: sites start %+v, want the OOM's %s asking %d", filepath.Base(p), which, tab[:min(1, len(tab))], w.OOM.Site, w.OOM.Size)
-				}
-				marked := 0
-				for _, st := range tab {
-					if st.OOMBytes > 0 {
-						marked++
-					}
-				}
-				if marked != 1 {
-					t.Errorf("%s --device %d: %d sites marked", filepath.Base(p), which, marked)
+			marked := 0
+			for _, st := range tab {
+				if st.OOMBytes > 0 {
+					marked++
 				}
 			}
-			// the rest is Sites as it was
-			if tab, sites := s.SiteTable(d), s.Sites(d); len(tab) != len(sites)+1 && len(tab) != len(sites) {
-				t.Errorf("%d rows, %d sites", len(tab), len(sites))
+			if marked != 1 {
+				t.Errorf("%s --device %d: %d sites marked", filepath.Base(p), which, marked)
 			}
 		}
-	}
-	if n == 0 {
-		t.Fatal("no OOM in the corpus")
-	}
+		// the rest is Sites as it was
+		if tab, sites := s.SiteTable(d), s.Sites(d); len(tab) != len(sites)+1 && len(tab) != len(sites) {
+			t.Errorf("%d rows, %d sites", len(tab), len(sites))
+		}
+	})
 }
 
 // TestCorpusExportRoundTrips: --export-json of every real snapshot (every

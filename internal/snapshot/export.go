@@ -303,6 +303,40 @@ type rec struct {
 	sep bool
 }
 
+// int, uint, str, bool and stack write the field name, its value v, when
+// the record has it.
+func (r *rec) int(bit keySet, name string, v int64) {
+	if r.key(bit, name) {
+		r.e.int(v)
+	}
+}
+
+func (r *rec) uint(bit keySet, name string, v uint64) {
+	if r.key(bit, name) {
+		r.e.uint(v)
+	}
+}
+
+func (r *rec) str(bit keySet, name string, v string) {
+	if r.key(bit, name) {
+		r.e.str(v)
+	}
+}
+
+func (r *rec) bool(bit keySet, name string, v bool) {
+	if r.key(bit, name) {
+		r.e.bool(v)
+	}
+}
+
+func (r *rec) stack(bit keySet, name string, v *Stack) {
+	if r.key(bit, name) {
+		r.e.stack(v)
+	}
+}
+
+// key writes the field name when the record has it (bit), and says whether
+// it did.
 func (r *rec) key(bit keySet, name string) bool {
 	if r.has&bit == 0 {
 		return false
@@ -329,33 +363,15 @@ func (e *exporter) traces(s *Snapshot) {
 			}
 			e.raw("{")
 			r := rec{e: e, has: t.keys}
-			if r.key(keyEntryAction, "action") {
-				e.str(t.Action.String())
-			}
-			if r.key(keyEntryAddr, "addr") {
-				e.uint(t.Addr)
-			}
-			if r.key(keyEntryDeviceFree, "device_free") {
-				e.int(t.DeviceFree)
-			}
-			if r.key(keyEntrySize, "size") {
-				e.int(t.Size)
-			}
-			if r.key(keyEntryStream, "stream") {
-				e.int(t.Stream)
-			}
-			if r.key(keyEntryTime, "time_us") {
-				e.int(t.TimeUS)
-			}
-			if r.key(keyEntryCompileContext, "compile_context") {
-				e.str(t.Context.compileContext())
-			}
-			if r.key(keyEntryUserMetadata, "user_metadata") {
-				e.str(t.Context.userMetadata())
-			}
-			if r.key(keyEntryFrames, "frames") {
-				e.stack(t.Stack)
-			}
+			r.str(keyEntryAction, "action", t.Action.String())
+			r.uint(keyEntryAddr, "addr", t.Addr)
+			r.int(keyEntryDeviceFree, "device_free", t.DeviceFree)
+			r.int(keyEntrySize, "size", t.Size)
+			r.int(keyEntryStream, "stream", t.Stream)
+			r.int(keyEntryTime, "time_us", t.TimeUS)
+			r.str(keyEntryCompileContext, "compile_context", t.Context.compileContext())
+			r.str(keyEntryUserMetadata, "user_metadata", t.Context.userMetadata())
+			r.stack(keyEntryFrames, "frames", t.Stack)
 			e.raw("}")
 		}
 		e.raw("]")
@@ -371,27 +387,13 @@ func (e *exporter) segments(s *Snapshot) {
 		}
 		e.raw("{")
 		r := rec{e: e, has: seg.keys}
-		if r.key(keySegDevice, "device") {
-			e.int(int64(seg.Device))
-		}
-		if r.key(keySegAddress, "address") {
-			e.uint(seg.Address)
-		}
-		if r.key(keySegTotal, "total_size") {
-			e.int(seg.TotalSize)
-		}
-		if r.key(keySegAllocated, "allocated_size") {
-			e.int(seg.AllocatedSize)
-		}
-		if r.key(keySegActive, "active_size") {
-			e.int(seg.ActiveSize)
-		}
-		if r.key(keySegRequested, "requested_size") {
-			e.int(seg.RequestedSize)
-		}
-		if r.key(keySegStream, "stream") {
-			e.int(seg.Stream)
-		}
+		r.int(keySegDevice, "device", int64(seg.Device))
+		r.uint(keySegAddress, "address", seg.Address)
+		r.int(keySegTotal, "total_size", seg.TotalSize)
+		r.int(keySegAllocated, "allocated_size", seg.AllocatedSize)
+		r.int(keySegActive, "active_size", seg.ActiveSize)
+		r.int(keySegRequested, "requested_size", seg.RequestedSize)
+		r.int(keySegStream, "stream", seg.Stream)
 		if r.key(keySegType, "segment_type") {
 			if seg.Large {
 				e.raw(`"large"`)
@@ -406,12 +408,8 @@ func (e *exporter) segments(s *Snapshot) {
 			e.int(seg.Pool[1])
 			e.raw("]")
 		}
-		if r.key(keySegExpandable, "is_expandable") {
-			e.bool(seg.Expandable)
-		}
-		if r.key(keySegFrames, "frames") {
-			e.stack(seg.Stack)
-		}
+		r.bool(keySegExpandable, "is_expandable", seg.Expandable)
+		r.stack(keySegFrames, "frames", seg.Stack)
 		if r.key(keySegBlocks, "blocks") {
 			e.blocks(seg.Blocks)
 		}
@@ -429,21 +427,11 @@ func (e *exporter) blocks(blocks []Block) {
 		}
 		e.raw("{")
 		r := rec{e: e, has: b.keys}
-		if r.key(keyBlockAddress, "address") {
-			e.uint(b.Address)
-		}
-		if r.key(keyBlockSize, "size") {
-			e.int(b.Size)
-		}
-		if r.key(keyBlockRequested, "requested_size") {
-			e.int(b.RequestedSize)
-		}
-		if r.key(keyBlockState, "state") {
-			e.str(b.State.String())
-		}
-		if r.key(keyBlockFrames, "frames") {
-			e.stack(b.Stack)
-		}
+		r.uint(keyBlockAddress, "address", b.Address)
+		r.int(keyBlockSize, "size", b.Size)
+		r.int(keyBlockRequested, "requested_size", b.RequestedSize)
+		r.str(keyBlockState, "state", b.State.String())
+		r.stack(keyBlockFrames, "frames", b.Stack)
 		if r.key(keyBlockHistory, "history") {
 			e.raw("[")
 			for k, h := range b.History {
@@ -452,15 +440,9 @@ func (e *exporter) blocks(blocks []Block) {
 				}
 				e.raw("{")
 				hr := rec{e: e, has: h.keys}
-				if hr.key(keyHistAddr, "addr") {
-					e.uint(h.Addr)
-				}
-				if hr.key(keyHistRealSize, "real_size") {
-					e.int(h.RealSize)
-				}
-				if hr.key(keyHistFrames, "frames") {
-					e.stack(h.Stack)
-				}
+				hr.uint(keyHistAddr, "addr", h.Addr)
+				hr.int(keyHistRealSize, "real_size", h.RealSize)
+				hr.stack(keyHistFrames, "frames", h.Stack)
 				e.raw("}")
 			}
 			e.raw("]")

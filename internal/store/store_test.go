@@ -13,14 +13,20 @@ import (
 	"time"
 )
 
-func TestRoundTrip(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
+// openStore opens the store in dir, closed when the test ends.
+func openStore(t *testing.T, dir string) *Store {
+	t.Helper()
 	s, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, t.TempDir())
 	t0 := time.UnixMilli(1_700_000_000_000)
 	for i, id := range []string{"20240101-000000-aaaa", "20240101-000001-bbbb"} {
 		r := &Run{ID: id, Name: "train", Command: []string{"python", "train.py"}, Status: StatusRunning,
@@ -159,11 +165,7 @@ func TestCreateRunNamed(t *testing.T) {
 func TestCanWrite(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, dir)
 	if err := s.CanWrite(ctx, 100*time.Millisecond); err != nil {
 		t.Fatalf("a fresh database: %v", err)
 	}
@@ -197,11 +199,7 @@ func TestCanWrite(t *testing.T) {
 // once) all take the job's name; a run of another group, or of none, does
 // not, and FreeName and NameOwner look past the group's own runs.
 func TestGroupSharesName(t *testing.T) {
-	st, err := Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, t.TempDir())
 	ctx := context.Background()
 	create := func(id, name, group string) bool {
 		ok, err := st.CreateRunNamed(ctx, &Run{ID: id, Name: name, Group: group, Command: []string{"true"}, Status: StatusRunning, StartedAt: time.Now()})

@@ -2,7 +2,10 @@
 // built vramguard binary (e2e, internal/jupyter, internal/probe): it builds
 // the binary once for all of them, runs commands with a bound and captures
 // what they print and how they end, waits for conditions with a deadline,
-// and names the Python interpreter that has torch.
+// and names the Python interpreter that has torch. It also holds the
+// fixtures the tests of several packages share, one helper a shape of
+// setup: throwaway users and directories every user may enter (users.go),
+// file trees, copies and hashes of them (tree.go), the corpora (corpus.go).
 //
 // Only _test.go files may import it. The vramguard binary must never: it
 // would link the testing package into what users run.
@@ -17,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -275,4 +279,32 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// Pipes are a started command's standard streams: pipes to its stdin and
+// from its stdout, and what it writes to stderr.
+type Pipes struct {
+	Stdin  io.WriteCloser
+	Stdout io.ReadCloser
+	Stderr *Buffer
+}
+
+// StartPiped starts cmd with a pipe to its stdin (open until the caller
+// closes it), a pipe from its stdout, and its stderr kept; the caller
+// waits for it.
+func StartPiped(t testing.TB, cmd *exec.Cmd) Pipes {
+	t.Helper()
+	p := Pipes{Stderr: &Buffer{}}
+	var err error
+	if p.Stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Stdout, err = cmd.StdoutPipe(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = p.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

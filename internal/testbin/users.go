@@ -1,0 +1,72 @@
+package testbin
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// AddUser adds a throwaway login-less user named name (useradd's other
+// arguments, such as "-G", group, go before the name) and returns its UID.
+// The caller removes it (userdel); User removes it when the test ends.
+// It needs root, as the suite has in CI.
+func AddUser(t testing.TB, name string, args ...string) int {
+	t.Helper()
+	argv := append(append([]string{"--no-create-home", "--shell", "/usr/sbin/nologin"}, args...), name)
+	if out, err := exec.Command("useradd", argv...).CombinedOutput(); err != nil {
+		t.Fatalf("useradd %s: %v %s", name, err, out)
+	}
+	out, err := exec.Command("id", "-u", name).Output()
+	if err != nil {
+		t.Fatalf("id -u %s: %v", name, err)
+	}
+	uid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("id -u %s: %v", name, err)
+	}
+	return uid
+}
+
+// User is AddUser for one test: the user is removed when t ends.
+func User(t testing.TB, name string, args ...string) int {
+	t.Helper()
+	uid := AddUser(t, name, args...)
+	t.Cleanup(func() { exec.Command("userdel", name).Run() })
+	return uid
+}
+
+// SharedDir is a new directory every user may enter (mode 0755, below the
+// system's temporary directory: t.TempDir's parents are private to the
+// user running the tests), removed when t ends. Its name starts with
+// prefix; a Unix socket's path in it must stay short.
+func SharedDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// CopyBinary copies the file at bin (the binary under test) into dir as
+// "vramguard", mode 0755, and returns its path: a copy every user may run
+// when dir is a SharedDir.
+func CopyBinary(t testing.TB, bin, dir string) string {
+	t.Helper()
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vg := filepath.Join(dir, "vramguard")
+	if err := os.WriteFile(vg, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return vg
+}
