@@ -125,9 +125,11 @@ func (g *graceJob) run() map[string]any {
 }
 
 // requeue requeues the job (scontrol requeue) and waits for its training's
-// second start. Slurm holds a requeued job before it starts it again, and
-// may set its begin time again once its first start has ended (under
-// load, after an update): while it waits, its start is moved to now.
+// second start. Slurm holds a requeued job until the first start's job
+// credential has expired (the test cluster's cred_expire, 10 s) and then
+// starts it again itself: moving its start (scontrol update StartTime=now)
+// would race the revocation of that credential, and the job would be
+// killed as "non-startable".
 func (g *graceJob) requeue() {
 	g.t.Helper()
 	g.c.Scontrol("requeue", g.id)
@@ -136,10 +138,6 @@ func (g *graceJob) requeue() {
 		return job != nil && job["JobState"] == "PENDING"
 	})
 	waitFor(g.t, 90*time.Second, "the requeued job's training to start", func() bool {
-		if job := g.c.Job(g.id); job != nil && job["JobState"] == "PENDING" {
-			// (it may start between the look and the update: then the update fails, harmlessly)
-			_ = g.c.Command("scontrol", "update", "JobId="+g.id, "StartTime=now").Run()
-		}
 		return strings.Count(g.signals(), " ready ") == 2
 	})
 }
