@@ -398,6 +398,11 @@ func long(b []byte) val {
 	return val{k: kInt, i: int64(u)}
 }
 
+// maxInterned bounds the strings string interns: a snapshot's distinct
+// short strings (files, functions, actions, states) are thousands, and a
+// file of millions of distinct ones is not made to grow a table for each.
+const maxInterned = 1 << 16
+
 // string copies b, interning short strings: frame names and files repeat
 // across frames that differ only in their line.
 func (d *decoder) string(b []byte) string {
@@ -408,7 +413,9 @@ func (d *decoder) string(b []byte) string {
 		return s
 	}
 	s := string(b)
-	d.strs[s] = s
+	if len(d.strs) < maxInterned {
+		d.strs[s] = s
+	}
 	return s
 }
 
@@ -497,8 +504,12 @@ func (d *decoder) appendItems(l *listB, items []val) {
 			l.st.ids, l.frames = nil, false
 		}
 	}
-	if l.items == nil {
-		l.items = make([]val, 0, len(items))
+	if cap(l.items)-len(l.items) < len(items) {
+		// doubled, not append's quarter: a list of millions of items is
+		// copied about once, not five times over
+		grown := make([]val, len(l.items), max(2*cap(l.items), len(l.items)+len(items)))
+		copy(grown, l.items)
+		l.items = grown
 	}
 	l.items = append(l.items, items...)
 	l.n += len(items)

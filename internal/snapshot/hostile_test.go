@@ -177,3 +177,43 @@ func TestLargeDictsRefused(t *testing.T) {
 		})
 	}
 }
+
+// stringList is a list of n distinct short strings ("0", "1"...), each
+// memoised, in APPENDS batches of 1000, as CPython's pickle.dumps(protocol=4)
+// writes it.
+func stringList(n int) []byte {
+	var b bytes.Buffer
+	b.WriteString("\x80\x04]\x94")
+	for i := range n {
+		if i%1000 == 0 {
+			b.WriteByte('(')
+		}
+		s := strconv.Itoa(i)
+		b.WriteByte(0x8c)
+		b.WriteByte(byte(len(s)))
+		b.WriteString(s)
+		b.WriteByte(0x94)
+		if i%1000 == 999 || i == n-1 {
+			b.WriteByte('e')
+		}
+	}
+	b.WriteString(".")
+	return b.Bytes()
+}
+
+// TestStringListCostsItsBytes: a list of millions of distinct strings, no
+// snapshot, costs the snapshot view at most 16 bytes per byte of it: the
+// strings it interns are bounded, and the list is copied about once as it
+// grows.
+func TestStringListCostsItsBytes(t *testing.T) {
+	data := stringList(2_400_000)
+	var err error
+	n := pickletest.Allocated(func() { _, err = Decode(bytes.NewReader(data), DefaultLimits, nil) })
+	if !errors.Is(err, ErrNotSnapshot) {
+		t.Fatalf("a list of strings read as %v", err)
+	}
+	t.Logf("%d bytes, %d allocated (%.1f a byte): %v", len(data), n, float64(n)/float64(len(data)), err)
+	if limit := 16 * uint64(len(data)); n > limit {
+		t.Errorf("%d bytes allocated %d, over %d", len(data), n, limit)
+	}
+}
