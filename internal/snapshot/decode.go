@@ -101,6 +101,7 @@ type dictB struct {
 	kv     []val
 	typed  any // *Frame, *Block, *Segment, *TraceEntry, *History; nil for a plain dict
 	sealed bool
+	n      int32  // items set, typed or not (at most maxDictItems)
 	memo   uint64 // 1 + its memo index; 0 when not memoised
 }
 
@@ -148,6 +149,22 @@ type decoder struct {
 	refused error
 	// off is where a JSON error is (the pickle machine reports its own)
 	off int64
+	// kept is the items plain dicts took, all together (see count)
+	kept int64
+	// jsonRead is the bytes of a JSON file read so far
+	jsonRead int64
+}
+
+// countReader counts the bytes read through it into *n.
+type countReader struct {
+	r io.Reader
+	n *int64
+}
+
+func (c countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	*c.n += int64(n)
+	return n, err
 }
 
 // pickleLimits are the reader's bounds for a snapshot's pickle: no bound on
@@ -197,7 +214,7 @@ func Decode(r io.Reader, lim Limits, progress func(int64)) (*Snapshot, error) {
 			return nil, fmt.Errorf("%w: %v", ErrNotSnapshot, err)
 		}
 	case isJSONStart(head[0]):
-		root, err = d.runJSON(br, progress)
+		root, err = d.runJSON(countReader{br, &d.jsonRead}, progress)
 		if err != nil {
 			return nil, err
 		}
@@ -381,6 +398,11 @@ func long(b []byte) val {
 	return val{k: kInt, i: int64(u)}
 }
 
+// maxInterned bounds the strings string interns: a snapshot's distinct
+// short strings (files, functions, actions, states) are thousands, and a
+// file of millions of distinct ones is not made to grow a table for each.
+const maxInterned = 1 << 16
+
 // string copies b, interning short strings: frame names and files repeat
 // across frames that differ only in their line.
 func (d *decoder) string(b []byte) string {
@@ -391,7 +413,9 @@ func (d *decoder) string(b []byte) string {
 		return s
 	}
 	s := string(b)
-	d.strs[s] = s
+	if len(d.strs) < maxInterned {
+		d.strs[s] = s
+	}
 	return s
 }
 
@@ -480,8 +504,12 @@ func (d *decoder) appendItems(l *listB, items []val) {
 			l.st.ids, l.frames = nil, false
 		}
 	}
-	if l.items == nil {
-		l.items = make([]val, 0, len(items))
+	if cap(l.items)-len(l.items) < len(items) {
+		// doubled, not append's quarter: a list of millions of items is
+		// copied about once, not five times over
+		grown := make([]val, len(l.items), max(2*cap(l.items), len(l.items)+len(items)))
+		copy(grown, l.items)
+		l.items = grown
 	}
 	l.items = append(l.items, items...)
 	l.n += len(items)
@@ -500,6 +528,55 @@ func key(k val) string {
 	return "<" + k.kindName() + ">"
 }
 
+// The bounds on dicts. A snapshot's dicts are records of a few keys (a
+// frame 3, a block 6, a segment 12, a trace entry 10; the root a few;
+// allocator_settings and its roundup_power2_divisions tens), so a dict of
+// more than maxDictItems items is no snapshot's, and is refused as it
+// grows past it rather than built. The items plain dicts keep (the root's,
+// allocator_settings', annotations', and dicts set one item at a time until
+// their keys type them) are also bounded all together in proportion to the
+// bytes read: a real snapshot writes each such item in tens of bytes, and a
+// file of many dicts each under maxDictItems is stopped there.
+const (
+	maxDictItems   = 1 << 12
+	keptItemsSlack = 1 << 16
+	keptBytesPer   = 16 // bytes read for each item plain dicts keep
+)
+
+// pos is how many bytes of the file the decoder has read.
+func (d *decoder) pos() int64 {
+	if d.m != nil {
+		return d.m.Pos()
+	}
+	return d.jsonRead
+}
+
+// refuse records why the schema refuses the file, and returns it.
+func (d *decoder) refuse(format string, a ...any) error {
+	d.refused = fmt.Errorf(format, a...)
+	if d.m == nil {
+		return fmt.Errorf("%w: %v (within the first %d bytes)", ErrNotSnapshot, d.refused, d.pos())
+	}
+	return d.refused
+}
+
+// count adds n items to db and to what plain dicts keep, refusing a dict
+// past maxDictItems and plain items past their share of the bytes read.
+func (d *decoder) count(db *dictB, n int) error {
+	if int(db.n)+n > maxDictItems {
+		return d.refuse("a dict of more than %d items, and a memory snapshot's dicts hold a few keys", maxDictItems)
+	}
+	db.n += int32(n)
+	if db.typed != nil {
+		return nil
+	}
+	d.kept += int64(n)
+	if read := d.pos(); d.kept > keptItemsSlack+read/keptBytesPer {
+		return d.refuse("dicts of %d items in all after %d bytes, and a memory snapshot's dicts are records of a few keys", d.kept, read)
+	}
+	return nil
+}
+
 func (d *decoder) setItems(db *dictB, items []val) error {
 	if len(items)%2 != 0 {
 		return d.errf("SETITEMS with an odd number of items")
@@ -510,6 +587,9 @@ func (d *decoder) setItems(db *dictB, items []val) error {
 	if db.typed == nil && len(db.kv) == 0 {
 		db.typed = d.classify(items)
 		d.retype(db)
+	}
+	if err := d.count(db, len(items)/2); err != nil {
+		return err
 	}
 	if db.typed != nil {
 		d.apply(db.typed, items)

@@ -3,6 +3,9 @@ package snapshot
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -27,17 +30,44 @@ func sharedBlocks(segments, blocks int) []byte {
 	return b.Bytes()
 }
 
+// manyDicts is a list of n dicts of k distinct int keys each (each to
+// None), every dict written as CPython writes one (SETITEMS in batches of
+// 1000): under any bound on one dict's items, n of them hold n*k.
+func manyDicts(n, k int) []byte {
+	var b bytes.Buffer
+	b.WriteString("\x80\x02](")
+	for range n {
+		b.WriteString("}(")
+		for i := range k {
+			if i > 0 && i%1000 == 0 {
+				b.WriteString("u(")
+			}
+			b.WriteByte('J')
+			b.Write([]byte{byte(i), byte(i >> 8), byte(i >> 16), byte(i >> 24)})
+			b.WriteByte('N')
+		}
+		b.WriteString("u")
+	}
+	b.WriteString("e.")
+	return b.Bytes()
+}
+
+// hostileCases are pickletest's bombs and dicts and the snapshot view's own.
+func hostileCases() []pickletest.Bomb {
+	cases := append(pickletest.Bombs(), pickletest.Dicts()...)
+	return append(cases,
+		pickletest.Bomb{Name: "shared blocks", Data: sharedBlocks(10_000, 1000), Why: "one list of 1000 blocks in 10 000 segments"},
+		pickletest.Bomb{Name: "many dicts", Data: manyDicts(2400, 1000), Why: "2400 dicts of 1000 distinct keys: 2.4 M items"},
+		pickletest.Bomb{Name: "JSON whitespace", Data: []byte(strings.Repeat(" ", 48<<20) + `{"segments": []}`), Why: "48 MiB of spaces"},
+	)
+}
+
 // TestHostileSnapshots: every hostile pickle is decoded or refused as not a
 // snapshot, never crashes, and allocates in proportion to its bytes (at
 // most 48 per byte of input and 100 MB in all, collected or not: the
 // reader's buffers, stack, memo and containers together).
 func TestHostileSnapshots(t *testing.T) {
-	cases := pickletest.Bombs()
-	cases = append(cases,
-		pickletest.Bomb{Name: "shared blocks", Data: sharedBlocks(10_000, 1000), Why: "one list of 1000 blocks in 10 000 segments"},
-		pickletest.Bomb{Name: "JSON whitespace", Data: []byte(strings.Repeat(" ", 48<<20) + `{"segments": []}`), Why: "48 MiB of spaces"},
-	)
-	for _, c := range cases {
+	for _, c := range hostileCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			var err error
 			var s *Snapshot
@@ -76,11 +106,7 @@ func TestCycleRefusedOrRendered(t *testing.T) {
 // BenchmarkHostile decodes each hostile snapshot: B/op is what it
 // allocates, collected or not.
 func BenchmarkHostile(b *testing.B) {
-	cases := append(pickletest.Bombs(),
-		pickletest.Bomb{Name: "shared blocks", Data: sharedBlocks(10_000, 1000)},
-		pickletest.Bomb{Name: "JSON whitespace", Data: []byte(strings.Repeat(" ", 48<<20) + `{"segments": []}`)},
-	)
-	for _, c := range cases {
+	for _, c := range hostileCases() {
 		b.Run(c.Name, func(b *testing.B) {
 			b.SetBytes(int64(len(c.Data)))
 			b.ReportAllocs()
@@ -90,5 +116,104 @@ func BenchmarkHostile(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// settingsOf is a snapshot of no segments whose allocator_settings holds n
+// keys "k0"... (JSON).
+func settingsOf(n int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"segments": [], "allocator_settings": {`)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, `"k%d": %d`, i, i)
+	}
+	b.WriteString("}}")
+	return b.Bytes()
+}
+
+var atByte = regexp.MustCompile(`(?:at byte|within the first) (\d+)`)
+
+// TestLargeDictsRefused: a dict past what any snapshot's dict holds, or
+// dicts whose items outgrow their share of the bytes read, are refused as
+// they grow, with the byte they were met at; a dict at the bound is read.
+func TestLargeDictsRefused(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		data []byte
+		want string // "" for a snapshot read
+		// atMost bounds the byte the refusal names
+		atMost int64
+	}{
+		{"2.4 M keys in batches", pickletest.DictKeysBatched(2_400_000), "a dict of more than 4096 items", 64 << 10},
+		{"2400 dicts of 1000 keys", manyDicts(2400, 1000), "dicts of 10", 2 << 20},
+		{"JSON settings of 4097 keys", settingsOf(4097), "a dict of more than 4096 items", 1 << 20},
+		{"JSON settings of 4096 keys", settingsOf(4096), "", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := Decode(bytes.NewReader(c.data), DefaultLimits, nil)
+			if c.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(s.AllocatorSettings) != 4096 || s.AllocatorSettings[4095] != (Setting{"k4095", "4095"}) {
+					t.Errorf("%d settings, last %v", len(s.AllocatorSettings), s.AllocatorSettings[len(s.AllocatorSettings)-1])
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, ErrNotSnapshot) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an ErrNotSnapshot saying %q", err, c.want)
+			}
+			m := atByte.FindStringSubmatch(err.Error())
+			if m == nil {
+				t.Fatalf("%v names no byte", err)
+			}
+			at, _ := strconv.ParseInt(m[1], 10, 64)
+			if at <= 0 || at > c.atMost {
+				t.Errorf("refused at byte %d of %d, want by %d: %v", at, len(c.data), c.atMost, err)
+			}
+		})
+	}
+}
+
+// stringList is a list of n distinct short strings ("0", "1"...), each
+// memoised, in APPENDS batches of 1000, as CPython's pickle.dumps(protocol=4)
+// writes it.
+func stringList(n int) []byte {
+	var b bytes.Buffer
+	b.WriteString("\x80\x04]\x94")
+	for i := range n {
+		if i%1000 == 0 {
+			b.WriteByte('(')
+		}
+		s := strconv.Itoa(i)
+		b.WriteByte(0x8c)
+		b.WriteByte(byte(len(s)))
+		b.WriteString(s)
+		b.WriteByte(0x94)
+		if i%1000 == 999 || i == n-1 {
+			b.WriteByte('e')
+		}
+	}
+	b.WriteString(".")
+	return b.Bytes()
+}
+
+// TestStringListCostsItsBytes: a list of millions of distinct strings, no
+// snapshot, costs the snapshot view at most 16 bytes per byte of it: the
+// strings it interns are bounded, and the list is copied about once as it
+// grows.
+func TestStringListCostsItsBytes(t *testing.T) {
+	data := stringList(2_400_000)
+	var err error
+	n := pickletest.Allocated(func() { _, err = Decode(bytes.NewReader(data), DefaultLimits, nil) })
+	if !errors.Is(err, ErrNotSnapshot) {
+		t.Fatalf("a list of strings read as %v", err)
+	}
+	t.Logf("%d bytes, %d allocated (%.1f a byte): %v", len(data), n, float64(n)/float64(len(data)), err)
+	if limit := 16 * uint64(len(data)); n > limit {
+		t.Errorf("%d bytes allocated %d, over %d", len(data), n, limit)
 	}
 }
