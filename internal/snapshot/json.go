@@ -165,6 +165,10 @@ func (j *jsonReader) value(depth int) (val, error) {
 				return val{}, err
 			}
 			kv = append(kv, strVal(k, kStr), v)
+			if len(kv)/2 > maxDictItems {
+				// refused as it grows, as the pickle view's dicts are
+				return val{}, d.refuse("a dict of more than %d items, and a memory snapshot's dicts hold a few keys", maxDictItems)
+			}
 			if c, err = j.next(); err != nil {
 				return val{}, err
 			}
