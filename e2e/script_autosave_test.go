@@ -33,14 +33,18 @@ while True:
     time.sleep(0.02)
 `
 
+// ptStepRE is the optimizer step in an autosave's file name.
+var ptStepRE = regexp.MustCompile(`-(\d+)\.pt$`)
+
 // TestScriptAutosaveOnWarning: a script with vramguard.autosave() under
 // `vramguard run`, warned and ended as a scheduler does (SIGUSR1 to the
-// supervisor, SIGTERM 1.5 s later, SIGKILL after a grace). The save on the
-// warning is a file written after it, at an optimizer-step boundary: torch
-// loads it, and Adam's own step count in it is the step in its name and in
-// the ckpt event; the post-mortem says at which step and how long after the
-// warning. The SIGTERM's default is raised again after its own save: the job
-// ends of SIGTERM, before the SIGKILL.
+// supervisor; SIGTERM once the job saved and stepped on; SIGKILL after a
+// grace). The save on the warning is a file written after it, at an
+// optimizer-step boundary: torch loads it, and Adam's own step count in it
+// is the step in its name and in the ckpt event; the post-mortem says at
+// which step and how long after the warning. The SIGTERM's default is
+// raised again after its own save: the job ends of SIGTERM, before the
+// SIGKILL.
 func TestScriptAutosaveOnWarning(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -66,10 +70,29 @@ func TestScriptAutosaveOnWarning(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
-	if lastStep() <= before {
-		t.Fatalf("the job stopped training after the warning (step %d): SIGUSR1's default was taken\n%s", lastStep(), se.String())
+	// The warning's save is a file past the step the warning came after
+	// (renamed into place whole), and the job trains on past it: SIGUSR1's
+	// default (the end of the job) was not taken. Waited for by what the
+	// job does, not by a clock: a save's fsync on a busy disk takes seconds.
+	savedAfter := func() int {
+		names, _ := filepath.Glob(filepath.Join(ck, "*.pt"))
+		best := 0
+		for _, n := range names {
+			if m := ptStepRE.FindStringSubmatch(n); m != nil {
+				if k, _ := strconv.Atoi(m[1]); k > before && k > best {
+					best = k
+				}
+			}
+		}
+		return best
 	}
+	waitFor(t, 90*time.Second, "the warning's save, and a step after it", func() bool {
+		if !alive(cmd.Process.Pid) {
+			t.Fatalf("the job ended after the warning (step %d): SIGUSR1's default was taken\n%s", lastStep(), se.String())
+		}
+		k := savedAfter()
+		return k > 0 && lastStep() > k
+	})
 	terminated := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -75,7 +75,9 @@ class Fallback:
     def __init__(self, fire):
         self.fire = fire
         self.timer = None
-        self.lock = threading.Lock()
+        # reentrant: arm() runs in a signal handler, in the main thread,
+        # which may be inside cancel() when the signal comes
+        self.lock = threading.RLock()
 
     def arm(self, delay):
         with self.lock:
