@@ -416,7 +416,18 @@ func TestNotebookCellsOnDashboard(t *testing.T) {
 		X0, X1 float64
 		T0, T1 float64
 	}
-	b.waitTrue(10*time.Second, "the cells marked on the kernel's plot", fmt.Sprintf(`const p = vg.plots[%q]; return !!p && (p.cellMarks || []).length === 2`, key))
+	testbin.WaitFor(t, 30*time.Second, "the cells marked on the kernel's plot", func() bool {
+		var ok bool
+		b.eval(fmt.Sprintf(`const p = vg.plots[%q]; return !!p && (p.cellMarks || []).length === 2`, key), &ok)
+		return ok
+	}, func() {
+		var page any
+		b.eval(fmt.Sprintf(`const p = vg.plots[%q], tl = vg.timelines[%q];
+		  return {plots: Object.keys(vg.plots), x: p ? [p.scales.x.min, p.scales.x.max] : null, marks: p ? p.cellMarks : null,
+		    samples: tl ? [tl.t.length, tl.t[0], tl.t[tl.t.length - 1]] : null,
+		    cells: vg.events.filter(e => e.kind === "cell").map(e => [e.job_key, e.data])}`, key, key), &page)
+		t.Logf("the page: %v", page)
+	})
 	b.eval(fmt.Sprintf(`return vg.plots[%q].cellMarks`, key), &marks)
 	for i, want := range []string{"In[1]", "In[2]"} {
 		if marks[i].Label != want {

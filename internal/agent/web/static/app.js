@@ -417,7 +417,9 @@ function addEvents(evs) {
     vg.events.push(e);
     ol.prepend(eventItem(e));
     const p = vg.plots[e.job_key];
-    if (p && markedKinds.has(e.kind)) p.redraw(false, false);
+    // a cell may lie past the plot's axis: setData takes its span in again
+    if (p && e.kind === "cell") p.setData(p.data);
+    else if (p && markedKinds.has(e.kind)) p.redraw(false, false);
   }
   while (ol.children.length > 500) ol.lastChild.remove();
 }
@@ -452,6 +454,22 @@ function eventMarkers(key) {
       }],
     },
   };
+}
+
+// cellSpan is the time axis of a job's plot: its samples' span (lo to hi,
+// null without samples), widened to take in the job's notebook cells, so
+// that a cell run after the last sample (a kernel shut down before its probe
+// sampled again) is still marked. Without cells it is uPlot's own range of
+// a time axis: the samples' span.
+function cellSpan(key, lo, hi) {
+  for (const e of vg.events) {
+    if (e.job_key !== key || e.kind !== "cell") continue;
+    const d = e.data || {};
+    const t1 = new Date(d.end || e.t).getTime() / 1000, t0 = d.start ? new Date(d.start).getTime() / 1000 : t1;
+    lo = lo == null ? t0 : Math.min(lo, t0);
+    hi = hi == null ? t1 : Math.max(hi, t1);
+  }
+  return lo == null ? [null, null] : [lo, hi];
 }
 
 // cellMark shades a notebook cell's span (its start to its end, from the
@@ -542,7 +560,7 @@ function makePlot(card, tl, width) {
     width: width, height: 170,
     legend: { show: false },
     cursor: { drag: { x: true, y: false } },
-    scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, Math.max(hi, 1) * 1.05] } },
+    scales: { x: { time: true, range: (u, lo, hi) => cellSpan(tl.key, lo, hi) }, y: { range: (u, lo, hi) => [0, Math.max(hi, 1) * 1.05] } },
     axes: [{}, { size: 64, space: 24, incrs: yIncrs, values: (u, vals, ax, space, incr) => vals.map((v) => tickLabel(v, incr)) }],
     series: [
       {},
