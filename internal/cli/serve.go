@@ -19,7 +19,6 @@ import (
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/jupyter"
 	"github.com/vramguard/vramguard/internal/probe"
-	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
@@ -296,19 +295,8 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 	if s, ok := src.(attrib.Simulator); ok {
 		simulated = s.Simulated
 	}
-	scfg := sampler.Config{
-		Backend:         b,
-		Attributor:      &attrib.Attributor{Src: src, Hints: runs, Pods: attrib.NewPodIndex(attrib.PodLogDir(o.GPU.ProcRoot))},
-		Probes:          reg,
-		ProcessInterval: o.Interval,
-		Now:             f.Now,
-		OOMWarning:      o.OOMThreshold,
-		Environ:         procfs.FS{Root: o.GPU.ProcRoot}.Environ,
-	}
-	if o.GPU.ProcRoot == "" {
-		// supervised runs are jobs of this machine, on a GPU or not
-		scfg.Runs = runs
-	}
+	scfg := machineSampler(b, src, o.GPU.ProcRoot, runs, f.Now)
+	scfg.Probes, scfg.ProcessInterval, scfg.OOMWarning = reg, o.Interval, o.OOMThreshold
 	smp, err := sampler.New(scfg)
 	if err != nil {
 		return err

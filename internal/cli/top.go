@@ -13,7 +13,6 @@ import (
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/gpu/sim"
 	"github.com/vramguard/vramguard/internal/probe"
-	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/users"
@@ -195,18 +194,8 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 		return err
 	}
 	hints := runctl.NewHints(f.Home(), f.Getenv)
-	cfg := sampler.Config{
-		Backend:         b,
-		Attributor:      &attrib.Attributor{Src: procSource(b, o.GPU.ProcRoot), Hints: hints, Pods: attrib.NewPodIndex(attrib.PodLogDir(o.GPU.ProcRoot))},
-		ProcessInterval: o.Interval,
-		DeviceInterval:  o.DeviceInterval,
-		Now:             f.Now,
-		Environ:         procfs.FS{Root: o.GPU.ProcRoot}.Environ,
-	}
-	if o.GPU.ProcRoot == "" {
-		// supervised runs are jobs of this machine, on a GPU or not
-		cfg.Runs = hints
-	}
+	cfg := machineSampler(b, procSource(b, o.GPU.ProcRoot), o.GPU.ProcRoot, hints, f.Now)
+	cfg.ProcessInterval, cfg.DeviceInterval = o.Interval, o.DeviceInterval
 	s, err := sampler.New(cfg)
 	if err != nil {
 		return err

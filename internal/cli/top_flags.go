@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,6 +12,8 @@ import (
 	"github.com/vramguard/vramguard/internal/gpu/backends"
 	"github.com/vramguard/vramguard/internal/gpu/sim"
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/runctl"
+	"github.com/vramguard/vramguard/internal/sampler"
 )
 
 // gpuOptions are the flags every sampling command shares.
@@ -60,6 +63,27 @@ func openGPU(ctx context.Context, simulate, spec string) (b gpu.Backend, note st
 
 // procSource is where attribution reads processes: the /proc under root,
 // with a simulated backend's made-up processes laid over it.
+// machineSampler is the sampler configuration top and serve watch a
+// machine with: b's processes read through src (procSource of procRoot)
+// and attributed with hints (which process is which run) and the pod logs
+// under procRoot, each process's environment read under procRoot; and,
+// when procRoot is this machine's own /proc, hints' supervised runs in
+// progress as jobs whether or not they hold GPU memory. The caller adds
+// its intervals and the rest.
+func machineSampler(b gpu.Backend, src attrib.ProcSource, procRoot string, hints *runctl.Hints, now func() time.Time) sampler.Config {
+	cfg := sampler.Config{
+		Backend:    b,
+		Attributor: &attrib.Attributor{Src: src, Hints: hints, Pods: attrib.NewPodIndex(attrib.PodLogDir(procRoot))},
+		Now:        now,
+		Environ:    procfs.FS{Root: procRoot}.Environ,
+	}
+	if procRoot == "" {
+		// supervised runs are jobs of this machine, on a GPU or not
+		cfg.Runs = hints
+	}
+	return cfg
+}
+
 func procSource(b gpu.Backend, root string) attrib.ProcSource {
 	fs := procfs.FS{Root: root}
 	if s, ok := b.(*sim.Backend); ok {
