@@ -342,9 +342,7 @@ func siteRows(sites []snapshot.Site) [][]string {
 func printSites(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
 	sites := s.SiteTable(o.Device)
 	if o.JSON {
-		if sites == nil {
-			sites = []snapshot.Site{}
-		}
+		sites = emptyIfNil(sites)
 		return f.WriteJSON(struct {
 			File  string          `json:"file"`
 			Sites []snapshot.Site `json:"sites"`
@@ -370,9 +368,7 @@ func moreRows(w io.Writer, shown, total int) error {
 func printSegments(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
 	segs := s.SegmentRows(o.Device)
 	if o.JSON {
-		if segs == nil {
-			segs = []snapshot.SegmentRow{}
-		}
+		segs = emptyIfNil(segs)
 		return f.WriteJSON(struct {
 			File     string                `json:"file"`
 			Segments []snapshot.SegmentRow `json:"segments"`
@@ -412,9 +408,7 @@ func printTrace(f *Factory, o SnapshotOptions, s *snapshot.Snapshot, q snapshot.
 	}
 	events := s.Trace(q)
 	if o.JSON {
-		if events == nil {
-			events = []snapshot.TraceRow{}
-		}
+		events = emptyIfNil(events)
 		return f.WriteJSON(struct {
 			File     string              `json:"file"`
 			HasTimes bool                `json:"has_times"`

@@ -37,13 +37,11 @@ type topSnapshot struct {
 
 func newSnapshot(smp sampler.Reading, note, sortBy, filter string, group bool) topSnapshot {
 	devs := smp.Devices
-	if devs == nil {
-		devs = []gpu.Device{}
-	}
+	devs = emptyIfNil(devs)
 	snap := topSnapshot{
 		Time: smp.Time, Backend: smp.Backend, Note: note, Devices: devs,
 		Jobs:     arrangeJobs(smp.Attrib.Jobs, sortBy, filter, group),
-		Vanished: nonNilProcs(smp.Attrib.Vanished), VanishedBytes: smp.Attrib.VanishedBytes,
+		Vanished: emptyIfNil(smp.Attrib.Vanished), VanishedBytes: smp.Attrib.VanishedBytes,
 		Dropped: smp.Dropped, Scanned: smp.Attrib.Scanned, TookMS: float64(smp.Took.Microseconds()) / 1000,
 		Verdicts: map[string]monitor.Summary{},
 	}
@@ -55,11 +53,13 @@ func newSnapshot(smp sampler.Reading, note, sortBy, filter string, group bool) t
 	return snap
 }
 
-func nonNilProcs(p []gpu.Process) []gpu.Process {
-	if p == nil {
-		return []gpu.Process{}
+// emptyIfNil is s, or an empty slice when s is nil: JSON shows a list
+// with nothing in it as [], never null.
+func emptyIfNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
 	}
-	return p
+	return s
 }
 
 var sortKeys = []string{"gpu", "rss", "pid", "name"}
