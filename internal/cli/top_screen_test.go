@@ -106,7 +106,7 @@ func TestTopTableFitsWidth(t *testing.T) {
 		lines := screenText(sc)
 		text := strings.Join(lines, "\n")
 		for _, l := range lines {
-			if w := topWidth(l); w > width {
+			if w := cellWidth(l); w > width {
 				t.Errorf("width %d: a line of %d cells: %q", width, w, l)
 			}
 		}
@@ -172,7 +172,7 @@ func TestTopOnceFitsColumns(t *testing.T) {
 		}
 		widest := 0
 		for _, l := range strings.Split(text, "\n") {
-			widest = max(widest, topWidth(l))
+			widest = max(widest, cellWidth(l))
 		}
 		if cols == "80" && widest > 80 {
 			t.Errorf("COLUMNS=80: a line of %d cells:\n%s", widest, text)
