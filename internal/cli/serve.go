@@ -108,11 +108,8 @@ docs/SHARED.md.`,
 			return runServe(cmd.Context(), f, o)
 		},
 	}
-	addGPUFlags(cmd, &o.GPU.Simulate)
+	o.GPU.addFlags(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&o.GPU.Backend, "gpu-backend", "auto", "GPU backend: auto, nvml, none or sim:PATH")
-	fl.StringVar(&o.GPU.ProcRoot, "proc-root", "", "directory holding proc/ and sys/ (for fixture trees)")
-	_ = fl.MarkHidden("proc-root")
 	fl.StringVar(&o.Listen, "listen", "127.0.0.1:9345", "address to serve HTTP on (beyond loopback needs --token)")
 	fl.StringVar(&o.Token, "token", "", "token for mutating requests (visible in ps; prefer --token-file)")
 	fl.StringVar(&o.TokenFile, "token-file", "", "file holding the token")

@@ -144,11 +144,8 @@ scenario file instead, so you can try it anywhere.`,
 			return runTop(cmd.Context(), f, o)
 		},
 	}
-	addGPUFlags(cmd, &o.GPU.Simulate)
+	o.GPU.addFlags(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&o.GPU.Backend, "gpu-backend", "auto", "GPU backend: auto, nvml, none or sim:PATH")
-	fl.StringVar(&o.GPU.ProcRoot, "proc-root", "", "directory holding proc/ and sys/ (for fixture trees)")
-	_ = fl.MarkHidden("proc-root")
 	fl.BoolVar(&o.Once, "once", false, "print one snapshot and exit")
 	fl.BoolVar(&o.JSON, "json", false, "with --once: print the snapshot as JSON")
 	fl.DurationVar(&o.Interval, "interval", time.Second, "how often to read process lists (at least 1s)")

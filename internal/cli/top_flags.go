@@ -32,6 +32,16 @@ func addGPUFlags(cmd *cobra.Command, simulate *string) {
 	cmd.Flags().StringVar(simulate, "simulate", "", "play a GPU scenario file instead of real GPUs (see examples/scenarios/)")
 }
 
+// addFlags adds the flags of a command that watches the machine:
+// --simulate, --gpu-backend and the hidden --proc-root.
+func (o *gpuOptions) addFlags(cmd *cobra.Command) {
+	addGPUFlags(cmd, &o.Simulate)
+	fl := cmd.Flags()
+	fl.StringVar(&o.Backend, "gpu-backend", "auto", "GPU backend: auto, nvml, none or sim:PATH")
+	fl.StringVar(&o.ProcRoot, "proc-root", "", "directory holding proc/ and sys/ (for fixture trees)")
+	_ = fl.MarkHidden("proc-root")
+}
+
 // openGPU opens the backend chosen by simulate (if set) or spec ("" = auto),
 // mapping failures to exit codes: a bad spec or scenario is usage (2), a
 // missing driver where nvml was asked for is environment (3). Under auto, a
