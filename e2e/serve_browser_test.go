@@ -168,10 +168,7 @@ func TestServeDashboard24h(t *testing.T) {
 
 func dayHome(t *testing.T) string {
 	home := t.TempDir()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openStore(t, home)
 	defer st.Close()
 	if err := agent.Synthesize(context.Background(), st, agent.Retention{}, 50, 24*time.Hour, time.Now()); err != nil {
 		t.Fatal(err)
@@ -261,10 +258,7 @@ raise ValueError("bad batch shape (3, 224)")`, flag)
 // minutes before now (its samples stored as the agent stores them), and
 // returns the hole's bounds in Unix seconds.
 func gappyJob(t *testing.T, home string, now time.Time) (float64, float64) {
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openStore(t, home)
 	defer st.Close()
 	ctx := context.Background()
 	t0 := now.Add(-8 * time.Minute).Truncate(time.Second)

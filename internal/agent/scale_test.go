@@ -5,8 +5,6 @@ import (
 	"os"
 	"testing"
 	"time"
-
-	"github.com/vramguard/vramguard/internal/store"
 )
 
 // dayOfFiftyJobsBound is the disk bound docs/SERVE.md and docs/PERFORMANCE.md
@@ -20,10 +18,7 @@ const dayOfFiftyJobsBound = 32 << 20
 func TestDayOfFiftyJobsFitsDiskBound(t *testing.T) {
 	ctx := context.Background()
 	home := t.TempDir()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openStoreAt(t, home)
 	end := time.Date(2025, 6, 2, 0, 0, 0, 0, time.UTC)
 	ret := Retention{}
 	if err := Synthesize(ctx, st, ret, 50, 24*time.Hour, end); err != nil {

@@ -132,10 +132,7 @@ func TestAnalyzeScore(t *testing.T) {
 func TestAnalyzeRecordedErrors(t *testing.T) {
 	home := t.TempDir()
 	ctx := context.Background()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testStore(t, home)
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	for i, name := range []string{"fresh", "empty", "one"} {
 		r := &store.Run{ID: fmt.Sprintf("20261130-12000%d-%s", i, name), Name: name, Command: []string{"python"},

@@ -44,13 +44,22 @@ func TestLogsDefaultsToLast(t *testing.T) {
 func storeHome(t *testing.T, fill func(ctx context.Context, st *store.Store, home string)) string {
 	t.Helper()
 	home := t.TempDir()
+	st := testStore(t, home)
+	defer st.Close()
+	fill(context.Background(), st, home)
+	return home
+}
+
+// testStore opens the database of the state directory home, closed when
+// t ends (a caller may close it sooner: closing twice is harmless).
+func testStore(t *testing.T, home string) *store.Store {
+	t.Helper()
 	st, err := store.Open(home)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	fill(context.Background(), st, home)
-	return home
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
 // runsNow is the clock of the runs fixture.
