@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vramguard/vramguard/internal/store"
 	"github.com/vramguard/vramguard/internal/supervise"
 	"github.com/vramguard/vramguard/internal/testbin"
 )
@@ -156,18 +155,6 @@ func startReady(t *testing.T, cmd *exec.Cmd) (out *testbin.Buffer, log func() st
 	log = func() string { b, _ := os.ReadFile(filepath.Join(cmd.Dir, "signals.log")); return string(b) }
 	testbin.WaitFor(t, 60*time.Second, "the training to start", func() bool { return strings.Contains(log(), " ready ") }, func() { t.Log(out.String()) })
 	return out, log
-}
-
-// openStore opens the database of the state directory home, closed when
-// t ends (a caller may close it sooner: closing twice is harmless).
-func openStore(t *testing.T, home string) *store.Store {
-	t.Helper()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
 }
 
 // eventKinds counts the events of a post-mortem (explain --json's

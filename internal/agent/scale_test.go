@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // dayOfFiftyJobsBound is the disk bound docs/SERVE.md and docs/PERFORMANCE.md
@@ -18,7 +20,7 @@ const dayOfFiftyJobsBound = 32 << 20
 func TestDayOfFiftyJobsFitsDiskBound(t *testing.T) {
 	ctx := context.Background()
 	home := t.TempDir()
-	st := openStoreAt(t, home)
+	st := testbin.OpenStore(t, home)
 	end := time.Date(2025, 6, 2, 0, 0, 0, 0, time.UTC)
 	ret := Retention{}
 	if err := Synthesize(ctx, st, ret, 50, 24*time.Hour, end); err != nil {

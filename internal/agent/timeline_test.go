@@ -8,25 +8,14 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // openStore is a new database in a directory of its own, closed when t
 // ends.
 func openStore(t testing.TB) *store.Store {
 	t.Helper()
-	return openStoreAt(t, t.TempDir())
-}
-
-// openStoreAt opens the database of the state directory home, closed when
-// t ends (a caller may close it sooner: closing twice is harmless).
-func openStoreAt(t testing.TB, home string) *store.Store {
-	t.Helper()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
+	return testbin.OpenStore(t, t.TempDir())
 }
 
 func TestBlockRoundTrip(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestLogsDefaultsToLast: `logs` without RUN is `logs last`, as `explain`
@@ -44,22 +45,10 @@ func TestLogsDefaultsToLast(t *testing.T) {
 func storeHome(t *testing.T, fill func(ctx context.Context, st *store.Store, home string)) string {
 	t.Helper()
 	home := t.TempDir()
-	st := testStore(t, home)
+	st := testbin.OpenStore(t, home)
 	defer st.Close()
 	fill(context.Background(), st, home)
 	return home
-}
-
-// testStore opens the database of the state directory home, closed when
-// t ends (a caller may close it sooner: closing twice is harmless).
-func testStore(t *testing.T, home string) *store.Store {
-	t.Helper()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
 }
 
 // runsNow is the clock of the runs fixture.

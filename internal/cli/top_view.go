@@ -36,10 +36,8 @@ type topSnapshot struct {
 }
 
 func newSnapshot(smp sampler.Reading, note, sortBy, filter string, group bool) topSnapshot {
-	devs := smp.Devices
-	devs = emptyIfNil(devs)
 	snap := topSnapshot{
-		Time: smp.Time, Backend: smp.Backend, Note: note, Devices: devs,
+		Time: smp.Time, Backend: smp.Backend, Note: note, Devices: emptyIfNil(smp.Devices),
 		Jobs:     arrangeJobs(smp.Attrib.Jobs, sortBy, filter, group),
 		Vanished: emptyIfNil(smp.Attrib.Vanished), VanishedBytes: smp.Attrib.VanishedBytes,
 		Dropped: smp.Dropped, Scanned: smp.Attrib.Scanned, TookMS: float64(smp.Took.Microseconds()) / 1000,
