@@ -103,7 +103,7 @@ func TestReenactments(t *testing.T) {
 				t.Fatalf("vramguard run: %v\n%s", o.err, o.stderr.String())
 			}
 			var v diagnose.Verdict
-			if err := json.Unmarshal([]byte(o.stdout.String()), &v); err != nil {
+			if err := json.Unmarshal(o.stdout.Bytes(), &v); err != nil {
 				t.Fatalf("run --json: %v\n%s\n%s", err, o.stdout.String(), o.stderr.String())
 			}
 			g := r.golden
