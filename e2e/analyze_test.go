@@ -15,6 +15,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/analyze/trace"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/testbin"
 	"github.com/vramguard/vramguard/internal/timeline"
 )
 
@@ -74,10 +75,7 @@ func hostJob(rate float64) shape {
 func (e *env) recordRun(name string, dur time.Duration, shapes ...shape) (string, []int) {
 	e.t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(e.home)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	st := testbin.OpenStore(e.t, e.home)
 	defer st.Close()
 	rng := rand.New(rand.NewSource(int64(len(name))))
 	start := time.Now().Truncate(time.Millisecond) // the newest run is the one recorded last

@@ -150,13 +150,7 @@ func TestResumeFromNothingValidIsLoud(t *testing.T) {
 	if !strings.Contains(strings.Join(strs(d["evidence"]), "\n"), "resume: the attempt started from scratch: no valid checkpoint") {
 		t.Errorf("post-mortem evidence: %v", d["evidence"])
 	}
-	found := false
-	for _, ev := range d["events"].([]any) {
-		if ev.(map[string]any)["kind"] == "resume_none" {
-			found = true
-		}
-	}
-	if !found {
+	if eventKinds(d)["resume_none"] == 0 {
 		t.Error("no resume_none event")
 	}
 }

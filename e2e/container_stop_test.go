@@ -35,14 +35,7 @@ func TestContainerStopGivesTheGrace(t *testing.T) {
 	}
 	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", bin, "run", "--stop-timeout", "2s", "--", python, "train.py", "8")
 	cmd.Dir, cmd.Env = work, e.environ()
-	var out testbin.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	log := func() string { b, _ := os.ReadFile(filepath.Join(work, "signals.log")); return string(b) }
-	testbin.WaitFor(t, 60*time.Second, "the training to start", func() bool { return strings.Contains(log(), " ready ") }, func() { t.Log(out.String()) })
+	out, log := startReady(t, cmd)
 	var pid1 int
 	waitFor(t, 10*time.Second, "the namespace's first process", func() bool {
 		if c := testbin.Children(cmd.Process.Pid); len(c) == 1 {

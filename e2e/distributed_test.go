@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vramguard/vramguard/internal/testbin"
 	"golang.org/x/sys/unix"
 )
 
@@ -45,7 +46,7 @@ func TestDistributedFirstFailure(t *testing.T) {
 					// three ranks with torch imported hold about 0.8 GiB
 					args = append(args, "--memory-limit", "2g")
 				}
-				args = append(args, "--", python, job("distributed.py"), launcher, tt.mode, fmt.Sprint(freePort(t)))
+				args = append(args, "--", python, job("distributed.py"), launcher, tt.mode, fmt.Sprint(testbin.FreePort(t)))
 				r := e.run(args...)
 				if r.code == 0 {
 					t.Fatalf("the job succeeded:\n%s", tail(r.stderr, 3000))
@@ -110,7 +111,7 @@ func TestDistributedStall(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	r := e.run("run", "--stall-timeout", "5s", "--sample-interval", "250ms", "--probe-hz", "5", "--",
-		python, job("distributed.py"), "launch", "stall", fmt.Sprint(freePort(t)))
+		python, job("distributed.py"), "launch", "stall", fmt.Sprint(testbin.FreePort(t)))
 	doc := e.explain("last")
 	if doc["reason"] != "stalled" || r.code != 137 {
 		t.Fatalf("reason %v exit %d, want stalled 137\n%s", doc["reason"], r.code, tail(r.stderr, 3000))

@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/vramguard/vramguard/internal/diagnose"
@@ -57,15 +55,8 @@ func TestFieldCorpus(t *testing.T) {
 
 	// The runs spend most of their time starting processes and waiting on
 	// them, so more of them run at once than there are CPUs.
-	type outcome struct {
-		stdout, stderr bytes.Buffer
-		code           int
-		err            error
-	}
-	results := make([]outcome, len(cases))
+	cmds := make([]*exec.Cmd, len(cases))
 	envs := make([]*env, len(cases))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 12)
 	for i, c := range cases {
 		plan := map[string]any{"exit": c.Exit, "signal": int(c.Signal), "chunks": c.Chunks}
 		b, err := json.Marshal(plan)
@@ -80,19 +71,9 @@ func TestFieldCorpus(t *testing.T) {
 		// import; the output's path (pipes, tail, classifier, post-mortem)
 		// is the same, at a quarter less CPU per run.
 		envs[i] = newEnv(t)
-		cmd := testbin.Vramguard(t, envs[i].environ(), "run", "--json", "--no-probe", "--", python, script, p)
-		o := &results[i]
-		cmd.Stdout, cmd.Stderr = &o.stdout, &o.stderr
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			o.err = cmd.Run()
-			o.code = cmd.ProcessState.ExitCode()
-		}()
+		cmds[i] = testbin.Vramguard(t, envs[i].environ(), "run", "--json", "--no-probe", "--", python, script, p)
 	}
-	wg.Wait()
+	results := runAll(cmds, 12)
 
 	explained := map[string]bool{}
 	for i, c := range cases {

@@ -33,7 +33,7 @@ type groupTask struct {
 // nodes share for the group's records.
 func runGroupJob(t *testing.T, jobID string, homes map[string]string, groupDir string, env []string, flags ...string) []*groupTask {
 	t.Helper()
-	port := freePort(t)
+	port := testbin.FreePort(t)
 	var tasks []*groupTask
 	for r := 0; r < 4; r++ {
 		node, nodeIndex := "n1", 0

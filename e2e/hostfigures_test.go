@@ -178,11 +178,7 @@ func TestTreeFigureOfADataLoaderJob(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, se)
 	}
 
-	st, err := store.Open(e.home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := testbin.OpenStore(t, e.home)
 	runs, err := st.Runs(context.Background(), 0)
 	if err != nil || len(runs) != 1 {
 		t.Fatalf("runs %d, %v", len(runs), err)

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/vramguard/vramguard/internal/kubepod/kubepodtest"
 	"github.com/vramguard/vramguard/internal/testbin"
@@ -53,14 +52,7 @@ func TestKubePreemptedPod(t *testing.T) {
 	}
 	cmd := exec.Command(bin, "run", "--", python, "train.py")
 	cmd.Dir, cmd.Env = work, append(e.environ(), srv.Env...)
-	var out testbin.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	log := func() string { b, _ := os.ReadFile(filepath.Join(work, "signals.log")); return string(b) }
-	testbin.WaitFor(t, 60*time.Second, "the training to start", func() bool { return strings.Contains(log(), " ready ") }, func() { t.Log(out.String()) })
+	out, log := startReady(t, cmd)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

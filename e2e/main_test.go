@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -103,6 +105,70 @@ func job(name string) string {
 
 // alive reports whether pid runs; a zombie is dead for our purposes.
 func alive(pid int) bool { return testbin.Alive(pid) }
+
+// outcome is what a finished command left: its output, its exit status
+// (-1: it did not start) and the error its Run returned.
+type outcome struct {
+	stdout, stderr bytes.Buffer
+	code           int
+	err            error
+}
+
+// runAll runs cmds, at most n at once, each one's output into its
+// outcome's buffers, and returns the outcomes (in cmds' order) once all
+// have ended. A nil command is not run: its outcome stays empty.
+func runAll(cmds []*exec.Cmd, n int) []outcome {
+	outs := make([]outcome, len(cmds))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, n)
+	for i, cmd := range cmds {
+		if cmd == nil {
+			continue
+		}
+		o := &outs[i]
+		cmd.Stdout, cmd.Stderr = &o.stdout, &o.stderr
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			o.err = cmd.Run()
+			o.code = cmd.ProcessState.ExitCode()
+		}()
+	}
+	wg.Wait()
+	return outs
+}
+
+// startReady starts cmd, a training whose script notes what it does in
+// signals.log in cmd.Dir, with its stdout and stderr into out; kills it
+// when t ends; and waits up to 60 s for the script to note " ready ".
+// log reads signals.log as it is now.
+func startReady(t *testing.T, cmd *exec.Cmd) (out *testbin.Buffer, log func() string) {
+	t.Helper()
+	out = &testbin.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	log = func() string { b, _ := os.ReadFile(filepath.Join(cmd.Dir, "signals.log")); return string(b) }
+	testbin.WaitFor(t, 60*time.Second, "the training to start", func() bool { return strings.Contains(log(), " ready ") }, func() { t.Log(out.String()) })
+	return out, log
+}
+
+// eventKinds counts the events of a post-mortem (explain --json's
+// "events") by kind; an event that is not an object counts under "".
+func eventKinds(pm map[string]any) map[string]int {
+	kinds := map[string]int{}
+	evs, _ := pm["events"].([]any)
+	for _, ev := range evs {
+		m, _ := ev.(map[string]any)
+		k, _ := m["kind"].(string)
+		kinds[k]++
+	}
+	return kinds
+}
 
 func strs(v any) []string {
 	var out []string

@@ -50,17 +50,7 @@ func newNBLab(t *testing.T, installFlags ...string) *nbLab {
 }
 
 func (l *nbLab) environ() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "JUPYTER_") || strings.HasPrefix(k, "VRAMGUARD_") || k == "IPYTHONDIR" || k == "XDG_DATA_HOME" {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return append(out, "JUPYTER_DATA_DIR="+l.data, "JUPYTER_RUNTIME_DIR="+filepath.Join(l.data, "runtime"),
-		"JUPYTER_CONFIG_DIR="+l.config, "JUPYTER_PATH="+l.data, "IPYTHONDIR="+l.ipython,
-		"VRAMGUARD_HOME="+l.home, "JUPYTER_PLATFORM_DIRS=0")
+	return testbin.JupyterLab{Data: l.data, Config: l.config, IPython: l.ipython, Home: l.home}.Environ()
 }
 
 func (l *nbLab) vg(args ...string) testbin.Result {

@@ -43,13 +43,7 @@ while time.time() < end:
 		t.Errorf("%d unsaved-work warnings, want 1:\n%s", n, r.stderr)
 	}
 	pm := e.explain("last")
-	found := false
-	for _, ev := range pm["events"].([]any) {
-		if ev.(map[string]any)["kind"] == "unsaved_work" {
-			found = true
-		}
-	}
-	if !found {
+	if eventKinds(pm)["unsaved_work"] == 0 {
 		t.Error("no unsaved_work event")
 	}
 	probe, ok := pm["probe"].(map[string]any)

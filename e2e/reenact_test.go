@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -48,16 +47,11 @@ func TestReenactments(t *testing.T) {
 		name   string
 		exit   int
 		signal syscall.Signal
-		stdout strings.Builder
-		stderr strings.Builder
-		code   int
-		err    error
 		skip   bool
 		golden diagnose.Verdict
 	}
 	runs := make([]*run, len(files))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
+	cmds := make([]*exec.Cmd, len(files))
 	for i, f := range files {
 		r := &run{name: strings.TrimSuffix(filepath.Base(f), ".txt"), exit: 1}
 		runs[i] = r
@@ -95,30 +89,22 @@ func TestReenactments(t *testing.T) {
 		if err := os.WriteFile(p, plan, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		cmd := testbin.Vramguard(t, newEnv(t).environ(), "run", "--json", "--no-probe", "--", python, script, p)
-		cmd.Stdout, cmd.Stderr = &r.stdout, &r.stderr
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			r.err = cmd.Run()
-			r.code = cmd.ProcessState.ExitCode()
-		}()
+		cmds[i] = testbin.Vramguard(t, newEnv(t).environ(), "run", "--json", "--no-probe", "--", python, script, p)
 	}
-	wg.Wait()
-	for _, r := range runs {
+	outs := runAll(cmds, 8)
+	for i, r := range runs {
 		if r.skip {
 			continue
 		}
+		o := &outs[i]
 		t.Run(r.name, func(t *testing.T) {
 			var ee *exec.ExitError
-			if r.err != nil && !errors.As(r.err, &ee) {
-				t.Fatalf("vramguard run: %v\n%s", r.err, r.stderr.String())
+			if o.err != nil && !errors.As(o.err, &ee) {
+				t.Fatalf("vramguard run: %v\n%s", o.err, o.stderr.String())
 			}
 			var v diagnose.Verdict
-			if err := json.Unmarshal([]byte(r.stdout.String()), &v); err != nil {
-				t.Fatalf("run --json: %v\n%s\n%s", err, r.stdout.String(), r.stderr.String())
+			if err := json.Unmarshal(o.stdout.Bytes(), &v); err != nil {
+				t.Fatalf("run --json: %v\n%s\n%s", err, o.stdout.String(), o.stderr.String())
 			}
 			g := r.golden
 			if v.Reason != g.Reason || v.Summary != g.Summary || v.ExceptionType != g.ExceptionType || v.ExitCode != g.ExitCode {

@@ -144,11 +144,7 @@ func TestRestartDetachedRun(t *testing.T) {
 		!strings.Contains(fmt.Sprint(pm["restart_decision"]), "restarted by request") {
 		t.Errorf("explain: attempts %v, restart decision %v", detail, pm["restart_decision"])
 	}
-	kinds := map[string]int{}
-	for _, ev := range pm["events"].([]any) {
-		kinds[fmt.Sprint(ev.(map[string]any)["kind"])]++
-	}
-	if kinds["restart_requested"] != 1 || kinds["restart"] != 1 {
+	if kinds := eventKinds(pm); kinds["restart_requested"] != 1 || kinds["restart"] != 1 {
 		t.Errorf("events by kind: %v", kinds)
 	}
 

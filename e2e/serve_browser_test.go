@@ -20,6 +20,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/agent"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/testbin"
 	"github.com/vramguard/vramguard/internal/units"
 )
 
@@ -168,10 +169,7 @@ func TestServeDashboard24h(t *testing.T) {
 
 func dayHome(t *testing.T) string {
 	home := t.TempDir()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testbin.OpenStore(t, home)
 	defer st.Close()
 	if err := agent.Synthesize(context.Background(), st, agent.Retention{}, 50, 24*time.Hour, time.Now()); err != nil {
 		t.Fatal(err)
@@ -261,10 +259,7 @@ raise ValueError("bad batch shape (3, 224)")`, flag)
 // minutes before now (its samples stored as the agent stores them), and
 // returns the hole's bounds in Unix seconds.
 func gappyJob(t *testing.T, home string, now time.Time) (float64, float64) {
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testbin.OpenStore(t, home)
 	defer st.Close()
 	ctx := context.Background()
 	t0 := now.Add(-8 * time.Minute).Truncate(time.Second)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -69,14 +68,7 @@ func startServe(t *testing.T, home string, args ...string) *server {
 		t.Fatalf("serve did not start: %s", errb.String())
 	}
 	s := &server{URL: strings.TrimSuffix(start.URL, "/"), Home: home, cmd: cmd, errb: &errb}
-	waitFor(t, 20*time.Second, "serve's first sample", func() bool {
-		resp, err := http.Get(s.URL + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	waitOK(t, 20*time.Second, "serve's first sample", s.URL+"/healthz")
 	return s
 }
 
@@ -96,14 +88,17 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 }
 
-func freePort(t *testing.T) int {
+// waitOK waits up to d (failing t after it) for GET url to answer 200.
+func waitOK(t *testing.T, d time.Duration, what, url string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	waitFor(t, d, what, func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }
 
 // browser is a headless Chromium driven through chromedriver's W3C
@@ -117,7 +112,7 @@ type browser struct {
 func startBrowser(t *testing.T) *browser {
 	t.Helper()
 	testbin.Need(t, testbin.Chromium, testbin.ChromeDriver)
-	port := freePort(t)
+	port := testbin.FreePort(t)
 	drv := exec.Command("chromedriver", fmt.Sprintf("--port=%d", port))
 	var logb bytes.Buffer
 	drv.Stdout, drv.Stderr = &logb, &logb
@@ -127,14 +122,7 @@ func startBrowser(t *testing.T) *browser {
 	}
 	t.Cleanup(func() { syscall.Kill(-drv.Process.Pid, syscall.SIGKILL); drv.Wait() })
 	b := &browser{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	waitFor(t, 20*time.Second, "chromedriver", func() bool {
-		resp, err := http.Get(b.base + "/status")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	waitOK(t, 20*time.Second, "chromedriver", b.base+"/status")
 	profile := t.TempDir()
 	caps := map[string]any{"capabilities": map[string]any{"alwaysMatch": map[string]any{
 		"browserName": "chrome",

@@ -186,7 +186,7 @@ func startPrometheus(t *testing.T, dir, cfg string) (port int, logb *bytes.Buffe
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port = freePort(t)
+	port = testbin.FreePort(t)
 	prom := exec.Command("prometheus", "--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))
 	logb = &bytes.Buffer{}

@@ -21,8 +21,8 @@ import (
 func TestSharedDirRefused(t *testing.T) {
 	t.Parallel()
 	m := newSharedMachine(t, "vramguard-shared-dir-")
-	name := "vgdir" + strconv.Itoa(os.Getpid()%100000)
-	uid := m.user(name)
+	u := m.newUser("vgdir")
+	uid := u.uid
 	mkdir := func(p string, mode os.FileMode, owner int) string {
 		t.Helper()
 		if err := os.Mkdir(p, mode); err != nil {

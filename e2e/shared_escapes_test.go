@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,8 +16,8 @@ import (
 func TestSharedEscapes(t *testing.T) {
 	t.Parallel()
 	m := newSharedMachine(t, "vramguard-shared-escapes-")
-	name := "vgesc" + strconv.Itoa(os.Getpid()%100000)
-	uid := m.user(name)
+	u := m.newUser("vgesc")
+	uid := u.uid
 	const evil = "\x1b]0;pwned\x07\x1b[2J\u009b31m\nroot 1 fake"
 	// a job whose command name is the sequence (argv[0])
 	job := m.start(uid, []string{"EVIL=" + evil}, "bash", "-c", `exec -a "$EVIL" sleep 600`)

@@ -2,10 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,26 +19,14 @@ import (
 func TestSharedKernels(t *testing.T) {
 	t.Parallel()
 	m := newSharedMachine(t, "vramguard-shared-kernels-")
-	sfx := strconv.Itoa(os.Getpid() % 100000)
-	type user struct {
-		name, kernel string
-		uid, pid     int
-	}
-	mk := func(name, kernel string) user {
-		u := user{name: name, kernel: kernel, uid: m.user(name)}
-		u.pid = m.kernel(u.uid, kernel, name+".ipynb")
-		return u
-	}
-	ana := mk("vgkana"+sfx, "aa11aa11-0000-4000-8000-0000000000aa")
-	ben := mk("vgkben"+sfx, "bb22bb22-0000-4000-8000-0000000000bb")
-	m.serveSimulated("shared kernels", `
+	ana, ben := m.newUser("vgkana"), m.newUser("vgkben")
+	kernel := map[string]string{ana.name: "aa11aa11-0000-4000-8000-0000000000aa", ben.name: "bb22bb22-0000-4000-8000-0000000000bb"}
+	ana.pid = m.kernel(ana.uid, kernel[ana.name], ana.name+".ipynb")
+	ben.pid = m.kernel(ben.uid, kernel[ben.name], ben.name+".ipynb")
+	m.serveTwo("shared kernels", ana, ben, `
 		{"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
-		{"pid": "$BEN", "device": 0, "memory": "20GiB", "sm_util": 0}`,
-		[]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)}, "--idle-window", "1s")
-	as := func(u user, args ...string) string {
-		out, _ := m.as(u.name, u.uid, args...)
-		return out
-	}
+		{"pid": "$BEN", "device": 0, "memory": "20GiB", "sm_util": 0}`, "--idle-window", "1s")
+	as := m.asUser
 	type entry struct {
 		Notebook string `json:"notebook"`
 		KernelID string `json:"kernel_id"`
@@ -67,20 +52,20 @@ func TestSharedKernels(t *testing.T) {
 		got = byPID(as(ana, "kernels", "--json"))
 		return got[ana.pid].GPUBytes > 0 && got[ben.pid].Idle
 	})
-	for _, u := range []user{ana, ben} {
+	for _, u := range []sharedUser{ana, ben} {
 		es := byPID(as(u, "kernels", "--json"))
-		for _, o := range []user{ana, ben} {
+		for _, o := range []sharedUser{ana, ben} {
 			e := es[o.pid]
 			// another user's kernel: no notebook, and an opaque id
 			// rather than Jupyter's
 			nb, idOK := "(another user's job)", strings.HasPrefix(e.KernelID, jupyter.OpaqueKernelPrefix)
 			if o.uid == u.uid {
-				nb, idOK = filepath.Join(m.dir, o.name+".ipynb"), e.KernelID == o.kernel
+				nb, idOK = filepath.Join(m.dir, o.name+".ipynb"), e.KernelID == kernel[o.name]
 			}
 			gpu := map[int]uint64{ana.pid: 6 << 30, ben.pid: 20 << 30}[o.pid]
 			if !idOK || e.User != o.name || e.GPUBytes != gpu || e.Notebook != nb || e.Idle != (o.uid == ben.uid) {
 				t.Errorf("%s's kernel as %s sees it: %+v; want kernel %s (an opaque id for another user's), user %s, %d bytes, notebook %q, idle %v",
-					o.name, u.name, e, o.kernel, o.name, gpu, nb, o.uid == ben.uid)
+					o.name, u.name, e, kernel[o.name], o.name, gpu, nb, o.uid == ben.uid)
 			}
 		}
 	}
@@ -91,7 +76,7 @@ func TestSharedKernels(t *testing.T) {
 			t.Errorf("ana's kernels table lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, ben.name+".ipynb") || strings.Contains(out, ben.kernel[:8]) {
+	if strings.Contains(out, ben.name+".ipynb") || strings.Contains(out, kernel[ben.name][:8]) {
 		t.Errorf("ana's table shows ben's notebook:\n%s", out)
 	}
 }

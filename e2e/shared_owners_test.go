@@ -30,8 +30,8 @@ import (
 func TestSharedRunOwners(t *testing.T) {
 	t.Parallel()
 	m := newSharedMachine(t, "vramguard-shared-owners-")
-	ben := "vgoben" + strconv.Itoa(os.Getpid()%100000)
-	benUID := m.user(ben)
+	b := m.newUser("vgoben")
+	ben, benUID := b.name, b.uid
 	c := exec.Command(m.vg, "run", "--name", "cpu-train", "--gpu-backend", "none", "--", "sleep", "600")
 	c.Env = append(os.Environ(), "VRAMGUARD_HOME="+filepath.Join(m.dir, "agent-home"))
 	if err := c.Start(); err != nil {

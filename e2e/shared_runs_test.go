@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -22,35 +20,28 @@ import (
 func TestSharedRuns(t *testing.T) {
 	t.Parallel()
 	m := newSharedMachine(t, "vramguard-shared-runs-")
-	sfx := strconv.Itoa(os.Getpid() % 100000)
-	type user struct {
-		name, run string
-		uid, pid  int // pid: the run's job process
-	}
-	command := func(u user, args ...string) *exec.Cmd { return m.command(u.name, u.uid, args...) }
-	mk := func(name string) user {
-		u := user{name: name, run: name + "-train", uid: m.user(name)}
-		c := command(u, "run", "--name", u.run, "--gpu-backend", "none", "--", "sleep", "600")
+	// each user's run: a sleep under `vramguard run --name NAME-train`
+	runOf := func(u sharedUser) string { return u.name + "-train" }
+	command := func(u sharedUser, args ...string) *exec.Cmd { return m.command(u.name, u.uid, args...) }
+	mk := func(prefix string) sharedUser {
+		u := m.newUser(prefix)
+		c := command(u, "run", "--name", runOf(u), "--gpu-backend", "none", "--", "sleep", "600")
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Process.Signal(syscall.SIGTERM); c.Wait() })
-		waitFor(t, 20*time.Second, name+"'s job", func() bool {
+		waitFor(t, 20*time.Second, u.name+"'s job", func() bool {
 			out, _ := exec.Command("pgrep", "-u", strconv.Itoa(u.uid), "-x", "sleep").Output()
 			u.pid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
 			return u.pid > 0
 		})
 		return u
 	}
-	ana, ben := mk("vgrana"+sfx), mk("vgrben"+sfx)
-	m.serveSimulated("shared runs", `
+	ana, ben := mk("vgrana"), mk("vgrben")
+	m.serveTwo("shared runs", ana, ben, `
 		{"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
-		{"pid": "$BEN", "device": 0, "memory": "20GiB", "sm_util": 30}`,
-		[]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)})
-	as := func(u user, args ...string) string {
-		out, _ := m.as(u.name, u.uid, args...)
-		return out
-	}
+		{"pid": "$BEN", "device": 0, "memory": "20GiB", "sm_util": 30}`)
+	as := m.asUser
 	type run struct {
 		User     string `json:"user"`
 		RunID    string `json:"run_id"`
@@ -58,7 +49,7 @@ func TestSharedRuns(t *testing.T) {
 		PID      int    `json:"pid"`
 		GPUBytes uint64 `json:"gpu_bytes"`
 	}
-	byUser := func(u user) map[string]run {
+	byUser := func(u sharedUser) map[string]run {
 		var rs []run
 		if out := as(u, "runs", "--all-users", "--json"); json.Unmarshal([]byte(out), &rs) != nil {
 			t.Fatalf("runs --all-users --json as %s: %s", u.name, out)
@@ -76,12 +67,12 @@ func TestSharedRuns(t *testing.T) {
 		t.Logf("runs --all-users: %s\ntop: %s", as(ana, "runs", "--all-users", "--json"), as(ana, "top", "--once", "--json"))
 	})
 	ownID := map[string]string{}
-	for _, u := range []user{ana, ben} {
+	for _, u := range []sharedUser{ana, ben} {
 		var own []struct {
 			ID   string `json:"id"`
 			Name string `json:"name"`
 		}
-		if out := as(u, "runs", "--json"); json.Unmarshal([]byte(out), &own) != nil || len(own) != 1 || own[0].Name != u.run {
+		if out := as(u, "runs", "--json"); json.Unmarshal([]byte(out), &own) != nil || len(own) != 1 || own[0].Name != runOf(u) {
 			t.Fatalf("%s's own runs: %s", u.name, out)
 		}
 		ownID[u.name] = own[0].ID
@@ -89,7 +80,7 @@ func TestSharedRuns(t *testing.T) {
 	// noID: id (of owner's run) shows nowhere u reads what every user
 	// reads of the machine: socket paths (/proc/net/unix, where each
 	// supervisor's probe socket is) and command lines (ps)
-	noID := func(u user, owner, id string) {
+	noID := func(u sharedUser, owner, id string) {
 		t.Helper()
 		for _, argv := range [][]string{{"cat", "/proc/net/unix"}, {"ps", "-eo", "args"}} {
 			b, err := asUID(u.uid, argv...).Output()
@@ -102,25 +93,25 @@ func TestSharedRuns(t *testing.T) {
 		}
 	}
 	gpu := map[string]uint64{ana.name: 6 << 30, ben.name: 20 << 30}
-	for _, u := range []user{ana, ben} {
+	for _, u := range []sharedUser{ana, ben} {
 		m := byUser(u)
-		for _, o := range []user{ana, ben} {
+		for _, o := range []sharedUser{ana, ben} {
 			r := m[o.name]
 			id, name := "", "(another user's job)"
 			if o.uid == u.uid {
-				id, name = ownID[o.name], o.run
+				id, name = ownID[o.name], runOf(o)
 			}
 			if r.RunID != id || r.Name != name || r.GPUBytes != gpu[o.name] || r.PID <= 0 {
 				t.Errorf("%s's run as %s sees it: %+v; want id %q, name %q, %d GPU bytes", o.name, u.name, r, id, name, gpu[o.name])
 			}
 		}
-		other := map[string]user{ana.name: ben, ben.name: ana}[u.name]
+		other := map[string]sharedUser{ana.name: ben, ben.name: ana}[u.name]
 		// the other's run id reaches u nowhere: not as its job's key
 		// (run:ID) in top's JSON, nor in runs --all-users'
 		for _, args := range [][]string{{"top", "--once", "--json"}, {"runs", "--all-users", "--json"}} {
 			out := as(u, args...)
-			if strings.Contains(out, ownID[other.name]) || strings.Contains(out, other.run) {
-				t.Errorf("%s's %v shows %s's run %s (%s):\n%s", u.name, args, other.name, ownID[other.name], other.run, out)
+			if strings.Contains(out, ownID[other.name]) || strings.Contains(out, runOf(other)) {
+				t.Errorf("%s's %v shows %s's run %s (%s):\n%s", u.name, args, other.name, ownID[other.name], runOf(other), out)
 			}
 		}
 		if out := as(u, "top", "--once", "--json"); !strings.Contains(out, `"run:`+ownID[u.name]+`"`) {
@@ -128,7 +119,7 @@ func TestSharedRuns(t *testing.T) {
 		}
 		noID(u, other.name, ownID[other.name])
 		out := as(u, "runs", "--all-users")
-		if !strings.Contains(out, other.name) || !strings.Contains(out, "20 GiB") || strings.Contains(out, other.run) {
+		if !strings.Contains(out, other.name) || !strings.Contains(out, "20 GiB") || strings.Contains(out, runOf(other)) {
 			t.Errorf("%s's runs --all-users table:\n%s", u.name, out)
 		}
 	}

@@ -28,24 +28,13 @@ import (
 func TestSharedAgent(t *testing.T) {
 	t.Parallel()
 	m := newSharedMachine(t, "vramguard-shared-e2e-")
-	sfx := strconv.Itoa(os.Getpid() % 100000)
-	type user struct {
-		name string
-		uid  int
-		pid  int
-	}
-	mk := func(name string) user {
-		u := user{name: name, uid: m.user(name)}
-		u.pid = m.start(u.uid, nil, "sleep", "600")
-		return u
-	}
-	ana, ben := mk("vgana"+sfx), mk("vgben"+sfx)
-	m.serveSimulated("shared", `
+	ana, ben := m.newUser("vgana"), m.newUser("vgben")
+	ana.pid, ben.pid = m.start(ana.uid, nil, "sleep", "600"), m.start(ben.uid, nil, "sleep", "600")
+	m.serveTwo("shared", ana, ben, `
 		{"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
 		{"pid": "$BEN", "device": 0, "memory": "20GiB", "sm_util": 0}`,
-		[]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)},
 		"--idle-window", "2s", "--notify-idle", "3s")
-	as := func(u user, args ...string) (string, string) { return m.as(u.name, u.uid, args...) }
+	as := func(u sharedUser, args ...string) (string, string) { return m.as(u.name, u.uid, args...) }
 	type snap struct{ Jobs []attrib.Job }
 	var s snap
 	waitFor(t, 30*time.Second, "both users' jobs through the agent", func() bool {
@@ -189,6 +178,37 @@ func (m *sharedMachine) command(name string, uid int, args ...string) *exec.Cmd 
 	c := asUID(uid, append([]string{m.vg}, args...)...)
 	c.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "VRAMGUARD_SHARED_DIR=" + m.shared, "VRAMGUARD_HOME=" + filepath.Join(home, "state")}
 	return c
+}
+
+// sharedUser is a throwaway user of a shared machine and the PID of its
+// job: the process the scenario charges GPU memory to ($ANA, $BEN).
+type sharedUser struct {
+	name     string
+	uid, pid int
+}
+
+// newUser adds a throwaway user named prefix and a suffix of this
+// process's PID (test binaries run at once name their own); its job's PID
+// is for the caller to set.
+func (m *sharedMachine) newUser(prefix string) sharedUser {
+	m.t.Helper()
+	name := prefix + strconv.Itoa(os.Getpid()%100000)
+	return sharedUser{name: name, uid: m.user(name)}
+}
+
+// asUser runs the binary with args as u and returns its stdout, failing
+// the test when it fails (m.as).
+func (m *sharedMachine) asUser(u sharedUser, args ...string) string {
+	m.t.Helper()
+	out, _ := m.as(u.name, u.uid, args...)
+	return out
+}
+
+// serveTwo is serveSimulated for the two users of a shared test: in
+// processes, "$ANA" and "$BEN" name ana's and ben's jobs.
+func (m *sharedMachine) serveTwo(name string, ana, ben sharedUser, processes string, args ...string) {
+	m.t.Helper()
+	m.serveSimulated(name, processes, []string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)}, args...)
 }
 
 // as runs the binary with args as the user and returns its stdout and

@@ -23,23 +23,12 @@ func TestSharedTopLive(t *testing.T) {
 	t.Parallel()
 	testbin.Need(t, testbin.Tmux, testbin.Setpriv)
 	m := newSharedMachine(t, "vramguard-shared-top-")
-	sfx := strconv.Itoa(os.Getpid() % 100000)
-	type user struct {
-		name string
-		uid  int
-		pid  int
-	}
+	ana, ben := m.newUser("vgtana"), m.newUser("vgtben")
 	// ana's job is a sleep, ben's a tail: its command must not reach ana
-	mk := func(name string, argv ...string) user {
-		u := user{name: name, uid: m.user(name)}
-		u.pid = m.start(u.uid, nil, argv...)
-		return u
-	}
-	ana, ben := mk("vgtana"+sfx, "sleep", "600"), mk("vgtben"+sfx, "tail", "-f", "/dev/null")
-	m.serveSimulated("shared top", `
+	ana.pid, ben.pid = m.start(ana.uid, nil, "sleep", "600"), m.start(ben.uid, nil, "tail", "-f", "/dev/null")
+	m.serveTwo("shared top", ana, ben, `
 		{"pid": "$ANA", "device": 0, "memory": "6GiB", "sm_util": 70},
-		{"pid": "$BEN", "device": 0, "memory": [["0s", "20GiB"], ["10m", "70GiB"]], "sm_util": 30}`,
-		[]string{fmt.Sprintf("ANA=%d", ana.pid), fmt.Sprintf("BEN=%d", ben.pid)})
+		{"pid": "$BEN", "device": 0, "memory": [["0s", "20GiB"], ["10m", "70GiB"]], "sm_util": 30}`)
 
 	// ana's top in a tmux pane of its own server, as ana (m.command's
 	// environment; TERM the pane's)

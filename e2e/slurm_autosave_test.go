@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // autosaveTrain is train.py with vramguard.autosave() and no handler of
@@ -43,18 +41,8 @@ while True:
 // the one attempt 1's post-mortem names, at the step in it.
 func TestSlurmAutosaveRequeue(t *testing.T) {
 	t.Parallel()
-	c := testbin.StartSlurm(t, "KillWait=10")
-	g := &graceJob{t: t, c: c, e: newEnv(t), work: t.TempDir()}
-	if err := os.WriteFile(filepath.Join(g.work, "train.py"), []byte(autosaveTrain), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c.Env = append(c.Env, "VRAMGUARD_HOME="+g.e.home, "VRAMGUARD="+testbin.Path(t), "PYTHON="+python)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("signals.log:\n%s\njob output:\n%s", g.signals(), g.output())
-		}
-	})
-	g.id = c.Sbatch(g.work, "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --output=slurm-%j.out\n#SBATCH --requeue\n"+
+	g := newGraceJob(t, 10, autosaveTrain)
+	g.id = g.c.Sbatch(g.work, "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --output=slurm-%j.out\n#SBATCH --requeue\n"+
 		`srun "$VRAMGUARD" run --resume-from ckpt -- "$PYTHON" train.py`+"\n")
 	g.ready()
 	ck := filepath.Join(g.work, "ckpt")

@@ -82,7 +82,7 @@ func TestSlurmGroupStory(t *testing.T) {
 				}
 				saved := c.Env
 				c.Env = append(append(append([]string(nil), saved...), "PATH="+binDir+":"+pathDir+":"+os.Getenv("PATH"),
-					fmt.Sprintf("MASTER_PORT=%d", freePort(t)), "FAIL_RANK=3", "FAIL_MODE="+tt.mode), env...)
+					fmt.Sprintf("MASTER_PORT=%d", testbin.FreePort(t)), "FAIL_RANK=3", "FAIL_MODE="+tt.mode), env...)
 				id := c.Sbatch(work, script)
 				c.Env = saved
 				rec := c.WaitJob(id, 4*time.Minute)

@@ -67,9 +67,22 @@ type graceJob struct {
 // training with $VRAMGUARD.
 func submitGrace(t *testing.T, sbatch, body string) *graceJob {
 	t.Helper()
-	c := testbin.StartSlurm(t, "KillWait=30")
+	g := newGraceJob(t, 30, graceTrain)
+	g.id = g.c.Sbatch(g.work, "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --output=slurm-%j.out\n"+sbatch+body)
+	return g
+}
+
+// newGraceJob starts a one-node Slurm cluster whose KillWait is killWait
+// seconds, writes train (a Python script) as train.py in a new work
+// directory, and gives the cluster's commands the environment a batch
+// script starts vramguard with: VRAMGUARD_HOME (a new state directory),
+// VRAMGUARD (the binary) and PYTHON. Should t fail, it logs signals.log
+// and the job's output. The caller submits the job (g.id).
+func newGraceJob(t *testing.T, killWait int, train string) *graceJob {
+	t.Helper()
+	c := testbin.StartSlurm(t, fmt.Sprintf("KillWait=%d", killWait))
 	g := &graceJob{t: t, c: c, e: newEnv(t), work: t.TempDir()}
-	if err := os.WriteFile(filepath.Join(g.work, "train.py"), []byte(graceTrain), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(g.work, "train.py"), []byte(train), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// the job runs with the submitter's environment (sbatch --export=ALL)
@@ -79,7 +92,6 @@ func submitGrace(t *testing.T, sbatch, body string) *graceJob {
 			t.Logf("signals.log:\n%s\njob output:\n%s", g.signals(), g.output())
 		}
 	})
-	g.id = c.Sbatch(g.work, "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --output=slurm-%j.out\n"+sbatch+body)
 	return g
 }
 

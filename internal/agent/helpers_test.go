@@ -15,26 +15,14 @@ import (
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
-
-// clock is a fake clock tests advance by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // rig is an agent playing a scenario against a fake clock; step takes one
 // sample per call, as the sampler's loop would once a second.
 type rig struct {
 	t     testing.TB
-	clk   *clock
+	clk   *testbin.Clock
 	smp   *sampler.Sampler
 	ag    *Agent
 	st    *store.Store
@@ -84,7 +72,7 @@ func newRigEnv(t testing.TB, scenario string, cfg Config, pods *attrib.PodIndex,
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &clock{t: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
+	clk := testbin.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
 	b := sim.New(sc, sim.WithClock(clk.Now))
 	host := b.Host(procfs.FS{})
 	reg := NewProbeRegistry()

@@ -20,39 +20,25 @@ import (
 // by their connection files; the GPU memory scripted), each user's own in
 // full and the other's owner and memory only; root sees both in full.
 func TestSharedSocketKernels(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
-	}
-	sfx := strconv.Itoa(os.Getpid() % 100000)
-	aliceN, bobN := "vgkalice"+sfx, "vgkbob"+sfx
-	alice, bob := testUser(t, aliceN), testUser(t, bobN)
 	dir := testbin.SharedDir(t, "vramguard-kernels-")
-	ids := map[int]string{alice: "0a1b2c3d-0000-4000-8000-00000000000a", bob: "0b1b2c3d-0000-4000-8000-00000000000b"}
-	pids := map[int]int{}
-	for uid, id := range ids {
-		// a kernel's command line: the connection file after -f
-		c := exec.Command("/usr/bin/python3", "-c", "import time; time.sleep(600)", "-f", filepath.Join(dir, "kernel-"+id+".json"))
-		// its notebook, as a server passes it: a detail only its owner sees
-		c.Env, c.Dir = append(os.Environ(), "JPY_SESSION_NAME=nb-"+strconv.Itoa(uid)+".ipynb"), dir
-		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
+	aliceID, bobID := "0a1b2c3d-0000-4000-8000-00000000000a", "0b1b2c3d-0000-4000-8000-00000000000b"
+	// a kernel's command line: the connection file after -f; its notebook,
+	// as a server passes it, is a detail only its owner sees
+	kernel := func(id string) rigJob {
+		return func(t *testing.T, uid int) (*exec.Cmd, int) {
+			c := exec.Command("/usr/bin/python3", "-c", "import time; time.sleep(600)", "-f", filepath.Join(dir, "kernel-"+id+".json"))
+			c.Env, c.Dir = append(os.Environ(), "JPY_SESSION_NAME=nb-"+strconv.Itoa(uid)+".ipynb"), dir
+			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			return c, c.Process.Pid
 		}
-		go c.Wait()
-		t.Cleanup(func() { c.Process.Kill() })
-		pids[uid] = c.Process.Pid
 	}
-	env := map[string]string{"ALICE": strconv.Itoa(pids[alice]), "BOB": strconv.Itoa(pids[bob])}
-	sc := `{"name": "kernels", "duration": "1h",
-	  "devices": [{"name": "Test GPU", "uuid": "GPU-test-0", "total": "80GiB"}],
-	  "processes": [
-	    {"pid": "$ALICE", "device": 0, "memory": "4GiB", "sm_util": 50},
-	    {"pid": "$BOB", "device": 0, "memory": "8GiB", "sm_util": 0}
-	  ]}`
-	sr := &sharedRig{rig: newRigEnv(t, sc, Config{KernelDirs: []string{filepath.Join(dir, "no-servers")}}, nil, func(k string) string { return env[k] }),
-		alice: alice, bob: bob, aliceN: aliceN, bobN: bobN}
-	sr.listen(t, dir)
-	sr.step(2)
+	sr := newSharedRig(t, Config{KernelDirs: []string{filepath.Join(dir, "no-servers")}}, kernel(aliceID), kernel(bobID))
+	alice, bob, aliceN, bobN := sr.alice, sr.bob, sr.aliceN, sr.bobN
+	ids := map[int]string{alice: aliceID, bob: bobID}
+	pids := map[int]int{alice: sr.sleeps["alice"].Process.Pid, bob: sr.sleeps["bob"].Process.Pid}
 
 	tests := []struct {
 		who  string

@@ -68,18 +68,7 @@ func TestProbeSocketRefusesOtherUsers(t *testing.T) {
 		t.Fatalf("this test switches to the user nobody and must run as root (it does in CI)")
 	}
 	// The test binary may sit in a directory nobody cannot enter; run a copy.
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "dial")
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := copyTestBinary(t, dir)
 	run := func(uid uint32) int {
 		cmd := exec.Command(bin)
 		cmd.Env = append(os.Environ(), "VRAMGUARD_TEST_DIAL="+sock)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // dayOfFiftyJobsBound is the disk bound docs/SERVE.md and docs/PERFORMANCE.md
@@ -20,10 +20,7 @@ const dayOfFiftyJobsBound = 32 << 20
 func TestDayOfFiftyJobsFitsDiskBound(t *testing.T) {
 	ctx := context.Background()
 	home := t.TempDir()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testbin.OpenStore(t, home)
 	end := time.Date(2025, 6, 2, 0, 0, 0, 0, time.UTC)
 	ret := Retention{}
 	if err := Synthesize(ctx, st, ret, 50, 24*time.Hour, end); err != nil {

@@ -160,18 +160,19 @@ func (sr *sharedRig) listen(t *testing.T, dir string) {
 	srv := &http.Server{Handler: sr.ag.SocketHandler(), ConnContext: sr.ag.ConnContext}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
+	sr.bin = copyTestBinary(t, dir)
+}
+
+// copyTestBinary copies the running test binary into dir (a SharedDir) and
+// returns the copy's path: a program every user may run, whose TestMain
+// answers the VRAMGUARD_TEST_* helpers (apiHelper, the probe dialer).
+func copyTestBinary(t *testing.T, dir string) string {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sr.bin = filepath.Join(dir, "client")
-	if err := os.WriteFile(sr.bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	return testbin.CopyBinary(t, self, dir)
 }
 
 // as sends req to the API socket from a process of uid, and returns the
@@ -313,16 +314,7 @@ func TestSharedProbeSocket(t *testing.T) {
 	if st, err := os.Stat(sock); err != nil || st.Mode().Perm() != 0o666 {
 		t.Fatalf("shared probe socket: %v %v, want mode 0666", st.Mode(), err)
 	}
-	self, _ := os.Executable()
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "dial")
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin)
+	cmd := exec.Command(copyTestBinary(t, dir))
 	cmd.Env = append(os.Environ(), "VRAMGUARD_TEST_DIAL="+sock)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
 	if out, err := cmd.CombinedOutput(); err != nil {

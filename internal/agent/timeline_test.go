@@ -8,16 +8,14 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
+// openStore is a new database in a directory of its own, closed when t
+// ends.
 func openStore(t testing.TB) *store.Store {
 	t.Helper()
-	st, err := store.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
+	return testbin.OpenStore(t, t.TempDir())
 }
 
 func TestBlockRoundTrip(t *testing.T) {

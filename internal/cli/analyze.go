@@ -234,12 +234,8 @@ func analyzeJSON(r analyze.Report) analyzeOutput {
 		Confidence: r.Confidence, Series: string(r.Series), Ambiguous: r.Ambiguous,
 		Evidence: r.Evidence, Advice: r.Advice, Samples: r.Samples,
 	}
-	if o.Evidence == nil {
-		o.Evidence = []string{}
-	}
-	if o.Advice == nil {
-		o.Advice = []string{}
-	}
+	o.Evidence = emptyIfNil(o.Evidence)
+	o.Advice = emptyIfNil(o.Advice)
 	if o.OOMETA != nil {
 		o.OOMETAInterval = []any{num(r.OOMETALow), num(r.OOMETAHigh)}
 	}

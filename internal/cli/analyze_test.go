@@ -13,6 +13,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/analyze/trace"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // runAnalyze runs `vramguard analyze args...` with an empty state directory.
@@ -132,10 +133,7 @@ func TestAnalyzeScore(t *testing.T) {
 func TestAnalyzeRecordedErrors(t *testing.T) {
 	home := t.TempDir()
 	ctx := context.Background()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testbin.OpenStore(t, home)
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	for i, name := range []string{"fresh", "empty", "one"} {
 		r := &store.Run{ID: fmt.Sprintf("20261130-12000%d-%s", i, name), Name: name, Command: []string{"python"},

@@ -76,9 +76,7 @@ Only metadata is read.`,
 				return ckptInputErr(err)
 			}
 			if asJSON {
-				if es == nil {
-					es = []ckpt.Entry{}
-				}
+				es = emptyIfNil(es)
 				return f.WriteJSON(es)
 			}
 			renderEntries(f, es)

@@ -3,9 +3,10 @@ package cli
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -65,11 +66,7 @@ func metricsString(m map[string]float64) string {
 	if len(m) == 0 {
 		return "-"
 	}
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
+	ks := slices.Sorted(maps.Keys(m))
 	var parts []string
 	for i, k := range ks {
 		if i == 4 {

@@ -93,6 +93,10 @@ func TestErrorMessages(t *testing.T) {
 			"vramguard: scenario file " + scenario + ": no such file or directory\n", "", ""},
 		{"one attempt", []string{"logs", "--attempt", "3", "demo"}, ExitUsage, "",
 			"vramguard: run 20260101-000000-aaaaaa has 1 attempt: there is no attempt 3\n", "", ""},
+		{"report --url not http", []string{"report", "--agent", "none", "--url", "ftp://agent:9400"}, ExitUsage, "",
+			"vramguard: --url \"ftp://agent:9400\": want http://HOST:PORT\n", "", ""},
+		{"report --group --url without a host", []string{"report", "--group", "42", "--agent", "none", "--url", "http://"}, ExitUsage, "",
+			"vramguard: --url \"http://\": want http://HOST:PORT\n", "", ""},
 		{"one sample", []string{"analyze", oneSample}, ExitOK, "", "", ", 1 sample)", "1 samples"},
 		{"one pickle", []string{"ckpt", "scan", ckptTestdata + "/malicious/benign.pt"}, ExitOK, "", "", ", 1 pickle]", "1 pickles"},
 	}

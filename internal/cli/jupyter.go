@@ -321,9 +321,7 @@ func newCmdJupyterList(f *Factory) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			home, _ := os.UserHomeDir()
 			found, _ := jupyter.Installed(jupyter.KernelsDirs(f.Getenv, home), "")
-			if found == nil {
-				found = []string{}
-			}
+			found = emptyIfNil(found)
 			if asJSON {
 				return f.WriteJSON(found)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/vramguard/vramguard/internal/jupyter"
 	"github.com/vramguard/vramguard/internal/postmortem"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/testbin"
 	"github.com/vramguard/vramguard/internal/timeline"
 )
 
@@ -165,11 +166,7 @@ func TestKernelActionUsage(t *testing.T) {
 
 func TestDeathNotice(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := testbin.OpenStore(t, t.TempDir())
 	now := time.Unix(1_700_000_000, 0)
 	add := func(run string, reasons ...string) {
 		if err := st.CreateRun(ctx, &store.Run{ID: run, Command: []string{"python"}, Status: store.StatusRunning, StartedAt: now}); err != nil {

@@ -204,9 +204,7 @@ func kernelsFromAgent(ctx context.Context, f *Factory, o *KernelsOptions, spec s
 		fmt.Fprintf(f.IO.ErrOut, "vramguard: the agent at %s did not answer (%v); looking at this user's servers directly\n", sock, err)
 		return nil, nil
 	}
-	if got.Kernels == nil {
-		got.Kernels = []jupyter.Entry{}
-	}
+	got.Kernels = emptyIfNil(got.Kernels)
 	return got.Kernels, nil
 }
 

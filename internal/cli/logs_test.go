@@ -103,11 +103,7 @@ func burst(j *jobLog) {
 func logsStore(t *testing.T, run *store.Run) (home string, st *store.Store, dir string) {
 	t.Helper()
 	home = t.TempDir()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st = testbin.OpenStore(t, home)
 	dir = supervise.RunDir(home, run.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vramguard/vramguard/internal/agent"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestNoticesOnce: the shared agent's notices for this user are printed
@@ -94,7 +95,7 @@ func TestRunTerminalNotices(t *testing.T) {
 		mu.Unlock()
 	}()
 	env := map[string]string{"VRAMGUARD_SHARED_DIR": shared, "VRAMGUARD_HOME": home}
-	var out, errb syncBuffer
+	var out, errb testbin.Buffer
 	f := &Factory{IO: IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errb}, Now: time.Now,
 		Getenv: func(k string) string { return env[k] }, NoticeEvery: 50 * time.Millisecond}
 	root := NewCmdRoot(f)
@@ -124,23 +125,4 @@ func TestRunTerminalNotices(t *testing.T) {
 	if asked < 2 {
 		t.Errorf("the agent was asked %d times; the run's loop should have asked too", asked)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader on two
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -127,6 +127,16 @@ func reportQuery(f *Factory, o *reportOptions, query string) (path, sock string,
 	return "/api/v1/report?" + query + "&range=" + url.QueryEscape(since.String()), sock, nil
 }
 
+// agentURL is path at the agent --url names (raw: http or https, a host,
+// perhaps a port), or a usage error naming raw.
+func agentURL(raw, path string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", Usagef("--url %q: want http://HOST:PORT", raw)
+	}
+	return strings.TrimSuffix(raw, "/") + path, nil
+}
+
 func runReport(ctx context.Context, f *Factory, o *reportOptions) error {
 	if o.Group != "" {
 		return runGroupReport(ctx, f, o)
@@ -156,12 +166,12 @@ func runReport(ctx context.Context, f *Factory, o *reportOptions) error {
 			return Envf("the agent at %s: %v", sock, err)
 		}
 	} else {
-		u, err := url.Parse(o.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return Usagef("--url %q: want http://HOST:PORT", o.URL)
+		at, err := agentURL(o.URL, path)
+		if err != nil {
+			return err
 		}
 		c := &http.Client{Timeout: 30 * time.Second}
-		if err := getAgentURL(ctx, c, strings.TrimSuffix(o.URL, "/")+path, &rep); err != nil {
+		if err := getAgentURL(ctx, c, at, &rep); err != nil {
 			return Envf("no agent answered at %s (%v): report reads the history of vramguard serve; start it, or give --url", o.URL, err)
 		}
 	}

@@ -41,12 +41,12 @@ func runGroupReport(ctx context.Context, f *Factory, o *reportOptions) error {
 	} else {
 		c := &http.Client{Timeout: 30 * time.Second}
 		for _, raw := range o.URLs {
-			u, err := url.Parse(raw)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return Usagef("--url %q: want http://HOST:PORT", raw)
+			at, err := agentURL(raw, path)
+			if err != nil {
+				return err
 			}
 			var rep usage.GroupReport
-			if err := getAgentURL(ctx, c, strings.TrimSuffix(raw, "/")+path, &rep); err != nil {
+			if err := getAgentURL(ctx, c, at, &rep); err != nil {
 				return Envf("no agent answered at %s (%v): report reads the history of vramguard serve on each node; start it, or give --url", raw, err)
 			}
 			reps = append(reps, rep)

@@ -108,9 +108,7 @@ type runJSON struct {
 }
 
 func toRunJSON(r *store.Run, now time.Time, deaths []string) runJSON {
-	if deaths == nil {
-		deaths = []string{}
-	}
+	deaths = emptyIfNil(deaths)
 	return runJSON{Run: r, DurationS: runDuration(r, now).Seconds(), EarlierDeaths: deaths}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/store"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestLogsDefaultsToLast: `logs` without RUN is `logs last`, as `explain`
@@ -44,10 +45,7 @@ func TestLogsDefaultsToLast(t *testing.T) {
 func storeHome(t *testing.T, fill func(ctx context.Context, st *store.Store, home string)) string {
 	t.Helper()
 	home := t.TempDir()
-	st, err := store.Open(home)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testbin.OpenStore(t, home)
 	defer st.Close()
 	fill(context.Background(), st, home)
 	return home

@@ -19,7 +19,6 @@ import (
 	"github.com/vramguard/vramguard/internal/attrib"
 	"github.com/vramguard/vramguard/internal/jupyter"
 	"github.com/vramguard/vramguard/internal/probe"
-	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/store"
@@ -109,11 +108,8 @@ docs/SHARED.md.`,
 			return runServe(cmd.Context(), f, o)
 		},
 	}
-	addGPUFlags(cmd, &o.GPU.Simulate)
+	o.GPU.addFlags(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&o.GPU.Backend, "gpu-backend", "auto", "GPU backend: auto, nvml, none or sim:PATH")
-	fl.StringVar(&o.GPU.ProcRoot, "proc-root", "", "directory holding proc/ and sys/ (for fixture trees)")
-	_ = fl.MarkHidden("proc-root")
 	fl.StringVar(&o.Listen, "listen", "127.0.0.1:9345", "address to serve HTTP on (beyond loopback needs --token)")
 	fl.StringVar(&o.Token, "token", "", "token for mutating requests (visible in ps; prefer --token-file)")
 	fl.StringVar(&o.TokenFile, "token-file", "", "file holding the token")
@@ -296,19 +292,8 @@ func runServe(ctx context.Context, f *Factory, o *serveOptions) error {
 	if s, ok := src.(attrib.Simulator); ok {
 		simulated = s.Simulated
 	}
-	scfg := sampler.Config{
-		Backend:         b,
-		Attributor:      &attrib.Attributor{Src: src, Hints: runs, Pods: attrib.NewPodIndex(attrib.PodLogDir(o.GPU.ProcRoot))},
-		Probes:          reg,
-		ProcessInterval: o.Interval,
-		Now:             f.Now,
-		OOMWarning:      o.OOMThreshold,
-		Environ:         procfs.FS{Root: o.GPU.ProcRoot}.Environ,
-	}
-	if o.GPU.ProcRoot == "" {
-		// supervised runs are jobs of this machine, on a GPU or not
-		scfg.Runs = runs
-	}
+	scfg := machineSampler(b, src, o.GPU.ProcRoot, runs, f.Now)
+	scfg.Probes, scfg.ProcessInterval, scfg.OOMWarning = reg, o.Interval, o.OOMThreshold
 	smp, err := sampler.New(scfg)
 	if err != nil {
 		return err

@@ -236,7 +236,7 @@ func printSummary(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
 	if o.JSON {
 		j := newSnapshotJSON(o, s)
 		for _, d := range sums {
-			j.Devices = append(j.Devices, snapshotDeviceJSON{d, limitSites(s.Sites(d.Device), 10)})
+			j.Devices = append(j.Devices, snapshotDeviceJSON{d, firstRows(s.Sites(d.Device), 10)})
 		}
 		return f.WriteJSON(j)
 	}
@@ -302,7 +302,7 @@ func printSummary(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
 		if o.Limit > 0 && o.Limit < n {
 			n = o.Limit
 		}
-		top := limitSites(sites, n)
+		top := firstRows(sites, n)
 		fmt.Fprintf(w, "  top allocation sites by live bytes (%d of %d; --sites lists all)\n", len(top), len(sites))
 		rows := siteRows(top)
 		for _, r := range rows {
@@ -319,11 +319,13 @@ func schemaName(s snapshot.Schema) string {
 	return string(s)
 }
 
-func limitSites(s []snapshot.Site, n int) []snapshot.Site {
-	if n > 0 && len(s) > n {
-		return s[:n]
+// firstRows is the first n of rows (all of them when n is 0 or less:
+// --limit 0 shows all).
+func firstRows[T any](rows []T, n int) []T {
+	if n > 0 && len(rows) > n {
+		return rows[:n]
 	}
-	return s
+	return rows
 }
 
 func siteRows(sites []snapshot.Site) [][]string {
@@ -342,15 +344,13 @@ func siteRows(sites []snapshot.Site) [][]string {
 func printSites(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
 	sites := s.SiteTable(o.Device)
 	if o.JSON {
-		if sites == nil {
-			sites = []snapshot.Site{}
-		}
+		sites = emptyIfNil(sites)
 		return f.WriteJSON(struct {
 			File  string          `json:"file"`
 			Sites []snapshot.Site `json:"sites"`
 		}{o.Path, sites})
 	}
-	shown := limitSites(sites, o.Limit)
+	shown := firstRows(sites, o.Limit)
 	cols := []column{{Header: "BYTES", Right: true, Always: true}, {Header: "REQUESTED", Right: true, Keep: 2},
 		{Header: "BLOCKS", Right: true, Keep: 1}, {Header: "SITE", Always: true, Min: 20}}
 	if err := renderTable(f.IO.Out, f.termWidth(), cols, siteRows(shown)); err != nil {
@@ -370,18 +370,13 @@ func moreRows(w io.Writer, shown, total int) error {
 func printSegments(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
 	segs := s.SegmentRows(o.Device)
 	if o.JSON {
-		if segs == nil {
-			segs = []snapshot.SegmentRow{}
-		}
+		segs = emptyIfNil(segs)
 		return f.WriteJSON(struct {
 			File     string                `json:"file"`
 			Segments []snapshot.SegmentRow `json:"segments"`
 		}{o.Path, segs})
 	}
-	shown := segs
-	if o.Limit > 0 && len(shown) > o.Limit {
-		shown = shown[:o.Limit]
-	}
+	shown := firstRows(segs, o.Limit)
 	var rows [][]string
 	for _, r := range shown {
 		typ := r.Type
@@ -412,19 +407,14 @@ func printTrace(f *Factory, o SnapshotOptions, s *snapshot.Snapshot, q snapshot.
 	}
 	events := s.Trace(q)
 	if o.JSON {
-		if events == nil {
-			events = []snapshot.TraceRow{}
-		}
+		events = emptyIfNil(events)
 		return f.WriteJSON(struct {
 			File     string              `json:"file"`
 			HasTimes bool                `json:"has_times"`
 			Events   []snapshot.TraceRow `json:"events"`
 		}{o.Path, s.HasTimes, events})
 	}
-	shown := events
-	if o.Limit > 0 && len(shown) > o.Limit {
-		shown = shown[:o.Limit]
-	}
+	shown := firstRows(events, o.Limit)
 	var rows [][]string
 	for _, e := range shown {
 		t := "-"

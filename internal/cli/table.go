@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,7 +52,8 @@ const colGap = 2
 // cellWidth is how many terminal cells s takes.
 func cellWidth(s string) int { return lipgloss.Width(s) }
 
-// truncateCells cuts s to at most n cells, ending in "…" when cut.
+// truncateCells cuts s to at most n cells, ending in "…" when cut; escape
+// sequences in s take no cells and are kept whole.
 func truncateCells(s string, n int) string {
 	if cellWidth(s) <= n {
 		return s
@@ -59,17 +61,7 @@ func truncateCells(s string, n int) string {
 	if n <= 0 {
 		return ""
 	}
-	var b strings.Builder
-	w := 0
-	for _, r := range s {
-		rw := cellWidth(string(r))
-		if w+rw > n-1 {
-			break
-		}
-		b.WriteRune(r)
-		w += rw
-	}
-	return b.String() + "…"
+	return ansi.Truncate(s, n-1, "") + "…"
 }
 
 // layoutColumns decides which columns show and how wide, for a table of

@@ -13,7 +13,6 @@ import (
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/gpu/sim"
 	"github.com/vramguard/vramguard/internal/probe"
-	"github.com/vramguard/vramguard/internal/procfs"
 	"github.com/vramguard/vramguard/internal/runctl"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/users"
@@ -145,11 +144,8 @@ scenario file instead, so you can try it anywhere.`,
 			return runTop(cmd.Context(), f, o)
 		},
 	}
-	addGPUFlags(cmd, &o.GPU.Simulate)
+	o.GPU.addFlags(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&o.GPU.Backend, "gpu-backend", "auto", "GPU backend: auto, nvml, none or sim:PATH")
-	fl.StringVar(&o.GPU.ProcRoot, "proc-root", "", "directory holding proc/ and sys/ (for fixture trees)")
-	_ = fl.MarkHidden("proc-root")
 	fl.BoolVar(&o.Once, "once", false, "print one snapshot and exit")
 	fl.BoolVar(&o.JSON, "json", false, "with --once: print the snapshot as JSON")
 	fl.DurationVar(&o.Interval, "interval", time.Second, "how often to read process lists (at least 1s)")
@@ -195,18 +191,8 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 		return err
 	}
 	hints := runctl.NewHints(f.Home(), f.Getenv)
-	cfg := sampler.Config{
-		Backend:         b,
-		Attributor:      &attrib.Attributor{Src: procSource(b, o.GPU.ProcRoot), Hints: hints, Pods: attrib.NewPodIndex(attrib.PodLogDir(o.GPU.ProcRoot))},
-		ProcessInterval: o.Interval,
-		DeviceInterval:  o.DeviceInterval,
-		Now:             f.Now,
-		Environ:         procfs.FS{Root: o.GPU.ProcRoot}.Environ,
-	}
-	if o.GPU.ProcRoot == "" {
-		// supervised runs are jobs of this machine, on a GPU or not
-		cfg.Runs = hints
-	}
+	cfg := machineSampler(b, procSource(b, o.GPU.ProcRoot), o.GPU.ProcRoot, hints, f.Now)
+	cfg.ProcessInterval, cfg.DeviceInterval = o.Interval, o.DeviceInterval
 	s, err := sampler.New(cfg)
 	if err != nil {
 		return err

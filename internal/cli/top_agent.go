@@ -13,7 +13,6 @@ import (
 
 	"github.com/vramguard/vramguard/internal/agent"
 	"github.com/vramguard/vramguard/internal/attrib"
-	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/probe"
 	"github.com/vramguard/vramguard/internal/sampler"
 	"github.com/vramguard/vramguard/internal/timeline"
@@ -165,12 +164,8 @@ func machineReading(m agent.Machine, seq uint64) sampler.Reading {
 	r := sampler.Reading{Seq: seq, Time: m.Time, ProcessTime: m.Time, Backend: m.Backend, Devices: m.Devices, Dropped: m.Dropped,
 		Attrib: attrib.Result{Jobs: m.Jobs, Vanished: m.Vanished, VanishedBytes: m.VanishedBytes, Scanned: m.Scanned},
 		Judged: map[string]*sampler.Judgement{}}
-	if r.Devices == nil {
-		r.Devices = []gpu.Device{}
-	}
-	if r.Attrib.Jobs == nil {
-		r.Attrib.Jobs = []attrib.Job{}
-	}
+	r.Devices = emptyIfNil(r.Devices)
+	r.Attrib.Jobs = emptyIfNil(r.Attrib.Jobs)
 	for k, v := range m.Verdicts {
 		r.Judged[k] = &sampler.Judgement{Summary: v}
 	}

@@ -47,24 +47,10 @@ func (c topCell) render(plain bool) string {
 	return b.String()
 }
 
-// topWidth is how many terminal cells s takes.
-func topWidth(s string) int { return lipgloss.Width(s) }
-
-// topClip shortens s to at most w cells, ending in … when it cut.
-func topClip(s string, w int) string {
-	if topWidth(s) <= w {
-		return s
-	}
-	if w <= 0 {
-		return ""
-	}
-	return ansi.Truncate(s, w-1, "") + "…"
-}
-
 // fitLine cuts a drawn line to the screen's width (a last resort: the
 // layout keeps lines within it down to very narrow terminals).
 func (sc *topScreen) fitLine(s string) string {
-	if sc.width > 0 && topWidth(s) > sc.width {
+	if sc.width > 0 && cellWidth(s) > sc.width {
 		return ansi.Truncate(s, sc.width-1, "") + "…"
 	}
 	return s
@@ -73,13 +59,13 @@ func (sc *topScreen) fitLine(s string) string {
 // topWrap breaks s at spaces into lines of at most w cells (a word longer
 // than w is broken inside); w <= 0 leaves it whole.
 func topWrap(s string, w int) []string {
-	if w <= 0 || topWidth(s) <= w {
+	if w <= 0 || cellWidth(s) <= w {
 		return []string{s}
 	}
 	var lines []string
 	cur := ""
 	for _, word := range strings.Split(s, " ") {
-		for topWidth(word) > w {
+		for cellWidth(word) > w {
 			if cur != "" {
 				lines, cur = append(lines, cur), ""
 			}
@@ -90,7 +76,7 @@ func topWrap(s string, w int) []string {
 		switch {
 		case cur == "":
 			cur = word
-		case topWidth(cur)+1+topWidth(word) <= w:
+		case cellWidth(cur)+1+cellWidth(word) <= w:
 			cur += " " + word
 		default:
 			lines, cur = append(lines, cur), word
@@ -100,14 +86,14 @@ func topWrap(s string, w int) []string {
 }
 
 func topPadRight(s string, w int) string {
-	if n := w - topWidth(s); n > 0 {
+	if n := w - cellWidth(s); n > 0 {
 		return s + strings.Repeat(" ", n)
 	}
 	return s
 }
 
 func topPadLeft(s string, w int) string {
-	if n := w - topWidth(s); n > 0 {
+	if n := w - cellWidth(s); n > 0 {
 		return strings.Repeat(" ", n) + s
 	}
 	return s

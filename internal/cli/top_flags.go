@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,6 +12,8 @@ import (
 	"github.com/vramguard/vramguard/internal/gpu/backends"
 	"github.com/vramguard/vramguard/internal/gpu/sim"
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/runctl"
+	"github.com/vramguard/vramguard/internal/sampler"
 )
 
 // gpuOptions are the flags every sampling command shares.
@@ -27,6 +30,16 @@ type gpuOptions struct {
 // runs on a machine without a GPU. Pass the result to openGPU.
 func addGPUFlags(cmd *cobra.Command, simulate *string) {
 	cmd.Flags().StringVar(simulate, "simulate", "", "play a GPU scenario file instead of real GPUs (see examples/scenarios/)")
+}
+
+// addFlags adds the flags of a command that watches the machine:
+// --simulate, --gpu-backend and the hidden --proc-root.
+func (o *gpuOptions) addFlags(cmd *cobra.Command) {
+	addGPUFlags(cmd, &o.Simulate)
+	fl := cmd.Flags()
+	fl.StringVar(&o.Backend, "gpu-backend", "auto", "GPU backend: auto, nvml, none or sim:PATH")
+	fl.StringVar(&o.ProcRoot, "proc-root", "", "directory holding proc/ and sys/ (for fixture trees)")
+	_ = fl.MarkHidden("proc-root")
 }
 
 // openGPU opens the backend chosen by simulate (if set) or spec ("" = auto),
@@ -60,6 +73,27 @@ func openGPU(ctx context.Context, simulate, spec string) (b gpu.Backend, note st
 
 // procSource is where attribution reads processes: the /proc under root,
 // with a simulated backend's made-up processes laid over it.
+// machineSampler is the sampler configuration top and serve watch a
+// machine with: b's processes read through src (procSource of procRoot)
+// and attributed with hints (which process is which run) and the pod logs
+// under procRoot, each process's environment read under procRoot; and,
+// when procRoot is this machine's own /proc, hints' supervised runs in
+// progress as jobs whether or not they hold GPU memory. The caller adds
+// its intervals and the rest.
+func machineSampler(b gpu.Backend, src attrib.ProcSource, procRoot string, hints *runctl.Hints, now func() time.Time) sampler.Config {
+	cfg := sampler.Config{
+		Backend:    b,
+		Attributor: &attrib.Attributor{Src: src, Hints: hints, Pods: attrib.NewPodIndex(attrib.PodLogDir(procRoot))},
+		Now:        now,
+		Environ:    procfs.FS{Root: procRoot}.Environ,
+	}
+	if procRoot == "" {
+		// supervised runs are jobs of this machine, on a GPU or not
+		cfg.Runs = hints
+	}
+	return cfg
+}
+
 func procSource(b gpu.Backend, root string) attrib.ProcSource {
 	fs := procfs.FS{Root: root}
 	if s, ok := b.(*sim.Backend); ok {

@@ -98,7 +98,7 @@ func TestTopRankRows(t *testing.T) {
 			if !strings.Contains(line, "rank "+strconv.Itoa(r)) {
 				t.Errorf("width %d: rank %d's row (pid %d) does not say its rank: %q\n%s", width, r, p, line, text)
 			}
-			if w := topWidth(line); w > width {
+			if w := cellWidth(line); w > width {
 				t.Errorf("width %d: a row of %d cells: %q", width, w, line)
 			}
 		}

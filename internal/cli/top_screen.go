@@ -91,8 +91,8 @@ func (sc *topScreen) deviceLines() []string {
 	labelW, nameW, usedW, totalW, utilW := 0, 0, 0, 0, 0
 	utils := make([]string, len(devs))
 	for i, d := range devs {
-		labelW = max(labelW, topWidth(deviceLabel(d)))
-		nameW = max(nameW, topWidth(d.Name))
+		labelW = max(labelW, cellWidth(deviceLabel(d)))
+		nameW = max(nameW, cellWidth(d.Name))
 		usedW = max(usedW, len(units.FormatBytesFixed(d.UsedBytes)))
 		totalW = max(totalW, len(units.FormatBytesFixed(d.TotalBytes)))
 		utils[i] = "util -"
@@ -128,7 +128,7 @@ func (sc *topScreen) deviceLines() []string {
 		var b strings.Builder
 		b.WriteString(topPadRight(deviceLabel(d), labelW) + " ")
 		if name > 0 {
-			b.WriteString(topPadRight(topClip(d.Name, name), name) + " ")
+			b.WriteString(topPadRight(truncateCells(d.Name, name), name) + " ")
 		}
 		b.WriteString("[" + ls.Render(strings.Repeat("█", n)) + st.dim.Render(strings.Repeat("░", bar-n)) + "] ")
 		b.WriteString(topPadLeft(units.FormatBytesFixed(d.UsedBytes), usedW) + " / " + topPadRight(units.FormatBytesFixed(d.TotalBytes), totalW) + " ")

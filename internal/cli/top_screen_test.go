@@ -47,6 +47,20 @@ type topClock struct{ t time.Time }
 
 func (c *topClock) now() time.Time { return c.t }
 
+// topTestReading is the first reading of topScenario over topProcRoot
+// (at the scenario's start, 2025-03-01 12:00 UTC) and the sampler that
+// took it.
+func topTestReading(t *testing.T) (*sampler.Sampler, sampler.Reading) {
+	t.Helper()
+	c := &topClock{t: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+	s := topTestSampler(t, topScenario, topProcRoot(t), c)
+	smp, err := s.Refresh(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, smp
+}
+
 // topTestSampler plays scenario on c's clock, as top does.
 func topTestSampler(t *testing.T, scenario, root string, c *topClock) *sampler.Sampler {
 	t.Helper()
@@ -91,12 +105,7 @@ func screenText(sc *topScreen) []string {
 // terminal, every figure is whole, the columns that leave are always the
 // first ones of the stated drop order, and at 200 columns all of them show.
 func TestTopTableFitsWidth(t *testing.T) {
-	c := &topClock{t: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
-	s := topTestSampler(t, topScenario, topProcRoot(t), c)
-	smp, err := s.Refresh(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, smp := topTestReading(t)
 	figures := []string{"64.0 GiB", "36.0 GiB", "12.0 GiB", "6.0 GiB", "13.6 GiB", "9.0 GiB", "700.0 MiB",
 		"68.5 GiB / 80.0 GiB", "86%", "util 92%", "judging…"}
 	prevShown := len(topColHeads) + 1
@@ -106,7 +115,7 @@ func TestTopTableFitsWidth(t *testing.T) {
 		lines := screenText(sc)
 		text := strings.Join(lines, "\n")
 		for _, l := range lines {
-			if w := topWidth(l); w > width {
+			if w := cellWidth(l); w > width {
 				t.Errorf("width %d: a line of %d cells: %q", width, w, l)
 			}
 		}
@@ -172,7 +181,7 @@ func TestTopOnceFitsColumns(t *testing.T) {
 		}
 		widest := 0
 		for _, l := range strings.Split(text, "\n") {
-			widest = max(widest, topWidth(l))
+			widest = max(widest, cellWidth(l))
 		}
 		if cols == "80" && widest > 80 {
 			t.Errorf("COLUMNS=80: a line of %d cells:\n%s", widest, text)
@@ -226,12 +235,7 @@ func TestGPULabel(t *testing.T) {
 // TestTopGPUColumnMIG: a job on a MIG instance shows GPU:INSTANCE in its
 // row, and the device list names the instance the same way.
 func TestTopGPUColumnMIG(t *testing.T) {
-	c := &topClock{t: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
-	s := topTestSampler(t, topScenario, topProcRoot(t), c)
-	smp, err := s.Refresh(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, smp := topTestReading(t)
 	lines := screenText(topTestScreen(t, &smp, 120, false))
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`^2:0 +945001 +bob +python infer_a\.py`),
@@ -335,12 +339,7 @@ var sgrColor = regexp.MustCompile(`\x1b\[[0-9;]*38;[25];[0-9;]*m`)
 // TestTopColours: load colours on the bars and figures, a shade for dark
 // and one for light backgrounds, none under NO_COLOR (bold stays).
 func TestTopColours(t *testing.T) {
-	c := &topClock{t: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
-	s := topTestSampler(t, topScenario, topProcRoot(t), c)
-	smp, err := s.Refresh(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, smp := topTestReading(t)
 	draw := func(env map[string]string, dark bool) (devs []string, table string) {
 		env["TERM"], env["COLORTERM"] = "xterm-256color", "truecolor"
 		r, color := topRenderer(&bytes.Buffer{}, func(k string) string { return env[k] }, termenv.WithUnsafe())

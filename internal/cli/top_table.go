@@ -128,7 +128,7 @@ func (sc *topScreen) cells(r topRow, devs map[string]gpu.Device) (c [numTopCols]
 		one := []attrib.Process{*p}
 		c = [numTopCols]topCell{
 			colGPU: plainCell(gpuLabel(one, devs)), colPID: plainCell(strconv.Itoa(p.PID)),
-			colUser: plainCell(topClip(p.User, userWidth)),
+			colUser: plainCell(truncateCells(p.User, userWidth)),
 			colJob:  plainCell(procLabel(*p)),
 			colMem:  sc.memCell(p.GPUBytes, one, devs), colSM: sc.smCell(smPercent(one)),
 			colRSS: plainCell(units.FormatBytesFixed(p.RSSBytes)),
@@ -141,7 +141,7 @@ func (sc *topScreen) cells(r topRow, devs map[string]gpu.Device) (c [numTopCols]
 	}
 	c = [numTopCols]topCell{
 		colGPU: plainCell(gpuLabel(j.Processes, devs)), colPID: plainCell(strconv.Itoa(j.RootPID)),
-		colUser: plainCell(topClip(j.User, userWidth)),
+		colUser: plainCell(truncateCells(j.User, userWidth)),
 		colJob:  plainCell(jobLabel(*j) + cut.suffix), colOwner: plainCell(ownerLabel(*j)),
 		colMem: sc.memCell(j.GPUBytes, j.Processes, devs), colSM: sc.smCell(smPercent(j.Processes)),
 		colAlloc: plainCell(topAllocLabel(*j)), colRSS: plainCell(units.FormatBytesFixed(j.RSSBytes)),
@@ -168,18 +168,18 @@ type topLayout struct {
 // leave one by one.
 func (sc *topScreen) layoutTable(indent int, rows [][numTopCols]topCell, cuts []topJobCut, procRow []bool) topLayout {
 	var l topLayout
-	jobsIdeal := topWidth(topColHeads[colJob]) // JOB's width over the jobs' rows alone
-	jobMin := jobMinWidth                      // and the least it takes: a pod's namespace/name stays whole
+	jobsIdeal := cellWidth(topColHeads[colJob]) // JOB's width over the jobs' rows alone
+	jobMin := jobMinWidth                       // and the least it takes: a pod's namespace/name stays whole
 	for _, c := range cuts {
 		if c.short != "" {
-			jobMin = max(jobMin, min(topWidth(c.short+c.suffix), jobPrefWidth))
+			jobMin = max(jobMin, min(cellWidth(c.short+c.suffix), jobPrefWidth))
 		}
 	}
 	for c := range numTopCols {
 		l.show[c] = true
-		l.width[c] = topWidth(topColHeads[c])
+		l.width[c] = cellWidth(topColHeads[c])
 		for i, r := range rows {
-			w := topWidth(r[c].text())
+			w := cellWidth(r[c].text())
 			l.width[c] = max(l.width[c], w)
 			if c == colJob && !procRow[i] {
 				jobsIdeal = max(jobsIdeal, w)
@@ -271,22 +271,22 @@ func (l *topLayout) line(prefix string, c [numTopCols]topCell, cut topJobCut, pl
 		cell := c[col]
 		if col == colJob || col == colOwner {
 			s := cell.text()
-			if topWidth(s) > w && col == colJob {
+			if cellWidth(s) > w && col == colJob {
 				s = strings.TrimSuffix(s, cut.suffix)
 				if cut.short != "" {
 					s = cut.short
 				}
 				keep := ""
-				if w >= topWidth(cut.suffix)+topWidth(s) || w > topWidth(cut.suffix)+4 {
+				if w >= cellWidth(cut.suffix)+cellWidth(s) || w > cellWidth(cut.suffix)+4 {
 					keep = cut.suffix
 				}
-				s = topClip(s, w-topWidth(keep)) + keep
+				s = truncateCells(s, w-cellWidth(keep)) + keep
 			}
-			s = topClip(s, w)
+			s = truncateCells(s, w)
 			cell = plainCell(s)
 		}
 		text := cell.render(plain)
-		gap := w - topWidth(cell.text())
+		gap := w - cellWidth(cell.text())
 		switch {
 		case topColRight[col]:
 			b.WriteString(strings.Repeat(" ", max(gap, 0)) + text)
@@ -382,11 +382,11 @@ func (sc *topScreen) commandLines(indent int, p attrib.Process) []string {
 	label := strings.Repeat(" ", indent+2) + "command: "
 	w := 0
 	if sc.width > 0 {
-		w = max(sc.width-topWidth(label), 10)
+		w = max(sc.width-cellWidth(label), 10)
 	}
 	var out []string
 	for i, s := range topWrap(cmd, w) {
-		l := strings.Repeat(" ", topWidth(label))
+		l := strings.Repeat(" ", cellWidth(label))
 		if i == 0 {
 			l = sc.st.dim.Render(label)
 		}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 	"strconv"
@@ -35,14 +36,10 @@ type topSnapshot struct {
 }
 
 func newSnapshot(smp sampler.Reading, note, sortBy, filter string, group bool) topSnapshot {
-	devs := smp.Devices
-	if devs == nil {
-		devs = []gpu.Device{}
-	}
 	snap := topSnapshot{
-		Time: smp.Time, Backend: smp.Backend, Note: note, Devices: devs,
+		Time: smp.Time, Backend: smp.Backend, Note: note, Devices: emptyIfNil(smp.Devices),
 		Jobs:     arrangeJobs(smp.Attrib.Jobs, sortBy, filter, group),
-		Vanished: nonNilProcs(smp.Attrib.Vanished), VanishedBytes: smp.Attrib.VanishedBytes,
+		Vanished: emptyIfNil(smp.Attrib.Vanished), VanishedBytes: smp.Attrib.VanishedBytes,
 		Dropped: smp.Dropped, Scanned: smp.Attrib.Scanned, TookMS: float64(smp.Took.Microseconds()) / 1000,
 		Verdicts: map[string]monitor.Summary{},
 	}
@@ -54,11 +51,13 @@ func newSnapshot(smp sampler.Reading, note, sortBy, filter string, group bool) t
 	return snap
 }
 
-func nonNilProcs(p []gpu.Process) []gpu.Process {
-	if p == nil {
-		return []gpu.Process{}
+// emptyIfNil is s, or an empty slice when s is nil: JSON shows a list
+// with nothing in it as [], never null.
+func emptyIfNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
 	}
-	return p
+	return s
 }
 
 var sortKeys = []string{"gpu", "rss", "pid", "name"}
@@ -87,28 +86,25 @@ type sortKey struct {
 }
 
 func (x sortKey) less(y sortKey, sortBy string) bool {
-	switch sortBy {
-	case "rss":
-		if x.rss != y.rss {
-			return x.rss > y.rss
-		}
-	case "name":
-		if x.name != y.name {
-			return x.name < y.name
-		}
-	case "pid":
-	default:
-		if x.gpu != y.gpu {
-			return x.gpu > y.gpu
-		}
+	if c := x.compare(y, sortBy); c != 0 {
+		return c < 0
 	}
 	return x.pid < y.pid
 }
 
-// topGroup is what orders the groups of a grouped table by the sort key.
-type topGroup struct {
-	gpu, rss uint64
-	pid      int
+// compare orders x and y by sortBy alone (no tie-break): negative when x
+// comes first, 0 when the key does not tell them apart.
+func (x sortKey) compare(y sortKey, sortBy string) int {
+	switch sortBy {
+	case "rss":
+		return cmp.Compare(y.rss, x.rss)
+	case "name":
+		return cmp.Compare(x.name, y.name)
+	case "pid":
+		return cmp.Compare(x.pid, y.pid)
+	default:
+		return cmp.Compare(y.gpu, x.gpu)
+	}
 }
 
 // arrangeJobs filters jobs and sorts them by sortBy, across all of them.
@@ -123,13 +119,15 @@ func arrangeJobs(jobs []attrib.Job, sortBy, filter string, group bool) []attrib.
 			out = append(out, j)
 		}
 	}
-	groups := map[string]*topGroup{}
+	// a group's key: its total GPU memory and RSS, its lowest root PID,
+	// its title
+	groups := map[string]*sortKey{}
 	if group {
 		for i := range out {
 			j := &out[i]
 			g := groups[j.Kind]
 			if g == nil {
-				g = &topGroup{pid: j.RootPID}
+				g = &sortKey{pid: j.RootPID, name: kindTitles[j.Kind]}
 				groups[j.Kind] = g
 			}
 			g.gpu += j.GPUBytes
@@ -140,22 +138,8 @@ func arrangeJobs(jobs []attrib.Job, sortBy, filter string, group bool) []attrib.
 	sort.SliceStable(out, func(a, b int) bool {
 		x, y := &out[a], &out[b]
 		if group && x.Kind != y.Kind {
-			gx, gy := groups[x.Kind], groups[y.Kind]
-			switch sortBy {
-			case "rss":
-				if gx.rss != gy.rss {
-					return gx.rss > gy.rss
-				}
-			case "pid":
-				if gx.pid != gy.pid {
-					return gx.pid < gy.pid
-				}
-			case "name":
-				return kindTitles[x.Kind] < kindTitles[y.Kind]
-			default:
-				if gx.gpu != gy.gpu {
-					return gx.gpu > gy.gpu
-				}
+			if c := groups[x.Kind].compare(*groups[y.Kind], sortBy); c != 0 {
+				return c < 0
 			}
 			return attrib.KindOrder[x.Kind] < attrib.KindOrder[y.Kind]
 		}

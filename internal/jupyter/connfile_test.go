@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 func TestKernelID(t *testing.T) {
@@ -36,27 +37,24 @@ func TestKernelID(t *testing.T) {
 }
 
 func TestReadConnection(t *testing.T) {
-	d := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(d, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	good := write("tmp1.json", `{"shell_port": 5001, "iopub_port": 5002, "ip": "127.0.0.1", "key": "s3cr3t", "transport": "tcp", "signature_scheme": "hmac-sha256"}`)
-	ipc := write("tmp2.json", `{"shell_port": 1, "key": "", "transport": "ipc", "ip": "/tmp/k"}`)
+	d := testbin.WriteTree(t, map[string]string{
+		"tmp1.json":    `{"shell_port": 5001, "iopub_port": 5002, "ip": "127.0.0.1", "key": "s3cr3t", "transport": "tcp", "signature_scheme": "hmac-sha256"}`,
+		"tmp2.json":    `{"shell_port": 1, "key": "", "transport": "ipc", "ip": "/tmp/k"}`,
+		"config.json":  `{"lr": 0.1}`,
+		"notjson.json": `lr = 0.1`,
+		"big.json":     `{"key": "` + strings.Repeat("x", maxConnectionFile) + `"}`,
+	})
 	for _, tt := range []struct {
 		file, key, err string
 	}{
-		{good, "s3cr3t", ""},
-		{ipc, "", ""},
-		{write("config.json", `{"lr": 0.1}`), "", "not a connection file"},
-		{write("notjson.json", `lr = 0.1`), "", "not a connection file"},
-		{write("big.json", `{"key": "`+strings.Repeat("x", maxConnectionFile)+`"}`), "", "larger than"},
-		{filepath.Join(d, "missing.json"), "", "no such file"},
+		{"tmp1.json", "s3cr3t", ""},
+		{"tmp2.json", "", ""},
+		{"config.json", "", "not a connection file"},
+		{"notjson.json", "", "not a connection file"},
+		{"big.json", "", "larger than"},
+		{"missing.json", "", "no such file"},
 	} {
-		c, err := ReadConnection(tt.file)
+		c, err := ReadConnection(filepath.Join(d, tt.file))
 		switch {
 		case tt.err == "" && err != nil:
 			t.Errorf("%s: %v", tt.file, err)

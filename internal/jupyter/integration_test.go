@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -74,32 +73,13 @@ func newLab(t *testing.T) *lab {
 }
 
 func (l *lab) env() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "JUPYTER_") || strings.HasPrefix(k, "VRAMGUARD_") || k == "IPYTHONDIR" || k == "XDG_DATA_HOME" {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, "JUPYTER_DATA_DIR="+l.data, "JUPYTER_RUNTIME_DIR="+l.runtime, "JUPYTER_CONFIG_DIR="+l.config,
-		"JUPYTER_PATH="+l.data, "IPYTHONDIR="+l.ipython, "VRAMGUARD_HOME="+l.home, "JUPYTER_PLATFORM_DIRS=0")
+	return testbin.JupyterLab{Data: l.data, Config: l.config, IPython: l.ipython, Home: l.home}.Environ()
 }
 
 // vg runs vramguard with the lab's environment.
 func (l *lab) vg(args ...string) testbin.Result {
 	l.t.Helper()
 	return testbin.Run(l.t, testbin.Command(l.t, l.env(), l.bin, args...))
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // startServer starts jupyter-server with token auth on a free loopback port
@@ -110,7 +90,7 @@ func (l *lab) startServer() {
 	var b [16]byte
 	rand.Read(b[:])
 	l.token = hex.EncodeToString(b[:])
-	port := freePort(t)
+	port := testbin.FreePort(t)
 	cmd := exec.Command("jupyter-server", "--no-browser", "--allow-root",
 		"--ServerApp.ip=127.0.0.1", "--ServerApp.port="+strconv.Itoa(port), "--ServerApp.port_retries=0",
 		"--ServerApp.token="+l.token, "--ServerApp.root_dir="+l.root,

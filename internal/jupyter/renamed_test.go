@@ -2,7 +2,6 @@ package jupyter_test
 
 import (
 	"context"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,8 +26,12 @@ import (
 //   - kernel actions complete to the kernel id and the notebook.
 func TestRenamedSupervisor(t *testing.T) {
 	l := newLab(t)
-	renamed := filepath.Join(t.TempDir(), "gpu-guard")
-	copyExecutable(t, l.bin, renamed)
+	// the binary under another name, as a site may install it
+	dir := t.TempDir()
+	renamed := filepath.Join(dir, "gpu-guard")
+	if err := os.Rename(testbin.CopyBinary(t, l.bin, dir), renamed); err != nil {
+		t.Fatal(err)
+	}
 	if r := testbin.Run(t, testbin.Command(t, l.env(), renamed, "jupyter", "install", "--user", "--python", python,
 		"--", "--sample-interval", "200ms", "--gpu-backend", "none")); r.Code != 0 {
 		t.Fatalf("jupyter install: exit %d: %s", r.Code, r.Stderr)
@@ -113,23 +116,4 @@ func (l *lab) runName(run string) string {
 	}
 	l.t.Fatalf("runs --json lacks %s", run)
 	return ""
-}
-
-func copyExecutable(t *testing.T, src, dst string) {
-	t.Helper()
-	in, err := os.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
 }
