@@ -1,10 +1,11 @@
 // Package install checks vramguard the way its users install it: the
 // release script (scripts/dist.sh) builds every artifact from this
-// checkout, then the wheel goes into a fresh virtual environment, the .deb
-// into this machine, and the Dockerfile's image is rehearsed. It needs what
-// .ci/run installs (Debian's python3-venv, python3-wheel, python3-ipython,
-// python3-torch, systemd, man-db, bash-completion, and
-// gcc-aarch64-linux-gnu for the arm64 build) and root for dpkg -i.
+// checkout, then the wheel goes into a fresh virtual environment, dpkg
+// installs the .deb into a private install root, and the Dockerfile's
+// image is rehearsed. It needs what .ci/run installs (Debian's
+// python3-venv, python3-wheel, python3-ipython, python3-torch, systemd,
+// man-db, bash-completion, and gcc-aarch64-linux-gnu for the arm64 build)
+// and root for dpkg -i.
 package install
 
 import (
@@ -374,29 +375,51 @@ func lookPath(name string, env []string) (string, error) {
 	return "", exec.ErrNotFound
 }
 
-// The .deb on this machine: dpkg -i, the installed command, unit, man page
-// and completion, then dpkg -r.
+// The .deb, installed by dpkg as on a user's machine: dpkg -i, the
+// installed command, unit, man page and completion, then dpkg -r and
+// --purge. dpkg works on a private install root (debRoot), not on this
+// machine's: its database and lock are the test's own, so two runs of the
+// suite at once (or a vramguard package installed here) do not meet.
 func TestDebianPackage(t *testing.T) {
 	needDist(t)
 	if os.Geteuid() != 0 {
 		t.Fatal("installing the .deb needs root (dpkg -i); run the tests as root, as CI does (.ci/run)")
 	}
-	if st, _ := exec.Command("dpkg-query", "-W", "-f=${Status}", "vramguard").Output(); strings.HasSuffix(string(st), " installed") {
-		t.Fatalf("a vramguard package is already installed on this machine (%s); this test installs and removes its own, so it does not touch that one: remove it first (dpkg -r vramguard)", st)
-	}
 	t.Parallel()
 	deb := only(t, fmt.Sprintf("vramguard_%s_amd64.deb", dist.vars["DEB_VERSION"]))
-	t.Cleanup(func() { _ = exec.Command("dpkg", "--purge", "vramguard").Run() })
+	root := debRoot(t)
+	admin := filepath.Join(root, "var", "lib", "dpkg")
+	dpkg := func(args ...string) testbin.Result {
+		return run(t, nil, "dpkg", append([]string{"--root=" + root}, args...)...)
+	}
+	status := func() string {
+		st, _ := exec.Command("dpkg-query", "--admindir="+admin, "-W", "-f=${Status}", "vramguard").Output()
+		return string(st)
+	}
 	// A slimmed Debian image excludes /usr/share/man from every package
 	// (path-exclude in /etc/dpkg/dpkg.cfg.d); the man pages are part of
 	// what is tested here, so they are put back for this package.
-	must(t, run(t, nil, "dpkg", "--path-include=/usr/share/man/man1/vramguard*", "-i", deb))
-	files := strings.Fields(must(t, run(t, nil, "dpkg-query", "-L", "vramguard")).Stdout)
+	must(t, dpkg("--path-include=/usr/share/man/man1/vramguard*", "-i", deb))
+	if st := status(); st != "install ok installed" {
+		t.Fatalf("after dpkg -i the package is %q", st)
+	}
+	files := strings.Fields(must(t, run(t, nil, "dpkg-query", "--admindir="+admin, "-L", "vramguard")).Stdout)
+	in := func(p string) string { return filepath.Join(root, p) }
+	for _, want := range []string{"/usr/bin/vramguard", "/lib/systemd/system/vramguard.service", "/usr/share/man/man1/vramguard-run.1.gz",
+		"/usr/share/bash-completion/completions/vramguard", "/usr/share/doc/vramguard/README.md"} {
+		if !slices.Contains(files, want) {
+			t.Errorf("dpkg -L vramguard lacks %s", want)
+		}
+		if fi, err := os.Stat(in(want)); err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("%s is not installed: %v", want, err)
+		}
+	}
 
-	checkVersion(t, nil, "/usr/bin/vramguard")
+	bin := in("/usr/bin/vramguard")
+	checkVersion(t, nil, bin)
 	home := t.TempDir()
 	env := withEnv(os.Environ(), "VRAMGUARD_HOME="+home)
-	r := run(t, env, "/usr/bin/vramguard", "doctor", "--json", "--python", testbin.Python())
+	r := run(t, env, bin, "doctor", "--json", "--python", testbin.Python())
 	var rep struct {
 		Checks []struct{ ID, Status string }
 	}
@@ -404,24 +427,26 @@ func TestDebianPackage(t *testing.T) {
 		t.Errorf("vramguard doctor: exit %d, %d checks (%v)\n%s%s", r.Code, len(rep.Checks), err, r.Stdout, r.Stderr)
 	}
 
+	// systemd reads the unit under the install root, its ExecStart
+	// binary too
 	unit := "/lib/systemd/system/vramguard.service"
-	r = run(t, nil, "systemd-analyze", "verify", unit)
+	r = run(t, nil, "systemd-analyze", "verify", "--root="+root, unit)
 	if r.Code != 0 || strings.Contains(r.Stderr, "vramguard") {
-		t.Errorf("systemd-analyze verify %s: exit %d\n%s%s", unit, r.Code, r.Stdout, r.Stderr)
+		t.Errorf("systemd-analyze verify --root=%s %s: exit %d\n%s%s", root, unit, r.Code, r.Stdout, r.Stderr)
 	}
-	if b, _ := os.ReadFile(unit); !bytes.Contains(b, []byte("\nExecStart=/usr/bin/vramguard serve ")) {
+	if b, _ := os.ReadFile(in(unit)); !bytes.Contains(b, []byte("\nExecStart=/usr/bin/vramguard serve ")) {
 		t.Errorf("%s does not start the packaged binary:\n%s", unit, b)
 	}
 
-	man := run(t, withEnv(os.Environ(), "MANPAGER=cat", "MANWIDTH=100"), "man", "vramguard-run")
+	man := run(t, withEnv(os.Environ(), "MANPAGER=cat", "MANWIDTH=100"), "man", "-M", in("/usr/share/man"), "vramguard-run")
 	if man.Code != 0 || !strings.Contains(man.Stdout, "vramguard run [flags] -- COMMAND") || !strings.Contains(man.Stdout, "--restart") {
 		t.Errorf("man vramguard-run: exit %d\n%s%s", man.Code, man.Stdout, man.Stderr)
 	}
 
-	// bash-completion loads the script by the command's name, as an
-	// interactive shell does on the first TAB; completing "vramguard ru"
-	// then asks the installed binary.
-	comp := run(t, nil, "bash", "-c", `source /usr/share/bash-completion/bash_completion
+	// bash-completion loads the script by the command's name from the
+	// root's share directory, as an interactive shell does on the first
+	// TAB; completing "vramguard ru" then asks the installed binary.
+	comp := run(t, withEnv(os.Environ(), "XDG_DATA_DIRS="+in("/usr/share"), "PATH="+in("/usr/bin")+":"+os.Getenv("PATH")), "bash", "-c", `source /usr/share/bash-completion/bash_completion
 _completion_loader vramguard
 complete -p vramguard || exit 1
 COMP_WORDS=(vramguard ru); COMP_CWORD=1; COMP_LINE="vramguard ru"; COMP_POINT=${#COMP_LINE}
@@ -432,12 +457,21 @@ printf 'candidate %s\n' "${COMPREPLY[@]}"`)
 		t.Errorf("bash completion: exit %d\n%s%s", comp.Code, comp.Stdout, comp.Stderr)
 	}
 
-	must(t, run(t, nil, "dpkg", "-r", "vramguard"))
+	// the agent's state (StateDirectory=vramguard) stays on remove and
+	// goes on purge, by the package's postrm run in the root
+	state := in("/var/lib/vramguard/state.db")
+	if err := os.MkdirAll(filepath.Dir(state), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(state, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	must(t, dpkg("-r", "vramguard"))
 	var left []string
 	for _, f := range files {
 		// Directories the package shares with others (/usr/bin, /lib,
 		// a symlink on a merged-/usr system) stay; its own go.
-		fi, err := os.Stat(f)
+		fi, err := os.Stat(in(f))
 		if err == nil && (!fi.IsDir() || strings.Contains(f, "vramguard")) {
 			left = append(left, f)
 		}
@@ -445,10 +479,179 @@ printf 'candidate %s\n' "${COMPREPLY[@]}"`)
 	if len(left) > 0 {
 		t.Errorf("dpkg -r left %v", left)
 	}
-	must(t, run(t, nil, "dpkg", "--purge", "vramguard"))
-	if st, _ := exec.Command("dpkg-query", "-W", "-f=${Status}", "vramguard").Output(); len(st) > 0 && !strings.Contains(string(st), "not-installed") {
+	if st := status(); st != "deinstall ok config-files" {
+		t.Errorf("after dpkg -r the package is %q, want its configuration kept", st)
+	}
+	if _, err := os.Stat(state); err != nil {
+		t.Errorf("dpkg -r removed the agent's state: %v", err)
+	}
+	must(t, dpkg("--purge", "vramguard"))
+	if st := status(); len(st) > 0 && !strings.Contains(st, "not-installed") {
 		t.Errorf("after dpkg --purge the package is %q", st)
 	}
+	if _, err := os.Stat(filepath.Dir(state)); !os.IsNotExist(err) {
+		t.Errorf("dpkg --purge left the agent's state %s (%v)", filepath.Dir(state), err)
+	}
+}
+
+// debRoot makes a private install root for dpkg --root: a database of
+// this machine's installed packages and their files (less any vramguard),
+// so that the .deb's Depends are checked against what is really here; the
+// shell and rm (with the libraries they load) that its maintainer scripts
+// use, since dpkg runs them chrooted into the root; and systemd's units.
+func debRoot(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	admin := filepath.Join(root, "var", "lib", "dpkg")
+	for _, d := range []string{"info", "updates", "triggers"} {
+		if err := os.MkdirAll(filepath.Join(admin, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile("/var/lib/dpkg/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []string
+	for _, st := range strings.Split(string(b), "\n\n") {
+		f := stanza(st)
+		if f["Package"] == "" || f["Package"] == "vramguard" {
+			continue
+		}
+		keep = append(keep, st)
+		// each package's list of files, as here: dpkg then knows the
+		// directories the package shares with others (and keeps them on
+		// remove) as it does on this machine
+		list := f["Package"]
+		if f["Multi-Arch"] == "same" {
+			list += ":" + f["Architecture"]
+		}
+		b, err := os.ReadFile(filepath.Join("/var/lib/dpkg/info", list+".list"))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(admin, "info", list+".list"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(admin, "status"), []byte(strings.Join(keep, "\n\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rm, err := exec.LookPath("rm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the scripts' interpreter, by the path they name; the commands they
+	// run, as PATH finds them
+	for _, p := range []string{"/bin/sh", rm} {
+		paths := []string{p}
+		out, err := exec.Command("ldd", p).Output()
+		if err != nil {
+			t.Fatalf("ldd %s: %v", p, err)
+		}
+		for _, f := range strings.Fields(string(out)) {
+			if filepath.IsAbs(f) {
+				paths = append(paths, f)
+			}
+		}
+		for _, p := range paths {
+			if err := mirror(root, p); err != nil {
+				t.Fatalf("copying %s into the install root: %v", p, err)
+			}
+		}
+	}
+	// systemd's own units, which the package's unit depends on
+	// (sysinit.target), for systemd-analyze verify --root
+	units, err := filepath.EvalSymlinks("/lib/systemd/system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mirror(root, "/lib/systemd/system"); err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(units, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == units {
+			return err
+		}
+		dst := filepath.Join(root, p)
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, dst)
+		case d.IsDir():
+			return os.Mkdir(dst, 0o755)
+		default:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(dst, b, 0o644)
+		}
+	})
+	if err != nil {
+		t.Fatalf("copying systemd's units into the install root: %v", err)
+	}
+	return root
+}
+
+// stanza is the single-line fields of one stanza of dpkg's status file.
+func stanza(s string) map[string]string {
+	f := map[string]string{}
+	for _, l := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(l, ": "); ok && !strings.HasPrefix(l, " ") {
+			f[k] = v
+		}
+	}
+	return f
+}
+
+// mirror copies the file at path p of this machine to the same path under
+// root, with every symbolic link on the way (a merged /usr's /bin, /lib64)
+// made there as it is here and followed.
+func mirror(root, p string) error {
+	dir := "/"
+	parts := strings.Split(strings.TrimPrefix(filepath.Clean(p), "/"), "/")
+	for i, part := range parts {
+		cur := filepath.Join(dir, part)
+		dst := filepath.Join(root, cur)
+		fi, err := os.Lstat(cur)
+		if err != nil {
+			return err
+		}
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(cur)
+			if err != nil {
+				return err
+			}
+			if _, err := os.Lstat(dst); os.IsNotExist(err) {
+				if err := os.Symlink(target, dst); err != nil {
+					return err
+				}
+			}
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(dir, target)
+			}
+			return mirror(root, filepath.Join(append([]string{target}, parts[i+1:]...)...))
+		case fi.IsDir():
+			if err := os.MkdirAll(dst, fi.Mode().Perm()); err != nil {
+				return err
+			}
+		case i == len(parts)-1 && fi.Mode().IsRegular():
+			b, err := os.ReadFile(cur)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(dst, b, fi.Mode().Perm())
+		default:
+			return fmt.Errorf("%s is neither a directory, a link nor a file", cur)
+		}
+		dir = cur
+	}
+	return nil
 }
 
 // The Dockerfile's image, rehearsed by dist.sh (no container engine runs

@@ -116,6 +116,7 @@ func (a *Alerter) step(e *episode, t float64, on, off bool) bool {
 type Forecast struct {
 	ETA, Low, High float64 // seconds from the report's last sample
 	Rate           float64 // bytes/s of the rise it projects
+	StartT         float64 // when that rise began (NaN: not known)
 	Series         Series
 	Limit          float64
 	// Basis says which claim it is: "leak" (the leak verdict's projection),
@@ -141,14 +142,19 @@ func SoonestForecast(r Report) (f Forecast, ok bool) {
 			f = c
 		}
 	}
-	consider(Forecast{ETA: r.OOMETA, Low: r.OOMETALow, High: r.OOMETAHigh, Rate: r.LeakRate, Series: r.Series, Limit: r.Limit,
-		Basis: basis(r), Evidence: r.Evidence, Report: r})
+	// a trend forecast projects the trend's rise, a leak's the leak's
+	own := Forecast{ETA: r.OOMETA, Low: r.OOMETALow, High: r.OOMETAHigh, Rate: r.LeakRate, StartT: r.LeakStartT, Series: r.Series, Limit: r.Limit,
+		Basis: basis(r), Evidence: r.Evidence, Report: r}
+	if own.Basis == "trend" {
+		own.Rate, own.StartT = r.TrendRate, r.TrendStartT
+	}
+	consider(own)
 	if h := r.HostLeak; h != nil {
-		consider(Forecast{ETA: h.OOMETA, Low: h.OOMETALow, High: h.OOMETAHigh, Rate: h.LeakRate, Series: h.Series, Limit: h.Limit,
+		consider(Forecast{ETA: h.OOMETA, Low: h.OOMETALow, High: h.OOMETAHigh, Rate: h.LeakRate, StartT: h.LeakStartT, Series: h.Series, Limit: h.Limit,
 			Basis: "leak", Evidence: h.Evidence, Report: *h})
 	}
 	if w := r.Runway; w != nil {
-		consider(Forecast{ETA: w.ETA, Low: w.ETALow, High: w.ETAHigh, Rate: w.Rate, Series: w.Series, Limit: w.Limit,
+		consider(Forecast{ETA: w.ETA, Low: w.ETALow, High: w.ETAHigh, Rate: w.Rate, StartT: w.SinceT, Series: w.Series, Limit: w.Limit,
 			Basis: "runway", Evidence: []string{w.Evidence}, Report: r})
 	}
 	return f, !math.IsNaN(f.ETA)

@@ -150,6 +150,11 @@ type Report struct {
 	LeakStartT      float64 // when the rise began (change-point estimate)
 	DetectedAtT     float64 // time of the sample at which the online detector first raised it
 
+	// TrendRate is bytes/s of a floor that rises significantly without a
+	// leak verdict (the rise the "trend" OOM forecast projects), and
+	// TrendStartT when that rise began; NaN without such a forecast.
+	TrendRate, TrendStartT float64
+
 	// Runway is the fast forecast from a sustained rise of host memory (runway.go), nil when none stands: its own claim, with its own
 	// evidence, whatever the verdict.
 	Runway *Runway

@@ -13,7 +13,7 @@ import (
 func (d *Detector) Report() Report {
 	nan := math.NaN()
 	r := Report{
-		LeakRate: nan, LeakRatePerStep: nan, LeakStartT: nan, DetectedAtT: nan,
+		LeakRate: nan, LeakRatePerStep: nan, LeakStartT: nan, DetectedAtT: nan, TrendRate: nan, TrendStartT: nan,
 		OOMETA: nan, OOMETALow: nan, OOMETAHigh: nan, Limit: nan,
 		LastT: d.lastT, Samples: d.n, Dropped: d.dropped,
 	}
@@ -96,7 +96,7 @@ func (d *Detector) Report() Report {
 			gpuSeries, gpu.detectedAt))
 	}
 	if d.rss.n > 0 && d.rss.detected {
-		h := Report{LeakRate: nan, LeakRatePerStep: nan, LeakStartT: nan, DetectedAtT: nan,
+		h := Report{LeakRate: nan, LeakRatePerStep: nan, LeakStartT: nan, DetectedAtT: nan, TrendRate: nan, TrendStartT: nan,
 			OOMETA: nan, OOMETALow: nan, OOMETAHigh: nan, Limit: nan, LastT: d.lastT, Samples: d.n}
 		d.leak(&h, d.rss, d.limit, SeriesRSS)
 		h.Advice = []string{"host memory is growing: look for objects copied into DataLoader workers (use numpy arrays or " +
@@ -257,6 +257,7 @@ func (d *Detector) trend(r *Report, k *track, limit, z float64) {
 	}
 	r.Evidence = append(r.Evidence, fmt.Sprintf("%s floor rises %s/s since t=%.0fs (Mann–Kendall Z=%.1f), but not yet steadily or long enough to call it a leak",
 		name, units.FormatBytes(e.slope), start, z))
+	r.TrendRate, r.TrendStartT = e.slope, start
 	d.forecast(r, e, limit, forecastWhat(r.Series, "step peaks (allocated at its highest; the limit is the device less the CUDA context)"))
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -103,30 +104,49 @@ func TestDirWriteRead(t *testing.T) {
 	}
 }
 
-// TestRecorderNamesTheFirstFailure: a run whose one rank only read a
-// peer's failure waits for the first failure's record, which its node
-// writes after a while, and names that rank, its node and the command that
-// tells the whole story; the advice to go and find it is gone.
-func TestRecorderNamesTheFirstFailure(t *testing.T) {
-	d := Dir(t.TempDir())
-	rec := &Recorder{Dir: d, Group: "4242", RunID: "run-a", Host: "n1", Wait: 5 * time.Second}
+// fakeClock is a Recorder's clock: each Sleep moves it on by the time
+// asked and counts the reads of the group's records it separates;
+// atSleep runs after the nth Sleep (what another node does meanwhile).
+type fakeClock struct {
+	mu      sync.Mutex
+	t       time.Time
+	sleeps  int
+	atSleep func(n int)
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.sleeps++
+	n := c.sleeps
+	c.mu.Unlock()
+	if c.atSleep != nil {
+		c.atSleep(n)
+	}
+}
+
+// peerFailedRun is an ended attempt whose one rank (0, on n1) only read a
+// peer's failure.
+func peerFailedRun(group string, at time.Time) *postmortem.Postmortem {
 	pm := &postmortem.Postmortem{Verdict: diagnose.Verdict{Reason: diagnose.PeerFailed, Summary: "every rank of the job ended because another rank failed",
 		Advice: []string{"Find the rank that failed first: on another node, its own run (`vramguard explain` there); here, read every rank's log (`vramguard logs RUN`).", "keep"}}}
-	m0 := member("4242", 0, "n1", ranks.FailureConsequence, time.Now())
+	m0 := member(group, 0, "n1", ranks.FailureConsequence, at)
 	m0.Rank.FailedAt = m0.FailedAt
 	m0.Rank.Failure = m0.Failure
 	pm.Ranks = []ranks.Rank{m0.Rank}
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		m3 := member("4242", 3, "n2", ranks.FailureExternal, time.Now().Add(-time.Second))
-		m3.Summary = "the job was killed with SIGKILL"
-		d.Write(m3)
-	}()
-	start := time.Now()
-	rec.Ended(context.Background(), pm)
-	if el := time.Since(start); el < 250*time.Millisecond || el > 4*time.Second {
-		t.Errorf("Ended returned after %s: it should wait for the record (300 ms), no longer", el)
-	}
+	return pm
+}
+
+// checkNamesRank3 checks pm names rank 3 on n2, the first failure of
+// group 4242, as its root cause, in its summary, advice and evidence.
+func checkNamesRank3(t *testing.T, d Dir, pm *postmortem.Postmortem) {
+	t.Helper()
 	if pm.RootCause == nil || pm.RootCause.Rank != 3 || pm.RootCause.Node != "n2" {
 		t.Fatalf("root cause %+v, want rank 3 on n2", pm.RootCause)
 	}
@@ -146,21 +166,123 @@ func TestRecorderNamesTheFirstFailure(t *testing.T) {
 	}
 }
 
-// TestRecorderNoRecord: with no first failure recorded within Wait, the
-// run says so and where the whole story is, after Wait and no later.
-func TestRecorderNoRecord(t *testing.T) {
-	d := Dir(t.TempDir())
-	rec := &Recorder{Dir: d, Group: "job 7", RunID: "run-a", Host: "n1", Wait: 400 * time.Millisecond}
-	m0 := member("job 7", 0, "n1", ranks.FailureConsequence, time.Now())
-	m0.Rank.Failure = m0.Failure
-	pm := &postmortem.Postmortem{Verdict: diagnose.Verdict{Reason: diagnose.PeerFailed}, Ranks: []ranks.Rank{m0.Rank}}
-	start := time.Now()
-	rec.Ended(context.Background(), pm)
-	if el := time.Since(start); el < 400*time.Millisecond || el > 3*time.Second {
-		t.Errorf("Ended returned after %s, want the 400 ms it may wait", el)
+func rank3Record(at time.Time) ranks.Member {
+	m3 := member("4242", 3, "n2", ranks.FailureExternal, at.Add(-time.Second))
+	m3.Summary = "the job was killed with SIGKILL"
+	return m3
+}
+
+// TestRecorderNamesTheFirstFailure: a run whose one rank only read a
+// peer's failure waits for the first failure's record, which its node
+// writes after a while, and names that rank, its node and the command that
+// tells the whole story; the advice to go and find it is gone. It reads
+// the records again every pollEvery, and stops at the first read that
+// finds the record: the reads are counted on a fake clock, so how busy
+// the machine is cannot change the outcome.
+func TestRecorderNamesTheFirstFailure(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		wait       time.Duration
+		writeAfter int // the record is written after this many sleeps (0: before Ended)
+		wantSleeps int
+	}{
+		{"already there", 5 * time.Second, 0, 0},
+		{"after one read", 5 * time.Second, 1, 1},
+		{"after three reads", 5 * time.Second, 3, 3},
+		{"at the last read", time.Second, 5, 5},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Dir(t.TempDir())
+			clk := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+			start := clk.t
+			clk.atSleep = func(n int) {
+				if n == tt.writeAfter {
+					if err := d.Write(rank3Record(clk.Now())); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			if tt.writeAfter == 0 {
+				if err := d.Write(rank3Record(start)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rec := &Recorder{Dir: d, Group: "4242", RunID: "run-a", Host: "n1", Wait: tt.wait, Now: clk.Now, Sleep: clk.Sleep}
+			pm := peerFailedRun("4242", start)
+			rec.Ended(context.Background(), pm)
+			if clk.sleeps != tt.wantSleeps {
+				t.Errorf("Ended slept %d times, want %d: it reads until the record is there, no longer", clk.sleeps, tt.wantSleeps)
+			}
+			if el := clk.Now().Sub(start); el != time.Duration(tt.wantSleeps)*pollEvery {
+				t.Errorf("Ended waited %s of its clock, want %s", el, time.Duration(tt.wantSleeps)*pollEvery)
+			}
+			checkNamesRank3(t, d, pm)
+		})
 	}
-	if pm.RootCause != nil || len(pm.Advice) == 0 || !strings.Contains(pm.Advice[0], "`vramguard explain --group 'job 7'`") {
-		t.Errorf("root %v advice %q", pm.RootCause, pm.Advice)
+}
+
+// TestRecorderWaitsOnTheWallClock: with the wall clock (no Now, no
+// Sleep), a record another node writes while the run waits is found.
+// Wait is far longer than the write takes on the busiest machine; nothing
+// here is timed, Ended returns as its read finds the record.
+func TestRecorderWaitsOnTheWallClock(t *testing.T) {
+	d := Dir(t.TempDir())
+	rec := &Recorder{Dir: d, Group: "4242", RunID: "run-a", Host: "n1", Wait: 2 * time.Minute}
+	pm := peerFailedRun("4242", time.Now())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(300 * time.Millisecond)
+		if err := d.Write(rank3Record(time.Now())); err != nil {
+			t.Error(err)
+		}
+	}()
+	rec.Ended(context.Background(), pm)
+	<-done
+	checkNamesRank3(t, d, pm)
+}
+
+// TestRecorderNoRecord: with no first failure recorded within Wait, the
+// run says so and where the whole story is, after reading the records
+// until Wait has passed on its clock and no later; an ended context ends
+// the wait at once.
+func TestRecorderNoRecord(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tt := range []struct {
+		name       string
+		ctx        context.Context
+		wait       time.Duration
+		wantSleeps int
+	}{
+		{"400ms", context.Background(), 400 * time.Millisecond, 2},
+		{"500ms", context.Background(), 500 * time.Millisecond, 3}, // the third read is past the deadline
+		{"default", context.Background(), 0, int(DefaultWait / pollEvery)},
+		{"context ended", cancelled, 400 * time.Millisecond, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Dir(t.TempDir())
+			clk := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+			start := clk.t
+			rec := &Recorder{Dir: d, Group: "job 7", RunID: "run-a", Host: "n1", Wait: tt.wait, Now: clk.Now, Sleep: clk.Sleep}
+			m0 := member("job 7", 0, "n1", ranks.FailureConsequence, start)
+			m0.Rank.Failure = m0.Failure
+			pm := &postmortem.Postmortem{Verdict: diagnose.Verdict{Reason: diagnose.PeerFailed}, Ranks: []ranks.Rank{m0.Rank}}
+			rec.Ended(tt.ctx, pm)
+			if clk.sleeps != tt.wantSleeps {
+				t.Errorf("Ended slept %d times (%s of its clock), want %d", clk.sleeps, clk.Now().Sub(start), tt.wantSleeps)
+			}
+			if pm.RootCause != nil || len(pm.Advice) == 0 || !strings.Contains(pm.Advice[0], "`vramguard explain --group 'job 7'`") {
+				t.Errorf("root %v advice %q", pm.RootCause, pm.Advice)
+			}
+			wait := tt.wait
+			if wait == 0 {
+				wait = DefaultWait
+			}
+			if want := "within " + wait.String(); !strings.Contains(pm.Advice[0], want) {
+				t.Errorf("advice %q does not say %q", pm.Advice[0], want)
+			}
+		})
 	}
 }
 

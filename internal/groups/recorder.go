@@ -29,6 +29,9 @@ type Recorder struct {
 	// Wait bounds the wait for the first failure's record (0: DefaultWait).
 	Wait time.Duration
 	Now  func() time.Time
+	// Sleep waits d between reads of the group's records, or until ctx
+	// ends (nil: the wall clock's). A fake clock replaces Now and Sleep.
+	Sleep func(ctx context.Context, d time.Duration)
 	// Warn hears what could not be written (nil: nothing said).
 	Warn func(error)
 
@@ -40,6 +43,23 @@ func (r *Recorder) now() time.Time {
 		return r.Now()
 	}
 	return time.Now()
+}
+
+// pollEvery is how often a run waiting for the first failure's record
+// reads the group's records again.
+const pollEvery = 200 * time.Millisecond
+
+func (r *Recorder) sleep(ctx context.Context, d time.Duration) {
+	if r.Sleep != nil {
+		r.Sleep(ctx, d)
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 func (r *Recorder) warn(err error) {
@@ -141,10 +161,7 @@ func (r *Recorder) Ended(ctx context.Context, pm *postmortem.Postmortem) {
 		if !r.now().Before(deadline) || ctx.Err() != nil {
 			break
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
-		}
+		r.sleep(ctx, pollEvery)
 	}
 	var advice []string
 	for _, a := range pm.Verdict.Advice {

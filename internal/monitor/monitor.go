@@ -136,7 +136,7 @@ func New(cfg Config, start time.Time) *Monitor {
 		start: start,
 		det:   analyze.NewDetector(*cfg.Detector),
 		al:    analyze.NewAlerter(analyze.AlerterConfig{OOMThresholdS: cfg.OOMWarning.Seconds()}),
-		report: analyze.Report{Verdict: analyze.VerdictInsufficientData, LeakRate: math.NaN(), LeakStartT: math.NaN(),
+		report: analyze.Report{Verdict: analyze.VerdictInsufficientData, LeakRate: math.NaN(), LeakStartT: math.NaN(), TrendRate: math.NaN(), TrendStartT: math.NaN(),
 			DetectedAtT: math.NaN(), OOMETA: math.NaN(), OOMETALow: math.NaN(), OOMETAHigh: math.NaN(), Limit: math.NaN()},
 		lastActivity: start,
 	}
@@ -271,6 +271,14 @@ func (m *Monitor) forecastFinding(r analyze.Report, msg string) *Finding {
 		f := m.finding(r, msg)
 		if ok {
 			f.Basis = fc.Basis
+		}
+		if ok && fc.Basis == "trend" {
+			// no leak verdict: the rate and start are the trend's
+			f.LeakRate = zeroNaN(fc.Rate)
+			if !math.IsNaN(fc.StartT) {
+				f.LeakStartS = round1(fc.StartT)
+				f.LeakStart = m.at(fc.StartT)
+			}
 		}
 		return f
 	}

@@ -2,7 +2,9 @@ package monitor
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
@@ -259,5 +261,61 @@ func TestRunwayForecastIsItsOwnClaim(t *testing.T) {
 	}
 	if s := m.Summary(); s.Leak != nil || s.Forecast == nil {
 		t.Errorf("summary: leak %v forecast %v, want a forecast and no leak", s.Leak, s.Forecast)
+	}
+}
+
+// TestForecastRateWhateverTheSampling: a host series rising linearly to
+// its limit gets an OOM forecast with the rate it rises at and when it
+// began, whichever claim the forecast rests on. A loaded machine slows
+// both the job (its series rises slower on its clock, so the trend test
+// may forecast before the runway does) and the sampling (fewer samples a
+// window): neither may leave the forecast without its rate. The samples
+// are synthetic, their spacing drawn from a seeded generator.
+func TestForecastRateWhateverTheSampling(t *testing.T) {
+	const mib = 1 << 20
+	const limit = 600 * mib
+	for _, tt := range []struct {
+		every float64 // mean seconds between samples (each 0.5 to 1.5 times it)
+		rate  float64 // MiB/s
+		basis string
+	}{
+		{1, 1.3, "runway"}, // a quiet machine
+		{3, 0.5, "runway"},
+		{1, 0.3, "trend"}, // a slow rise: the trend test forecasts first
+		{3, 0.3, "trend"}, // and slow sampling as well
+		{5, 0.3, "trend"},
+	} {
+		t.Run(fmt.Sprintf("every %gs at %g MiB/s", tt.every, tt.rate), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(1))
+			m := New(Config{}, t0)
+			var got *Finding
+			var msg string
+			for x, rss := 0.0, 0.0; rss < limit; x += tt.every * (0.5 + rng.Float64()) {
+				rss = 300*mib + tt.rate*mib*x + 4*mib*rng.Float64()
+				s := timeline.Sample{Attempt: 1, T: t0.Add(time.Duration(x * float64(time.Second))), RSS: uint64(rss), NProcs: 1,
+					Limit: limit, LimitSource: "cgroup", CPUTicks: uint64(x)}
+				for _, e := range m.Observe(&s) {
+					if e.Kind == timeline.KindOOMForecast && got == nil {
+						got, msg = &Finding{}, e.Message
+						if err := json.Unmarshal(e.Data, got); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+			if got == nil {
+				t.Fatal("no forecast before the limit")
+			}
+			want := tt.rate * mib
+			if got.Basis != tt.basis || got.Series != "rss" || math.Abs(got.LeakRate-want) > 0.05*want {
+				t.Errorf("forecast on %s (%s) at %.3f MiB/s, want %s on rss at %g MiB/s: %s", got.Series, got.Basis, got.LeakRate/mib, tt.basis, tt.rate, msg)
+			}
+			if got.LeakStartS < 0 || got.LeakStartS > got.DetectedS || got.LeakStart.Before(t0) {
+				t.Errorf("the rise began at t=%.0fs (%v), the forecast came at t=%.0fs", got.LeakStartS, got.LeakStart, got.DetectedS)
+			}
+			if !strings.Contains(msg, "host memory rising") {
+				t.Errorf("message %q does not say the rate", msg)
+			}
+		})
 	}
 }

@@ -23,9 +23,11 @@ import (
 // process seen before whose parent has PPID 0 (the PID namespace's init,
 // whose exit ends the namespace, or kthreadd, which never exits) keeps its
 // place in the tree, and so do init and kthreadd themselves: those are
-// kernel threads and daemons, most of a big machine's process table. Every
-// other process's stat is read in each scan, so the PPID of every process,
-// and the tree, is as fresh as a full scan's.
+// kernel threads and daemons, most of a big machine's process table. So
+// does a process seen before whose parent, seen before too, the scan read
+// and found living (not a zombie): a parent that has not exited has kept
+// its children. Every other process's stat is read in each scan, so the
+// PPID of every process, and the tree, is as fresh as a full scan's.
 //
 // The stat files of known processes stay open (see statFiles), so Restat is
 // one pread(2). A Table is not safe for concurrent use; Close releases its
@@ -60,8 +62,8 @@ func NewTable(fs FS) *Table {
 
 // Scan lists every process, in ascending order of PID, appending to dst:
 // the stat of every process is read now except for known children of init
-// or kthreadd (and those two), whose stat is the last one read (Fresh tells
-// which).
+// or kthreadd (and those two) and known children of a known parent read
+// living in this scan, whose stat is the last one read (Fresh tells which).
 func (t *Table) Scan(dst []Proc) ([]Proc, error) {
 	t.gen++
 	if err := t.r.pidsInto(t.root); err != nil {
@@ -97,14 +99,22 @@ func (t *Table) Scan(dst []Proc) ([]Proc, error) {
 		}
 	}
 	// Known processes whose parent may have exited are read (the parent
-	// may be a zombie, still listed, with its children reparented).
+	// may be a zombie, still listed, with its children reparented). In PID
+	// order, a parent is usually read before its children: one known from
+	// before whose stat, read in this scan, shows it living has not exited,
+	// so its children keep their place.
 	for _, l := range list {
 		e := t.ents[l.pid]
 		if e == nil || e.read == t.gen || e.p.PPID <= 0 {
 			continue
 		}
-		if pe := t.ents[e.p.PPID]; pe != nil && pe.born != t.gen && pe.p.PPID == 0 {
-			continue // a child of init or kthreadd
+		if pe := t.ents[e.p.PPID]; pe != nil && pe.born != t.gen {
+			if pe.p.PPID == 0 {
+				continue // a child of init or kthreadd
+			}
+			if pe.read == t.gen && living(pe.p.State) {
+				continue // its parent lives
+			}
 		}
 		if t.restat(e) != nil {
 			delete(t.ents, l.pid) // exited since the listing
@@ -118,6 +128,16 @@ func (t *Table) Scan(dst []Proc) ([]Proc, error) {
 		}
 	}
 	return dst, nil
+}
+
+// living reports whether a process in state (stat's third field) has not
+// exited: not a zombie (Z) nor dead (X).
+func living(state string) bool {
+	switch state {
+	case "Z", "X", "x":
+		return false
+	}
+	return true
 }
 
 // Fresh reports whether pid's stat was read in the last scan or since.
