@@ -151,6 +151,9 @@ type decoder struct {
 	off int64
 	// kept is the items plain dicts took, all together (see count)
 	kept int64
+	// listKept is the items lists took as values (not as frames), all
+	// together (see keepListItems)
+	listKept int64
 	// jsonRead is the bytes of a JSON file read so far
 	jsonRead int64
 }
@@ -296,7 +299,9 @@ func (d *decoder) Tuple(items []val) (val, error) {
 
 func (d *decoder) List(items []val) (val, error) {
 	l := &listB{}
-	d.appendItems(l, items)
+	if err := d.appendItems(l, items); err != nil {
+		return val{}, err
+	}
 	return listVal(l), nil
 }
 
@@ -315,8 +320,7 @@ func (d *decoder) Append(t *val, items []val) error {
 	if l == nil {
 		return fmt.Errorf("APPENDS on a %s", t.kindName())
 	}
-	d.appendItems(l, items)
-	return nil
+	return d.appendItems(l, items)
 }
 
 func (d *decoder) AddItems(t *val, items []val) error { return d.Append(t, items) }
@@ -445,8 +449,9 @@ func (v val) kindName() string {
 	return "mark"
 }
 
-// appendItems adds items to l: while every item is a frame, as frames.
-func (d *decoder) appendItems(l *listB, items []val) {
+// appendItems adds items to l: while every item is a frame, as frames
+// (an id each), else as values, counted against what lists keep.
+func (d *decoder) appendItems(l *listB, items []val) error {
 	// the common case, a stack's frames read from the memo: one pass
 	if (l.n == 0 || l.frames) && len(items) > 0 && items[0].k == kTyped && items[0].i == tagFrame {
 		start := len(l.st.ids)
@@ -464,7 +469,7 @@ func (d *decoder) appendItems(l *listB, items []val) {
 		if all {
 			l.st.tab, l.frames = d.tab, true
 			l.n += len(items)
-			return
+			return nil
 		}
 		l.st.ids = l.st.ids[:start]
 	}
@@ -495,14 +500,20 @@ func (d *decoder) appendItems(l *listB, items []val) {
 			}
 			l.frames = true
 			l.n += len(items)
-			return
+			return nil
 		}
 		if l.frames { // frames, then something else: back to plain items
+			if err := d.keepListItems(len(l.st.ids)); err != nil {
+				return err
+			}
 			for _, id := range l.st.ids {
 				l.items = append(l.items, val{p: unsafe.Pointer(d.tab.frames[id]), i: tagFrame, k: kTyped})
 			}
 			l.st.ids, l.frames = nil, false
 		}
+	}
+	if err := d.keepListItems(len(items)); err != nil {
+		return err
 	}
 	if cap(l.items)-len(l.items) < len(items) {
 		// doubled, not append's quarter: a list of millions of items is
@@ -513,6 +524,17 @@ func (d *decoder) appendItems(l *listB, items []val) {
 	}
 	l.items = append(l.items, items...)
 	l.n += len(items)
+	return nil
+}
+
+// keepListItems counts n items lists keep as values against their share
+// of the bytes read (see keptBytesPer).
+func (d *decoder) keepListItems(n int) error {
+	d.listKept += int64(n)
+	if read := d.pos(); d.listKept > keptItemsSlack+read/keptBytesPer {
+		return d.refuse("lists of %d items in all after %d bytes, and a memory snapshot's lists hold records of tens of bytes each", d.listKept, read)
+	}
+	return nil
 }
 
 // key renders a dict key: snapshots key their dicts by str.
@@ -536,11 +558,17 @@ func key(k val) string {
 // allocator_settings', annotations', and dicts set one item at a time until
 // their keys type them) are also bounded all together in proportion to the
 // bytes read: a real snapshot writes each such item in tens of bytes, and a
-// file of many dicts each under maxDictItems is stopped there.
+// file of many dicts each under maxDictItems is stopped there. So are the
+// items lists keep as values (24 bytes each; a stack's frames are kept as
+// ids and not counted): a snapshot's lists hold records (segments, blocks,
+// trace entries, history), each written in 36 bytes or more (the real
+// snapshots of ../shared/corpora and their --export-json forms, whose stack
+// tables are lists of ints, keep one list item per 36 bytes or more), so a
+// list of millions of strings or numbers is refused as it passes its share.
 const (
 	maxDictItems   = 1 << 12
 	keptItemsSlack = 1 << 16
-	keptBytesPer   = 16 // bytes read for each item plain dicts keep
+	keptBytesPer   = 16 // bytes read for each item plain dicts keep, and for each lists keep
 )
 
 // pos is how many bytes of the file the decoder has read.
