@@ -156,6 +156,8 @@ type decoder struct {
 	listKept int64
 	// jsonRead is the bytes of a JSON file read so far
 	jsonRead int64
+	// arena holds the short strings the memo keeps (see Pack)
+	arena [][]byte
 }
 
 // countReader counts the bytes read through it into *n.
@@ -356,6 +358,73 @@ func (d *decoder) PersID(_ val, _ bool) (val, error) { return val{}, d.plain("a 
 func (d *decoder) Ext(_ byte, _ int32) (val, error)  { return val{}, d.plain("an extension code (EXT)") }
 func (d *decoder) NextBuffer(int) (val, error)       { return val{}, d.plain("an out-of-band buffer") }
 func (d *decoder) ReadonlyBuffer(*val) error         { return d.plain("an out-of-band buffer") }
+
+// The memo keeps None, bools, ints of 30 bits and short strings as 4-byte
+// words (pickle.Packer) rather than 24-byte values: a pickler memoises
+// every string it writes, and the snapshot view tells strings apart by
+// their bytes alone. A word's low two bits say what it is: wordInt (the int
+// above them), wordConst (None, False, True) or wordStr (the offset in the
+// arena of the string's length byte and bytes).
+const (
+	wordInt   = 1
+	wordConst = 2
+	wordStr   = 3
+	// arenaChunk is the size of one chunk of the arena: chunks never move,
+	// so a string read back points into one; 1 GiB of them in all (the
+	// 30 bits of an offset), then strings are memoised as values.
+	arenaChunk = 1 << 20
+	maxArena   = 1 << 30
+)
+
+// Pack makes v a memo word when it is a scalar that packs.
+func (d *decoder) Pack(v val) (uint32, bool) {
+	switch v.k {
+	case kNone:
+		return 0<<2 | wordConst, true
+	case kBool:
+		return uint32(1+v.i)<<2 | wordConst, true
+	case kInt:
+		if v.i >= -1<<29 && v.i < 1<<29 {
+			return uint32(int32(v.i))<<2 | wordInt, true
+		}
+	case kStr:
+		n := int(v.i)
+		if n > 255 {
+			return 0, false
+		}
+		c := len(d.arena) - 1
+		if c < 0 || len(d.arena[c])+1+n > arenaChunk {
+			if len(d.arena) >= maxArena/arenaChunk {
+				return 0, false
+			}
+			d.arena = append(d.arena, make([]byte, 0, arenaChunk))
+			c++
+		}
+		off := len(d.arena[c])
+		d.arena[c] = append(append(d.arena[c], byte(n)), v.str()...)
+		return uint32(c*arenaChunk+off)<<2 | wordStr, true
+	}
+	return 0, false
+}
+
+// Unpack is the value of a memo word.
+func (d *decoder) Unpack(w uint32) val {
+	switch w & 3 {
+	case wordInt:
+		return val{k: kInt, i: int64(int32(w) >> 2)}
+	case wordConst:
+		if w>>2 == 0 {
+			return val{k: kNone}
+		}
+		return val{k: kBool, i: int64(w>>2) - 1}
+	}
+	off := int(w >> 2)
+	ch, o := d.arena[off/arenaChunk], off%arenaChunk
+	if ch[o] == 0 {
+		return val{k: kStr}
+	}
+	return val{p: unsafe.Pointer(&ch[o+1]), i: int64(ch[o]), k: kStr}
+}
 
 // Memoized records where a dict is memoised, so that once typed the memo
 // holds its model value.
