@@ -125,8 +125,8 @@ func TestDictKeysAsPython(t *testing.T) {
 	for i := range n {
 		d.Set(int64(i), None{})
 	}
-	if d.wordTab != nil {
-		t.Errorf("a table made for keys that came in order")
+	if d.ix != nil {
+		t.Errorf("an index made for keys that came in order")
 	}
 	for i := n - 1; i >= 0; i-- {
 		d.Set(int64(i), int64(i)*3)
@@ -242,11 +242,14 @@ func TestIntKeysOutOfOrder(t *testing.T) {
 					t.Fatalf("item %d (key %d) is %v, want %d", i, k, d.Val(i), last[k])
 				}
 			}
-			if (d.wordTab != nil) != tc.table || (d.seen != nil) == tc.table {
-				t.Errorf("table %v, bitmap %v; want the table %v", d.wordTab != nil, d.seen != nil, tc.table)
+			if d.ix == nil {
+				t.Fatal("no index made for keys out of order")
 			}
-			if d.repeated != tc.repeated {
-				t.Errorf("repeated %v, want %v", d.repeated, tc.repeated)
+			if (d.ix.tab != nil) != tc.table || (d.ix.seen != nil) == tc.table {
+				t.Errorf("table %v, bitmap %v; want the table %v", d.ix.tab != nil, d.ix.seen != nil, tc.table)
+			}
+			if d.ix.repeated != tc.repeated {
+				t.Errorf("repeated %v, want %v", d.ix.repeated, tc.repeated)
 			}
 			if tc.perKey > 0 && float64(got) > tc.perKey*float64(len(keys)) {
 				t.Errorf("%d keys allocate %d bytes, over %v a key", len(keys), got, tc.perKey)

@@ -43,7 +43,7 @@ type Dict struct {
 	refs       paged[any]    // keys and values that are not small scalars
 	// The positions of the scalar keys, so SETITEM stays O(1). An int
 	// key that packs in a word (most keys of a dict of millions; a bool is
-	// the int it equals, as a Python dict has it) is found in wordTab, an
+	// the int it equals, as a Python dict has it) is found in ix.tab, an
 	// open-addressing table probed as CPython probes a dict (the int is its
 	// own hash, so consecutive keys take consecutive slots); any other int,
 	// a float's bits and a string in a map. Other keys are not
@@ -56,16 +56,23 @@ type Dict struct {
 	// repeats a key, and only at a key seen before (or keys too sparse for
 	// the bitmap) is the table made. The bitmap of a million keys fits a
 	// processor's cache, where the table's slots are a cache miss each.
-	wordTab  []int32 // position+1, 0 for an empty slot
-	seen     []uint64
-	seenLo   int64 // the key of seen's first bit
+	ix       *intIndex // nil while the int keys come in order
 	nWord    int
 	loWord   int32 // the least and the greatest int key
 	hiWord   int32
-	repeated bool // an int key came again: the table from then on
 	intIdx   map[int64]int32
 	floatIdx map[uint64]int32
 	strIdx   map[string]int32
+}
+
+// intIndex finds a dict's int keys that pack once they are out of order:
+// seen, a bitmap of the keys from seenLo, or tab, the table (position+1, 0
+// for an empty slot).
+type intIndex struct {
+	tab      []int32
+	seen     []uint64
+	seenLo   int64
+	repeated bool // an int key came again: the table from then on
 }
 
 // NewDict makes a dict of the items kv (key, value, key, value, ...), a
@@ -158,11 +165,11 @@ func keyWord(k any) (uint32, bool) {
 // wordFind returns the position of the item whose key packs to w, or the
 // empty slot of wordTab where it goes (pos -1).
 func (d *Dict) wordFind(w uint32) (pos, slot int) {
-	mask := uint64(len(d.wordTab) - 1)
+	mask := uint64(len(d.ix.tab) - 1)
 	h := uint64(int64(int32(w) >> 2))
 	perturb := h
 	for i := h & mask; ; {
-		e := d.wordTab[i]
+		e := d.ix.tab[i]
 		if e == 0 {
 			return -1, int(i)
 		}
@@ -192,11 +199,11 @@ func normWord(w uint32) uint32 {
 // probe (the int keys of a dict are distinct), so a grow costs one random
 // write a key, not a read of the key each old slot points at as well.
 func (d *Dict) growWords() {
-	n := max(2*len(d.wordTab), 8)
+	n := max(2*len(d.ix.tab), 8)
 	for 3*(d.nWord+1) > 2*n {
 		n *= 2
 	}
-	d.wordTab = make([]int32, n)
+	d.ix.tab = make([]int32, n)
 	mask := uint64(n - 1)
 	for i := range d.keys.len() {
 		w := normWord(d.keys.at(i))
@@ -206,11 +213,11 @@ func (d *Dict) growWords() {
 		h := uint64(int64(int32(w) >> 2))
 		perturb := h
 		j := h & mask
-		for d.wordTab[j] != 0 {
+		for d.ix.tab[j] != 0 {
 			perturb >>= 5
 			j = (5*j + perturb + 1) & mask
 		}
-		d.wordTab[j] = int32(i + 1)
+		d.ix.tab[j] = int32(i + 1)
 	}
 }
 
@@ -293,32 +300,35 @@ func (d *Dict) set(k, v any) {
 // the bitmap or the table, whichever is in use).
 func (d *Dict) findWord(w uint32) int {
 	x := int32(w) >> 2
-	if d.wordTab == nil && d.seen == nil && (d.nWord == 0 || x > d.hiWord) {
-		return -1 // in order: a new key
+	if d.ix == nil {
+		if d.nWord == 0 || x > d.hiWord {
+			return -1 // in order: a new key
+		}
+		d.ix = &intIndex{}
 	}
-	if d.wordTab == nil && !d.seenHolds(x) || d.wordTab != nil && 3*(d.nWord+1) > 2*len(d.wordTab) {
+	if d.ix.tab == nil && !d.seenHolds(x) || d.ix.tab != nil && 3*(d.nWord+1) > 2*len(d.ix.tab) {
 		d.reindex(x)
 	}
-	if d.seen != nil {
-		b := int64(x) - d.seenLo
-		if d.seen[b>>6]&(1<<(b&63)) == 0 {
-			d.seen[b>>6] |= 1 << (b & 63)
+	if d.ix.seen != nil {
+		b := int64(x) - d.ix.seenLo
+		if d.ix.seen[b>>6]&(1<<(b&63)) == 0 {
+			d.ix.seen[b>>6] |= 1 << (b & 63)
 			return -1
 		}
-		d.repeated = true // a key again: where it is, only the table says
+		d.ix.repeated = true // a key again: where it is, only the table says
 		d.reindex(x)
 	}
 	pos, slot := d.wordFind(w)
 	if pos < 0 {
-		d.wordTab[slot] = int32(d.keys.len() + 1)
+		d.ix.tab[slot] = int32(d.keys.len() + 1)
 	}
 	return pos
 }
 
 // seenHolds says whether the bitmap has a bit for x.
 func (d *Dict) seenHolds(x int32) bool {
-	b := int64(x) - d.seenLo
-	return d.seen != nil && b >= 0 && b < 64*int64(len(d.seen))
+	b := int64(x) - d.ix.seenLo
+	return d.ix.seen != nil && b >= 0 && b < 64*int64(len(d.ix.seen))
 }
 
 // seenPerKey bounds the bitmap: its span of keys (twice the range of the
@@ -335,22 +345,22 @@ func (d *Dict) reindex(x int32) {
 	if d.nWord == 0 {
 		lo, hi = int64(x), int64(x)
 	}
-	if span := hi - lo + 1; !d.repeated && 2*span <= seenPerKey*int64(d.nWord+1)+128 {
+	if span := hi - lo + 1; !d.ix.repeated && 2*span <= seenPerKey*int64(d.nWord+1)+128 {
 		// room on the side the keys grow to: below, when x is the least
 		if x == int32(lo) && d.nWord > 0 {
 			lo = hi + 1 - 2*span
 		}
 		lo &^= 63
-		d.seenLo, d.seen, d.wordTab = lo, make([]uint64, (2*span+127)/64), nil
+		d.ix.seenLo, d.ix.seen, d.ix.tab = lo, make([]uint64, (2*span+127)/64), nil
 		for i := range d.keys.len() {
 			if w := normWord(d.keys.at(i)); w&3 == tagInt {
 				b := int64(int32(w)>>2) - lo
-				d.seen[b>>6] |= 1 << (b & 63)
+				d.ix.seen[b>>6] |= 1 << (b & 63)
 			}
 		}
 		return
 	}
-	d.seen = nil
+	d.ix.seen = nil
 	d.growWords()
 }
 

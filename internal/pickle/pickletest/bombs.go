@@ -137,6 +137,7 @@ func Bombs() []Bomb {
 		{"None MEMOIZE", Flood("", "N\x94", 4_900_000), "4.9 M values memoised, all left on the stack"},
 		{"None MEMOIZE POP", Flood("", "N\x940", 4_900_000), "4.9 M values memoised and popped"},
 		{"EMPTY_LIST MEMOIZE POP", Flood("", "]\x940", 4_900_000), "4.9 M lists memoised and popped"},
+		{"EMPTY_DICT MEMOIZE POP", Flood("", "}\x940", 4_900_000), "4.9 M dicts memoised and popped"},
 		{"dict keys", DictKeys(2_400_000), "one SETITEMS of 2.4 M distinct keys"},
 	}
 }
