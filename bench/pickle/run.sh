@@ -20,8 +20,12 @@ mkdir -p "$WORK"
 go build -o "$WORK/vramguard" ./cmd/vramguard
 vg=$WORK/vramguard
 /usr/bin/python3 - "$WORK" <<'PY'
-import pickle, struct, sys, zipfile, os
+import pickle, random, struct, sys, zipfile, os
 w = sys.argv[1]
+def shuffled(n):
+    k = list(range(n))
+    random.Random(1).shuffle(k)
+    return k
 def flood(first, op, n, tail=b""):
     return b"\x80\x04" + first + op * n + (b"N" if not first else b"") + b"."
 cases = {
@@ -35,6 +39,11 @@ cases = {
     "dict_keys": b"\x80\x02}(" + b"".join(b"J" + struct.pack("<I", i) + b"N" for i in range(2_400_000)) + b"u.",
     # the same keys as CPython writes a dict: SETITEMS in batches of 1000
     "dict_keys_batched": pickle.dumps({i: None for i in range(2_400_000)}, protocol=2),
+    # the same keys shuffled: no key follows the one before it
+    "dict_keys_shuffled": pickle.dumps({i: None for i in shuffled(2_400_000)}, protocol=2),
+    # 2.4 M distinct strings in a list, and memoised and popped
+    "str_list": pickle.dumps([str(i) for i in range(2_400_000)], protocol=4),
+    "str_memoize_pop": b"\x80\x04" + b"".join(b"\x8c" + bytes([len(s)]) + s + b"\x940" for s in (str(i).encode() for i in range(2_400_000))) + b"N.",
 }
 for name, data in cases.items():
     open(os.path.join(w, name + ".pkl"), "wb").write(data)

@@ -6,7 +6,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/vramguard/vramguard/internal/ckpt/ziparc"
 )
 
 // zipAttacks are the fixtures of scripts/gen-zip-fixtures.py: each is read
@@ -32,16 +33,30 @@ var zipAttacks = []struct {
 
 const zipAttackDir = "testdata/zipattack"
 
+// maxZipWork bounds what scanning or inspecting one of the fixtures may
+// allocate and inflate: the bombs inflate to 250 MiB and more, of which a
+// scan reads only the pickle (a few KiB) and never holds a record whole.
+const maxZipWork = 32 << 20
+
+// zipWork runs f and returns what it allocated and what it inflated from
+// zip records.
+func zipWork(f func()) (alloc uint64, inflated int64) {
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	i0 := ziparc.TotalInflated()
+	f()
+	inflated = ziparc.TotalInflated() - i0
+	runtime.ReadMemStats(&m1)
+	return m1.TotalAlloc - m0.TotalAlloc, inflated
+}
+
 func TestZipAttacksScan(t *testing.T) {
 	for _, tc := range zipAttacks {
 		t.Run(tc.file, func(t *testing.T) {
-			var m0, m1 runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&m0)
-			t0 := time.Now()
-			res, err := ScanFile(filepath.Join(zipAttackDir, tc.file))
-			el := time.Since(t0)
-			runtime.ReadMemStats(&m1)
+			var res *ScanResult
+			var err error
+			alloc, inflated := zipWork(func() { res, err = ScanFile(filepath.Join(zipAttackDir, tc.file)) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,42 +72,55 @@ func TestZipAttacksScan(t *testing.T) {
 					t.Errorf("no finding with %q in:\n%s", w, all.String())
 				}
 			}
-			// The bombs inflate to 250 MiB and more; the scan may allocate
-			// a few MiB and take well under a second.
-			if alloc := m1.TotalAlloc - m0.TotalAlloc; alloc > 32<<20 {
-				t.Errorf("scan allocated %d MiB", alloc>>20)
-			}
-			if el > 2*time.Second {
-				t.Errorf("scan took %v", el)
+			t.Logf("%d KiB allocated, %d KiB inflated", alloc>>10, inflated>>10)
+			if alloc > maxZipWork || inflated > maxZipWork {
+				t.Errorf("scan allocated %d KiB and inflated %d KiB, over %d KiB", alloc>>10, inflated>>10, maxZipWork>>10)
 			}
 		})
 	}
 }
 
-// inspect and verify (also --deep) of the bombs stay bounded and say why
-// the file is invalid.
+// inspect and verify (also --deep) of the bombs say why the file is
+// invalid, allocating at most maxZipWork; they inflate at most maxZipWork
+// (the pickle), --deep (which checks every record's CRC-32) at most that
+// and what the deflated records declare, within the archive's inflate
+// budget, never holding a record.
 func TestZipBombsInspectVerify(t *testing.T) {
 	for _, name := range []string{"bomb_overlap.pt", "bomb_single.pt", "deflated_big.pt"} {
+		path := filepath.Join(zipAttackDir, name)
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := f.Stat()
+		a, err := ziparc.Open(f, st.Size(), ziparc.DefaultLimits)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var declared int64
+		for _, e := range a.Entries {
+			if e.Method == 8 {
+				declared += int64(e.Size)
+			}
+		}
 		for _, deep := range []bool{false, true} {
-			var m0, m1 runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&m0)
-			t0 := time.Now()
-			rep, err := Inspect(filepath.Join(zipAttackDir, name), Options{Structure: true, Deep: deep})
-			el := time.Since(t0)
-			runtime.ReadMemStats(&m1)
+			var rep *Report
+			alloc, inflated := zipWork(func() { rep, err = Inspect(path, Options{Structure: true, Deep: deep}) })
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.Valid {
-				t.Errorf("%s deep=%v: valid", name, deep)
+			if rep.Valid || rep.Reason == "" {
+				t.Errorf("%s deep=%v: valid %v, reason %q; want invalid with a reason", name, deep, rep.Valid, rep.Reason)
 			}
-			t.Logf("%s deep=%v: %v, %d KiB allocated: %s", name, deep, el, (m1.TotalAlloc-m0.TotalAlloc)>>10, rep.Reason)
-			if alloc := m1.TotalAlloc - m0.TotalAlloc; alloc > 32<<20 {
-				t.Errorf("%s deep=%v: allocated %d MiB", name, deep, alloc>>20)
+			t.Logf("%s deep=%v: %d KiB allocated, %d KiB inflated of %d KiB declared: %s", name, deep, alloc>>10, inflated>>10, declared>>10, rep.Reason)
+			limit := int64(maxZipWork)
+			if deep {
+				limit = min(maxZipWork+declared, a.InflateBudget())
 			}
-			if el > 2*time.Second {
-				t.Errorf("%s deep=%v: took %v", name, deep, el)
+			if alloc > maxZipWork || inflated > limit {
+				t.Errorf("%s deep=%v: allocated %d KiB (at most %d KiB) and inflated %d KiB (at most %d KiB)",
+					name, deep, alloc>>10, maxZipWork>>10, inflated>>10, limit>>10)
 			}
 		}
 	}

@@ -3,13 +3,35 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/vramguard/vramguard/internal/ckpt/ziparc"
 )
 
+// zipCmdWork bounds what one ckpt command on a zip attack fixture may
+// allocate and inflate: the bombs inflate to 250 MiB and more, of which
+// the command reads the pickle (a few KiB) and never holds a record whole.
+const zipCmdWork = 32 << 20
+
+// runCkptWork is runCkpt, with what the command allocated and what it
+// inflated from zip records.
+func runCkptWork(t *testing.T, args ...string) (code int, stdout, stderr string, alloc uint64, inflated int64) {
+	t.Helper()
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	i0 := ziparc.TotalInflated()
+	code, stdout, stderr = runCkpt(t, args...)
+	inflated = ziparc.TotalInflated() - i0
+	runtime.ReadMemStats(&m1)
+	return code, stdout, stderr, m1.TotalAlloc - m0.TotalAlloc, inflated
+}
+
 // Every zip-level attack fixture (scripts/gen-zip-fixtures.py) fails
-// `ckpt scan` with exit 1 and the finding named on stdout.
+// `ckpt scan` with exit 1 and the finding named on stdout, allocating and
+// inflating at most zipCmdWork.
 func TestCkptScanZipAttacks(t *testing.T) {
 	tests := []struct {
 		file string
@@ -28,8 +50,7 @@ func TestCkptScanZipAttacks(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
-			t0 := time.Now()
-			code, out, errOut := runCkpt(t, "scan", ckptTestdata+"/zipattack/"+tc.file)
+			code, out, errOut, alloc, inflated := runCkptWork(t, "scan", ckptTestdata+"/zipattack/"+tc.file)
 			if code != 1 {
 				t.Errorf("exit %d, want 1\n%s%s", code, out, errOut)
 			}
@@ -38,24 +59,32 @@ func TestCkptScanZipAttacks(t *testing.T) {
 					t.Errorf("stdout lacks %q:\n%s", w, out)
 				}
 			}
-			if el := time.Since(t0); el > 2*time.Second {
-				t.Errorf("took %v", el)
+			if alloc > zipCmdWork || inflated > zipCmdWork {
+				t.Errorf("allocated %d KiB and inflated %d KiB, over %d KiB", alloc>>10, inflated>>10, zipCmdWork>>10)
 			}
 		})
 	}
 }
 
-// inspect and verify (--deep too) fail the bombs quickly with a reason.
+// inspect and verify fail the bombs with exit 1 and a reason, allocating
+// and inflating at most zipCmdWork; verify --deep (every record's CRC-32)
+// inflates at most that and the 250 MiB the one bomb record declares,
+// never holding it.
 func TestCkptZipBombsInspectVerify(t *testing.T) {
 	for _, f := range []string{"bomb_overlap.pt", "bomb_single.pt", "deflated_big.pt"} {
 		for _, args := range [][]string{{"inspect"}, {"verify"}, {"verify", "--deep"}} {
-			t0 := time.Now()
-			code, out, errOut := runCkpt(t, append(args, ckptTestdata+"/zipattack/"+f)...)
-			if code != 1 {
-				t.Errorf("%v %s: exit %d\n%s%s", args, f, code, out, errOut)
+			code, out, errOut, alloc, inflated := runCkptWork(t, append(args, ckptTestdata+"/zipattack/"+f)...)
+			if code != 1 || !strings.Contains(out+errOut, "INVALID") {
+				t.Errorf("%v %s: exit %d, want 1 and the file named invalid\n%s%s", args, f, code, out, errOut)
 			}
-			if el := time.Since(t0); el > 2*time.Second {
-				t.Errorf("%v %s took %v", args, f, el)
+			limit := int64(zipCmdWork)
+			if args[len(args)-1] == "--deep" {
+				limit += 250 << 20
+			}
+			t.Logf("%v %s: %d KiB allocated, %d KiB inflated", args, f, alloc>>10, inflated>>10)
+			if alloc > zipCmdWork || inflated > limit {
+				t.Errorf("%v %s: allocated %d KiB (at most %d KiB) and inflated %d KiB (at most %d KiB)",
+					args, f, alloc>>10, zipCmdWork>>10, inflated>>10, limit>>10)
 			}
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/vramguard/vramguard/internal/pickle/pickletest"
 )
 
 // refDict is a dict as Python keeps it, by a linear search: an int and the
@@ -123,8 +125,8 @@ func TestDictKeysAsPython(t *testing.T) {
 	for i := range n {
 		d.Set(int64(i), None{})
 	}
-	if d.wordTab != nil {
-		t.Errorf("a table made for keys that came in order")
+	if d.ix != nil {
+		t.Errorf("an index made for keys that came in order")
 	}
 	for i := n - 1; i >= 0; i-- {
 		d.Set(int64(i), int64(i)*3)
@@ -159,5 +161,100 @@ func TestMemoPacked(t *testing.T) {
 	got := fmt.Sprint(res.Value)
 	if want := "[{} true false 7 -536870912 536870911 536870912 s]"; got != want {
 		t.Errorf("got %s, want %s", got, want)
+	}
+}
+
+// TestIntKeysOutOfOrder: int keys out of order find the item they repeat,
+// whether the index is the bitmap of a dense range or the table; a range
+// written shuffled costs its keys' and values' words and a bitmap (at most
+// 10 bytes a key in all, where the table alone took 16), and the table is
+// made only for keys too sparse for the bitmap or a key seen twice.
+func TestIntKeysOutOfOrder(t *testing.T) {
+	const n = 1 << 20
+	perm := func(seed int64, f func(int) int64) []int64 {
+		ks := make([]int64, n)
+		for i, p := range rand.New(rand.NewSource(seed)).Perm(n) {
+			ks[i] = f(p)
+		}
+		return ks
+	}
+	ident := func(i int) int64 { return int64(i) }
+	shuffled := perm(1, ident)
+	for _, tc := range []struct {
+		name     string
+		keys     []int64
+		table    bool // the table made, not the bitmap
+		perKey   float64
+		repeated bool
+	}{
+		{"shuffled range", shuffled, false, 10, false},
+		{"shuffled range below zero", perm(2, func(i int) int64 { return -int64(i) - 1 }), false, 10, false},
+		{"descending", func() []int64 {
+			ks := make([]int64, n)
+			for i := range ks {
+				ks[i] = int64(n - i)
+			}
+			return ks
+		}(), false, 10, false},
+		{"in order after one out of order", append([]int64{5, 3}, func() []int64 {
+			ks := make([]int64, n)
+			for i := range ks {
+				ks[i] = int64(6 + i)
+			}
+			return ks
+		}()...), false, 10, false},
+		{"sparse", perm(3, func(i int) int64 { return int64(i) * 100 }), true, 0, false},
+		{"shuffled range, then again", append(append([]int64(nil), shuffled...), perm(4, ident)...), true, 0, true},
+		{"a repeat at the first key out of order", append([]int64{1, 7, 1}, shuffled[:1000]...), true, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keys := make([]any, len(tc.keys))
+			for i, k := range tc.keys {
+				keys[i] = k
+			}
+			if tc.name == "a repeat at the first key out of order" {
+				keys[2] = true // the bool True is the key 1
+			}
+			d := NewDict()
+			got := pickletest.Allocated(func() {
+				for i, k := range keys {
+					d.Set(k, int64(i%200))
+				}
+			})
+			pos := map[int64]int{}
+			var order []int64
+			last := map[int64]int64{}
+			for i, k := range tc.keys {
+				if _, ok := pos[k]; !ok {
+					pos[k] = len(order)
+					order = append(order, k)
+				}
+				last[k] = int64(i % 200)
+			}
+			if d.Len() != len(order) {
+				t.Fatalf("Len %d, want %d", d.Len(), len(order))
+			}
+			for i, k := range order {
+				if kk, _ := d.Key(i).(int64); kk != k && !(k == 1 && d.Key(i) == true) {
+					t.Fatalf("key %d is %v, want %d", i, d.Key(i), k)
+				}
+				if d.Val(i) != any(last[k]) {
+					t.Fatalf("item %d (key %d) is %v, want %d", i, k, d.Val(i), last[k])
+				}
+			}
+			if d.ix == nil {
+				t.Fatal("no index made for keys out of order")
+			}
+			if (d.ix.tab != nil) != tc.table || (d.ix.seen != nil) == tc.table {
+				t.Errorf("table %v, bitmap %v; want the table %v", d.ix.tab != nil, d.ix.seen != nil, tc.table)
+			}
+			if d.ix.repeated != tc.repeated {
+				t.Errorf("repeated %v, want %v", d.ix.repeated, tc.repeated)
+			}
+			if tc.perKey > 0 && float64(got) > tc.perKey*float64(len(keys)) {
+				t.Errorf("%d keys allocate %d bytes, over %v a key", len(keys), got, tc.perKey)
+			}
+			t.Logf("%d keys: %d bytes allocated (%.1f a key)", len(keys), got, float64(got)/float64(len(keys)))
+		})
 	}
 }

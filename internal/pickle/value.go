@@ -43,20 +43,36 @@ type Dict struct {
 	refs       paged[any]    // keys and values that are not small scalars
 	// The positions of the scalar keys, so SETITEM stays O(1). An int
 	// key that packs in a word (most keys of a dict of millions; a bool is
-	// the int it equals, as a Python dict has it) is found in wordTab, an
+	// the int it equals, as a Python dict has it) is found in ix.tab, an
 	// open-addressing table probed as CPython probes a dict (the int is its
 	// own hash, so consecutive keys take consecutive slots); any other int,
 	// a float's bits and a string in a map. Other keys are not
 	// deduplicated, which keeps decoding linear and is what a report needs.
 	// While the int keys come in increasing order (as a dict built in
-	// order is written) none can repeat one before, and wordTab is not
-	// made.
-	wordTab  []int32 // position+1, 0 for an empty slot
+	// order is written) none can repeat one before, and no index is made.
+	// While they are out of order but dense (a range written shuffled, as
+	// a dict built from shuffled keys is), a bitmap of the keys seen, of
+	// at most 4 bytes a key, says whether a key is new: a pickler never
+	// repeats a key, and only at a key seen before (or keys too sparse for
+	// the bitmap) is the table made. The bitmap of a million keys fits a
+	// processor's cache, where the table's slots are a cache miss each.
+	ix       *intIndex // nil while the int keys come in order
 	nWord    int
-	lastWord int32 // the last int key, while wordTab is nil
+	loWord   int32 // the least and the greatest int key
+	hiWord   int32
 	intIdx   map[int64]int32
 	floatIdx map[uint64]int32
 	strIdx   map[string]int32
+}
+
+// intIndex finds a dict's int keys that pack once they are out of order:
+// seen, a bitmap of the keys from seenLo, or tab, the table (position+1, 0
+// for an empty slot).
+type intIndex struct {
+	tab      []int32
+	seen     []uint64
+	seenLo   int64
+	repeated bool // an int key came again: the table from then on
 }
 
 // NewDict makes a dict of the items kv (key, value, key, value, ...), a
@@ -149,11 +165,11 @@ func keyWord(k any) (uint32, bool) {
 // wordFind returns the position of the item whose key packs to w, or the
 // empty slot of wordTab where it goes (pos -1).
 func (d *Dict) wordFind(w uint32) (pos, slot int) {
-	mask := uint64(len(d.wordTab) - 1)
+	mask := uint64(len(d.ix.tab) - 1)
 	h := uint64(int64(int32(w) >> 2))
 	perturb := h
 	for i := h & mask; ; {
-		e := d.wordTab[i]
+		e := d.ix.tab[i]
 		if e == 0 {
 			return -1, int(i)
 		}
@@ -177,29 +193,31 @@ func normWord(w uint32) uint32 {
 }
 
 // growWords makes wordTab room for one more int key (its load stays at
-// most 2/3, as CPython's): doubled, or made from the items when it is first
-// needed.
+// most 2/3, as CPython's): doubled, or made when it is first needed. The
+// table is filled from the keys in their order, not from the old table: the
+// keys are read in sequence and each goes to the first empty slot of its
+// probe (the int keys of a dict are distinct), so a grow costs one random
+// write a key, not a read of the key each old slot points at as well.
 func (d *Dict) growWords() {
-	old := d.wordTab
-	n := max(2*len(old), 8)
+	n := max(2*len(d.ix.tab), 8)
 	for 3*(d.nWord+1) > 2*n {
 		n *= 2
 	}
-	d.wordTab = make([]int32, n)
-	if old == nil {
-		for i := range d.keys.len() {
-			if w := normWord(d.keys.at(i)); w&3 == tagInt {
-				_, s := d.wordFind(w)
-				d.wordTab[s] = int32(i + 1)
-			}
+	d.ix.tab = make([]int32, n)
+	mask := uint64(n - 1)
+	for i := range d.keys.len() {
+		w := normWord(d.keys.at(i))
+		if w&3 != tagInt {
+			continue
 		}
-		return
-	}
-	for _, e := range old {
-		if e != 0 {
-			_, s := d.wordFind(normWord(d.keys.at(int(e - 1))))
-			d.wordTab[s] = e
+		h := uint64(int64(int32(w) >> 2))
+		perturb := h
+		j := h & mask
+		for d.ix.tab[j] != 0 {
+			perturb >>= 5
+			j = (5*j + perturb + 1) & mask
 		}
+		d.ix.tab[j] = int32(i + 1)
 	}
 }
 
@@ -257,22 +275,15 @@ func putIndex[K comparable](m *map[K]int32, k K, n int32) {
 func (d *Dict) set(k, v any) {
 	n := d.keys.len()
 	if w, ok := keyWord(k); ok {
-		if x := int32(w) >> 2; d.wordTab == nil && (d.nWord == 0 || x > d.lastWord) {
-			d.lastWord = x
-			d.nWord++
-			d.keys.append(d.pack(k, 0))
-			d.vals.append(d.pack(v, 0))
-			return
-		}
-		if 3*(d.nWord+1) > 2*len(d.wordTab) {
-			d.growWords()
-		}
-		pos, slot := d.wordFind(w)
-		if pos >= 0 {
+		if pos := d.findWord(w); pos >= 0 {
 			d.vals.set(pos, d.pack(v, d.vals.at(pos)))
 			return
 		}
-		d.wordTab[slot] = int32(n + 1)
+		if x := int32(w) >> 2; d.nWord == 0 {
+			d.loWord, d.hiWord = x, x
+		} else {
+			d.loWord, d.hiWord = min(d.loWord, x), max(d.hiWord, x)
+		}
 		d.nWord++
 	} else if pos, indexed := d.find(k); pos >= 0 {
 		d.vals.set(pos, d.pack(v, d.vals.at(pos)))
@@ -282,6 +293,75 @@ func (d *Dict) set(k, v any) {
 	}
 	d.keys.append(d.pack(k, 0))
 	d.vals.append(d.pack(v, 0))
+}
+
+// findWord returns the position of the item whose int key packs to w, or
+// -1 when there is none: then the key is recorded as the next item's (in
+// the bitmap or the table, whichever is in use).
+func (d *Dict) findWord(w uint32) int {
+	x := int32(w) >> 2
+	if d.ix == nil {
+		if d.nWord == 0 || x > d.hiWord {
+			return -1 // in order: a new key
+		}
+		d.ix = &intIndex{}
+	}
+	if d.ix.tab == nil && !d.seenHolds(x) || d.ix.tab != nil && 3*(d.nWord+1) > 2*len(d.ix.tab) {
+		d.reindex(x)
+	}
+	if d.ix.seen != nil {
+		b := int64(x) - d.ix.seenLo
+		if d.ix.seen[b>>6]&(1<<(b&63)) == 0 {
+			d.ix.seen[b>>6] |= 1 << (b & 63)
+			return -1
+		}
+		d.ix.repeated = true // a key again: where it is, only the table says
+		d.reindex(x)
+	}
+	pos, slot := d.wordFind(w)
+	if pos < 0 {
+		d.ix.tab[slot] = int32(d.keys.len() + 1)
+	}
+	return pos
+}
+
+// seenHolds says whether the bitmap has a bit for x.
+func (d *Dict) seenHolds(x int32) bool {
+	b := int64(x) - d.ix.seenLo
+	return d.ix.seen != nil && b >= 0 && b < 64*int64(len(d.ix.seen))
+}
+
+// seenPerKey bounds the bitmap: its span of keys (twice the range of the
+// keys so far, so it is remade a few times as the range grows, not at each
+// key past its end) is at most 32 bits, 4 bytes, a key.
+const seenPerKey = 32
+
+// reindex remakes the index of the int keys so far, to hold one more, x:
+// a bitmap while they are dense and none came twice, else the table. Both
+// are filled from the keys in their order (the int keys of a dict are
+// distinct): a bitmap bit or a table write a key.
+func (d *Dict) reindex(x int32) {
+	lo, hi := int64(min(d.loWord, x)), int64(max(d.hiWord, x))
+	if d.nWord == 0 {
+		lo, hi = int64(x), int64(x)
+	}
+	if span := hi - lo + 1; !d.ix.repeated && 2*span <= seenPerKey*int64(d.nWord+1)+128 {
+		// room on the side the keys grow to: below, when x is the least
+		if x == int32(lo) && d.nWord > 0 {
+			lo = hi + 1 - 2*span
+		}
+		lo &^= 63
+		d.ix.seenLo, d.ix.seen, d.ix.tab = lo, make([]uint64, (2*span+127)/64), nil
+		for i := range d.keys.len() {
+			if w := normWord(d.keys.at(i)); w&3 == tagInt {
+				b := int64(int32(w)>>2) - lo
+				d.ix.seen[b>>6] |= 1 << (b & 63)
+			}
+		}
+		return
+	}
+	d.ix.seen = nil
+	d.growWords()
 }
 
 // paged is a slice kept in pages of pageLen items: the first grows as a

@@ -151,8 +151,13 @@ type decoder struct {
 	off int64
 	// kept is the items plain dicts took, all together (see count)
 	kept int64
+	// listKept is the items lists took as values (not as frames), all
+	// together (see keepListItems)
+	listKept int64
 	// jsonRead is the bytes of a JSON file read so far
 	jsonRead int64
+	// arena holds the short strings the memo keeps (see Pack)
+	arena [][]byte
 }
 
 // countReader counts the bytes read through it into *n.
@@ -296,7 +301,9 @@ func (d *decoder) Tuple(items []val) (val, error) {
 
 func (d *decoder) List(items []val) (val, error) {
 	l := &listB{}
-	d.appendItems(l, items)
+	if err := d.appendItems(l, items); err != nil {
+		return val{}, err
+	}
 	return listVal(l), nil
 }
 
@@ -315,8 +322,7 @@ func (d *decoder) Append(t *val, items []val) error {
 	if l == nil {
 		return fmt.Errorf("APPENDS on a %s", t.kindName())
 	}
-	d.appendItems(l, items)
-	return nil
+	return d.appendItems(l, items)
 }
 
 func (d *decoder) AddItems(t *val, items []val) error { return d.Append(t, items) }
@@ -352,6 +358,73 @@ func (d *decoder) PersID(_ val, _ bool) (val, error) { return val{}, d.plain("a 
 func (d *decoder) Ext(_ byte, _ int32) (val, error)  { return val{}, d.plain("an extension code (EXT)") }
 func (d *decoder) NextBuffer(int) (val, error)       { return val{}, d.plain("an out-of-band buffer") }
 func (d *decoder) ReadonlyBuffer(*val) error         { return d.plain("an out-of-band buffer") }
+
+// The memo keeps None, bools, ints of 30 bits and short strings as 4-byte
+// words (pickle.Packer) rather than 24-byte values: a pickler memoises
+// every string it writes, and the snapshot view tells strings apart by
+// their bytes alone. A word's low two bits say what it is: wordInt (the int
+// above them), wordConst (None, False, True) or wordStr (the offset in the
+// arena of the string's length byte and bytes).
+const (
+	wordInt   = 1
+	wordConst = 2
+	wordStr   = 3
+	// arenaChunk is the size of one chunk of the arena: chunks never move,
+	// so a string read back points into one; 1 GiB of them in all (the
+	// 30 bits of an offset), then strings are memoised as values.
+	arenaChunk = 1 << 20
+	maxArena   = 1 << 30
+)
+
+// Pack makes v a memo word when it is a scalar that packs.
+func (d *decoder) Pack(v val) (uint32, bool) {
+	switch v.k {
+	case kNone:
+		return 0<<2 | wordConst, true
+	case kBool:
+		return uint32(1+v.i)<<2 | wordConst, true
+	case kInt:
+		if v.i >= -1<<29 && v.i < 1<<29 {
+			return uint32(int32(v.i))<<2 | wordInt, true
+		}
+	case kStr:
+		n := int(v.i)
+		if n > 255 {
+			return 0, false
+		}
+		c := len(d.arena) - 1
+		if c < 0 || len(d.arena[c])+1+n > arenaChunk {
+			if len(d.arena) >= maxArena/arenaChunk {
+				return 0, false
+			}
+			d.arena = append(d.arena, make([]byte, 0, arenaChunk))
+			c++
+		}
+		off := len(d.arena[c])
+		d.arena[c] = append(append(d.arena[c], byte(n)), v.str()...)
+		return uint32(c*arenaChunk+off)<<2 | wordStr, true
+	}
+	return 0, false
+}
+
+// Unpack is the value of a memo word.
+func (d *decoder) Unpack(w uint32) val {
+	switch w & 3 {
+	case wordInt:
+		return val{k: kInt, i: int64(int32(w) >> 2)}
+	case wordConst:
+		if w>>2 == 0 {
+			return val{k: kNone}
+		}
+		return val{k: kBool, i: int64(w>>2) - 1}
+	}
+	off := int(w >> 2)
+	ch, o := d.arena[off/arenaChunk], off%arenaChunk
+	if ch[o] == 0 {
+		return val{k: kStr}
+	}
+	return val{p: unsafe.Pointer(&ch[o+1]), i: int64(ch[o]), k: kStr}
+}
 
 // Memoized records where a dict is memoised, so that once typed the memo
 // holds its model value.
@@ -445,8 +518,9 @@ func (v val) kindName() string {
 	return "mark"
 }
 
-// appendItems adds items to l: while every item is a frame, as frames.
-func (d *decoder) appendItems(l *listB, items []val) {
+// appendItems adds items to l: while every item is a frame, as frames
+// (an id each), else as values, counted against what lists keep.
+func (d *decoder) appendItems(l *listB, items []val) error {
 	// the common case, a stack's frames read from the memo: one pass
 	if (l.n == 0 || l.frames) && len(items) > 0 && items[0].k == kTyped && items[0].i == tagFrame {
 		start := len(l.st.ids)
@@ -464,7 +538,7 @@ func (d *decoder) appendItems(l *listB, items []val) {
 		if all {
 			l.st.tab, l.frames = d.tab, true
 			l.n += len(items)
-			return
+			return nil
 		}
 		l.st.ids = l.st.ids[:start]
 	}
@@ -495,14 +569,20 @@ func (d *decoder) appendItems(l *listB, items []val) {
 			}
 			l.frames = true
 			l.n += len(items)
-			return
+			return nil
 		}
 		if l.frames { // frames, then something else: back to plain items
+			if err := d.keepListItems(len(l.st.ids)); err != nil {
+				return err
+			}
 			for _, id := range l.st.ids {
 				l.items = append(l.items, val{p: unsafe.Pointer(d.tab.frames[id]), i: tagFrame, k: kTyped})
 			}
 			l.st.ids, l.frames = nil, false
 		}
+	}
+	if err := d.keepListItems(len(items)); err != nil {
+		return err
 	}
 	if cap(l.items)-len(l.items) < len(items) {
 		// doubled, not append's quarter: a list of millions of items is
@@ -513,6 +593,17 @@ func (d *decoder) appendItems(l *listB, items []val) {
 	}
 	l.items = append(l.items, items...)
 	l.n += len(items)
+	return nil
+}
+
+// keepListItems counts n items lists keep as values against their share
+// of the bytes read (see keptBytesPer).
+func (d *decoder) keepListItems(n int) error {
+	d.listKept += int64(n)
+	if read := d.pos(); d.listKept > keptItemsSlack+read/keptBytesPer {
+		return d.refuse("lists of %d items in all after %d bytes, and a memory snapshot's lists hold records of tens of bytes each", d.listKept, read)
+	}
+	return nil
 }
 
 // key renders a dict key: snapshots key their dicts by str.
@@ -536,11 +627,17 @@ func key(k val) string {
 // allocator_settings', annotations', and dicts set one item at a time until
 // their keys type them) are also bounded all together in proportion to the
 // bytes read: a real snapshot writes each such item in tens of bytes, and a
-// file of many dicts each under maxDictItems is stopped there.
+// file of many dicts each under maxDictItems is stopped there. So are the
+// items lists keep as values (24 bytes each; a stack's frames are kept as
+// ids and not counted): a snapshot's lists hold records (segments, blocks,
+// trace entries, history), each written in 36 bytes or more (the real
+// snapshots of ../shared/corpora and their --export-json forms, whose stack
+// tables are lists of ints, keep one list item per 36 bytes or more), so a
+// list of millions of strings or numbers is refused as it passes its share.
 const (
 	maxDictItems   = 1 << 12
 	keptItemsSlack = 1 << 16
-	keptBytesPer   = 16 // bytes read for each item plain dicts keep
+	keptBytesPer   = 16 // bytes read for each item plain dicts keep, and for each lists keep
 )
 
 // pos is how many bytes of the file the decoder has read.

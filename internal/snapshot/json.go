@@ -211,7 +211,9 @@ func (j *jsonReader) value(depth int) (val, error) {
 				if l == nil {
 					l = &listB{}
 				}
-				d.appendItems(l, items)
+				if err := d.appendItems(l, items); err != nil {
+					return val{}, err
+				}
 				items = items[:0]
 			}
 			if c, err = j.next(); err != nil {
@@ -233,7 +235,9 @@ func (j *jsonReader) value(depth int) (val, error) {
 		if l == nil {
 			l = &listB{}
 		}
-		d.appendItems(l, items)
+		if err := d.appendItems(l, items); err != nil {
+			return val{}, err
+		}
 		return listVal(l), nil
 	case c == '"':
 		s, err := j.str()

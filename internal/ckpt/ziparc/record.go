@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"sync/atomic"
 )
 
 // DataOffset returns where torch's reader takes e's data from, or why it
@@ -129,6 +130,7 @@ func (r *Record) ReadAt(p []byte, off int64) (int, error) {
 		k, err := io.ReadFull(r.fr, r.win[l:int64(l)+chunk])
 		r.win = r.win[:l+k]
 		r.a.inflated += int64(k)
+		totalInflated.Add(int64(k))
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			r.done = true
 			r.err = fmt.Errorf("record %q inflates to %d bytes, the directory says %d", r.e.Name, r.base+int64(len(r.win)), r.size)
@@ -261,11 +263,20 @@ func (b *budgetReader) Read(p []byte) (int, error) {
 	}
 	n, err := b.r.Read(p)
 	b.a.inflated += int64(n)
+	totalInflated.Add(int64(n))
 	return n, err
 }
 
 // Inflated is how many bytes reads of deflated records have inflated so far.
 func (a *Archive) Inflated() int64 { return a.inflated }
+
+// totalInflated is what every Archive of the process has inflated.
+var totalInflated atomic.Int64
+
+// TotalInflated is how many bytes reads of deflated records have inflated
+// so far in this process, from every Archive: the work a scan or an inspect
+// that opens its archives itself did on them, read before and after it.
+func TotalInflated() int64 { return totalInflated.Load() }
 
 // InflateBudget is how many bytes this archive's deflated records may
 // inflate in all.

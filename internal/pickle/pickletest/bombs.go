@@ -7,6 +7,7 @@ package pickletest
 import (
 	"bytes"
 	"encoding/binary"
+	"math/rand/v2"
 	"runtime"
 )
 
@@ -74,23 +75,46 @@ func DictKeys(n int) []byte {
 // CPython's pickle.dumps(protocol=2) writes it: SETITEMS in batches of 1000,
 // each key in the smallest of BININT1, BININT2 and BININT.
 func DictKeysBatched(n int) []byte {
+	keys := make([]uint32, n)
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	return dictOf(keys)
+}
+
+// DictKeysShuffled is DictKeysBatched of the keys in a shuffled order (a
+// dict built from shuffled keys): no key follows the one before it, so a
+// reader finds each key among all the others.
+func DictKeysShuffled(n int) []byte {
+	keys := make([]uint32, n)
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	r.Shuffle(n, func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	return dictOf(keys)
+}
+
+// dictOf writes a dict of the keys, each to None, as DictKeysBatched.
+func dictOf(keys []uint32) []byte {
 	var b bytes.Buffer
+	n := len(keys)
 	b.WriteString("\x80\x02}q\x00")
-	for i := 0; i < n; i++ {
+	for i, k := range keys {
 		if i%1000 == 0 {
 			b.WriteByte('(')
 		}
 		switch {
-		case i < 1<<8:
+		case k < 1<<8:
 			b.WriteByte('K')
-			b.WriteByte(byte(i))
-		case i < 1<<16:
+			b.WriteByte(byte(k))
+		case k < 1<<16:
 			b.WriteByte('M')
-			b.WriteByte(byte(i))
-			b.WriteByte(byte(i >> 8))
+			b.WriteByte(byte(k))
+			b.WriteByte(byte(k >> 8))
 		default:
 			b.WriteByte('J')
-			le32(&b, uint32(i))
+			le32(&b, k)
 		}
 		b.WriteByte('N')
 		if i%1000 == 999 || i == n-1 {
@@ -113,6 +137,7 @@ func Bombs() []Bomb {
 		{"None MEMOIZE", Flood("", "N\x94", 4_900_000), "4.9 M values memoised, all left on the stack"},
 		{"None MEMOIZE POP", Flood("", "N\x940", 4_900_000), "4.9 M values memoised and popped"},
 		{"EMPTY_LIST MEMOIZE POP", Flood("", "]\x940", 4_900_000), "4.9 M lists memoised and popped"},
+		{"EMPTY_DICT MEMOIZE POP", Flood("", "}\x940", 4_900_000), "4.9 M dicts memoised and popped"},
 		{"dict keys", DictKeys(2_400_000), "one SETITEMS of 2.4 M distinct keys"},
 	}
 }
@@ -123,6 +148,7 @@ func Bombs() []Bomb {
 func Dicts() []Bomb {
 	return []Bomb{
 		{"dict keys batched", DictKeysBatched(2_400_000), "2.4 M distinct keys in SETITEMS batches of 1000: a dict of 2.4 M items"},
+		{"dict keys shuffled", DictKeysShuffled(2_400_000), "the same keys shuffled: each key found among the others"},
 	}
 }
 
