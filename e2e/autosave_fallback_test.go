@@ -178,8 +178,10 @@ print(int(d["objects"]["opt"]["state"][0]["step"]))
 				if c["fallback"] != true || c["fallback_s"] != 2.0 {
 					t.Errorf("the save is not marked as the fallback's: %v", c)
 				}
-				if after < 2*time.Second || after > 5*time.Second {
-					t.Errorf("the fallback saved %v after the warning, want 2 s and the save's time", after)
+				// not before its 2 s; and before the kill (the grace is
+				// what it is for), however long a loaded machine's save takes
+				if after < 2*time.Second || !fi.ModTime().Before(killed) {
+					t.Errorf("the fallback saved %v after the warning, the file written at %v, the kill at %v: want 2 s after the warning and before the kill", after, fi.ModTime(), killed)
 				}
 				line := fmt.Sprintf("%s was saved by the fallback at step %d, ", path, last)
 				if !strings.Contains(ev, line) || !strings.Contains(ev, "before the job ended: no optimizer step came within 2s of the warning") {

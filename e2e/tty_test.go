@@ -71,12 +71,10 @@ func (e *env) onTerminal(args ...string) (*exec.Cmd, *syncBuf) {
 func TestRunOnSilentTerminal(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	start := time.Now()
+	// a query unanswered holds the job 5 s: a run that writes none (below)
+	// holds it for none, whatever the machine's load
 	_, out := e.onTerminal("run", "--", "sh", "-c", "echo job-started; sleep 1")
 	waitFor(t, 20*time.Second, "the job's output on the terminal", func() bool { return strings.Contains(out.String(), "job-started") })
-	if d := time.Since(start); d > 2500*time.Millisecond {
-		t.Errorf("the job's first line reached the terminal after %s: the job was held", d.Round(time.Millisecond))
-	}
 	waitFor(t, 20*time.Second, "the run's end", func() bool { return strings.Contains(out.String(), "finished successfully") })
 	if s := out.String(); strings.Contains(s, "\x1b]11;?") || strings.Contains(s, "\x1b[6n") {
 		t.Errorf("run wrote terminal queries: %q", s)
