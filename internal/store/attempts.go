@@ -83,33 +83,16 @@ func (s *Store) FinishAttempt(ctx context.Context, runID string, n int, end time
 
 // Attempts lists a run's attempts in order.
 func (s *Store) Attempts(ctx context.Context, runID string) ([]*Attempt, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT n,started_at,ended_at,pid,exit_code,reason,log_path,resume_from,verdict FROM attempts WHERE run_id=? ORDER BY n`, runID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*Attempt
-	for rows.Next() {
+	return queryAll(ctx, s.db, "read attempts", func(sc scanner) (*Attempt, error) {
 		a := Attempt{RunID: runID}
 		var started int64
 		var ended, exit sql.NullInt64
 		var verdict string
-		if err := rows.Scan(&a.N, &started, &ended, &a.PID, &exit, &a.Reason, &a.LogPath, &a.ResumeFrom, &verdict); err != nil {
+		if err := sc.Scan(&a.N, &started, &ended, &a.PID, &exit, &a.Reason, &a.LogPath, &a.ResumeFrom, &verdict); err != nil {
 			return nil, err
 		}
-		a.StartedAt = time.UnixMilli(started)
-		if ended.Valid {
-			t := time.UnixMilli(ended.Int64)
-			a.EndedAt = &t
-		}
-		if exit.Valid {
-			e := int(exit.Int64)
-			a.ExitCode = &e
-		}
-		if verdict != "" {
-			a.Verdict = json.RawMessage(verdict)
-		}
-		out = append(out, &a)
-	}
-	return out, rows.Err()
+		a.StartedAt, a.EndedAt, a.ExitCode = time.UnixMilli(started), msTime(ended), intOrNil(exit)
+		a.Verdict = rawJSON(verdict)
+		return &a, nil
+	}, `SELECT n,started_at,ended_at,pid,exit_code,reason,log_path,resume_from,verdict FROM attempts WHERE run_id=? ORDER BY n`, runID)
 }

@@ -24,6 +24,24 @@ func openStore(t *testing.T, dir string) *Store {
 	return s
 }
 
+// atOnce runs try(0) to try(n-1) in n goroutines at once and returns how
+// many returned true.
+func atOnce(n int, try func(i int) bool) int {
+	var wg sync.WaitGroup
+	var won atomic.Int32
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if try(i) {
+				won.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return int(won.Load())
+}
+
 func TestRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, t.TempDir())
@@ -128,30 +146,17 @@ func TestReopenConcurrent(t *testing.T) {
 // TestCreateRunNamed: a name is given to one run only, however many try it
 // at once.
 func TestCreateRunNamed(t *testing.T) {
-	st, err := Open(filepath.Join(t.TempDir(), "v.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, filepath.Join(t.TempDir(), "v.db"))
 	ctx := context.Background()
-	var wg sync.WaitGroup
-	var won atomic.Int32
-	for i := 0; i < 8; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ok, err := st.CreateRunNamed(ctx, &Run{ID: fmt.Sprintf("run-%d", i), Name: "demo", Command: []string{"true"}, Status: StatusRunning, StartedAt: time.Now()})
-			if err != nil {
-				t.Error(err)
-			}
-			if ok {
-				won.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if won.Load() != 1 {
-		t.Errorf("%d runs got the name, want 1", won.Load())
+	won := atOnce(8, func(i int) bool {
+		ok, err := st.CreateRunNamed(ctx, &Run{ID: fmt.Sprintf("run-%d", i), Name: "demo", Command: []string{"true"}, Status: StatusRunning, StartedAt: time.Now()})
+		if err != nil {
+			t.Error(err)
+		}
+		return ok
+	})
+	if won != 1 {
+		t.Errorf("%d runs got the name, want 1", won)
 	}
 	runs, _ := st.Runs(ctx, 100)
 	if len(runs) != 1 {
@@ -208,20 +213,9 @@ func TestGroupSharesName(t *testing.T) {
 		}
 		return ok
 	}
-	var wg sync.WaitGroup
-	var won atomic.Int32
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if create(fmt.Sprintf("task-%d", i), "ranks", "4242") {
-				won.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if won.Load() != 4 {
-		t.Errorf("%d of the job's 4 tasks got its name", won.Load())
+	won := atOnce(4, func(i int) bool { return create(fmt.Sprintf("task-%d", i), "ranks", "4242") })
+	if won != 4 {
+		t.Errorf("%d of the job's 4 tasks got its name", won)
 	}
 	if create("other", "ranks", "4243") || create("plain", "ranks", "") {
 		t.Error("a run of another group, or of none, took the group's name")
