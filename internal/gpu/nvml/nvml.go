@@ -96,8 +96,13 @@ func (b *Backend) begin(ctx context.Context) error {
 	return nil
 }
 
-// handles enumerates GPUs and, where MIG is on, their MIG instances.
+// handles enumerates GPUs and, where MIG is on, their MIG instances; with
+// b.mu held. It fails with ctx's error once ctx is done and with
+// gpu.ErrClosed after Close.
 func (b *Backend) handles(ctx context.Context) ([]handle, error) {
+	if err := b.begin(ctx); err != nil {
+		return nil, err
+	}
 	n, ret := b.lib.DeviceGetCount()
 	if ret != gonvml.SUCCESS {
 		return nil, fmt.Errorf("nvml device count: %v", ret)
@@ -194,9 +199,6 @@ func (b *Backend) readMemory(h gonvml.Device, d *gpu.Device) error {
 func (b *Backend) Devices(ctx context.Context) ([]gpu.Device, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.begin(ctx); err != nil {
-		return nil, err
-	}
 	hs, err := b.handles(ctx)
 	if err != nil {
 		return nil, err
@@ -214,9 +216,6 @@ func (b *Backend) Devices(ctx context.Context) ([]gpu.Device, error) {
 func (b *Backend) Processes(ctx context.Context) ([]gpu.Process, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.begin(ctx); err != nil {
-		return nil, err
-	}
 	hs, err := b.handles(ctx)
 	if err != nil {
 		return nil, err
