@@ -289,8 +289,21 @@ func rankTag(s string) (source string, rank, n int, ok bool) {
 	return inner, rank, n, true
 }
 
+// cutFirst cuts from s what the first of res that matches in it matched,
+// and everything before (each of res is anchored at the start); false, and
+// s as it is, when none matches.
+func cutFirst(s string, res ...*lazyre.RE) (string, bool) {
+	for _, re := range res {
+		if loc := re.FindStringIndex(s); loc != nil {
+			return s[loc[1]:], true
+		}
+	}
+	return s, false
+}
+
 // stripPrefixes removes the prefixes of s, recording what they name in l.
 func stripPrefixes(s string, l *Line) string {
+	var ok bool
 	for range 6 {
 		if s == "" {
 			return s
@@ -302,16 +315,7 @@ func stripPrefixes(s string, l *Line) string {
 				s = s[n:]
 				continue
 			}
-			if loc := reTimestamp.FindStringIndex(s); loc != nil {
-				s = s[loc[1]:]
-				continue
-			}
-			if loc := reLineNumber.FindStringIndex(s); loc != nil {
-				s = s[loc[1]:]
-				continue
-			}
-			if loc := reANSIRemnant.FindStringIndex(s); loc != nil {
-				s = s[loc[1]:]
+			if s, ok = cutFirst(s, reTimestamp, reLineNumber, reANSIRemnant); ok {
 				continue
 			}
 		case c == '(':
@@ -321,8 +325,7 @@ func stripPrefixes(s string, l *Line) string {
 				continue
 			}
 		case c >= '0' && c <= '9', c == ' ':
-			if loc := reTimestamp.FindStringIndex(s); loc != nil {
-				s = s[loc[1]:]
+			if s, ok = cutFirst(s, reTimestamp); ok {
 				continue
 			}
 			if m := reSrunLabel.FindStringSubmatch(s); m != nil {
@@ -345,12 +348,7 @@ func stripPrefixes(s string, l *Line) string {
 				s = s[len(m[0]):]
 				continue
 			}
-			if loc := reSyslogDate.FindStringIndex(s); loc != nil {
-				s = s[loc[1]:]
-				continue
-			}
-			if loc := reLogging.FindStringIndex(s); loc != nil {
-				s = s[loc[1]:]
+			if s, ok = cutFirst(s, reSyslogDate, reLogging); ok {
 				continue
 			}
 		case c >= 'a' && c <= 'z':
