@@ -105,3 +105,14 @@ func WriteTree(t testing.TB, files map[string]string) string {
 	}
 	return root
 }
+
+// WriteFile writes body to the file name in dir with mode perm and returns
+// its path.
+func WriteFile[B string | []byte](t testing.TB, dir, name string, body B, perm os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), perm); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
