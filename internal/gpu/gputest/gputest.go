@@ -58,11 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) Fixture) {
 	})
 	t.Run("DeviceOrderAndMemory", func(t *testing.T) {
 		f := open(t)
-		got, err := f.Backend.Devices(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := CheckDevices(got); err != nil {
+		if err := CheckDevices(listed(t, "Devices", f.Backend.Devices)); err != nil {
 			t.Error(err)
 		}
 	})
@@ -72,11 +68,7 @@ func Run(t *testing.T, open func(t *testing.T) Fixture) {
 		if !reflect.DeepEqual(normalise(got), normalise(f.Processes)) {
 			t.Errorf("Processes:\n got %+v\nwant %+v", got, f.Processes)
 		}
-		devs, err := f.Backend.Devices(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := CheckProcesses(devs, got); err != nil {
+		if err := CheckProcesses(listed(t, "Devices", f.Backend.Devices), got); err != nil {
 			t.Error(err)
 		}
 	})
@@ -98,14 +90,7 @@ func Run(t *testing.T, open func(t *testing.T) Fixture) {
 	})
 	t.Run("FreshSlices", func(t *testing.T) {
 		f := open(t)
-		devs, err := f.Backend.Devices(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		procs, err := f.Backend.Processes(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		devs, procs := listed(t, "Devices", f.Backend.Devices), listed(t, "Processes", f.Backend.Processes)
 		for i := range devs {
 			devs[i].UUID, devs[i].TotalBytes = "scribbled", 1
 		}
