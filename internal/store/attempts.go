@@ -22,19 +22,17 @@ func (s *Store) AttemptReasons(ctx context.Context, ids []string) (map[string][]
 	for i, id := range ids {
 		args[i] = id
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT run_id, reason FROM attempts WHERE run_id IN (?`+strings.Repeat(`,?`, len(ids)-1)+`) ORDER BY run_id, n`, args...)
+	rows, err := queryAll(ctx, s.db, "read attempts", func(sc scanner) (r [2]string, err error) {
+		err = sc.Scan(&r[0], &r[1])
+		return r, err
+	}, `SELECT run_id, reason FROM attempts WHERE run_id IN (?`+strings.Repeat(`,?`, len(ids)-1)+`) ORDER BY run_id, n`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read attempts: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id, reason string
-		if err := rows.Scan(&id, &reason); err != nil {
-			return nil, err
-		}
-		out[id] = append(out[id], reason)
+	for _, r := range rows { // run id, reason
+		out[r[0]] = append(out[r[0]], r[1])
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Attempt is one start of a run's command.

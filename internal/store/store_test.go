@@ -119,24 +119,17 @@ func TestRoundTrip(t *testing.T) {
 // TestReopen checks migrations are idempotent and data survives.
 func TestReopenConcurrent(t *testing.T) {
 	dir := t.TempDir()
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s, err := Open(dir)
-			if err != nil {
-				errs <- err
-				return
-			}
-			s.Close()
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
+	opened := atOnce(4, func(int) bool {
+		s, err := Open(dir)
+		if err != nil {
+			t.Error(err)
+			return false
+		}
+		s.Close()
+		return true
+	})
+	if opened != 4 {
+		t.Errorf("%d of 4 concurrent opens succeeded", opened)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "vramguard.db")); err != nil {
 		t.Fatal(err)
