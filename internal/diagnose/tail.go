@@ -308,7 +308,16 @@ func stripPrefixes(s string, l *Line) string {
 		if s == "" {
 			return s
 		}
-		switch c := s[0]; {
+		c := s[0]
+		upper, lower := c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z'
+		if upper || lower {
+			if name, n, ok := composeName(s); ok {
+				l.Source = name
+				s = s[n:]
+				continue
+			}
+		}
+		switch {
 		case c == '[':
 			if src, rank, n, ok := rankTag(s); ok {
 				l.Source, l.Rank = src, rank
@@ -334,12 +343,7 @@ func stripPrefixes(s string, l *Line) string {
 				s = s[len(m[0]):]
 				continue
 			}
-		case c >= 'A' && c <= 'Z':
-			if name, n, ok := composeName(s); ok {
-				l.Source = name
-				s = s[n:]
-				continue
-			}
+		case upper:
 			if m := reJournald.FindStringSubmatch(s); m != nil {
 				l.Source = m[1] + " " + m[2]
 				if m[3] != "" {
@@ -351,12 +355,7 @@ func stripPrefixes(s string, l *Line) string {
 			if s, ok = cutFirst(s, reSyslogDate, reLogging); ok {
 				continue
 			}
-		case c >= 'a' && c <= 'z':
-			if name, n, ok := composeName(s); ok {
-				l.Source = name
-				s = s[n:]
-				continue
-			}
+		case lower:
 			if host, n, ok := pdshHost(s); ok {
 				l.Source = host
 				s = s[n:]
