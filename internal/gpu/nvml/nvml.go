@@ -28,10 +28,10 @@ const notAvailable = ^uint64(0)
 type Backend struct {
 	lib gonvml.Interface
 
-	mu      sync.Mutex
-	closed  bool
-	noV2    bool // the driver lacks nvmlDeviceGetMemoryInfo_v2
-	dropped gpu.DropCounts
+	mu     sync.Mutex
+	closed bool
+	noV2   bool        // the driver lacks nvmlDeviceGetMemoryInfo_v2
+	drops  gpu.DropLog // Dropped: what the latest Processes dropped
 	// lastSeen is, per device UUID, the newest per-process utilisation
 	// sample timestamp (µs) already read, so each call asks NVML only for
 	// newer samples; util keeps the latest sample per PID.
@@ -237,7 +237,7 @@ func (b *Backend) Processes(ctx context.Context) ([]gpu.Process, error) {
 		raw = append(raw, ps...)
 	}
 	kept, dropped := gpu.Sanitize(devs, raw)
-	b.dropped = dropped
+	b.drops.Set(dropped)
 	pos := make(map[string]int, len(devs))
 	for i, d := range devs {
 		pos[d.UUID] = i
@@ -322,11 +322,7 @@ func (b *Backend) processUtil(h handle) map[uint32]gonvml.ProcessUtilizationSamp
 }
 
 // Dropped implements gpu.Dropper.
-func (b *Backend) Dropped() gpu.DropCounts {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.dropped
-}
+func (b *Backend) Dropped() gpu.DropCounts { return b.drops.Dropped() }
 
 // Close shuts NVML down. A second Close returns nil.
 func (b *Backend) Close() error {
