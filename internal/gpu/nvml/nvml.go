@@ -203,11 +203,16 @@ func (b *Backend) Devices(ctx context.Context) ([]gpu.Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	return devicesOf(hs), nil
+}
+
+// devicesOf is the devices of hs, in their order.
+func devicesOf(hs []handle) []gpu.Device {
 	out := make([]gpu.Device, len(hs))
 	for i, h := range hs {
 		out[i] = h.dev
 	}
-	return out, nil
+	return out
 }
 
 // Processes implements gpu.Backend: compute and graphics processes of every
@@ -220,10 +225,9 @@ func (b *Backend) Processes(ctx context.Context) ([]gpu.Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	devs := make([]gpu.Device, len(hs))
+	devs := devicesOf(hs)
 	var raw []gpu.Process
-	for i, h := range hs {
-		devs[i] = h.dev
+	for _, h := range hs {
 		if h.hasMIG {
 			continue
 		}
