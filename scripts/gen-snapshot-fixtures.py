@@ -377,28 +377,19 @@ class cxx_pickle:
             for x in v:
                 self.dump(x)
             self.out += b"t"
-        elif isinstance(v, list):
+        elif isinstance(v, (list, dict)):
             if id(v) in self.memo_ids:
                 self.get(self.memo_ids[id(v)][0])
                 return
-            self.out += b"]"
+            # EMPTY_LIST, MARK, the items, APPENDS; EMPTY_DICT, MARK, the
+            # keys and values in turn, SETITEMS
+            is_list = isinstance(v, list)
+            self.out += b"]" if is_list else b"}"
             if v:
                 self.out += b"("
-                for x in v:
+                for x in v if is_list else (y for kv in v.items() for y in kv):
                     self.dump(x)
-                self.out += b"e"
-            self.memo_ids[id(v)] = (self.put(), v)
-        elif isinstance(v, dict):
-            if id(v) in self.memo_ids:
-                self.get(self.memo_ids[id(v)][0])
-                return
-            self.out += b"}"
-            if v:
-                self.out += b"("
-                for k, x in v.items():
-                    self.dump(k)
-                    self.dump(x)
-                self.out += b"u"
+                self.out += b"e" if is_list else b"u"
             self.memo_ids[id(v)] = (self.put(), v)
         else:
             raise TypeError(type(v))

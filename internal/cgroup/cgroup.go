@@ -79,28 +79,29 @@ func (r Reader) MemoryOf(pid int) (Memory, error) {
 	return ReadMemory(dir, v)
 }
 
-// ReadMemory reads a memory cgroup directory of the given version.
+// memoryFiles names, for each cgroup version, the files of a memory
+// cgroup that Memory is read from.
+var memoryFiles = map[int]struct{ usage, limit, peak, events string }{
+	1: {"memory.usage_in_bytes", "memory.limit_in_bytes", "memory.max_usage_in_bytes", "memory.oom_control"},
+	2: {"memory.current", "memory.max", "memory.peak", "memory.events"},
+}
+
+// ReadMemory reads a memory cgroup directory of the given version. Only
+// the usage must be readable; a limit, peak or OOM kill count that is not
+// is zero.
 func ReadMemory(dir string, version int) (Memory, error) {
 	m := Memory{Version: version, Path: dir}
-	var err error
-	switch version {
-	case 1:
-		if m.Usage, err = readUint(filepath.Join(dir, "memory.usage_in_bytes")); err != nil {
-			return m, err
-		}
-		m.Limit, _ = memoryLimit(filepath.Join(dir, "memory.limit_in_bytes"))
-		m.Peak, _ = readUint(filepath.Join(dir, "memory.max_usage_in_bytes"))
-		m.OOMKills = keyed(filepath.Join(dir, "memory.oom_control"), "oom_kill")
-	case 2:
-		if m.Usage, err = readUint(filepath.Join(dir, "memory.current")); err != nil {
-			return m, err
-		}
-		m.Limit, _ = memoryLimit(filepath.Join(dir, "memory.max"))
-		m.Peak, _ = readUint(filepath.Join(dir, "memory.peak"))
-		m.OOMKills = keyed(filepath.Join(dir, "memory.events"), "oom_kill")
-	default:
+	f, ok := memoryFiles[version]
+	if !ok {
 		return m, fmt.Errorf("unknown cgroup version %d", version)
 	}
+	var err error
+	if m.Usage, err = readUint(filepath.Join(dir, f.usage)); err != nil {
+		return m, err
+	}
+	m.Limit, _ = memoryLimit(filepath.Join(dir, f.limit))
+	m.Peak, _ = readUint(filepath.Join(dir, f.peak))
+	m.OOMKills = keyed(filepath.Join(dir, f.events), "oom_kill")
 	return m, nil
 }
 

@@ -110,13 +110,24 @@ func mkdirUnique(parent, name string) (string, error) {
 	return "", fmt.Errorf("no unused name %s-<8 hex digits> under %s", name, parent)
 }
 
-func createV1(parent, name string, limit uint64) (*Group, error) {
+// mkdirLimited makes a fresh cgroup name-<hex> under parent and writes
+// limit to its file limitFile; the cgroup is removed again when the limit
+// cannot be written.
+func mkdirLimited(parent, name, limitFile string, limit uint64) (string, error) {
 	dir, err := mkdirUnique(parent, name)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	if err := writeFile(filepath.Join(dir, "memory.limit_in_bytes"), strconv.FormatUint(limit, 10)); err != nil {
+	if err := writeFile(filepath.Join(dir, limitFile), strconv.FormatUint(limit, 10)); err != nil {
 		os.Remove(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+func createV1(parent, name string, limit uint64) (*Group, error) {
+	dir, err := mkdirLimited(parent, name, "memory.limit_in_bytes", limit)
+	if err != nil {
 		return nil, err
 	}
 	// Without a swap cap, a v1 job over its limit swaps instead of dying.
@@ -136,12 +147,8 @@ func createV2(parent, name string, limit uint64) (*Group, error) {
 			return nil, fmt.Errorf("enable the memory controller: %w", err)
 		}
 	}
-	dir, err := mkdirUnique(parent, name)
+	dir, err := mkdirLimited(parent, name, "memory.max", limit)
 	if err != nil {
-		return nil, err
-	}
-	if err := writeFile(filepath.Join(dir, "memory.max"), strconv.FormatUint(limit, 10)); err != nil {
-		os.Remove(dir)
 		return nil, err
 	}
 	_ = writeFile(filepath.Join(dir, "memory.swap.max"), "0")

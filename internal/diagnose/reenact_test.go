@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramguard/vramguard/internal/testbin"
 	"github.com/vramguard/vramguard/internal/units"
 )
 
@@ -278,18 +279,5 @@ func golden(t *testing.T, path string, v any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b = append(b, '\n')
-	if *update {
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if string(want) != string(b) {
-		t.Errorf("verdict differs from %s (rerun with -update and review the diff):\n%s", path, b)
-	}
+	testbin.Golden(t, path, append(b, '\n'), *update)
 }

@@ -289,29 +289,42 @@ func rankTag(s string) (source string, rank, n int, ok bool) {
 	return inner, rank, n, true
 }
 
+// cutFirst cuts from s what the first of res that matches in it matched,
+// and everything before (each of res is anchored at the start); false, and
+// s as it is, when none matches.
+func cutFirst(s string, res ...*lazyre.RE) (string, bool) {
+	for _, re := range res {
+		if loc := re.FindStringIndex(s); loc != nil {
+			return s[loc[1]:], true
+		}
+	}
+	return s, false
+}
+
 // stripPrefixes removes the prefixes of s, recording what they name in l.
 func stripPrefixes(s string, l *Line) string {
+	var ok bool
 	for range 6 {
 		if s == "" {
 			return s
 		}
-		switch c := s[0]; {
+		c := s[0]
+		upper, lower := c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z'
+		if upper || lower {
+			if name, n, ok := composeName(s); ok {
+				l.Source = name
+				s = s[n:]
+				continue
+			}
+		}
+		switch {
 		case c == '[':
 			if src, rank, n, ok := rankTag(s); ok {
 				l.Source, l.Rank = src, rank
 				s = s[n:]
 				continue
 			}
-			if loc := reTimestamp.FindStringIndex(s); loc != nil {
-				s = s[loc[1]:]
-				continue
-			}
-			if loc := reLineNumber.FindStringIndex(s); loc != nil {
-				s = s[loc[1]:]
-				continue
-			}
-			if loc := reANSIRemnant.FindStringIndex(s); loc != nil {
-				s = s[loc[1]:]
+			if s, ok = cutFirst(s, reTimestamp, reLineNumber, reANSIRemnant); ok {
 				continue
 			}
 		case c == '(':
@@ -321,8 +334,7 @@ func stripPrefixes(s string, l *Line) string {
 				continue
 			}
 		case c >= '0' && c <= '9', c == ' ':
-			if loc := reTimestamp.FindStringIndex(s); loc != nil {
-				s = s[loc[1]:]
+			if s, ok = cutFirst(s, reTimestamp); ok {
 				continue
 			}
 			if m := reSrunLabel.FindStringSubmatch(s); m != nil {
@@ -331,12 +343,7 @@ func stripPrefixes(s string, l *Line) string {
 				s = s[len(m[0]):]
 				continue
 			}
-		case c >= 'A' && c <= 'Z':
-			if name, n, ok := composeName(s); ok {
-				l.Source = name
-				s = s[n:]
-				continue
-			}
+		case upper:
 			if m := reJournald.FindStringSubmatch(s); m != nil {
 				l.Source = m[1] + " " + m[2]
 				if m[3] != "" {
@@ -345,20 +352,10 @@ func stripPrefixes(s string, l *Line) string {
 				s = s[len(m[0]):]
 				continue
 			}
-			if loc := reSyslogDate.FindStringIndex(s); loc != nil {
-				s = s[loc[1]:]
+			if s, ok = cutFirst(s, reSyslogDate, reLogging); ok {
 				continue
 			}
-			if loc := reLogging.FindStringIndex(s); loc != nil {
-				s = s[loc[1]:]
-				continue
-			}
-		case c >= 'a' && c <= 'z':
-			if name, n, ok := composeName(s); ok {
-				l.Source = name
-				s = s[n:]
-				continue
-			}
+		case lower:
 			if host, n, ok := pdshHost(s); ok {
 				l.Source = host
 				s = s[n:]

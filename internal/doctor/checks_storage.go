@@ -82,11 +82,17 @@ func dirMount(f *facts) (Mount, string, bool) {
 	return m, logical, ok
 }
 
+// noDirR is the result of a check of the checkpoint directory when none
+// is named: not applicable, with the fix that names one.
+func noDirR() Result {
+	r := naR(noDir)
+	r.Fix = dirFix
+	return r
+}
+
 func checkEphemeral(f *facts) Result {
 	if f.opts.Dir == "" {
-		r := naR(noDir)
-		r.Fix = dirFix
-		return r
+		return noDirR()
 	}
 	dir := f.opts.Dir
 	fstype, where := "", ""
@@ -184,9 +190,7 @@ func findCheckpoints(dir string) ([]Checkpoint, error) {
 
 func checkSpace(f *facts) Result {
 	if f.opts.Dir == "" {
-		r := naR(noDir)
-		r.Fix = dirFix
-		return r
+		return noDirR()
 	}
 	dir := f.opts.Dir
 	if f.env.Statfs == nil {
@@ -220,9 +224,7 @@ func checkSpace(f *facts) Result {
 
 func checkWritable(f *facts) Result {
 	if f.opts.Dir == "" {
-		r := naR(noDir)
-		r.Fix = dirFix
-		return r
+		return noDirR()
 	}
 	dir := f.opts.Dir
 	try := f.env.TryWrite

@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"os"
@@ -9,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -73,22 +74,7 @@ func TestReportGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			got = append(got, '\n')
-			golden := filepath.Join("testdata", "golden", base+".json")
-			if *update {
-				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("report differs from %s (run go test -update and review the diff):\n%s", golden, got)
-			}
+			testbin.Golden(t, filepath.Join("testdata", "golden", base+".json"), got, *update)
 		})
 	}
 }

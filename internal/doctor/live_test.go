@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // These tests run the real probe and the real filesystem on this machine.
@@ -54,20 +56,10 @@ func TestProbeWithoutTorch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(real)
-	if err != nil {
-		t.Fatal(err)
-	}
-	py := filepath.Join(dir, "python3-copy")
-	if err := os.WriteFile(py, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	py := testbin.CopyExecutable(t, real, filepath.Join(dir, "python3-copy"))
 	// -S and an empty PYTHONPATH make sure this interpreter cannot see a
 	// torch.
-	wrapper := filepath.Join(dir, "python")
-	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec "+py+" -S \"$@\"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapper := testbin.WriteFile(t, dir, "python", "#!/bin/sh\nexec "+py+" -S \"$@\"\n", 0o755)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tr, err := ExecPython{Env: []string{"PATH=/usr/bin:/bin", "PYTHONPATH="}}.Probe(ctx, wrapper)

@@ -11,6 +11,7 @@ package gpu
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -97,6 +98,28 @@ type Backend interface {
 // Dropped returns what the latest Processes call dropped.
 type Dropper interface {
 	Dropped() DropCounts
+}
+
+// DropLog is a Dropper for a backend to embed: Processes records with Set
+// what it dropped, and Dropped returns the latest. It is safe for
+// concurrent use.
+type DropLog struct {
+	mu   sync.Mutex
+	last DropCounts
+}
+
+// Set records what the latest Processes call dropped.
+func (l *DropLog) Set(d DropCounts) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.last = d
+}
+
+// Dropped implements Dropper.
+func (l *DropLog) Dropped() DropCounts {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last
 }
 
 // DropCounts counts process records that were dropped rather than shown.

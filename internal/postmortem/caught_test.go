@@ -2,13 +2,13 @@ package postmortem
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vramguard/vramguard/internal/diagnose"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestCaughtOOM: a success after an OOM the probe saw is never a clean one;
@@ -71,19 +71,7 @@ func TestRenderShortCaughtOOM(t *testing.T) {
 	CaughtOOM(pm)
 	var b bytes.Buffer
 	RenderShort(&b, pm)
-	path := filepath.Join("testdata", "caught-oom.golden")
-	if *update {
-		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.String() != string(want) {
-		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
-	}
+	testbin.Golden(t, filepath.Join("testdata", "caught-oom.golden"), b.Bytes(), *update)
 	if strings.Contains(b.String(), "finished successfully") {
 		t.Error("a success after a caught OOM rendered as a clean one")
 	}

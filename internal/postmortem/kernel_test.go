@@ -3,11 +3,11 @@ package postmortem
 import (
 	"bytes"
 	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/vramguard/vramguard/internal/testbin"
 	"github.com/vramguard/vramguard/internal/timeline"
 )
 
@@ -57,17 +57,5 @@ func TestRenderKernelCells(t *testing.T) {
 	}, Autosave: &Autosave{Path: "/w/ckpt/autosave-20260102-115500-56.pt", Objects: []string{"model", "opt"}, AgeS: 312}}
 	var b bytes.Buffer
 	renderKernel(&b, k, 2)
-	golden := filepath.Join("testdata", "kernel-cells.golden")
-	if *update {
-		if err := os.WriteFile(golden, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (go test -update writes it)", err)
-	}
-	if !bytes.Equal(b.Bytes(), want) {
-		t.Errorf("cells rendered\n%s\nwant\n%s", b.String(), want)
-	}
+	testbin.Golden(t, filepath.Join("testdata", "kernel-cells.golden"), b.Bytes(), *update)
 }

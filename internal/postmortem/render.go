@@ -34,7 +34,7 @@ func RenderShort(w io.Writer, pm *Postmortem) {
 	if pm.Reason == diagnose.Success {
 		fmt.Fprintf(w, "vramguard: run %s finished successfully after %s%s\n", pm.RunID, FormatSeconds(pm.DurationS), memSuffix(pm))
 		if len(pm.Adaptations) > 0 && pm.Settings != nil {
-			fmt.Fprintf(w, "vramguard: the settings that fit: %s, after %s:\n", pm.Settings, plural(len(pm.Adaptations), "adaptation"))
+			fmt.Fprintf(w, "vramguard: the settings that fit: %s, after %s:\n", pm.Settings, units.Plural(len(pm.Adaptations), "adaptation"))
 			for _, st := range pm.Adaptations {
 				fmt.Fprintf(w, "  • %s\n", st)
 			}
@@ -198,7 +198,7 @@ func renderRanks(w io.Writer, rs []ranks.Rank, root *ranks.RootCause) {
 	if len(rs) == 0 {
 		return
 	}
-	title := "ranks (" + plural(len(rs), "rank")
+	title := "ranks (" + units.Plural(len(rs), "rank")
 	if root != nil {
 		title += fmt.Sprintf("; rank %d first", root.Rank)
 		if root.Reason == diagnose.Stalled {
@@ -258,7 +258,7 @@ func renderMonitor(w io.Writer, m *monitor.Summary) {
 	if m.Series != "" {
 		v += " (" + seriesName(m.Series) + ")"
 	}
-	fmt.Fprintf(w, "  verdict   %s, over %s\n", v, plural(m.Samples, "sample"))
+	fmt.Fprintf(w, "  verdict   %s, over %s\n", v, units.Plural(m.Samples, "sample"))
 	if l := m.Leak; l != nil {
 		fmt.Fprintf(w, "  leak      first seen %s (t=%.0fs): +%s/s of %s since t=%.0fs\n", l.DetectedAt.Local().Format("15:04:05"),
 			l.DetectedS, units.FormatBytes(l.LeakRate), seriesName(l.Series), l.LeakStartS)
@@ -293,7 +293,7 @@ func renderTimeline(w io.Writer, tl *TimelineSummary, mem *MemStats) {
 	fmt.Fprintln(w, "\nmemory timeline")
 	fmt.Fprintf(w, "  host RSS  %s  first %s, peak %s, last %s (summed over the job's processes; %s, up to %s)\n",
 		tl.Sparkline, units.FormatBytes(tl.RSSFirst), units.FormatBytes(tl.RSSPeak), units.FormatBytes(tl.RSSLast),
-		plural(tl.Samples, "sample"), plural(tl.MaxProcesses, "process"))
+		units.Plural(tl.Samples, "sample"), units.Plural(tl.MaxProcesses, "process"))
 	if tl.PSSPeak != nil {
 		fmt.Fprintf(w, "  host PSS  peak %s (shared pages split between the processes sharing them)\n", units.FormatBytes(*tl.PSSPeak))
 	}
@@ -322,7 +322,7 @@ func renderProbe(w io.Writer, p *Probe, end time.Time, sites []AllocSite, sitesE
 	if p.UserSteps > 0 {
 		fmt.Fprintf(w, ", %d counted by the job", p.UserSteps)
 	}
-	fmt.Fprintf(w, " (%s from %s)\n", plural(p.Samples, "sample"), plural(len(p.PIDs), "process"))
+	fmt.Fprintf(w, " (%s from %s)\n", units.Plural(p.Samples, "sample"), units.Plural(len(p.PIDs), "process"))
 	if p.PeakAllocatedBytes != nil || p.PeakReservedBytes != nil {
 		s := "  peaks    "
 		if p.PeakAllocatedBytes != nil {
@@ -424,15 +424,4 @@ func Sparkline(vals []float64, width int) string {
 		b.WriteRune(bars[k])
 	}
 	return b.String()
-}
-
-// plural says n things: "1 process", "2 processes".
-func plural(n int, thing string) string {
-	if n == 1 {
-		return "1 " + thing
-	}
-	if strings.HasSuffix(thing, "s") {
-		return fmt.Sprintf("%d %ses", n, thing)
-	}
-	return fmt.Sprintf("%d %ss", n, thing)
 }

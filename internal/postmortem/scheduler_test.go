@@ -1,13 +1,13 @@
 package postmortem
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vramguard/vramguard/internal/diagnose"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // TestSchedulerEnd: what an attempt its scheduler ended lost, from its own
@@ -17,13 +17,7 @@ func TestSchedulerEnd(t *testing.T) {
 	dir := t.TempDir()
 	// a plain pickle of {"step": N} (protocol 2), which ckpt.Verify reads whole
 	pickle := []byte("\x80\x02}q\x00X\x04\x00\x00\x00stepq\x01M\x84\x03s.")
-	write := func(name string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name string, b []byte) string { return testbin.WriteFile(t, dir, name, b, 0o644) }
 	size := int64(len(pickle))
 	good := write("step-900.pt", pickle)
 	old := write("step-600.pt", pickle)

@@ -178,13 +178,14 @@ func jobEnv(t *testing.T, o Options, extra ...string) []string {
 	return Env(base, dir, o)
 }
 
-func scriptPath(t *testing.T, rel string) string {
+// bothSockets listens on a supervisor's socket and an agent's in a fresh
+// directory, each recording what it hears, and returns them with Options
+// that point a job's probe at both, sampling at 20 Hz.
+func bothSockets(t *testing.T) (sup, agent *recorder, o Options) {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("testdata", rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	dir := sockDir(t)
+	supL, agentL := listenIn(t, dir, "sup.sock"), listenIn(t, dir, "agent.sock")
+	return record(supL), record(agentL), Options{Socket: supL.Path(), AgentSocket: agentL.Path(), Hz: 20}
 }
 
 // checkSameStream checks that the agent heard pid say what the supervisor
@@ -235,21 +236,15 @@ func checkSameStream(t *testing.T, pid int, sup, agent []Message) {
 // checkpoints and goodbye as the supervisor.
 func TestAgentSocketTraining(t *testing.T) {
 	t.Parallel()
-	dir := sockDir(t)
-	sup := record(listenIn(t, dir, "sup.sock"))
-	agentL := listenIn(t, dir, "agent.sock")
-	agent := record(agentL)
+	sup, agent, o := bothSockets(t)
 	runDir := t.TempDir()
-	env := jobEnv(t, Options{Socket: filepath.Join(dir, "sup.sock"), AgentSocket: agentL.Path(), Hz: 20, RunDir: runDir}, "TRAIN_STEPS=24")
-	r := runJob(t, jobCommand(t, env, testbin.Python(), scriptPath(t, "scripts/train_cpu.py"), runDir))
+	o.RunDir = runDir
+	env := jobEnv(t, o, "TRAIN_STEPS=24")
+	r := runJob(t, jobCommand(t, env, testbin.Python(), testdata(t, "scripts/train_cpu.py"), runDir))
 	if r.Code != 0 || r.Stderr != "" {
 		t.Fatalf("exit %d\nstderr:\n%s", r.Code, r.Stderr)
 	}
-	var rep struct {
-		PID        int   `json:"pid"`
-		Steps      int64 `json:"steps"`
-		WorkerPIDs []int `json:"worker_pids"`
-	}
+	var rep trainReport
 	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rep); err != nil || len(rep.WorkerPIDs) != 2 {
 		t.Fatalf("job report %q: %v", lines[len(lines)-1], err)
@@ -281,13 +276,10 @@ func TestAgentSocketTraining(t *testing.T) {
 // CUDA OOM event.
 func TestAgentSocketCUDA(t *testing.T) {
 	t.Parallel()
-	dir := sockDir(t)
-	sup := record(listenIn(t, dir, "sup.sock"))
-	agentL := listenIn(t, dir, "agent.sock")
-	agent := record(agentL)
-	env := jobEnv(t, Options{Socket: filepath.Join(dir, "sup.sock"), AgentSocket: agentL.Path(), Hz: 20, RunDir: t.TempDir()},
-		"MODE=observer", "FAKECUDA_LOG="+filepath.Join(t.TempDir(), "fake.log"))
-	r := runJob(t, jobCommand(t, env, testbin.Python(), scriptPath(t, "scripts/cuda_fake.py")))
+	sup, agent, o := bothSockets(t)
+	o.RunDir = t.TempDir()
+	env := jobEnv(t, o, "MODE=observer", "FAKECUDA_LOG="+filepath.Join(t.TempDir(), "fake.log"))
+	r := runJob(t, jobCommand(t, env, testbin.Python(), testdata(t, "scripts/cuda_fake.py")))
 	if r.Code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s", r.Code, r.Stderr)
 	}
@@ -322,7 +314,7 @@ func TestAgentSocketAbsent(t *testing.T) {
 	t.Parallel()
 	dir := sockDir(t)
 	out := t.TempDir()
-	script := scriptPath(t, "scripts/outputs.py")
+	script := testdata(t, "scripts/outputs.py")
 	base := runJob(t, jobCommand(t, []string{"PATH=/usr/bin:/bin", "HOME=" + os.TempDir(), "LANG=C.UTF-8", "OMP_NUM_THREADS=1"},
 		testbin.Python(), script, out))
 	if base.Code != 1 || !strings.Contains(base.Stderr, "ValueError: validation failed at 42") {

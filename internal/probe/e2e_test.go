@@ -67,12 +67,7 @@ func TestE2ERunExplainProbe(t *testing.T) {
 	}
 	// The job's stdout goes to vramguard's stderr under --json; its last
 	// line is the job's report.
-	var rep struct {
-		PID        int   `json:"pid"`
-		Steps      int64 `json:"steps"`
-		WorkerPIDs []int `json:"worker_pids"`
-		FinalBytes int64 `json:"final_bytes"`
-	}
+	var rep trainReport
 	for _, line := range strings.Split(r.Stderr, "\n") {
 		if i := strings.Index(line, `{"pid"`); i >= 0 {
 			json.Unmarshal([]byte(line[i:]), &rep)

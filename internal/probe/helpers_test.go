@@ -81,20 +81,24 @@ func runPython(t *testing.T, env []string, stdin []byte, args ...string) result 
 	return result{stdout: []byte(r.Stdout), stderr: []byte(r.Stderr), code: r.Code, pid: r.PID}
 }
 
+// trainReport is the last line testdata/scripts/train_cpu.py prints: its
+// process, its optimizer steps, its DataLoader workers, whether CUDA was
+// initialised (in the job, in a worker) and the sizes of what it saved.
+type trainReport struct {
+	PID             int   `json:"pid"`
+	Steps           int64 `json:"steps"`
+	WorkerPIDs      []int `json:"worker_pids"`
+	WorkerCUDA      bool  `json:"worker_cuda_initialized"`
+	CUDAInitialized bool  `json:"cuda_initialized"`
+	HalfBytes       int64 `json:"half_bytes"`
+	FinalBytes      int64 `json:"final_bytes"`
+	BufferBytes     int64 `json:"buffer_bytes"`
+}
+
 // listen starts a Listener on a socket in a fresh directory.
 func listen(t *testing.T) *Listener {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "vgs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	l, err := Listen(filepath.Join(dir, "probe.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
+	return listenIn(t, sockDir(t), "probe.sock")
 }
 
 // collect reads messages until every pid in pids has disconnected, and

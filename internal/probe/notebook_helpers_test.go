@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"net"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -229,12 +228,7 @@ type rawLines struct {
 
 func listenRaw(t *testing.T) *rawLines {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "vgr-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	ln, err := net.Listen("unix", filepath.Join(dir, "probe.sock"))
+	ln, err := net.Listen("unix", filepath.Join(sockDir(t), "probe.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,16 +22,7 @@ func TestTorchCPUTraining(t *testing.T) {
 	if len(r.stderr) != 0 {
 		t.Errorf("stderr not empty:\n%s", r.stderr)
 	}
-	var rep struct {
-		PID             int   `json:"pid"`
-		Steps           int64 `json:"steps"`
-		WorkerPIDs      []int `json:"worker_pids"`
-		WorkerCUDA      bool  `json:"worker_cuda_initialized"`
-		CUDAInitialized bool  `json:"cuda_initialized"`
-		HalfBytes       int64 `json:"half_bytes"`
-		FinalBytes      int64 `json:"final_bytes"`
-		BufferBytes     int64 `json:"buffer_bytes"`
-	}
+	var rep trainReport
 	r.lastJSON(t, &rep)
 	if rep.CUDAInitialized || rep.WorkerCUDA {
 		t.Errorf("torch.cuda.is_initialized() became True (main %v, workers %v) in a CPU job", rep.CUDAInitialized, rep.WorkerCUDA)

@@ -258,12 +258,7 @@ func (h *Hints) recorded(id string) bool {
 // sessions of the Jupyter servers running on this machine (asked at most
 // every 10 s, each answer bounded to one second).
 func (h *Hints) NotebookForKernel(kernelID string) (string, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if time.Since(h.nbLoaded) > 10*time.Second {
-		h.loadNotebooks()
-	}
-	nb, ok := h.notebooks[kernelID]
+	nb, ok := h.kernel(kernelID)
 	return nb.Path, ok && nb.Path != ""
 }
 
@@ -272,13 +267,20 @@ func (h *Hints) NotebookForKernel(kernelID string) (string, bool) {
 // recorded here), read with the notebooks; users.NoUID when processes of
 // two users name it.
 func (h *Hints) KernelOwner(kernelID string) (int, bool) {
+	nb, ok := h.kernel(kernelID)
+	return nb.UID, ok
+}
+
+// kernel is what is known of kernelID's notebook, from notebooks read at
+// most 10 s ago (read again when older).
+func (h *Hints) kernel(kernelID string) (jupyter.OwnedNotebook, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if time.Since(h.nbLoaded) > 10*time.Second {
 		h.loadNotebooks()
 	}
 	nb, ok := h.notebooks[kernelID]
-	return nb.UID, ok
+	return nb, ok
 }
 
 func (h *Hints) loadNotebooks() {

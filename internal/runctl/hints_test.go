@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vramguard/vramguard/internal/jupyter"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // KernelForConnection names a kernel by its connection file as run
@@ -14,13 +15,7 @@ import (
 // process's; a file that is no connection file names no kernel.
 func TestKernelForConnection(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, body string) string { return testbin.WriteFile(t, dir, name, body, 0o600) }
 	a := write("tmpa1b2.json", `{"key": "k-one", "transport": "tcp", "shell_port": 50001, "ip": "127.0.0.1"}`)
 	b := write("tmpc3d4.json", `{"key": "k-two", "transport": "tcp", "shell_port": 50002, "ip": "127.0.0.1"}`)
 	write("config.json", `{"lr": 0.1}`)

@@ -77,25 +77,9 @@ func (s *Store) UpsertAgentJob(ctx context.Context, j *AgentJob) (int64, error) 
 
 // TouchAgentJobs sets the last-seen time of the jobs with ids.
 func (s *Store) TouchAgentJobs(ctx context.Context, ids []int64, t time.Time) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	st, err := tx.PrepareContext(ctx, `UPDATE agent_jobs SET last_seen=? WHERE id=?`)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	for _, id := range ids {
-		if _, err := st.ExecContext(ctx, ms(t), id); err != nil {
-			return fmt.Errorf("touch job %d: %w", id, err)
-		}
-	}
-	return tx.Commit()
+	return execEach(ctx, s.db, `UPDATE agent_jobs SET last_seen=? WHERE id=?`, ids,
+		func(id int64) []any { return []any{ms(t), id} },
+		func(id int64, err error) error { return fmt.Errorf("touch job %d: %w", id, err) })
 }
 
 // EndAgentJob records that the job with id is gone.
@@ -106,32 +90,19 @@ func (s *Store) EndAgentJob(ctx context.Context, id int64, t time.Time) error {
 
 // AgentJobs lists jobs last seen at or after since, most recent first.
 func (s *Store) AgentJobs(ctx context.Context, since time.Time) ([]*AgentJob, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id,key,kind,name,info,first_seen,last_seen,ended_at FROM agent_jobs
-		WHERE last_seen>=? ORDER BY last_seen DESC, id`, ms(since))
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	defer rows.Close()
-	var out []*AgentJob
-	for rows.Next() {
+	return queryAll(ctx, s.db, "list jobs", func(sc scanner) (*AgentJob, error) {
 		var j AgentJob
 		var info string
 		var first, last int64
 		var ended sql.NullInt64
-		if err := rows.Scan(&j.ID, &j.Key, &j.Kind, &j.Name, &info, &first, &last, &ended); err != nil {
+		if err := sc.Scan(&j.ID, &j.Key, &j.Kind, &j.Name, &info, &first, &last, &ended); err != nil {
 			return nil, err
 		}
-		if info != "" {
-			j.Info = json.RawMessage(info)
-		}
-		j.FirstSeen, j.LastSeen = time.UnixMilli(first), time.UnixMilli(last)
-		if ended.Valid {
-			t := time.UnixMilli(ended.Int64)
-			j.EndedAt = &t
-		}
-		out = append(out, &j)
-	}
-	return out, rows.Err()
+		j.Info = rawJSON(info)
+		j.FirstSeen, j.LastSeen, j.EndedAt = time.UnixMilli(first), time.UnixMilli(last), msTime(ended)
+		return &j, nil
+	}, `SELECT id,key,kind,name,info,first_seen,last_seen,ended_at FROM agent_jobs
+		WHERE last_seen>=? ORDER BY last_seen DESC, id`, ms(since))
 }
 
 // AgentBlock is one stretch of a job's timeline at one resolution.
@@ -147,47 +118,22 @@ type AgentBlock struct {
 // AddAgentBlocks stores blocks in one transaction; a block with the same
 // (job, res, t0) replaces the earlier one.
 func (s *Store) AddAgentBlocks(ctx context.Context, blocks []AgentBlock) error {
-	if len(blocks) == 0 {
-		return nil
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	st, err := tx.PrepareContext(ctx, `INSERT OR REPLACE INTO agent_blocks(job,res,t0,t1,n,data) VALUES(?,?,?,?,?,?)`)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	for _, b := range blocks {
-		if _, err := st.ExecContext(ctx, b.Job, b.Res, ms(b.T0), ms(b.T1), b.N, b.Data); err != nil {
-			return fmt.Errorf("add timeline block: %w", err)
-		}
-	}
-	return tx.Commit()
+	return execEach(ctx, s.db, `INSERT OR REPLACE INTO agent_blocks(job,res,t0,t1,n,data) VALUES(?,?,?,?,?,?)`, blocks,
+		func(b AgentBlock) []any { return []any{b.Job, b.Res, ms(b.T0), ms(b.T1), b.N, b.Data} },
+		func(_ AgentBlock, err error) error { return fmt.Errorf("add timeline block: %w", err) })
 }
 
 // AgentBlocks returns the job's blocks at resolution res that overlap
 // [from, to], oldest first.
 func (s *Store) AgentBlocks(ctx context.Context, job int64, res int, from, to time.Time) ([]AgentBlock, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT t0,t1,n,data FROM agent_blocks WHERE job=? AND res=? AND t0<=? AND t1>=? ORDER BY t0`,
-		job, res, ms(to), ms(from))
-	if err != nil {
-		return nil, fmt.Errorf("read timeline: %w", err)
-	}
-	defer rows.Close()
-	var out []AgentBlock
-	for rows.Next() {
+	return queryAll(ctx, s.db, "read timeline", func(sc scanner) (AgentBlock, error) {
 		b := AgentBlock{Job: job, Res: res}
 		var t0, t1 int64
-		if err := rows.Scan(&t0, &t1, &b.N, &b.Data); err != nil {
-			return nil, err
-		}
+		err := sc.Scan(&t0, &t1, &b.N, &b.Data)
 		b.T0, b.T1 = time.UnixMilli(t0), time.UnixMilli(t1)
-		out = append(out, b)
-	}
-	return out, rows.Err()
+		return b, err
+	}, `SELECT t0,t1,n,data FROM agent_blocks WHERE job=? AND res=? AND t0<=? AND t1>=? ORDER BY t0`,
+		job, res, ms(to), ms(from))
 }
 
 // PruneAgentBlocks deletes blocks at resolution res that ended before
@@ -275,26 +221,17 @@ func (s *Store) AgentEvents(ctx context.Context, f AgentEventFilter) ([]*AgentEv
 	if f.Limit > 0 {
 		q += fmt.Sprintf(` LIMIT %d`, f.Limit)
 	}
-	rows, err := s.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list events: %w", err)
-	}
-	defer rows.Close()
-	var out []*AgentEvent
-	for rows.Next() {
+	out, err := queryAll(ctx, s.db, "list events", func(sc scanner) (*AgentEvent, error) {
 		var e AgentEvent
 		var t int64
 		var data string
-		if err := rows.Scan(&e.ID, &e.JobKey, &e.JobName, &t, &e.Kind, &e.Message, &data); err != nil {
+		if err := sc.Scan(&e.ID, &e.JobKey, &e.JobName, &t, &e.Kind, &e.Message, &data); err != nil {
 			return nil, err
 		}
-		e.T = time.UnixMilli(t)
-		if data != "" {
-			e.Data = json.RawMessage(data)
-		}
-		out = append(out, &e)
-	}
-	if err := rows.Err(); err != nil {
+		e.T, e.Data = time.UnixMilli(t), rawJSON(data)
+		return &e, nil
+	}, q, args...)
+	if err != nil {
 		return nil, err
 	}
 	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {

@@ -22,19 +22,17 @@ func (s *Store) AttemptReasons(ctx context.Context, ids []string) (map[string][]
 	for i, id := range ids {
 		args[i] = id
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT run_id, reason FROM attempts WHERE run_id IN (?`+strings.Repeat(`,?`, len(ids)-1)+`) ORDER BY run_id, n`, args...)
+	rows, err := queryAll(ctx, s.db, "read attempts", func(sc scanner) (r [2]string, err error) {
+		err = sc.Scan(&r[0], &r[1])
+		return r, err
+	}, `SELECT run_id, reason FROM attempts WHERE run_id IN (?`+strings.Repeat(`,?`, len(ids)-1)+`) ORDER BY run_id, n`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read attempts: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id, reason string
-		if err := rows.Scan(&id, &reason); err != nil {
-			return nil, err
-		}
-		out[id] = append(out[id], reason)
+	for _, r := range rows { // run id, reason
+		out[r[0]] = append(out[r[0]], r[1])
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Attempt is one start of a run's command.
@@ -83,33 +81,16 @@ func (s *Store) FinishAttempt(ctx context.Context, runID string, n int, end time
 
 // Attempts lists a run's attempts in order.
 func (s *Store) Attempts(ctx context.Context, runID string) ([]*Attempt, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT n,started_at,ended_at,pid,exit_code,reason,log_path,resume_from,verdict FROM attempts WHERE run_id=? ORDER BY n`, runID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*Attempt
-	for rows.Next() {
+	return queryAll(ctx, s.db, "read attempts", func(sc scanner) (*Attempt, error) {
 		a := Attempt{RunID: runID}
 		var started int64
 		var ended, exit sql.NullInt64
 		var verdict string
-		if err := rows.Scan(&a.N, &started, &ended, &a.PID, &exit, &a.Reason, &a.LogPath, &a.ResumeFrom, &verdict); err != nil {
+		if err := sc.Scan(&a.N, &started, &ended, &a.PID, &exit, &a.Reason, &a.LogPath, &a.ResumeFrom, &verdict); err != nil {
 			return nil, err
 		}
-		a.StartedAt = time.UnixMilli(started)
-		if ended.Valid {
-			t := time.UnixMilli(ended.Int64)
-			a.EndedAt = &t
-		}
-		if exit.Valid {
-			e := int(exit.Int64)
-			a.ExitCode = &e
-		}
-		if verdict != "" {
-			a.Verdict = json.RawMessage(verdict)
-		}
-		out = append(out, &a)
-	}
-	return out, rows.Err()
+		a.StartedAt, a.EndedAt, a.ExitCode = time.UnixMilli(started), msTime(ended), intOrNil(exit)
+		a.Verdict = rawJSON(verdict)
+		return &a, nil
+	}, `SELECT n,started_at,ended_at,pid,exit_code,reason,log_path,resume_from,verdict FROM attempts WHERE run_id=? ORDER BY n`, runID)
 }

@@ -4,7 +4,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -33,26 +32,16 @@ func (s *Store) Events(ctx context.Context, runID string) ([]*Event, error) {
 }
 
 func (s *Store) queryEvents(ctx context.Context, runID, q string, args ...any) ([]*Event, error) {
-	rows, err := s.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("read events: %w", err)
-	}
-	defer rows.Close()
-	var out []*Event
-	for rows.Next() {
+	return queryAll(ctx, s.db, "read events", func(sc scanner) (*Event, error) {
 		e := Event{RunID: runID}
 		var t int64
 		var data string
-		if err := rows.Scan(&e.ID, &e.Attempt, &t, &e.Kind, &e.Message, &data); err != nil {
+		if err := sc.Scan(&e.ID, &e.Attempt, &t, &e.Kind, &e.Message, &data); err != nil {
 			return nil, err
 		}
-		e.T = time.UnixMilli(t)
-		if data != "" {
-			e.Data = json.RawMessage(data)
-		}
-		out = append(out, &e)
-	}
-	return out, rows.Err()
+		e.T, e.Data = time.UnixMilli(t), rawJSON(data)
+		return &e, nil
+	}, q, args...)
 }
 
 // AttemptEvents lists one attempt's events of the given kinds (all kinds

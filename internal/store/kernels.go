@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -52,7 +50,7 @@ func (s *Store) SetKernelNoticed(ctx context.Context, kernelID string, attempt i
 
 const kernelCols = `kernel_id,run_id,notebook,updated_at,noticed`
 
-func scanKernel(sc interface{ Scan(...any) error }) (*Kernel, error) {
+func scanKernel(sc scanner) (*Kernel, error) {
 	var k Kernel
 	var t int64
 	if err := sc.Scan(&k.KernelID, &k.RunID, &k.Notebook, &t, &k.Noticed); err != nil {
@@ -64,38 +62,17 @@ func scanKernel(sc interface{ Scan(...any) error }) (*Kernel, error) {
 
 // KernelByID returns the record of a kernel id, or ErrNotFound.
 func (s *Store) KernelByID(ctx context.Context, kernelID string) (*Kernel, error) {
-	k, err := scanKernel(s.db.QueryRowContext(ctx, `SELECT `+kernelCols+` FROM kernels WHERE kernel_id=?`, kernelID))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	return k, err
+	return queryOne(ctx, s.db, scanKernel, `SELECT `+kernelCols+` FROM kernels WHERE kernel_id=?`, kernelID)
 }
 
 // LatestKernelForNotebook returns the most recently started kernel of a
 // notebook other than except, or ErrNotFound.
 func (s *Store) LatestKernelForNotebook(ctx context.Context, notebook, except string) (*Kernel, error) {
-	k, err := scanKernel(s.db.QueryRowContext(ctx, `SELECT `+kernelCols+` FROM kernels WHERE notebook=? AND kernel_id<>?
-		ORDER BY updated_at DESC LIMIT 1`, notebook, except))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	return k, err
+	return queryOne(ctx, s.db, scanKernel, `SELECT `+kernelCols+` FROM kernels WHERE notebook=? AND kernel_id<>?
+		ORDER BY updated_at DESC LIMIT 1`, notebook, except)
 }
 
 // Kernels lists every recorded kernel, newest first.
 func (s *Store) Kernels(ctx context.Context) ([]*Kernel, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+kernelCols+` FROM kernels ORDER BY updated_at DESC`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*Kernel
-	for rows.Next() {
-		k, err := scanKernel(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s.db, "list kernels", scanKernel, `SELECT `+kernelCols+` FROM kernels ORDER BY updated_at DESC`)
 }

@@ -24,18 +24,9 @@ func (s *Store) Resolve(ctx context.Context, ref string) (*Run, error) {
 	r, err := scanRun(row)
 	if errors.Is(err, sql.ErrNoRows) && ref != "last" && ref != "" {
 		// An unambiguous id prefix.
-		rows, qerr := s.db.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE id LIKE ? ESCAPE '\' LIMIT 2`, escapeLike(ref)+"%")
+		found, qerr := queryAll(ctx, s.db, "find run "+ref, scanRun, `SELECT `+runCols+` FROM runs WHERE id LIKE ? ESCAPE '\' LIMIT 2`, escapeLike(ref)+"%")
 		if qerr != nil {
 			return nil, qerr
-		}
-		defer rows.Close()
-		var found []*Run
-		for rows.Next() {
-			rr, err := scanRun(rows)
-			if err != nil {
-				return nil, err
-			}
-			found = append(found, rr)
 		}
 		switch {
 		case len(found) == 1:
@@ -115,32 +106,21 @@ func (s *Store) SetRunName(ctx context.Context, id, name string) error {
 // group, the newest of another group (or none): the runs of one group
 // share its name.
 func (s *Store) NameOwner(ctx context.Context, name, group string) (*Run, error) {
-	r, err := scanRun(s.db.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE name=? AND (?='' OR grp!=?) ORDER BY started_at DESC, id DESC LIMIT 1`, name, group, group))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	return r, err
+	return queryOne(ctx, s.db, scanRun, `SELECT `+runCols+` FROM runs WHERE name=? AND (?='' OR grp!=?) ORDER BY started_at DESC, id DESC LIMIT 1`, name, group, group)
 }
 
 // FreeName returns name when no run has it, else the first of name-2,
 // name-3, ... that no run has; with a group, a name only its runs have is
 // free (the runs of one group share its name).
 func (s *Store) FreeName(ctx context.Context, name, group string) (string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name FROM runs WHERE (name=? OR name LIKE ? ESCAPE '\') AND (?='' OR grp!=?)`, name, escapeLike(name)+"-%", group, group)
+	names, err := queryAll(ctx, s.db, "look up run names", scanString,
+		`SELECT name FROM runs WHERE (name=? OR name LIKE ? ESCAPE '\') AND (?='' OR grp!=?)`, name, escapeLike(name)+"-%", group, group)
 	if err != nil {
-		return "", fmt.Errorf("look up run names: %w", err)
-	}
-	defer rows.Close()
-	taken := map[string]bool{}
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return "", err
-		}
-		taken[n] = true
-	}
-	if err := rows.Err(); err != nil {
 		return "", err
+	}
+	taken := map[string]bool{}
+	for _, n := range names {
+		taken[n] = true
 	}
 	if !taken[name] {
 		return name, nil

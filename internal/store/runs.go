@@ -107,7 +107,7 @@ func (s *Store) UpdatePeaks(ctx context.Context, id string, rss, gpu uint64) err
 
 const runCols = `id,name,command,cwd,status,reason,exit_code,started_at,ended_at,attempts,supervisor_pid,supervisor_start,job_pid,peak_rss,peak_gpu,detached,dir,postmortem,grp`
 
-func scanRun(sc interface{ Scan(...any) error }) (*Run, error) {
+func scanRun(sc scanner) (*Run, error) {
 	var r Run
 	var cmd, pm string
 	var exit, ended sql.NullInt64
@@ -119,19 +119,10 @@ func scanRun(sc interface{ Scan(...any) error }) (*Run, error) {
 	}
 	_ = json.Unmarshal([]byte(cmd), &r.Command)
 	r.StartedAt = time.UnixMilli(started)
-	if ended.Valid {
-		t := time.UnixMilli(ended.Int64)
-		r.EndedAt = &t
-	}
-	if exit.Valid {
-		e := int(exit.Int64)
-		r.ExitCode = &e
-	}
+	r.EndedAt, r.ExitCode = msTime(ended), intOrNil(exit)
 	r.SupervisorStart = uint64(supStart)
 	r.Detached = det != 0
-	if pm != "" {
-		r.Postmortem = json.RawMessage(pm)
-	}
+	r.Postmortem = rawJSON(pm)
 	return &r, nil
 }
 
@@ -141,44 +132,26 @@ func (s *Store) Runs(ctx context.Context, limit int) ([]*Run, error) {
 	if limit > 0 {
 		q += fmt.Sprintf(" LIMIT %d", limit)
 	}
-	rows, err := s.db.QueryContext(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	defer rows.Close()
-	var out []*Run
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s.db, "list runs", scanRun, q)
 }
 
 // MarkLost marks every running run whose supervisor is gone as lost. alive
 // reports whether a supervisor (pid, start ticks) still runs.
 func (s *Store) MarkLost(ctx context.Context, alive func(pid int, start uint64) bool, now time.Time) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, supervisor_pid, supervisor_start FROM runs WHERE status=?`, StatusRunning)
-	if err != nil {
-		return nil, err
-	}
 	type cand struct {
 		id    string
 		pid   int
 		start int64
 	}
-	var cands []cand
-	for rows.Next() {
+	// Every candidate is read, and the rows closed, before the first write.
+	cands, err := queryAll(ctx, s.db, "list running runs", func(sc scanner) (cand, error) {
 		var c cand
-		if err := rows.Scan(&c.id, &c.pid, &c.start); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		cands = append(cands, c)
+		err := sc.Scan(&c.id, &c.pid, &c.start)
+		return c, err
+	}, `SELECT id, supervisor_pid, supervisor_start FROM runs WHERE status=?`, StatusRunning)
+	if err != nil {
+		return nil, err
 	}
-	rows.Close()
 	var lost []string
 	for _, c := range cands {
 		if alive(c.pid, uint64(c.start)) {

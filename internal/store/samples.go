@@ -5,7 +5,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -55,36 +54,29 @@ func (s *Store) LatestSample(ctx context.Context, runID string, attempt int) (*S
 }
 
 func (s *Store) querySamples(ctx context.Context, q string, args ...any) ([]*Sample, error) {
-	rows, err := s.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("read samples: %w", err)
+	return queryAll(ctx, s.db, "read samples", scanSample, q, args...)
+}
+
+func scanSample(sc scanner) (*Sample, error) {
+	var x Sample
+	var t int64
+	var cu, cl, gu, al, re, pss, gt, is, ar, step sql.NullInt64
+	var procs string
+	var limit int64
+	if err := sc.Scan(&x.Attempt, &t, &x.RSS, &x.NProcs, &cu, &cl, &gu, &x.CPUTicks, &al, &re, &procs,
+		&pss, &limit, &x.LimitSource, &gt, &is, &ar, &step); err != nil {
+		return nil, err
 	}
-	defer rows.Close()
-	var out []*Sample
-	for rows.Next() {
-		var x Sample
-		var t int64
-		var cu, cl, gu, al, re, pss, gt, is, ar, step sql.NullInt64
-		var procs string
-		var limit int64
-		if err := rows.Scan(&x.Attempt, &t, &x.RSS, &x.NProcs, &cu, &cl, &gu, &x.CPUTicks, &al, &re, &procs,
-			&pss, &limit, &x.LimitSource, &gt, &is, &ar, &step); err != nil {
-			return nil, err
-		}
-		x.T = time.UnixMilli(t)
-		x.CgroupUsage, x.CgroupLimit, x.GPUUsed, x.Allocated, x.Reserved = ptrU(cu), ptrU(cl), ptrU(gu), ptrU(al), ptrU(re)
-		x.PSS, x.GPUTotal, x.InactiveSplit, x.AllocRetries = ptrU(pss), ptrU(gt), ptrU(is), ptrU(ar)
-		x.Limit = uint64(limit)
-		if step.Valid {
-			v := step.Int64
-			x.Step = &v
-		}
-		if procs != "" {
-			x.Procs = json.RawMessage(procs)
-		}
-		out = append(out, &x)
+	x.T = time.UnixMilli(t)
+	x.CgroupUsage, x.CgroupLimit, x.GPUUsed, x.Allocated, x.Reserved = ptrU(cu), ptrU(cl), ptrU(gu), ptrU(al), ptrU(re)
+	x.PSS, x.GPUTotal, x.InactiveSplit, x.AllocRetries = ptrU(pss), ptrU(gt), ptrU(is), ptrU(ar)
+	x.Limit = uint64(limit)
+	if step.Valid {
+		v := step.Int64
+		x.Step = &v
 	}
-	return out, rows.Err()
+	x.Procs = rawJSON(procs)
+	return &x, nil
 }
 
 func nullU(p *uint64) any {

@@ -24,6 +24,24 @@ func openStore(t *testing.T, dir string) *Store {
 	return s
 }
 
+// atOnce runs try(0) to try(n-1) in n goroutines at once and returns how
+// many returned true.
+func atOnce(n int, try func(i int) bool) int {
+	var wg sync.WaitGroup
+	var won atomic.Int32
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if try(i) {
+				won.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return int(won.Load())
+}
+
 func TestRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, t.TempDir())
@@ -101,24 +119,17 @@ func TestRoundTrip(t *testing.T) {
 // TestReopen checks migrations are idempotent and data survives.
 func TestReopenConcurrent(t *testing.T) {
 	dir := t.TempDir()
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s, err := Open(dir)
-			if err != nil {
-				errs <- err
-				return
-			}
-			s.Close()
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
+	opened := atOnce(4, func(int) bool {
+		s, err := Open(dir)
+		if err != nil {
+			t.Error(err)
+			return false
+		}
+		s.Close()
+		return true
+	})
+	if opened != 4 {
+		t.Errorf("%d of 4 concurrent opens succeeded", opened)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "vramguard.db")); err != nil {
 		t.Fatal(err)
@@ -128,30 +139,17 @@ func TestReopenConcurrent(t *testing.T) {
 // TestCreateRunNamed: a name is given to one run only, however many try it
 // at once.
 func TestCreateRunNamed(t *testing.T) {
-	st, err := Open(filepath.Join(t.TempDir(), "v.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, filepath.Join(t.TempDir(), "v.db"))
 	ctx := context.Background()
-	var wg sync.WaitGroup
-	var won atomic.Int32
-	for i := 0; i < 8; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ok, err := st.CreateRunNamed(ctx, &Run{ID: fmt.Sprintf("run-%d", i), Name: "demo", Command: []string{"true"}, Status: StatusRunning, StartedAt: time.Now()})
-			if err != nil {
-				t.Error(err)
-			}
-			if ok {
-				won.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if won.Load() != 1 {
-		t.Errorf("%d runs got the name, want 1", won.Load())
+	won := atOnce(8, func(i int) bool {
+		ok, err := st.CreateRunNamed(ctx, &Run{ID: fmt.Sprintf("run-%d", i), Name: "demo", Command: []string{"true"}, Status: StatusRunning, StartedAt: time.Now()})
+		if err != nil {
+			t.Error(err)
+		}
+		return ok
+	})
+	if won != 1 {
+		t.Errorf("%d runs got the name, want 1", won)
 	}
 	runs, _ := st.Runs(ctx, 100)
 	if len(runs) != 1 {
@@ -208,20 +206,9 @@ func TestGroupSharesName(t *testing.T) {
 		}
 		return ok
 	}
-	var wg sync.WaitGroup
-	var won atomic.Int32
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if create(fmt.Sprintf("task-%d", i), "ranks", "4242") {
-				won.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if won.Load() != 4 {
-		t.Errorf("%d of the job's 4 tasks got its name", won.Load())
+	won := atOnce(4, func(i int) bool { return create(fmt.Sprintf("task-%d", i), "ranks", "4242") })
+	if won != 4 {
+		t.Errorf("%d of the job's 4 tasks got its name", won)
 	}
 	if create("other", "ranks", "4243") || create("plain", "ranks", "") {
 		t.Error("a run of another group, or of none, took the group's name")

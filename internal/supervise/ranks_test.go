@@ -1,10 +1,11 @@
 package supervise
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // torchrun's error file, as torch.distributed.elastic's @record writes it
@@ -12,13 +13,7 @@ import (
 // string.
 func TestReadErrorFile(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, body string) string { return testbin.WriteFile(t, dir, name, body, 0o644) }
 	p := write("error.json", `{"message": {"message": "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  ...", "timestamp": "1764589000"}}}`)
 	r := readErrorFile(p)
 	if r == nil || r.Text != "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB" || r.T.IsZero() || !strings.Contains(r.From, p) {

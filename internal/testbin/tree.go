@@ -105,3 +105,36 @@ func WriteTree(t testing.TB, files map[string]string) string {
 	}
 	return root
 }
+
+// WriteFile writes body to the file name in dir with mode perm and returns
+// its path.
+func WriteFile[B string | []byte](t testing.TB, dir, name string, body B, perm os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), perm); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Golden checks got against the golden file at path: a difference, or no
+// file, fails the test. With update (a test's -update flag) it first
+// writes got there, making its directory.
+func Golden(t testing.TB, path string, got []byte, update bool) {
+	t.Helper()
+	if update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test -update writes it)", err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("differs from %s (go test -update rewrites it; review the diff):\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}

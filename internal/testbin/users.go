@@ -60,13 +60,19 @@ func SharedDir(t testing.TB, prefix string) string {
 // when dir is a SharedDir.
 func CopyBinary(t testing.TB, bin, dir string) string {
 	t.Helper()
-	data, err := os.ReadFile(bin)
+	return CopyExecutable(t, bin, filepath.Join(dir, "vramguard"))
+}
+
+// CopyExecutable copies the file at src to dst, mode 0755, and returns
+// dst.
+func CopyExecutable(t testing.TB, src, dst string) string {
+	t.Helper()
+	data, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	vg := filepath.Join(dir, "vramguard")
-	if err := os.WriteFile(vg, data, 0o755); err != nil {
+	if err := os.WriteFile(dst, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return vg
+	return dst
 }

@@ -13,11 +13,24 @@ const (
 	tib = 1 << 40
 )
 
+// byteText is a size and the text a formatter gives it.
+type byteText struct {
+	in   float64
+	want string
+}
+
+// checkFormat checks that format, called name, gives each case its text.
+func checkFormat(t *testing.T, name string, format func(float64) string, cases []byteText) {
+	t.Helper()
+	for _, c := range cases {
+		if got := format(c.in); got != c.want {
+			t.Errorf("%s(%v) = %q, want %q", name, c.in, got, c.want)
+		}
+	}
+}
+
 func TestFormatBytes(t *testing.T) {
-	tests := []struct {
-		in   float64
-		want string
-	}{
+	checkFormat(t, "FormatBytes", FormatBytes[float64], []byteText{
 		{0, "0 B"},
 		{1, "1 B"},
 		{1023, "1023 B"},
@@ -56,12 +69,7 @@ func TestFormatBytes(t *testing.T) {
 		{math.NaN(), "?"},
 		{math.Inf(1), "∞"},
 		{math.Inf(-1), "-∞"},
-	}
-	for _, tt := range tests {
-		if got := FormatBytes(tt.in); got != tt.want {
-			t.Errorf("FormatBytes(%v) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
+	})
 }
 
 func TestFormatBytesIntegerTypes(t *testing.T) {
@@ -87,10 +95,7 @@ func TestFormatBytesIntegerTypes(t *testing.T) {
 type myBytes uint64
 
 func TestFormatBytesFixed(t *testing.T) {
-	tests := []struct {
-		in   float64
-		want string
-	}{
+	checkFormat(t, "FormatBytesFixed", FormatBytesFixed[float64], []byteText{
 		{0, "0 B"},
 		{1023, "1023 B"},
 		{kib, "1.0 KiB"},
@@ -103,12 +108,7 @@ func TestFormatBytesFixed(t *testing.T) {
 		{4 * gib, "4.0 GiB"},
 		{-1.25 * gib, "-1.3 GiB"},
 		{math.NaN(), "?"},
-	}
-	for _, tt := range tests {
-		if got := FormatBytesFixed(tt.in); got != tt.want {
-			t.Errorf("FormatBytesFixed(%v) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
+	})
 }
 
 func TestParseBytes(t *testing.T) {

@@ -124,13 +124,7 @@ func ComputeGroup(group string, jobs []GroupJob, threshold int, from, to time.Ti
 		ns.n.Ranks = slices.Compact(ns.n.Ranks)
 		rep.Nodes = append(rep.Nodes, ns.n)
 	}
-	slices.SortFunc(rep.Nodes, func(a, b NodeUsage) int { return cmp.Compare(a.Node, b.Node) })
-	slices.SortFunc(rep.Ranks, func(a, b RankUsage) int {
-		if c := cmp.Compare(a.Node, b.Node); c != 0 {
-			return c
-		}
-		return cmp.Compare(first(a.Ranks), first(b.Ranks))
-	})
+	sortByNode(rep.Nodes, rep.Ranks)
 	return rep
 }
 
@@ -144,14 +138,20 @@ func MergeGroup(reps []GroupReport) GroupReport {
 		out.Nodes = append(out.Nodes, r.Nodes...)
 		out.Ranks = append(out.Ranks, r.Ranks...)
 	}
-	slices.SortStableFunc(out.Nodes, func(a, b NodeUsage) int { return cmp.Compare(a.Node, b.Node) })
-	slices.SortStableFunc(out.Ranks, func(a, b RankUsage) int {
+	sortByNode(out.Nodes, out.Ranks)
+	return out
+}
+
+// sortByNode orders a report's nodes by name and its ranks by node, then
+// by their first rank; entries alike keep their order.
+func sortByNode(nodes []NodeUsage, ranks []RankUsage) {
+	slices.SortStableFunc(nodes, func(a, b NodeUsage) int { return cmp.Compare(a.Node, b.Node) })
+	slices.SortStableFunc(ranks, func(a, b RankUsage) int {
 		if c := cmp.Compare(a.Node, b.Node); c != 0 {
 			return c
 		}
 		return cmp.Compare(first(a.Ranks), first(b.Ranks))
 	})
-	return out
 }
 
 func first(xs []int) int {

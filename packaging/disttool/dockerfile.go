@@ -95,6 +95,24 @@ func expand(s string, vars map[string]string, line int) (string, error) {
 }
 
 // fields splits words, keeping double-quoted strings (quotes removed) whole.
+// keyValues splits a LABEL's or an ENV's words at their first "=", failing
+// for a word without one.
+func keyValues(in instruction) ([][2]string, error) {
+	f, err := fields(in.rest)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][2]string, len(f))
+	for i, kv := range f {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("line %d: %s %q: want key=value", in.line, in.cmd, kv)
+		}
+		out[i] = [2]string{k, v}
+	}
+	return out, nil
+}
+
 func fields(s string) ([]string, error) {
 	var out []string
 	var cur strings.Builder
@@ -180,30 +198,20 @@ func evalDockerfile(instrs []instruction, buildArgs map[string]string) (imageSpe
 			if spec.Base, err = expand(f[0], global, in.line); err != nil {
 				return spec, err
 			}
-		case "LABEL":
-			f, err := fields(in.rest)
+		case "LABEL", "ENV":
+			kvs, err := keyValues(in)
 			if err != nil {
 				return spec, err
 			}
-			for _, kv := range f {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok {
-					return spec, fmt.Errorf("line %d: LABEL %q: want key=value", in.line, kv)
+			for _, kv := range kvs {
+				if in.cmd == "LABEL" {
+					// the value expands, the key does not
+					if spec.Labels[kv[0]], err = expand(kv[1], stage, in.line); err != nil {
+						return spec, err
+					}
+					continue
 				}
-				if spec.Labels[k], err = expand(v, stage, in.line); err != nil {
-					return spec, err
-				}
-			}
-		case "ENV":
-			f, err := fields(in.rest)
-			if err != nil {
-				return spec, err
-			}
-			for _, kv := range f {
-				if !strings.Contains(kv, "=") {
-					return spec, fmt.Errorf("line %d: ENV %q: want key=value", in.line, kv)
-				}
-				e, err := expand(kv, stage, in.line)
+				e, err := expand(kv[0]+"="+kv[1], stage, in.line)
 				if err != nil {
 					return spec, err
 				}

@@ -165,24 +165,22 @@ func Parse(name string, b []byte) (Case, error) {
 			c.Class = v
 		case "reason":
 			c.Reason = v
-		case "exit":
+		case "exit", "rank":
 			n, err := strconv.Atoi(v)
 			if err != nil {
-				return c, fmt.Errorf("exit: %w", err)
+				return c, fmt.Errorf("%s: %w", k, err)
 			}
-			c.Exit = n
+			if k == "exit" {
+				c.Exit = n
+			} else {
+				c.Rank = n
+			}
 		case "signal":
 			s, ok := signals[v]
 			if !ok {
 				return c, fmt.Errorf("unknown signal %q", v)
 			}
 			c.Signal = s
-		case "rank":
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return c, fmt.Errorf("rank: %w", err)
-			}
-			c.Rank = n
 		case "exception":
 			c.Exception = v
 		case "evidence":

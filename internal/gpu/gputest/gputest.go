@@ -30,6 +30,20 @@ type Fixture struct {
 	StatelessClose bool
 }
 
+// listed is what list returns, failing the test on its error and marking
+// it failed for a nil slice (an empty list is an empty slice).
+func listed[T any](t *testing.T, what string, list func(context.Context) ([]T, error)) []T {
+	t.Helper()
+	got, err := list(context.Background())
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if got == nil {
+		t.Errorf("%s returned a nil slice; want an empty one", what)
+	}
+	return got
+}
+
 // Run runs the suite. open is called once per subtest and must return a
 // fresh, open backend.
 func Run(t *testing.T, open func(t *testing.T) Fixture) {
@@ -37,44 +51,24 @@ func Run(t *testing.T, open func(t *testing.T) Fixture) {
 	ctx := context.Background()
 	t.Run("Devices", func(t *testing.T) {
 		f := open(t)
-		got, err := f.Backend.Devices(ctx)
-		if err != nil {
-			t.Fatalf("Devices: %v", err)
-		}
-		if got == nil {
-			t.Errorf("Devices returned a nil slice; want an empty one")
-		}
+		got := listed(t, "Devices", f.Backend.Devices)
 		if !reflect.DeepEqual(nonNil(got), nonNil(f.Devices)) {
 			t.Errorf("Devices:\n got %+v\nwant %+v", got, f.Devices)
 		}
 	})
 	t.Run("DeviceOrderAndMemory", func(t *testing.T) {
 		f := open(t)
-		got, err := f.Backend.Devices(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := CheckDevices(got); err != nil {
+		if err := CheckDevices(listed(t, "Devices", f.Backend.Devices)); err != nil {
 			t.Error(err)
 		}
 	})
 	t.Run("Processes", func(t *testing.T) {
 		f := open(t)
-		got, err := f.Backend.Processes(ctx)
-		if err != nil {
-			t.Fatalf("Processes: %v", err)
-		}
-		if got == nil {
-			t.Errorf("Processes returned a nil slice; want an empty one")
-		}
+		got := listed(t, "Processes", f.Backend.Processes)
 		if !reflect.DeepEqual(normalise(got), normalise(f.Processes)) {
 			t.Errorf("Processes:\n got %+v\nwant %+v", got, f.Processes)
 		}
-		devs, err := f.Backend.Devices(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := CheckProcesses(devs, got); err != nil {
+		if err := CheckProcesses(listed(t, "Devices", f.Backend.Devices), got); err != nil {
 			t.Error(err)
 		}
 	})
@@ -96,14 +90,7 @@ func Run(t *testing.T, open func(t *testing.T) Fixture) {
 	})
 	t.Run("FreshSlices", func(t *testing.T) {
 		f := open(t)
-		devs, err := f.Backend.Devices(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		procs, err := f.Backend.Processes(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		devs, procs := listed(t, "Devices", f.Backend.Devices), listed(t, "Processes", f.Backend.Processes)
 		for i := range devs {
 			devs[i].UUID, devs[i].TotalBytes = "scribbled", 1
 		}

@@ -28,10 +28,10 @@ const notAvailable = ^uint64(0)
 type Backend struct {
 	lib gonvml.Interface
 
-	mu      sync.Mutex
-	closed  bool
-	noV2    bool // the driver lacks nvmlDeviceGetMemoryInfo_v2
-	dropped gpu.DropCounts
+	mu     sync.Mutex
+	closed bool
+	noV2   bool        // the driver lacks nvmlDeviceGetMemoryInfo_v2
+	drops  gpu.DropLog // Dropped: what the latest Processes dropped
 	// lastSeen is, per device UUID, the newest per-process utilisation
 	// sample timestamp (µs) already read, so each call asks NVML only for
 	// newer samples; util keeps the latest sample per PID.
@@ -96,8 +96,13 @@ func (b *Backend) begin(ctx context.Context) error {
 	return nil
 }
 
-// handles enumerates GPUs and, where MIG is on, their MIG instances.
+// handles enumerates GPUs and, where MIG is on, their MIG instances; with
+// b.mu held. It fails with ctx's error once ctx is done and with
+// gpu.ErrClosed after Close.
 func (b *Backend) handles(ctx context.Context) ([]handle, error) {
+	if err := b.begin(ctx); err != nil {
+		return nil, err
+	}
 	n, ret := b.lib.DeviceGetCount()
 	if ret != gonvml.SUCCESS {
 		return nil, fmt.Errorf("nvml device count: %v", ret)
@@ -194,18 +199,20 @@ func (b *Backend) readMemory(h gonvml.Device, d *gpu.Device) error {
 func (b *Backend) Devices(ctx context.Context) ([]gpu.Device, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.begin(ctx); err != nil {
-		return nil, err
-	}
 	hs, err := b.handles(ctx)
 	if err != nil {
 		return nil, err
 	}
+	return devicesOf(hs), nil
+}
+
+// devicesOf is the devices of hs, in their order.
+func devicesOf(hs []handle) []gpu.Device {
 	out := make([]gpu.Device, len(hs))
 	for i, h := range hs {
 		out[i] = h.dev
 	}
-	return out, nil
+	return out
 }
 
 // Processes implements gpu.Backend: compute and graphics processes of every
@@ -214,17 +221,13 @@ func (b *Backend) Devices(ctx context.Context) ([]gpu.Device, error) {
 func (b *Backend) Processes(ctx context.Context) ([]gpu.Process, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.begin(ctx); err != nil {
-		return nil, err
-	}
 	hs, err := b.handles(ctx)
 	if err != nil {
 		return nil, err
 	}
-	devs := make([]gpu.Device, len(hs))
+	devs := devicesOf(hs)
 	var raw []gpu.Process
-	for i, h := range hs {
-		devs[i] = h.dev
+	for _, h := range hs {
 		if h.hasMIG {
 			continue
 		}
@@ -238,7 +241,7 @@ func (b *Backend) Processes(ctx context.Context) ([]gpu.Process, error) {
 		raw = append(raw, ps...)
 	}
 	kept, dropped := gpu.Sanitize(devs, raw)
-	b.dropped = dropped
+	b.drops.Set(dropped)
 	pos := make(map[string]int, len(devs))
 	for i, d := range devs {
 		pos[d.UUID] = i
@@ -323,11 +326,7 @@ func (b *Backend) processUtil(h handle) map[uint32]gonvml.ProcessUtilizationSamp
 }
 
 // Dropped implements gpu.Dropper.
-func (b *Backend) Dropped() gpu.DropCounts {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.dropped
-}
+func (b *Backend) Dropped() gpu.DropCounts { return b.drops.Dropped() }
 
 // Close shuts NVML down. A second Close returns nil.
 func (b *Backend) Close() error {

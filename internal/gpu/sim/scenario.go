@@ -257,23 +257,31 @@ func (p *PIDRef) resolve(getenv func(string) string) error {
 type Duration time.Duration
 
 func (d *Duration) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
+	return stringOrNumber(b, "duration", func(s string) error {
 		v, err := time.ParseDuration(s)
-		if err != nil {
+		if err == nil {
+			*d = Duration(v)
+		}
+		return err
+	}, func(f float64) { *d = Duration(f * float64(time.Second)) })
+}
+
+// stringOrNumber decodes a JSON value written either as a string, given to
+// text, or as a number, given to num; an error decoding the number is
+// "what: error".
+func stringOrNumber[N any](data []byte, what string, text func(string) error, num func(N)) error {
+	if len(data) > 0 && data[0] == '"' {
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
 			return err
 		}
-		*d = Duration(v)
-		return nil
+		return text(s)
 	}
-	var f float64
-	if err := json.Unmarshal(b, &f); err != nil {
-		return fmt.Errorf("duration: %w", err)
+	var n N
+	if err := json.Unmarshal(data, &n); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	*d = Duration(f * float64(time.Second))
+	num(n)
 	return nil
 }
 
@@ -287,24 +295,13 @@ func ParseBytes(s string) (Bytes, error) {
 }
 
 func (b *Bytes) UnmarshalJSON(data []byte) error {
-	if len(data) > 0 && data[0] == '"' {
-		var s string
-		if err := json.Unmarshal(data, &s); err != nil {
-			return err
-		}
+	return stringOrNumber(data, "size", func(s string) error {
 		v, err := ParseBytes(s)
-		if err != nil {
-			return err
+		if err == nil {
+			*b = v
 		}
-		*b = v
-		return nil
-	}
-	var n uint64
-	if err := json.Unmarshal(data, &n); err != nil {
-		return fmt.Errorf("size: %w", err)
-	}
-	*b = Bytes(n)
-	return nil
+		return err
+	}, func(n uint64) { *b = Bytes(n) })
 }
 
 // Curve is a value over time: a single size, or a list of [time, size]

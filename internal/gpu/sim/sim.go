@@ -20,9 +20,9 @@ type Backend struct {
 	start time.Time
 	devs  []flatDevice
 
-	mu      sync.Mutex
-	closed  bool
-	dropped gpu.DropCounts
+	mu     sync.Mutex
+	closed bool
+	drops  gpu.DropLog // Dropped: what the latest Processes dropped
 }
 
 // Option configures a Backend.
@@ -166,7 +166,7 @@ func (b *Backend) Processes(ctx context.Context) ([]gpu.Process, error) {
 	}
 	kept, dropped := gpu.Sanitize(devs, raw)
 	b.mu.Lock()
-	b.dropped = dropped
+	b.drops.Set(dropped)
 	b.mu.Unlock()
 	sort.SliceStable(kept, func(i, j int) bool {
 		a, c := kept[i], kept[j]
@@ -189,11 +189,7 @@ func devPos(devs []gpu.Device, uuid string) int {
 }
 
 // Dropped implements gpu.Dropper.
-func (b *Backend) Dropped() gpu.DropCounts {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.dropped
-}
+func (b *Backend) Dropped() gpu.DropCounts { return b.drops.Dropped() }
 
 // Close implements gpu.Backend.
 func (b *Backend) Close() error {

@@ -17,6 +17,32 @@ type clock struct{ t time.Time }
 
 func (c *clock) now() time.Time { return c.t }
 
+// parse is Parse of a scenario's text with the process's environment; an
+// error fails the test.
+func parse(t *testing.T, text string) *Scenario {
+	t.Helper()
+	sc, err := Parse([]byte(text), os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+// processesAt is a backend on sc made at gputest.RefTime, its clock then
+// moved on by at, and what its Processes reports there; an error fails the
+// test.
+func processesAt(t *testing.T, sc *Scenario, at time.Duration) (*Backend, []gpu.Process) {
+	t.Helper()
+	c := &clock{t: gputest.RefTime}
+	b := New(sc, WithClock(c.now))
+	c.t = c.t.Add(at)
+	procs, err := b.Processes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, procs
+}
+
 func TestConformance(t *testing.T) {
 	gputest.Run(t, func(t *testing.T) gputest.Fixture {
 		b, err := Open("testdata/reference.json", WithClock(func() time.Time { return gputest.RefTime }))
@@ -88,17 +114,7 @@ func TestTimeline(t *testing.T) {
 			if tt.loop {
 				loop = "true"
 			}
-			sc, err := Parse([]byte(strings.ReplaceAll(timeline, "%LOOP%", loop)), os.Getenv)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := &clock{t: gputest.RefTime}
-			b := New(sc, WithClock(c.now))
-			c.t = c.t.Add(tt.at)
-			procs, err := b.Processes(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
+			b, procs := processesAt(t, parse(t, strings.ReplaceAll(timeline, "%LOOP%", loop)), tt.at)
 			got := map[int]uint64{}
 			var sum uint64
 			for _, p := range procs {
@@ -173,10 +189,7 @@ const scripted = `{
 // TestScriptedUtilisation: a process's SM utilisation follows its curve
 // (relative to its start), and the device's is the sum of its processes'.
 func TestScriptedUtilisation(t *testing.T) {
-	sc, err := Parse([]byte(scripted), os.Getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc := parse(t, scripted)
 	tests := []struct {
 		at      time.Duration
 		pid20   int
@@ -190,13 +203,7 @@ func TestScriptedUtilisation(t *testing.T) {
 		{59 * time.Minute, 0, 30, 30},
 	}
 	for _, tt := range tests {
-		c := &clock{t: gputest.RefTime}
-		b := New(sc, WithClock(c.now))
-		c.t = c.t.Add(tt.at)
-		procs, err := b.Processes(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, procs := processesAt(t, sc, tt.at)
 		got := map[int]int{21: -2}
 		for _, p := range procs {
 			got[p.PID] = p.SMUtilPercent
@@ -214,10 +221,7 @@ func TestScriptedUtilisation(t *testing.T) {
 // TestScriptedOwners: the overlay reports each made-up process's UID, and
 // names the UIDs the scenario names (only those).
 func TestScriptedOwners(t *testing.T) {
-	sc, err := Parse([]byte(scripted), os.Getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc := parse(t, scripted)
 	c := &clock{t: gputest.RefTime}
 	h := New(sc, WithClock(c.now)).Host(procfs.FS{Root: t.TempDir()})
 	c.t = c.t.Add(6 * time.Minute)

@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 
-from . import _dist, _state, _steps, _torch, _uncaught
+from . import _dist, _mem, _state, _steps, _torch, _uncaught
 from ._config import Config, clamp_hz, default_socket
 from ._steps import step  # noqa: F401 (vramguard.step)
 from ._wire import Conn, alive, dumps, err
@@ -51,7 +51,6 @@ AGENT_MAX_PENDING = 256 << 10  # bytes buffered for the agent's socket before dr
 AGENT_RETRY_S = 30.0  # between attempts to reach a missing or dead agent
 AGENT_FLUSH_S = 0.25  # at most this long at exit for the agent to take the last lines
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 _start_lock = threading.Lock()
 _hooks_installed = False  # import hook, fork hooks, atexit: once per interpreter
@@ -171,7 +170,7 @@ class _Probe:
         self.oom_count = 0
         self.stack_file = None
         self.stack_path = ""
-        self.statm = None  # fd of /proc/self/statm, kept open: one pread per sample
+        self.statm = _mem.Statm()  # kept open: one pread per sample
         # The process's place in a distributed job, reported once the
         # process group exists; a forked child (a DataLoader worker) did not
         # join it and reports none.
@@ -244,15 +243,7 @@ class _Probe:
             agent.flush(AGENT_FLUSH_S)
             agent.close()
         self._close_stacks()
-        self._close_statm()
-
-    def _close_statm(self):
-        fd, self.statm = self.statm, None
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self.statm.close()
 
     def abandon(self):
         """In a forked child: drop the parent's connections without a word."""
@@ -264,7 +255,7 @@ class _Probe:
                     conn.sock.close()
                 except OSError:
                     pass
-        self._close_statm()  # the parent's /proc/<pid>/statm
+        self.statm.close()  # the parent's /proc/<pid>/statm
 
     # sending --------------------------------------------------------------
 
@@ -390,13 +381,8 @@ class _Probe:
         return msg
 
     def rss(self):
-        # Every syscall releases the GIL, and taking it back from a busy
-        # training thread costs that thread a switch: one pread on a kept
-        # fd instead of open/read/close.
         try:
-            if self.statm is None:
-                self.statm = os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            return int(os.pread(self.statm, 256, 0).split()[1]) * _PAGE
+            return self.statm.rss()
         except (OSError, ValueError, IndexError):
             return _rss()
 
@@ -473,8 +459,7 @@ def _same_path(a, b):
 
 def _rss():
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
+        return _mem.rss()
     except (OSError, ValueError, IndexError):
         import resource
 

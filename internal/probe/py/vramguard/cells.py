@@ -14,14 +14,13 @@ import sys
 import threading
 import time
 
-from . import _cuda, _probe
+from . import _cuda, _mem, _probe
 from ._units import signed, size
 
 DEFAULT_THRESHOLD = 64 << 20
 MAX_CELLS = 10000  # records kept for `%vramguard cells`
 FIRST_LINE_MAX = 200
 SAMPLER_PERIOD_S = 0.005
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def first_line(src):
@@ -45,7 +44,7 @@ class Host:
     SAMPLER_PERIOD_S while the cell runs."""
 
     def __init__(self, mode=None):
-        self.statm = None
+        self.statm = _mem.Statm()
         self.clear = None
         self.status = None
         self.mode = mode  # "hwm" or "sampler"; None: decided at the first cell
@@ -55,9 +54,7 @@ class Host:
 
     def rss(self):
         try:
-            if self.statm is None:
-                self.statm = os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            return int(os.pread(self.statm, 256, 0).split()[1]) * _PAGE
+            return self.statm.rss()
         except (OSError, ValueError, IndexError):
             return 0
 
@@ -118,13 +115,14 @@ class Host:
     def close(self):
         if self.stop is not None:
             self.stop.set()
-        for fd in (self.statm, self.clear, self.status):
+        self.statm.close()
+        for fd in (self.clear, self.status):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self.statm = self.clear = self.status = None
+        self.clear = self.status = None
 
 
 def _hwm():

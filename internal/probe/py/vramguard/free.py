@@ -10,7 +10,7 @@ import gc
 import sys
 import types
 
-from . import _cuda
+from . import _cuda, _mem
 from .roots import exception_roots, output_name
 
 
@@ -24,10 +24,7 @@ def _measure():
 
 def _rss():
     try:
-        with open("/proc/self/statm", "rb") as f:
-            import os
-
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return _mem.rss()
     except (OSError, ValueError, IndexError):
         return 0
 

@@ -16,47 +16,27 @@ optimizer's step is torch's own again after off().
   bad_fallback  fallback="soon": a one-line error
 """
 
-import json
 import os
 import signal
 import sys
 import time
 import warnings
 
+import autosave_rig
 import torch
-import vramguard
-import vramguard.autosave
 
-engine = sys.modules["vramguard.autosave"]
 scenario, d = sys.argv[1], sys.argv[2]
-torch.manual_seed(0)
-m = torch.nn.Linear(3, 1)
-opt = torch.optim.Adam(m.parameters(), lr=0.01)
+rig = autosave_rig.Rig()
+train, opt = rig.train, rig.opt
 facts = {"error": "", "warnings": []}
-step = 0
 warnings.simplefilter("always")
 caught = warnings.catch_warnings(record=True)
 seen = caught.__enter__()
 
-
-def train(n):
-    global step
-    for _ in range(n):
-        m(torch.randn(2, 3)).sum().backward()
-        opt.step()
-        opt.zero_grad()
-        step += 1
-
-
 kw = {"quiet": {}, "quiet_saved": {}, "off": {"fallback": None}, "zero": {"fallback": 0},
       "schedulers": {}, "bad_fallback": {"fallback": "soon"}}[scenario]
 before = torch.optim.lr_scheduler.StepLR(opt, 2) if scenario == "schedulers" else None
-try:
-    a = vramguard.autosave(model=m, opt=opt, dir=d, every="1h", keep=10, **kw)
-except engine.AutosaveError as e:
-    facts["error"] = str(e)
-    print(json.dumps(facts))
-    sys.exit(0)
+a = rig.autosave(facts, d, **kw)
 
 if scenario in ("quiet", "quiet_saved"):
     train(3)
@@ -92,13 +72,6 @@ elif scenario == "schedulers":
     facts["guarded_after_off"] = a.guard.on
     train(1)
 
-saves = []
-for p in engine.files(d):
-    sd = torch.load(p)
-    st = sd["objects"]["opt"]["state"]
-    saves.append([os.path.basename(p).rsplit("-", 1)[1], int(st[0]["step"]) if st else 0])
-facts["saves"] = saves
 facts["fallbacks"] = getattr(a, "fallback_saves", None)
-facts["steps"] = step
 facts["warnings"] = [str(w.message).split("\n")[0] for w in seen]
-print(json.dumps(facts))
+rig.report(facts, d)

@@ -13,7 +13,6 @@ the Go tests (TestAutosaveForeignFiles, TestAutosaveTwoNotebooks).
                                          the middle of the next save
 """
 
-import io
 import json
 import os
 import shutil
@@ -21,22 +20,16 @@ import subprocess
 import sys
 import time
 
+import shell_rig
 import torch
-from IPython.core.interactiveshell import InteractiveShell
 
-ip = InteractiveShell.instance(colors="NoColor")
+ip = shell_rig.shell()
 role = sys.argv[1]
 
 
 def cell(src):
-    out, err = io.StringIO(), io.StringIO()
-    so, se = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = out, err
-    try:
-        r = ip.run_cell(src, store_history=True)
-    finally:
-        sys.stdout, sys.stderr = so, se
-    return {"src": src, "stdout": out.getvalue(), "stderr": err.getvalue(), "ok": bool(r.success)}
+    r, out, err = shell_rig.captured(ip, src)
+    return {"src": src, "stdout": out, "stderr": err, "ok": bool(r.success)}
 
 
 def weights():

@@ -7,7 +7,6 @@ scripted allocator's own counters.
     notebook_shell.py SCENARIO [DIR]     (cpu, notorch, sampler, cuda, autosave)
 """
 
-import io
 import json
 import os
 import sys
@@ -23,9 +22,9 @@ if scenario == "cuda":
 
     scripted.install()
 
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+import shell_rig  # noqa: E402
 
-ip = InteractiveShell.instance(colors="NoColor")
+ip = shell_rig.shell()
 facts = {"pid": os.getpid(), "cells": []}
 
 
@@ -38,15 +37,9 @@ def vmrss():
 
 
 def cell(src):
-    out, err = io.StringIO(), io.StringIO()
-    so, se = sys.stdout, sys.stderr
     before = vmrss()
-    sys.stdout, sys.stderr = out, err
-    try:
-        r = ip.run_cell(src, store_history=True)
-    finally:
-        sys.stdout, sys.stderr = so, se
-    rec = {"n": r.execution_count, "src": src, "stdout": out.getvalue(), "stderr": err.getvalue(),
+    r, out, err = shell_rig.captured(ip, src)
+    rec = {"n": r.execution_count, "src": src, "stdout": out, "stderr": err,
            "rss_before": before, "rss_after": vmrss(), "ok": r.success}
     facts["cells"].append(rec)
     return rec

@@ -9,17 +9,16 @@ marker on the process's stdout); prints one JSON line for the Go test
     restore_hostile.py DIR
 """
 
-import io
 import json
 import os
 import struct
 import sys
 
+import shell_rig
 import torch
-from IPython.core.interactiveshell import InteractiveShell
 
 work = sys.argv[1]
-ip = InteractiveShell.instance(colors="NoColor")
+ip = shell_rig.shell()
 
 
 def flag(name):
@@ -115,14 +114,8 @@ ip.user_ns["opt"] = torch.optim.Adam(ip.user_ns["model"].parameters(), lr=0.5)
 
 
 def cell(src):
-    out, err = io.StringIO(), io.StringIO()
-    so, se = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = out, err
-    try:
-        r = ip.run_cell(src, store_history=True)
-    finally:
-        sys.stdout, sys.stderr = so, se
-    return {"stdout": out.getvalue(), "stderr": err.getvalue(), "ok": bool(r.success)}
+    r, out, err = shell_rig.captured(ip, src)
+    return {"stdout": out, "stderr": err, "ok": bool(r.success)}
 
 
 cases = []

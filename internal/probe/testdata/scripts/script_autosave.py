@@ -12,36 +12,20 @@ the step the job had made when it ran) and whether the process lived on.
   bad_save_on  save_on="SIGKILL"
 """
 
-import json
 import os
 import signal
 import sys
 
-import torch
-import vramguard
-import vramguard.autosave
-
-engine = sys.modules["vramguard.autosave"]
+import autosave_rig
 
 scenario, d = sys.argv[1], sys.argv[2]
-torch.manual_seed(0)
-m = torch.nn.Linear(3, 1)
-opt = torch.optim.Adam(m.parameters(), lr=0.01)
+rig = autosave_rig.Rig()
+train = rig.train
 facts = {"calls": [], "error": ""}
-step = 0
-
-
-def train(n):
-    global step
-    for _ in range(n):
-        m(torch.randn(2, 3)).sum().backward()
-        opt.step()
-        opt.zero_grad()
-        step += 1
 
 
 def handler(signum, frame):
-    facts["calls"].append([signal.Signals(signum).name, step])
+    facts["calls"].append([signal.Signals(signum).name, rig.step])
 
 
 if scenario == "own_handler":
@@ -50,13 +34,7 @@ if scenario == "own_handler":
 elif scenario == "ignored":
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
-try:
-    vramguard.autosave(model=m, opt=opt, dir=d, every="1h", keep=10,
-                       **({"save_on": "SIGKILL"} if scenario == "bad_save_on" else {}))
-except engine.AutosaveError as e:
-    facts["error"] = str(e)
-    print(json.dumps(facts))
-    sys.exit(0)
+rig.autosave(facts, d, **({"save_on": "SIGKILL"} if scenario == "bad_save_on" else {}))
 
 if scenario == "idle":
     os.kill(os.getpid(), signal.SIGUSR1)
@@ -92,11 +70,4 @@ else:
         os.kill(os.getpid(), signal.SIGTERM)
         train(2)
 
-saves = []
-for p in engine.files(d):
-    sd = torch.load(p)
-    st = sd["objects"]["opt"]["state"]
-    saves.append([os.path.basename(p).rsplit("-", 1)[1], int(st[0]["step"]) if st else 0])
-facts["saves"] = saves
-facts["steps"] = step
-print(json.dumps(facts))
+rig.report(facts, d)
