@@ -248,11 +248,14 @@ func TestHostLeakUnderMemoryLimit(t *testing.T) {
 // rate times faster than the wall clock (a fastRun's). Each reading lands
 // at a random point of a training step, as the probe's samples do in a real
 // job: a sawtooth computed from the clock would alias with the probe's
-// period into a slow ramp, which under load can pass for a rise. The job
+// period into a slow ramp, which under load can pass for a rise. It does
+// not import torch (the figures are the script's): an import that takes a
+// loaded machine 20 s of wall time is a rise of host memory over 400 s of
+// the fast clock, which the host leak test may rightly call a leak. The job
 // ends when stop exists.
 func allocatorScript(leak bool, rate float64, stop string) string {
 	return stopFile(stop) + fmt.Sprintf(`
-import random, time, torch
+import random, time
 import vramguard._probe as vp
 MiB, GiB = 1 << 20, 1 << 30
 leak, t0, rng, rate = %v, time.time(), random.Random(7), %g

@@ -556,7 +556,8 @@ func TestJupyterKernels(t *testing.T) {
 		return last.PID != 0 && last.PID != pidA2
 	}, func() { t.Logf("last seen: %+v", last) })
 	if reasons := attemptReasons(l.explain(runA)); len(reasons) != 3 || reasons[1] != "restarted" {
-		t.Errorf("run %s after a restart: attempts %v, want [host_oom_killed restarted (running)]", runA, reasons)
+		logs := l.vg("logs", runA, "--attempt", "2")
+		t.Errorf("run %s after a restart: attempts %v, want [host_oom_killed restarted (running)]; the second attempt's log ends:\n%s%s", runA, reasons, tail(logs.Stdout, 3000), logs.Stderr)
 	}
 	ka3 := l.connect(sa.Kernel.ID)
 	if ex := ka3.run("3 + 3"); strings.Contains(ex.stderr, "vramguard") {
@@ -655,4 +656,12 @@ func (l *lab) jupyterPaths() []string {
 		l.t.Fatalf("jupyter_path: %v: %s", err, out)
 	}
 	return ps
+}
+
+// tail is the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
 }
