@@ -62,7 +62,7 @@ var rigs int
 
 func removeTestUsers() {
 	for _, name := range testUsers {
-		exec.Command("userdel", name).Run()
+		testbin.Accounts("userdel", name)
 	}
 }
 

@@ -3,7 +3,6 @@ package jupyter_test
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,10 +24,10 @@ func TestKernelActionsThroughSharedAgent(t *testing.T) {
 	id, _, _ := l.startKernel("shared.ipynb")
 	sfx := strconv.Itoa(os.Getpid() % 100000)
 	group := "vgkadm" + sfx
-	if out, err := exec.Command("groupadd", group).CombinedOutput(); err != nil {
+	if out, err := testbin.Accounts("groupadd", group); err != nil {
 		t.Fatalf("groupadd %s: %v %s", group, err, out)
 	}
-	t.Cleanup(func() { exec.Command("groupdel", group).Run() })
+	t.Cleanup(func() { testbin.Accounts("groupdel", group) })
 	plain, admin := testbin.User(t, "vgkp"+sfx), testbin.User(t, "vgka"+sfx, "-G", group)
 	a.serve("--admin-group", group)
 	type result struct {

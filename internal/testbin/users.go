@@ -7,7 +7,24 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
+
+// Accounts runs one of shadow's tools (useradd, userdel, groupadd,
+// groupdel) with args, as exec.Command's CombinedOutput. Each takes a lock
+// on /etc/passwd or /etc/group and gives up at once ("cannot lock ...; try
+// again later") while another holds it, as a test beside it, or another
+// suite on the machine, may: then it tries again, for up to a minute.
+func Accounts(tool string, args ...string) ([]byte, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := exec.Command(tool, args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "try again later") || time.Now().After(deadline) {
+			return out, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
 
 // AddUser adds a throwaway login-less user named name (useradd's other
 // arguments, such as "-G", group, go before the name) and returns its UID.
@@ -16,7 +33,7 @@ import (
 func AddUser(t testing.TB, name string, args ...string) int {
 	t.Helper()
 	argv := append(append([]string{"--no-create-home", "--shell", "/usr/sbin/nologin"}, args...), name)
-	if out, err := exec.Command("useradd", argv...).CombinedOutput(); err != nil {
+	if out, err := Accounts("useradd", argv...); err != nil {
 		t.Fatalf("useradd %s: %v %s", name, err, out)
 	}
 	out, err := exec.Command("id", "-u", name).Output()
@@ -34,7 +51,7 @@ func AddUser(t testing.TB, name string, args ...string) int {
 func User(t testing.TB, name string, args ...string) int {
 	t.Helper()
 	uid := AddUser(t, name, args...)
-	t.Cleanup(func() { exec.Command("userdel", name).Run() })
+	t.Cleanup(func() { Accounts("userdel", name) })
 	return uid
 }
 
