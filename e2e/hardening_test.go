@@ -248,7 +248,7 @@ func TestDiskFullLoggingResumes(t *testing.T) {
 	var runs []map[string]any
 	testbin.Run(t, testbin.Vramguard(t, e.environ(), "runs", "--json")).JSON(t, &runs)
 	if len(runs) != 1 || runs[0]["status"] != "finished" || runs[0]["exit_code"] != float64(3) {
-		t.Errorf("the run's end was not recorded: %v", runs)
+		t.Errorf("the run's end was not recorded: %v\nstderr:\n%s", runs, end(se.String()))
 	}
 }
 
