@@ -13,6 +13,7 @@ import (
 
 	"github.com/vramguard/vramguard/internal/gpu"
 	"github.com/vramguard/vramguard/internal/procfs"
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -196,19 +197,7 @@ func TestGolden(t *testing.T) {
 			if again, _ := json.MarshalIndent(res2, "", "  "); string(append(again, '\n')) != string(got) {
 				t.Errorf("second pass differs from the first:\n%s", again)
 			}
-			golden := filepath.Join("testdata", name+".golden.json")
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create)", err)
-			}
-			if string(got) != string(want) {
-				t.Errorf("result differs from %s (run with -update after checking):\n%s", golden, got)
-			}
+			testbin.Golden(t, filepath.Join("testdata", name+".golden.json"), got, *update)
 		})
 	}
 }
