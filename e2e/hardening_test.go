@@ -216,6 +216,12 @@ func TestDiskFullLoggingResumes(t *testing.T) {
 		stderr = se.String()
 		return strings.Contains(stderr, "logging stopped")
 	})
+	// Space returns once the job has printed its flood (whose tail the log
+	// dropped), so that what is freed holds the job's last lines and the
+	// run's end, not the rest of a flood still on its way.
+	waitFor(t, 60*time.Second, "the job's first lines on the terminal", func() bool {
+		return len(so.String()) >= n*100
+	})
 	os.Remove(filler)
 	os.WriteFile(goFile, nil, 0o600)
 	done := make(chan error, 1)

@@ -70,11 +70,11 @@ func (e *env) run(args ...string) result {
 }
 
 // start starts vramguard in the background.
-func (e *env) start(args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+func (e *env) start(args ...string) (*exec.Cmd, *testbin.Buffer, *testbin.Buffer) {
 	e.t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = e.environ()
-	var so, se bytes.Buffer
+	var so, se testbin.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
