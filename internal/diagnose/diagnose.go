@@ -240,6 +240,9 @@ func Classify(in Input) Verdict {
 			v.Summary = "the kernel's client shut it down (a shutdown_request)"
 		}
 		v.Evidence = append(v.Evidence, "the probe saw the kernel's client ask it to "+map[bool]string{true: "restart", false: "shut down"}[in.KernelRestart], exitEvidence(in))
+		if in.ExitStatus() == 128+int(syscall.SIGABRT) {
+			v.Evidence = append(v.Evidence, "the kernel aborted on its way out, after the request: Python aborts a process whose daemon threads still hold a lock or a C call as it shuts down; the request was ending the kernel anyway, so nothing of it is lost")
+		}
 		return v
 	case sched:
 		// the scheduler ended it: its own line (or the signal's sender)
@@ -550,14 +553,17 @@ func oomText(lines []Line, dec Failure) string {
 
 // endedAsAsked tells a kernel that ended as its client's shutdown request
 // ends one (by itself, or by the SIGTERM or SIGKILL a client sends when it
-// takes too long; SIGINT and SIGHUP as a supervisor forwards them) from one
-// that crashed on the way out.
+// takes too long; SIGINT and SIGHUP as a supervisor forwards them; SIGABRT,
+// which CPython raises when the interpreter's shutdown finds a daemon thread
+// holding a stream's lock, and glibc when it unwinds such a thread from a C++
+// call) from one that crashed on the way out (a segmentation fault, an
+// exception, an exit status of its own).
 func endedAsAsked(in Input) bool {
 	if in.OOMKills > 0 || len(in.KernelOOM) > 0 {
 		return false // the OOM killer's SIGKILL came first
 	}
 	switch in.ExitStatus() {
-	case 0, 128 + int(syscall.SIGTERM), 128 + int(syscall.SIGKILL), 128 + int(syscall.SIGINT), 128 + int(syscall.SIGHUP):
+	case 0, 128 + int(syscall.SIGTERM), 128 + int(syscall.SIGKILL), 128 + int(syscall.SIGINT), 128 + int(syscall.SIGHUP), 128 + int(syscall.SIGABRT):
 		return true
 	}
 	return false
