@@ -3,7 +3,6 @@
 #   bench/ckpt/run.sh [--mib N] [--count K]
 set -eu
 cd "$(dirname "$0")/../.."
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-go build -o "$out/vramguard" ./cmd/vramguard
-/usr/bin/python3 bench/ckpt/bench.py "$out/vramguard" "$@"
+. bench/lib.sh
+bench_build
+/usr/bin/python3 bench/ckpt/bench.py "$tmp/vramguard" "$@"

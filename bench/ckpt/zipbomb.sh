@@ -4,7 +4,6 @@
 #   bench/ckpt/zipbomb.sh [OLD_VRAMGUARD]
 set -eu
 cd "$(dirname "$0")/../.."
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-go build -o "$out/vramguard" ./cmd/vramguard
-/usr/bin/python3 bench/ckpt/zipbomb.py "$out/vramguard" "$@"
+. bench/lib.sh
+bench_build
+/usr/bin/python3 bench/ckpt/zipbomb.py "$tmp/vramguard" "$@"

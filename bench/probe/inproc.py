@@ -6,8 +6,8 @@
 import json
 import statistics
 import sys
-import time
 
+import mlp
 import torch
 
 from vramguard import _probe
@@ -17,24 +17,7 @@ block_s = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
 p = _probe._p
 assert p is not None and p.reporting(), "probe not running"
 
-torch.set_num_threads(1)
-torch.manual_seed(0)
-model = torch.nn.Sequential(
-    torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)
-)
-opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-x = torch.randn(64, 512)
-y = torch.randint(0, 10, (64,))
-
-
-def steps(n):
-    t0 = time.perf_counter()
-    for _ in range(n):
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    return time.perf_counter() - t0
-
+steps = mlp.loop()
 
 p.stop_thread(2.0)
 steps(20)  # warm-up

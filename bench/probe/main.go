@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vramguard/vramguard/bench/probe/probetmp"
 	"github.com/vramguard/vramguard/internal/probe"
 )
 
@@ -47,15 +48,11 @@ func main() {
 }
 
 func bench(runs, steps, pairs int, python string, agent bool) error {
-	tmp, err := os.MkdirTemp("", "vgbench-")
+	tmp, dir, remove, err := probetmp.Install("vgbench-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	dir, err := probe.Install(tmp)
-	if err != nil {
-		return err
-	}
+	defer remove()
 	l, err := probe.Listen(filepath.Join(tmp, "p.sock"))
 	if err != nil {
 		return err

@@ -12,9 +12,8 @@ cd "$(dirname "$0")/../.."
 LIMIT=${1:-600m}
 shift || true
 RATES=${*:-1.2 2 3.3 6}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-go build -o "$tmp/vramguard" ./cmd/vramguard
+. bench/lib.sh
+bench_build
 py=${VRAMGUARD_TEST_PYTHON:-/usr/bin/python3}
 printf '%-12s %-8s %-16s %-12s %-10s %s\n' "rate MiB/s" limit "first forecast" "kill" "lead/T" "ETA at forecast"
 for r in $RATES; do

@@ -11,9 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 MB=${1:-500}
 REPS=${2:-5}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-go build -o "$tmp/vramguard" ./cmd/vramguard
+. bench/lib.sh
+bench_build
 # A fast writer of 100-byte lines.
 gen="yes 'epoch 1 step 123 loss 0.123456 lr 0.0003 grad_norm 1.2345 tokens/s 12345.6 ......................' | head -c ${MB}M"
 

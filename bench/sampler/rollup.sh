@@ -15,9 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 gib=${1:-8}
 secs=${2:-30}
-tmp=$(mktemp -d)
-trap 'kill $sup 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
-go build -o "$tmp/vramguard" ./cmd/vramguard
+. bench/lib.sh
+bench_build 'kill $sup 2>/dev/null || true; wait 2>/dev/null || true'
 tick=$(getconf CLK_TCK)
 cpu() { awk -v t="$tick" '{ sub(/^.*\) /, ""); printf "%.3f\n", ($12 + $13) / t }' "/proc/$1/stat"; }
 

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"syscall"
@@ -259,6 +261,23 @@ func (a *Agent) parseRange(r *http.Request) (time.Time, time.Time, error) {
 	return from, to, nil
 }
 
+// queryInt reads the query parameter name, when given, into n: a decimal
+// integer in [lo, hi]. Otherwise it answers 400 ("NAME "V": want WANT")
+// and returns false.
+func queryInt[T int | int64](w http.ResponseWriter, q url.Values, name string, lo, hi T, want string, n *T) bool {
+	v := q.Get(name)
+	if v == "" {
+		return true
+	}
+	x, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || x < int64(lo) || x > int64(hi) {
+		writeErr(w, http.StatusBadRequest, "%s %q: want %s", name, v, want)
+		return false
+	}
+	*n = T(x)
+	return true
+}
+
 func parseTime(v string) (time.Time, error) {
 	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 		return time.UnixMilli(n), nil
@@ -380,13 +399,8 @@ func (a *Agent) apiTimelines(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	maxPts := 2000
-	if v := r.URL.Query().Get("points"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 10 || n > 100000 {
-			writeErr(w, http.StatusBadRequest, "points %q: want 10..100000", v)
-			return
-		}
-		maxPts = n
+	if !queryInt(w, r.URL.Query(), "points", 10, 100000, "10..100000", &maxPts) {
+		return
 	}
 	ctx := r.Context()
 	want := map[string]bool{}
@@ -465,21 +479,9 @@ func (a *Agent) apiTimelines(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) apiEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := store.AgentEventFilter{JobKey: a.resolveKey(r.Context(), q.Get("job")), Limit: 500}
-	if v := q.Get("after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			writeErr(w, http.StatusBadRequest, "after %q: want an event id", v)
-			return
-		}
-		f.AfterID = n
-	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			writeErr(w, http.StatusBadRequest, "limit %q: want a positive number", v)
-			return
-		}
-		f.Limit = n
+	if !queryInt(w, q, "after", math.MinInt64, math.MaxInt64, "an event id", &f.AfterID) ||
+		!queryInt(w, q, "limit", 1, math.MaxInt, "a positive number", &f.Limit) {
+		return
 	}
 	if q.Get("range") != "" {
 		from, _, err := a.parseRange(r)

@@ -65,37 +65,38 @@ func (a *Agent) apiReport(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, "by %q: want user, job or gpu", by)
 		return
 	}
-	from, to, err := a.parseRange(r)
-	if err != nil {
-		writeErr(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	var keep func(JobView) bool
-	if c, lim := limited(r); lim {
-		keep = func(j JobView) bool { return c.owns(j.UID) }
-	}
-	rep, err := a.Report(r.Context(), by, from, to, keep)
-	if err != nil {
-		writeErr(w, http.StatusInternalServerError, "%v", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, rep)
+	a.answerReport(w, r, func(from, to time.Time, owns func(uid int) bool) (any, error) {
+		var keep func(JobView) bool
+		if owns != nil {
+			keep = func(j JobView) bool { return owns(j.UID) }
+		}
+		return a.Report(r.Context(), by, from, to, keep)
+	})
 }
 
 // apiGroupReport answers ?group=GROUP&range=168h (or from=&to=): a
 // distributed job's efficiency on this node; over the socket only the
 // caller's own jobs count.
 func (a *Agent) apiGroupReport(w http.ResponseWriter, r *http.Request, group string) {
+	a.answerReport(w, r, func(from, to time.Time, owns func(uid int) bool) (any, error) {
+		return a.GroupReport(r.Context(), group, from, to, owns)
+	})
+}
+
+// answerReport answers with the report build makes of the range the
+// request asks for (range=, or from= and to=) and of the jobs owns keeps
+// by their owner's UID: over the socket the caller's own, else (nil) all.
+func (a *Agent) answerReport(w http.ResponseWriter, r *http.Request, build func(from, to time.Time, owns func(uid int) bool) (any, error)) {
 	from, to, err := a.parseRange(r)
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	var keep func(int) bool
+	var owns func(uid int) bool
 	if c, lim := limited(r); lim {
-		keep = c.owns
+		owns = c.owns
 	}
-	rep, err := a.GroupReport(r.Context(), group, from, to, keep)
+	rep, err := build(from, to, owns)
 	if err != nil {
 		writeErr(w, http.StatusInternalServerError, "%v", err)
 		return

@@ -195,23 +195,18 @@ func numel(shape []int64) int64 {
 type Scalars map[string]any
 
 // MarshalJSON writes s with non-finite floats as strings.
-func (s Scalars) MarshalJSON() ([]byte, error) {
-	if s == nil {
-		return []byte("null"), nil
-	}
-	m := make(map[string]any, len(s))
-	for k, v := range s {
-		m[k] = finiteJSON(v)
-	}
-	return json.Marshal(m)
-}
+func (s Scalars) MarshalJSON() ([]byte, error) { return marshalFinite(s) }
 
 // Metrics are an entry's numeric scalars; non-finite ones are written to
 // JSON as Scalars writes them.
 type Metrics map[string]float64
 
 // MarshalJSON writes m with non-finite floats as strings.
-func (m Metrics) MarshalJSON() ([]byte, error) {
+func (m Metrics) MarshalJSON() ([]byte, error) { return marshalFinite(m) }
+
+// marshalFinite writes m as a JSON object (null for nil) with non-finite
+// floats as strings.
+func marshalFinite[V any](m map[string]V) ([]byte, error) {
 	if m == nil {
 		return []byte("null"), nil
 	}

@@ -260,26 +260,23 @@ func (w *useWalk) value(v any) {
 			}
 		case pickle.Tuple:
 			stack = append(stack, x...)
-		case *pickle.List:
-			if !w.seen[x] {
-				w.seen[x] = true
-				stack = append(stack, x.Items...)
+		case pickle.PersID:
+			stack = append(stack, x.ID)
+		case *pickle.List, *pickle.Dict, *pickle.Set, *pickle.Call:
+			if w.seen[x] {
+				continue
 			}
-		case *pickle.Dict:
-			if !w.seen[x] {
-				w.seen[x] = true
+			w.seen[x] = true
+			switch x := x.(type) {
+			case *pickle.List:
+				stack = append(stack, x.Items...)
+			case *pickle.Dict:
 				for i := range x.Len() {
 					stack = append(stack, x.Key(i), x.Val(i))
 				}
-			}
-		case *pickle.Set:
-			if !w.seen[x] {
-				w.seen[x] = true
+			case *pickle.Set:
 				stack = append(stack, x.Items...)
-			}
-		case *pickle.Call:
-			if !w.seen[x] {
-				w.seen[x] = true
+			case *pickle.Call:
 				stack = append(stack, x.Func)
 				stack = append(stack, x.Args...)
 				if x.Kwargs != nil {
@@ -291,8 +288,6 @@ func (w *useWalk) value(v any) {
 					stack = append(stack, x.DictItems)
 				}
 			}
-		case pickle.PersID:
-			stack = append(stack, x.ID)
 		}
 	}
 }

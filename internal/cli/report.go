@@ -127,6 +127,30 @@ func reportQuery(f *Factory, o *reportOptions, query string) (path, sock string,
 	return "/api/v1/report?" + query + "&range=" + url.QueryEscape(since.String()), sock, nil
 }
 
+// askAgent reads the agent's answer to path into out: over the socket sock,
+// or where sock is "" from the agent at the --url raw. where says which
+// agents report reads (" on each node"), for the error when none answers.
+func askAgent(ctx context.Context, sock, raw, path, where string, out any) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if sock != "" {
+		if err := getAgent(ctx, agentClient(sock, 30*time.Second), path, out); err != nil {
+			return Envf("the agent at %s: %v", sock, err)
+		}
+		return nil
+	}
+	at, err := agentURL(raw, path)
+	if err != nil {
+		return err
+	}
+	c := &http.Client{Timeout: 30 * time.Second}
+	if err := getAgentURL(ctx, c, at, out); err != nil {
+		return Envf("no agent answered at %s (%v): report reads the history of vramguard serve%s; start it, or give --url", raw, err, where)
+	}
+	return nil
+}
+
 // agentURL is path at the agent --url names (raw: http or https, a host,
 // perhaps a port), or a usage error naming raw.
 func agentURL(raw, path string) (string, error) {
@@ -157,23 +181,9 @@ func runReport(ctx context.Context, f *Factory, o *reportOptions) error {
 	if err != nil {
 		return err
 	}
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	var rep usage.Report
-	if sock != "" {
-		if err := getAgent(ctx, agentClient(sock, 30*time.Second), path, &rep); err != nil {
-			return Envf("the agent at %s: %v", sock, err)
-		}
-	} else {
-		at, err := agentURL(o.URL, path)
-		if err != nil {
-			return err
-		}
-		c := &http.Client{Timeout: 30 * time.Second}
-		if err := getAgentURL(ctx, c, at, &rep); err != nil {
-			return Envf("no agent answered at %s (%v): report reads the history of vramguard serve; start it, or give --url", o.URL, err)
-		}
+	if err := askAgent(ctx, sock, o.URL, path, "", &rep); err != nil {
+		return err
 	}
 	switch {
 	case o.JSON:

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/vramguard/vramguard/internal/units"
 	"github.com/vramguard/vramguard/internal/usage"
@@ -28,29 +26,17 @@ func runGroupReport(ctx context.Context, f *Factory, o *reportOptions) error {
 	if err != nil {
 		return err
 	}
-	if ctx == nil {
-		ctx = context.Background()
+	agents := o.URLs
+	if sock != "" {
+		agents = []string{""} // the one agent at the socket
 	}
 	var reps []usage.GroupReport
-	if sock != "" {
+	for _, raw := range agents {
 		var rep usage.GroupReport
-		if err := getAgent(ctx, agentClient(sock, 30*time.Second), path, &rep); err != nil {
-			return Envf("the agent at %s: %v", sock, err)
+		if err := askAgent(ctx, sock, raw, path, " on each node", &rep); err != nil {
+			return err
 		}
 		reps = append(reps, rep)
-	} else {
-		c := &http.Client{Timeout: 30 * time.Second}
-		for _, raw := range o.URLs {
-			at, err := agentURL(raw, path)
-			if err != nil {
-				return err
-			}
-			var rep usage.GroupReport
-			if err := getAgentURL(ctx, c, at, &rep); err != nil {
-				return Envf("no agent answered at %s (%v): report reads the history of vramguard serve on each node; start it, or give --url", raw, err)
-			}
-			reps = append(reps, rep)
-		}
 	}
 	rep := usage.MergeGroup(reps)
 	if o.JSON {

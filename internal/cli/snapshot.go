@@ -342,21 +342,29 @@ func siteRows(sites []snapshot.Site) [][]string {
 }
 
 func printSites(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
-	sites := s.SiteTable(o.Device)
-	if o.JSON {
-		sites = emptyIfNil(sites)
-		return f.WriteJSON(struct {
-			File  string          `json:"file"`
-			Sites []snapshot.Site `json:"sites"`
-		}{o.Path, sites})
-	}
-	shown := firstRows(sites, o.Limit)
 	cols := []column{{Header: "BYTES", Right: true, Always: true}, {Header: "REQUESTED", Right: true, Keep: 2},
 		{Header: "BLOCKS", Right: true, Keep: 1}, {Header: "SITE", Always: true, Min: 20}}
-	if err := renderTable(f.IO.Out, f.termWidth(), cols, siteRows(shown)); err != nil {
+	return printListing(f, o, s.SiteTable(o.Device), func(sites []snapshot.Site) any {
+		return struct {
+			File  string          `json:"file"`
+			Sites []snapshot.Site `json:"sites"`
+		}{o.Path, sites}
+	}, cols, siteRows)
+}
+
+// printListing prints one of the snapshot's listings: with --json the
+// document doc makes of all the rows (an empty list, never null), else the
+// first --limit of them as a table of cols (cells being their cells) and
+// how many were left out.
+func printListing[T any](f *Factory, o SnapshotOptions, rows []T, doc func([]T) any, cols []column, cells func([]T) [][]string) error {
+	if o.JSON {
+		return f.WriteJSON(doc(emptyIfNil(rows)))
+	}
+	shown := firstRows(rows, o.Limit)
+	if err := renderTable(f.IO.Out, f.termWidth(), cols, cells(shown)); err != nil {
 		return err
 	}
-	return moreRows(f.IO.Out, len(shown), len(sites))
+	return moreRows(f.IO.Out, len(shown), len(rows))
 }
 
 func moreRows(w io.Writer, shown, total int) error {
@@ -368,73 +376,63 @@ func moreRows(w io.Writer, shown, total int) error {
 }
 
 func printSegments(f *Factory, o SnapshotOptions, s *snapshot.Snapshot) error {
-	segs := s.SegmentRows(o.Device)
-	if o.JSON {
-		segs = emptyIfNil(segs)
-		return f.WriteJSON(struct {
-			File     string                `json:"file"`
-			Segments []snapshot.SegmentRow `json:"segments"`
-		}{o.Path, segs})
-	}
-	shown := firstRows(segs, o.Limit)
-	var rows [][]string
-	for _, r := range shown {
-		typ := r.Type
-		if r.Expandable {
-			typ += ",expandable"
-		}
-		if r.Pool != [2]int64{} {
-			typ += fmt.Sprintf(",pool(%d,%d)", r.Pool[0], r.Pool[1])
-		}
-		rows = append(rows, []string{strconv.Itoa(r.Device), fmt.Sprintf("%#x", r.Address), typ,
-			units.FormatBytes(r.Total), units.FormatBytes(r.Allocated), units.FormatBytes(r.Active),
-			units.FormatBytes(r.Free), units.FormatBytes(r.LargestFree), strconv.Itoa(r.Blocks), termsafe.String(r.Site)})
-	}
 	cols := []column{{Header: "DEV", Right: true, Keep: 3}, {Header: "ADDRESS", Always: true}, {Header: "TYPE", Keep: 2},
 		{Header: "TOTAL", Right: true, Always: true}, {Header: "ALLOCATED", Right: true, Always: true},
 		{Header: "ACTIVE", Right: true, Keep: 4}, {Header: "FREE", Right: true, Always: true},
 		{Header: "LARGEST FREE", Right: true, Keep: 1}, {Header: "BLOCKS", Right: true, Keep: 5},
 		{Header: "SITE", Keep: 6, Min: 16}}
-	if err := renderTable(f.IO.Out, f.termWidth(), cols, rows); err != nil {
-		return err
-	}
-	return moreRows(f.IO.Out, len(shown), len(segs))
+	return printListing(f, o, s.SegmentRows(o.Device), func(segs []snapshot.SegmentRow) any {
+		return struct {
+			File     string                `json:"file"`
+			Segments []snapshot.SegmentRow `json:"segments"`
+		}{o.Path, segs}
+	}, cols, func(shown []snapshot.SegmentRow) [][]string {
+		var rows [][]string
+		for _, r := range shown {
+			typ := r.Type
+			if r.Expandable {
+				typ += ",expandable"
+			}
+			if r.Pool != [2]int64{} {
+				typ += fmt.Sprintf(",pool(%d,%d)", r.Pool[0], r.Pool[1])
+			}
+			rows = append(rows, []string{strconv.Itoa(r.Device), fmt.Sprintf("%#x", r.Address), typ,
+				units.FormatBytes(r.Total), units.FormatBytes(r.Allocated), units.FormatBytes(r.Active),
+				units.FormatBytes(r.Free), units.FormatBytes(r.LargestFree), strconv.Itoa(r.Blocks), termsafe.String(r.Site)})
+		}
+		return rows
+	})
 }
 
 func printTrace(f *Factory, o SnapshotOptions, s *snapshot.Snapshot, q snapshot.TraceQuery) error {
 	if len(s.Traces) == 0 {
 		return Usagef("--trace: this snapshot has no trace (torch %s wrote none; record one with torch.cuda.memory._record_memory_history())", s.Schema)
 	}
-	events := s.Trace(q)
-	if o.JSON {
-		events = emptyIfNil(events)
-		return f.WriteJSON(struct {
-			File     string              `json:"file"`
-			HasTimes bool                `json:"has_times"`
-			Events   []snapshot.TraceRow `json:"events"`
-		}{o.Path, s.HasTimes, events})
-	}
-	shown := firstRows(events, o.Limit)
-	var rows [][]string
-	for _, e := range shown {
-		t := "-"
-		if s.HasTimes {
-			t = "+" + fmtOffset(e.OffsetUS)
-		}
-		addr := fmt.Sprintf("%#x", e.Addr)
-		if e.Action == "oom" {
-			addr = units.FormatBytes(e.DeviceFree) + " free"
-		}
-		rows = append(rows, []string{strconv.Itoa(e.Device), strconv.Itoa(e.Index), t, e.Action,
-			units.FormatBytes(e.Size), addr, termsafe.String(e.Site)})
-	}
 	cols := []column{{Header: "DEV", Right: true, Keep: 3}, {Header: "#", Right: true, Keep: 2},
 		{Header: "TIME", Right: true, Always: true}, {Header: "ACTION", Always: true},
 		{Header: "SIZE", Right: true, Always: true}, {Header: "ADDRESS", Keep: 1}, {Header: "SITE", Keep: 4, Min: 16}}
-	if err := renderTable(f.IO.Out, f.termWidth(), cols, rows); err != nil {
-		return err
-	}
-	return moreRows(f.IO.Out, len(shown), len(events))
+	return printListing(f, o, s.Trace(q), func(events []snapshot.TraceRow) any {
+		return struct {
+			File     string              `json:"file"`
+			HasTimes bool                `json:"has_times"`
+			Events   []snapshot.TraceRow `json:"events"`
+		}{o.Path, s.HasTimes, events}
+	}, cols, func(shown []snapshot.TraceRow) [][]string {
+		var rows [][]string
+		for _, e := range shown {
+			t := "-"
+			if s.HasTimes {
+				t = "+" + fmtOffset(e.OffsetUS)
+			}
+			addr := fmt.Sprintf("%#x", e.Addr)
+			if e.Action == "oom" {
+				addr = units.FormatBytes(e.DeviceFree) + " free"
+			}
+			rows = append(rows, []string{strconv.Itoa(e.Device), strconv.Itoa(e.Index), t, e.Action,
+				units.FormatBytes(e.Size), addr, termsafe.String(e.Site)})
+		}
+		return rows
+	})
 }
 
 // fmtOffset writes microseconds since the trace began: 12.345ms, 1.5s.

@@ -302,32 +302,32 @@ func round2(v float64) float64 { return math.Round(v*100) / 100 }
 // Output records that the job wrote output at t.
 func (m *Monitor) Output(t time.Time) {
 	m.mu.Lock()
-	if t.After(m.lastActivity) {
-		m.lastActivity = t
-	}
+	advance(&m.lastActivity, t)
 	m.mu.Unlock()
 }
 
 // Progress records training progress (an optimizer step, a save) at t.
 func (m *Monitor) Progress(t time.Time) {
 	m.mu.Lock()
-	if t.After(m.progress) {
-		m.progress = t
-	}
-	if t.After(m.lastActivity) {
-		m.lastActivity = t
-	}
+	advance(&m.progress, t)
+	advance(&m.lastActivity, t)
 	m.mu.Unlock()
 }
 
 // Checkpoint records a successful checkpoint save at t.
 func (m *Monitor) Checkpoint(t time.Time) {
 	m.mu.Lock()
-	if t.After(m.lastCkpt) {
-		m.lastCkpt = t
-	}
+	advance(&m.lastCkpt, t)
 	m.mu.Unlock()
 	m.Progress(t)
+}
+
+// advance moves the time at forward to t; an earlier t (a late report)
+// leaves it.
+func advance(at *time.Time, t time.Time) {
+	if t.After(*at) {
+		*at = t
+	}
 }
 
 // Check applies the time-based rules at now: unsaved_work once per

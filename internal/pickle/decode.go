@@ -217,20 +217,24 @@ func (t *tree) SetItems(target *any, kv []any) error {
 			c.Items[k] = kv[i+1]
 		}
 	case *Dict:
-		for i := 0; i < len(kv); i += 2 {
-			c.set(kv[i], kv[i+1])
-		}
+		c.setPairs(kv)
 	case *Call:
 		if c.DictItems == nil {
 			c.DictItems = &Dict{}
 		}
-		for i := 0; i < len(kv); i += 2 {
-			c.DictItems.set(kv[i], kv[i+1])
-		}
+		c.DictItems.setPairs(kv)
 	default:
 		return opaqueErr(c, "SETITEM on %T", c)
 	}
 	return nil
+}
+
+// setPairs sets the items kv (key, value, key, value, ...) of a SETITEMS
+// on d, in order.
+func (d *Dict) setPairs(kv []any) {
+	for i := 0; i < len(kv); i += 2 {
+		d.set(kv[i], kv[i+1])
+	}
 }
 
 func (t *tree) AddItems(target *any, items []any) error {

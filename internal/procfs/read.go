@@ -337,17 +337,11 @@ func parseInt(b []byte) (int64, bool) {
 		neg = b[0] == '-'
 		b = b[1:]
 	}
-	if len(b) == 0 || len(b) > 19 {
+	if len(b) > 19 {
 		return 0, false
 	}
-	var v uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		v = v*10 + uint64(c-'0')
-	}
-	if v > 1<<63-1 {
+	v, ok := parseUint(b)
+	if !ok || v > 1<<63-1 {
 		return 0, false
 	}
 	if neg {

@@ -106,15 +106,7 @@ func (r *rollups) plan(tree []procfs.Proc) map[int]bool {
 	}
 	// forget the processes that left
 	if len(r.procs) > len(tree) {
-		live := make(map[int]bool, len(tree))
-		for _, p := range tree {
-			live[p.PID] = true
-		}
-		for pid := range r.procs {
-			if !live[pid] {
-				delete(r.procs, pid)
-			}
-		}
+		forgetGone(r.procs, tree)
 	}
 	return read
 }
@@ -176,6 +168,19 @@ func (r *rollups) estimate(p procfs.Proc) (pss uint64, at time.Time, ok bool) {
 		return st.pss + (p.RSSBytes - st.rss), st.sample, true
 	}
 	return st.pss - min(st.pss, st.rss-p.RSSBytes), st.sample, true
+}
+
+// forgetGone deletes from m, a cache by PID, the processes not in tree.
+func forgetGone[V any](m map[int]V, tree []procfs.Proc) {
+	live := make(map[int]bool, len(tree))
+	for _, p := range tree {
+		live[p.PID] = true
+	}
+	for pid := range m {
+		if !live[pid] {
+			delete(m, pid)
+		}
+	}
 }
 
 func pids(tree []procfs.Proc) []int {

@@ -229,15 +229,7 @@ func (w *JobWatch) Read(ctx context.Context) (timeline.Sample, TreeInfo, error) 
 		info.PIDs = append(info.PIDs, p.PID)
 	}
 	if len(w.envs) > 2*len(tree)+64 {
-		live := make(map[int]bool, len(tree))
-		for _, p := range tree {
-			live[p.PID] = true
-		}
-		for pid := range w.envs {
-			if !live[pid] {
-				delete(w.envs, pid)
-			}
-		}
+		forgetGone(w.envs, tree)
 	}
 	x.NProcs = len(info.Procs)
 	if x.NProcs == 0 {

@@ -66,30 +66,12 @@ func writeJSON(w io.Writer, s *Snapshot, compact bool) error {
 	}
 	if p := e.plan; p != nil {
 		key(frameTableKey)
-		e.raw("[")
-		for i, f := range p.frames {
-			if i > 0 {
-				e.raw(", ")
-			}
-			e.bytes(appendFrame(nil, f))
-		}
-		e.raw("]")
+		e.list(len(p.frames), func(i int) { e.bytes(appendFrame(nil, p.frames[i])) })
 		key(stackTableKey)
-		e.raw("[")
-		for i, ids := range p.stacks {
-			if i > 0 {
-				e.raw(", ")
-			}
-			e.raw("[")
-			for k, id := range ids {
-				if k > 0 {
-					e.raw(", ")
-				}
-				e.int(int64(id))
-			}
-			e.raw("]")
-		}
-		e.raw("]")
+		e.list(len(p.stacks), func(i int) {
+			ids := p.stacks[i]
+			e.list(len(ids), func(k int) { e.int(int64(ids[k])) })
+		})
 	}
 	e.raw("}\n")
 	return e.flush()
@@ -230,6 +212,18 @@ func (e *exporter) bool(v bool) {
 	}
 }
 
+// list writes n items as a JSON list, item(i) writing the i-th.
+func (e *exporter) list(n int, item func(i int)) {
+	e.raw("[")
+	for i := range n {
+		if i > 0 {
+			e.raw(", ")
+		}
+		item(i)
+	}
+	e.raw("]")
+}
+
 func (e *exporter) flush() error {
 	if e.err != nil {
 		return e.err
@@ -351,16 +345,10 @@ func (r *rec) key(bit keySet, name string) bool {
 }
 
 func (e *exporter) traces(s *Snapshot) {
-	e.raw("[")
-	for i, tr := range s.Traces {
-		if i > 0 {
-			e.raw(", ")
-		}
-		e.raw("[")
-		for j, t := range tr {
-			if j > 0 {
-				e.raw(", ")
-			}
+	e.list(len(s.Traces), func(i int) {
+		tr := s.Traces[i]
+		e.list(len(tr), func(j int) {
+			t := tr[j]
 			e.raw("{")
 			r := rec{e: e, has: t.keys}
 			r.str(keyEntryAction, "action", t.Action.String())
@@ -373,18 +361,13 @@ func (e *exporter) traces(s *Snapshot) {
 			r.str(keyEntryUserMetadata, "user_metadata", t.Context.userMetadata())
 			r.stack(keyEntryFrames, "frames", t.Stack)
 			e.raw("}")
-		}
-		e.raw("]")
-	}
-	e.raw("]")
+		})
+	})
 }
 
 func (e *exporter) segments(s *Snapshot) {
-	e.raw("[")
-	for i, seg := range s.Segments {
-		if i > 0 {
-			e.raw(", ")
-		}
+	e.list(len(s.Segments), func(i int) {
+		seg := s.Segments[i]
 		e.raw("{")
 		r := rec{e: e, has: seg.keys}
 		r.int(keySegDevice, "device", int64(seg.Device))
@@ -414,17 +397,12 @@ func (e *exporter) segments(s *Snapshot) {
 			e.blocks(seg.Blocks)
 		}
 		e.raw("}")
-	}
-	e.raw("]")
+	})
 }
 
 func (e *exporter) blocks(blocks []Block) {
-	e.raw("[")
-	for j := range blocks {
+	e.list(len(blocks), func(j int) {
 		b := &blocks[j]
-		if j > 0 {
-			e.raw(", ")
-		}
 		e.raw("{")
 		r := rec{e: e, has: b.keys}
 		r.uint(keyBlockAddress, "address", b.Address)
@@ -433,21 +411,16 @@ func (e *exporter) blocks(blocks []Block) {
 		r.str(keyBlockState, "state", b.State.String())
 		r.stack(keyBlockFrames, "frames", b.Stack)
 		if r.key(keyBlockHistory, "history") {
-			e.raw("[")
-			for k, h := range b.History {
-				if k > 0 {
-					e.raw(", ")
-				}
+			e.list(len(b.History), func(k int) {
+				h := &b.History[k]
 				e.raw("{")
 				hr := rec{e: e, has: h.keys}
 				hr.uint(keyHistAddr, "addr", h.Addr)
 				hr.int(keyHistRealSize, "real_size", h.RealSize)
 				hr.stack(keyHistFrames, "frames", h.Stack)
 				e.raw("}")
-			}
-			e.raw("]")
+			})
 		}
 		e.raw("}")
-	}
-	e.raw("]")
+	})
 }

@@ -141,47 +141,33 @@ func (j *jsonReader) value(depth int) (val, error) {
 	case c == '{':
 		j.advance(1)
 		kv := j.buf4(depth)
-		c, err := j.next()
-		if err != nil {
-			return val{}, err
-		}
-		if c == '}' {
-			j.advance(1)
-			return dictVal(&dictB{}), nil
-		}
-		for {
+		none, err := j.elements('}', "an object's value", func(c byte) error {
 			if c != '"' {
-				return val{}, j.errf("%q where a key belongs", c)
+				return j.errf("%q where a key belongs", c)
 			}
 			k, err := j.str()
 			if err != nil {
-				return val{}, err
+				return err
 			}
 			if err := j.expect(':'); err != nil {
-				return val{}, err
+				return err
 			}
 			v, err := j.value(depth + 1)
 			if err != nil {
-				return val{}, err
+				return err
 			}
 			kv = append(kv, strVal(k, kStr), v)
 			if len(kv)/2 > maxDictItems {
 				// refused as it grows, as the pickle view's dicts are
-				return val{}, d.refuse("a dict of more than %d items, and a memory snapshot's dicts hold a few keys", maxDictItems)
+				return d.refuse("a dict of more than %d items, and a memory snapshot's dicts hold a few keys", maxDictItems)
 			}
-			if c, err = j.next(); err != nil {
-				return val{}, err
-			}
-			j.advance(1)
-			if c == '}' {
-				break
-			}
-			if c != ',' {
-				return val{}, j.errf("%q after an object's value", c)
-			}
-			if c, err = j.next(); err != nil {
-				return val{}, err
-			}
+			return nil
+		})
+		if err != nil {
+			return val{}, err
+		}
+		if none {
+			return dictVal(&dictB{}), nil
 		}
 		j.items[depth] = kv[:0]
 		db := &dictB{}
@@ -193,18 +179,10 @@ func (j *jsonReader) value(depth int) (val, error) {
 		j.advance(1)
 		items := j.buf4(depth)
 		var l *listB
-		c, err := j.next()
-		if err != nil {
-			return val{}, err
-		}
-		if c == ']' {
-			j.advance(1)
-			return listVal(&listB{}), nil
-		}
-		for {
+		none, err := j.elements(']', "an array's item", func(byte) error {
 			v, err := j.value(depth + 1)
 			if err != nil {
-				return val{}, err
+				return err
 			}
 			items = append(items, v)
 			if len(items) == 1024 {
@@ -212,20 +190,17 @@ func (j *jsonReader) value(depth int) (val, error) {
 					l = &listB{}
 				}
 				if err := d.appendItems(l, items); err != nil {
-					return val{}, err
+					return err
 				}
 				items = items[:0]
 			}
-			if c, err = j.next(); err != nil {
-				return val{}, err
-			}
-			j.advance(1)
-			if c == ']' {
-				break
-			}
-			if c != ',' {
-				return val{}, j.errf("%q after an array's item", c)
-			}
+			return nil
+		})
+		if err != nil {
+			return val{}, err
+		}
+		if none {
+			return listVal(&listB{}), nil
 		}
 		j.items[depth] = items[:0]
 		// two-item lists of ints stand for tuples (segment_pool_id)
@@ -255,6 +230,39 @@ func (j *jsonReader) value(depth int) (val, error) {
 		return val{k: kNone}, j.word("null")
 	}
 	return val{}, j.errf("%q where a value belongs", c)
+}
+
+// elements reads the items of an object or array, whose opening byte was
+// read, through its close byte: item reads one, given its first byte, and
+// commas separate them (what names what a comma follows, for the error).
+// none says there were no items.
+func (j *jsonReader) elements(close byte, what string, item func(c byte) error) (none bool, err error) {
+	c, err := j.next()
+	if err != nil {
+		return false, err
+	}
+	if c == close {
+		j.advance(1)
+		return true, nil
+	}
+	for {
+		if err := item(c); err != nil {
+			return false, err
+		}
+		if c, err = j.next(); err != nil {
+			return false, err
+		}
+		j.advance(1)
+		if c == close {
+			return false, nil
+		}
+		if c != ',' {
+			return false, j.errf("%q after %s", c, what)
+		}
+		if c, err = j.next(); err != nil {
+			return false, err
+		}
+	}
 }
 
 // buf4 is the reusable item buffer of a depth.

@@ -22,10 +22,7 @@ func cmdDocs(args []string) error {
 	fs := flag.NewFlagSet("docs", flag.ContinueOnError)
 	version := fs.String("version", "", "the version the pages name")
 	out := fs.String("out", "", "directory for man1/ and completions/")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := need(fs, "version", "out"); err != nil {
+	if err := parseFlags(fs, args, "version", "out"); err != nil {
 		return err
 	}
 	date, err := sourceDate()

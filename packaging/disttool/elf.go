@@ -133,10 +133,7 @@ func cmdELF(args []string) error {
 	fs := flag.NewFlagSet("elf", flag.ContinueOnError)
 	bin := fs.String("binary", "", "the built vramguard binary")
 	arch := archFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := need(fs, "binary", "arch"); err != nil {
+	if err := parseFlags(fs, args, "binary", "arch"); err != nil {
 		return err
 	}
 	info, err := checkedELF(*bin, *arch)

@@ -49,10 +49,7 @@ func cmdImage(args []string) error {
 	manifest := fs.String("manifest", "", "the Kubernetes manifest whose container runs the image")
 	work := fs.String("work", "", "scratch directory for the root file system")
 	run := fs.Bool("run", false, "start the image's entrypoint (root, and -arch must be this machine's)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := need(fs, "dockerfile", "context", "arch", "version", "work"); err != nil {
+	if err := parseFlags(fs, args, "dockerfile", "context", "arch", "version", "work"); err != nil {
 		return err
 	}
 	if err := checkArch(*arch); err != nil {

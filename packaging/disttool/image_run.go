@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -146,24 +145,6 @@ func startImage(rootfs, work string, spec imageSpec, uid, gid int, version strin
 	return nil
 }
 
-// lockedBuffer collects a process's output while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) Bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Clone(l.b.Bytes())
-}
-
 // cmdImageExec runs in its own mount and network namespaces: it mounts,
 // starts the image's command and checks the agent it starts.
 func cmdImageExec() error {
@@ -193,7 +174,10 @@ func cmdImageExec() error {
 		return fmt.Errorf("make the root read-only: %w", err)
 	}
 
-	var out lockedBuffer
+	// One writer for both streams: exec copies into it from one goroutine
+	// at a time, and it is read only once cmd.Wait has returned (<-done),
+	// which waits for that copying to end.
+	var out bytes.Buffer
 	cmd := exec.Command(rs.Argv[0], rs.Argv[1:]...)
 	cmd.Env, cmd.Dir = rs.Env, rs.Dir
 	cmd.Stdout, cmd.Stderr = &out, &out

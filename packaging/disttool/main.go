@@ -68,9 +68,13 @@ func checkArch(a string) error {
 	return nil
 }
 
-// need returns an error naming the first empty flag.
-func need(fs *flag.FlagSet, names ...string) error {
-	for _, n := range names {
+// parseFlags parses a command's args into fs, then returns an error naming
+// the first of the required flags left empty.
+func parseFlags(fs *flag.FlagSet, args []string, required ...string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for _, n := range required {
 		if fs.Lookup(n).Value.String() == "" {
 			return fmt.Errorf("%s: -%s is required", fs.Name(), n)
 		}

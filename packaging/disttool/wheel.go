@@ -178,10 +178,7 @@ func cmdWheel(args []string) error {
 	version := fs.String("version", "", "PEP 440 version")
 	readme := fs.String("readme", "", "README.md, the long description")
 	out := fs.String("out", "", "directory to write the wheel into")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := need(fs, "binary", "arch", "version", "readme", "out"); err != nil {
+	if err := parseFlags(fs, args, "binary", "arch", "version", "readme", "out"); err != nil {
 		return err
 	}
 	info, err := checkedELF(*bin, *arch)

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vramguard/vramguard/bench/probe/probetmp"
 	"github.com/vramguard/vramguard/internal/probe"
 )
 
@@ -52,15 +53,11 @@ func main() {
 }
 
 func check(python string) (bool, error) {
-	tmp, err := os.MkdirTemp("", "vggpu-")
+	tmp, dir, remove, err := probetmp.Install("vggpu-")
 	if err != nil {
 		return false, err
 	}
-	defer os.RemoveAll(tmp)
-	dir, err := probe.Install(tmp)
-	if err != nil {
-		return false, err
-	}
+	defer remove()
 	l, err := probe.Listen(filepath.Join(tmp, "p.sock"))
 	if err != nil {
 		return false, err

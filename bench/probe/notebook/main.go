@@ -18,7 +18,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/vramguard/vramguard/internal/probe"
+	"github.com/vramguard/vramguard/bench/probe/probetmp"
 )
 
 func main() {
@@ -35,15 +35,11 @@ func main() {
 }
 
 func bench(python string, cells, objects, rounds, tensors int) error {
-	tmp, err := os.MkdirTemp("", "vgnbbench-")
+	tmp, dir, remove, err := probetmp.Install("vgnbbench-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	dir, err := probe.Install(tmp)
-	if err != nil {
-		return err
-	}
+	defer remove()
 	_, here, _, _ := runtime.Caller(0)
 	cmd := exec.Command(python, filepath.Join(filepath.Dir(here), "notebook.py"),
 		fmt.Sprint(cells), fmt.Sprint(objects), fmt.Sprint(rounds), fmt.Sprint(tensors))
