@@ -140,17 +140,9 @@ func refWalk(b []byte) (globals []refGlobal, stopAt int64) {
 		case 'I', 'L', 'F', 'P':
 			_, ok = line()
 			stack = append(stack, other)
-		case 'J':
-			_, ok = le(4)
-			stack = append(stack, other)
-		case 'K':
-			_, ok = le(1)
-			stack = append(stack, other)
-		case 'M':
-			_, ok = le(2)
-			stack = append(stack, other)
-		case 'G':
-			_, ok = le(8)
+		case 'J', 'K', 'M', 'G':
+			// BININT, BININT1, BININT2 and BINFLOAT: a number of fixed width
+			_, ok = le(map[byte]int{'J': 4, 'K': 1, 'M': 2, 'G': 8}[op])
 			stack = append(stack, other)
 		case 0x8a, 0x8b:
 			w := 1
