@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -166,21 +164,12 @@ func checkClusterRanks(t *testing.T, port int, logb *bytes.Buffer, agents map[st
 // sorted (nil when the query fails).
 func promValues(t *testing.T, port int, expr, label string) []string {
 	t.Helper()
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/api/v1/query?%s", port, url.Values{"query": {expr}}.Encode()))
+	series, err := promInstant(port, expr)
 	if err != nil {
 		return nil
 	}
-	defer resp.Body.Close()
-	var r struct {
-		Data struct {
-			Result []struct{ Metric map[string]string }
-		}
-	}
-	if jsonDecode(resp.Body, &r) != nil {
-		return nil
-	}
 	var out []string
-	for _, s := range r.Data.Result {
+	for _, s := range series {
 		out = append(out, s.Metric[label])
 	}
 	sort.Strings(out)

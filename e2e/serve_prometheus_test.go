@@ -70,33 +70,40 @@ func TestServePrometheusScrape(t *testing.T) {
 // has exactly one result and returns its labels and value.
 func promQuery(t *testing.T, port int, expr string, logb *bytes.Buffer) (map[string]string, string) {
 	t.Helper()
-	q := url.Values{"query": {expr}}
-	api := fmt.Sprintf("http://127.0.0.1:%d/api/v1/query?%s", port, q.Encode())
 	deadline := time.Now().Add(40 * time.Second)
 	for {
-		var r struct {
-			Status string
-			Data   struct {
-				Result []struct {
-					Metric map[string]string
-					Value  []any
-				}
-			}
-		}
-		resp, err := http.Get(api)
-		if err == nil {
-			_ = jsonDecode(resp.Body, &r)
-			resp.Body.Close()
-			if len(r.Data.Result) == 1 {
-				v, _ := r.Data.Result[0].Value[1].(string)
-				return r.Data.Result[0].Metric, v
-			}
+		series, err := promInstant(port, expr)
+		if err == nil && len(series) == 1 {
+			v, _ := series[0].Value[1].(string)
+			return series[0].Metric, v
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("prometheus never returned one series for %s (last err %v, %d series)\n%s", expr, err, len(r.Data.Result), tail(logb.String(), 2000))
+			t.Fatalf("prometheus never returned one series for %s (last err %v, %d series)\n%s", expr, err, len(series), tail(logb.String(), 2000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// promSeries is one series of an instant query's result: its labels and
+// its [time, "value"] pair.
+type promSeries struct {
+	Metric map[string]string
+	Value  []any
+}
+
+// promInstant asks Prometheus' instant query API for expr once and returns
+// the series it selects now.
+func promInstant(port int, expr string) ([]promSeries, error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/api/v1/query?%s", port, url.Values{"query": {expr}}.Encode()))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var r struct{ Data struct{ Result []promSeries } }
+	if err := jsonDecode(resp.Body, &r); err != nil {
+		return nil, err
+	}
+	return r.Data.Result, nil
 }
 
 // TestPrometheusRules checks deploy/prometheus/rules.yml with promtool and
