@@ -18,9 +18,7 @@ import (
 // not against the machine's RAM.
 func TestHostOOMUnderAncestorLimit(t *testing.T) {
 	t.Parallel()
-	if os.Getuid() != 0 {
-		t.Fatal("this test creates memory cgroups and must run as root (as CI does)")
-	}
+	testbin.NeedRoot(t, "this test creates memory cgroups")
 	const limit = 160 << 20
 	parent, err := cgroup.Create("vramguard-e2e-ancestor", limit)
 	if err != nil || parent.Dir == "" {

@@ -15,9 +15,7 @@ import (
 // uncapped job.
 func TestMemoryLimitRefusedWithoutCgroup(t *testing.T) {
 	t.Parallel()
-	if os.Getuid() != 0 {
-		t.Fatal("this test drops to user nobody and must run as root (as CI does)")
-	}
+	testbin.NeedRoot(t, "this test drops to user nobody")
 	dir := testbin.SharedDir(t, "vramguard-nobody-")
 	os.Chmod(dir, 0o777) // nobody writes its home and marker here
 	exe := testbin.CopyBinary(t, bin, dir)

@@ -110,9 +110,7 @@ type sharedMachine struct {
 
 func newSharedMachine(t *testing.T, prefix string) *sharedMachine {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
-	}
+	testbin.NeedRoot(t, "this test adds users and runs processes as them")
 	m := &sharedMachine{t: t, dir: testbin.SharedDir(t, prefix)}
 	m.vg, m.shared = testbin.CopyBinary(t, bin, m.dir), filepath.Join(m.dir, "run")
 	return m

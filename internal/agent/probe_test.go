@@ -64,9 +64,7 @@ func TestProbeSocketRefusesOtherUsers(t *testing.T) {
 	if st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o600 {
 		t.Fatalf("probe socket mode %v, want a socket with 0600", st.Mode())
 	}
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test switches to the user nobody and must run as root (it does in CI)")
-	}
+	testbin.NeedRoot(t, "this test switches to the user nobody")
 	// The test binary may sit in a directory nobody cannot enter; run a copy.
 	bin := copyTestBinary(t, dir)
 	run := func(uid uint32) int {

@@ -108,9 +108,7 @@ func sleepJob(t *testing.T, uid int) (*exec.Cmd, int) {
 // newSharedRig starts alice's and bob's jobs (jobs[0] and jobs[1]; missing
 // or nil: sleepJob) and the agent over them.
 func newSharedRig(t *testing.T, cfg Config, jobs ...rigJob) *sharedRig {
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
-	}
+	testbin.NeedRoot(t, "this test adds users and runs processes as them")
 	rigs++ // users outlive their test (testUsers): each rig names its own
 	sfx := strconv.Itoa(os.Getpid()%100000) + "r" + strconv.Itoa(rigs)
 	sr := &sharedRig{aliceN: "vgalice" + sfx, bobN: "vgbob" + sfx, sleeps: map[string]*exec.Cmd{}}
@@ -300,9 +298,7 @@ func TestSharedSocketActions(t *testing.T) {
 // TestSharedProbeSocket: on the shared probe socket (0666) another user's
 // process is let in, and its messages carry its UID from the kernel.
 func TestSharedProbeSocket(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test runs a process as another user: it must run as root (it does in CI)")
-	}
+	testbin.NeedRoot(t, "this test runs a process as another user")
 	uid := testUser(t, "vgprobe"+strconv.Itoa(os.Getpid()%100000))
 	dir := testbin.SharedDir(t, "vramguard-shared-probe-")
 	sock := filepath.Join(dir, "run", probe.AgentSocketName)

@@ -91,9 +91,7 @@ type sharedAgent struct {
 
 func (l *lab) newSharedAgent(prefix string) *sharedAgent {
 	l.t.Helper()
-	if os.Geteuid() != 0 {
-		l.t.Fatal("this test adds users and runs vramguard as them: it must run as root (it does in CI)")
-	}
+	testbin.NeedRoot(l.t, "this test adds users and runs vramguard as them")
 	a := &sharedAgent{l: l, dir: testbin.SharedDir(l.t, prefix)}
 	a.vg, a.shared = testbin.CopyBinary(l.t, l.bin, a.dir), filepath.Join(a.dir, "run")
 	return a

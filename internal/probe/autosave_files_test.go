@@ -42,9 +42,7 @@ func (c afCell) oneUsageError() bool {
 // throwawayUser is a fresh login-less user, removed when the test ends.
 func throwawayUser(t *testing.T, prefix string) int {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("creating a second user needs root (the suite runs as root in CI)")
-	}
+	testbin.NeedRoot(t, "creating a second user")
 	return testbin.User(t, prefix+strconv.Itoa(os.Getpid()%100000))
 }
 

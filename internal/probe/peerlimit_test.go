@@ -22,9 +22,7 @@ import (
 // returns its UID.
 func holderUser(t *testing.T) int {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test adds a user and runs a process as it: it must run as root (it does in CI)")
-	}
+	testbin.NeedRoot(t, "this test adds a user and runs a process as it")
 	return testbin.User(t, "vgholder"+strconv.Itoa(os.Getpid()%100000))
 }
 
