@@ -16,15 +16,13 @@ import (
 func TestComputeGroup(t *testing.T) {
 	from := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	series := func(first, second int64, util int64) []Series {
-		var pts []timeline.Point
-		for i := range 60 {
+		return samples(from, time.Second, 60, func(i int) timeline.Point {
 			v := first
 			if i >= 30 {
 				v = second
 			}
-			pts = append(pts, timeline.Point{T: from.Add(time.Duration(i) * time.Second).UnixMilli(), GPU: v << 30, RSS: v << 20, Util: util})
-		}
-		return []Series{{Step: time.Second, Points: pts}}
+			return timeline.Point{GPU: v << 30, RSS: v << 20, Util: util}
+		})
 	}
 	jobs := []GroupJob{
 		{Job: Job{Key: "run:b", Series: series(5, 5, 50)}, Node: "b", Ranks: []int{2}, GPUTotal: 40 << 30, MemRequest: 100 << 20},

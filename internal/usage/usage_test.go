@@ -17,15 +17,7 @@ import (
 func TestComputeByGPU(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	const h = 1.0 / 60 // a sample's hours
-	series := func(n int, p func(i int) timeline.Point) []Series {
-		s := Series{Step: time.Minute}
-		for i := range n {
-			q := p(i)
-			q.T = t0.Add(time.Duration(i) * time.Minute).UnixMilli()
-			s.Points = append(s.Points, q)
-		}
-		return []Series{s}
-	}
+	series := func(n int, p func(i int) timeline.Point) []Series { return samples(t0, time.Minute, n, p) }
 	dp := func(i int, gib, util int64) timeline.DevicePoint {
 		return timeline.DevicePoint{Index: i, Bytes: gib << 30, Util: util}
 	}
@@ -104,4 +96,15 @@ func TestComputeByGPU(t *testing.T) {
 			}
 		}
 	}
+}
+
+// samples is one series of n points, the i-th p(i) at t0 + i steps.
+func samples(t0 time.Time, step time.Duration, n int, p func(i int) timeline.Point) []Series {
+	s := Series{Step: step}
+	for i := range n {
+		q := p(i)
+		q.T = t0.Add(time.Duration(i) * step).UnixMilli()
+		s.Points = append(s.Points, q)
+	}
+	return []Series{s}
 }
