@@ -24,6 +24,20 @@ def fire(name):
 def u8(n):
     return torch.ones(n, dtype=torch.uint8)
 
+def loud(name, *methods):
+    """A class decorator: each of methods fires name, then does what the
+    base class's does."""
+    def overriding(base):
+        def method(self, *args, **kwargs):
+            fire(name)
+            return base(self, *args, **kwargs)
+        return method
+    def decorate(cls):
+        for m in methods:
+            setattr(cls, m, overriding(getattr(cls.__base__, m)))
+        return cls
+    return decorate
+
 class GradTensor(torch.Tensor):
     @property
     def grad(self):
@@ -63,34 +77,14 @@ opt_w.grad = torch.ones_like(opt_w)
 opt_hostile.step()
 del opt_w
 
+@loud("dict subclass keys/values/items/__iter__", "keys", "values", "items", "__iter__", "__len__")
 class SneakyDict(dict):
-    def keys(self):
-        fire("dict subclass keys/values/items/__iter__")
-        return super().keys()
-    def values(self):
-        fire("dict subclass keys/values/items/__iter__")
-        return super().values()
-    def items(self):
-        fire("dict subclass keys/values/items/__iter__")
-        return super().items()
-    def __iter__(self):
-        fire("dict subclass keys/values/items/__iter__")
-        return super().__iter__()
-    def __len__(self):
-        fire("dict subclass keys/values/items/__iter__")
-        return super().__len__()
+    pass
 d_hostile = SneakyDict(t=u8(2004))
 
+@loud("list subclass __iter__/__len__/__getitem__", "__iter__", "__len__", "__getitem__")
 class SneakyList(list):
-    def __iter__(self):
-        fire("list subclass __iter__/__len__/__getitem__")
-        return super().__iter__()
-    def __len__(self):
-        fire("list subclass __iter__/__len__/__getitem__")
-        return super().__len__()
-    def __getitem__(self, i):
-        fire("list subclass __iter__/__len__/__getitem__")
-        return super().__getitem__(i)
+    pass
 l_hostile = SneakyList([u8(2005)])
 
 class ClassProp:
@@ -174,16 +168,9 @@ k_hostile = {}
 dict.__setitem__(k_hostile, key, u8(2012))
 FIRED.clear()
 
+@loud("an exec() locals mapping's items/keys", "items", "keys", "__iter__")
 class LoudLocals(dict):
-    def items(self):
-        fire("an exec() locals mapping's items/keys")
-        return super().items()
-    def keys(self):
-        fire("an exec() locals mapping's items/keys")
-        return super().keys()
-    def __iter__(self):
-        fire("an exec() locals mapping's items/keys")
-        return super().__iter__()
+    pass
 '''
 
 ip.run_cell(CASES, store_history=True)
