@@ -56,21 +56,19 @@ class FnTensor(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 t_fn = u8(2002).as_subclass(FnTensor)
 
+def loud_property(name, key):
+    """A property that fires name when read and keeps its value in
+    __dict__[key]."""
+    def get(self):
+        fire(name)
+        return self.__dict__[key]
+    def put(self, v):
+        self.__dict__[key] = v
+    return property(get, put)
+
 class SneakyOpt(torch.optim.SGD):
-    @property
-    def state(self):
-        fire("optimizer subclass state/param_groups properties")
-        return self.__dict__["_s"]
-    @state.setter
-    def state(self, v):
-        self.__dict__["_s"] = v
-    @property
-    def param_groups(self):
-        fire("optimizer subclass state/param_groups properties")
-        return self.__dict__["_pg"]
-    @param_groups.setter
-    def param_groups(self, v):
-        self.__dict__["_pg"] = v
+    state = loud_property("optimizer subclass state/param_groups properties", "_s")
+    param_groups = loud_property("optimizer subclass state/param_groups properties", "_pg")
 opt_w = torch.nn.Parameter(torch.ones(2003 // 4))
 opt_hostile = SneakyOpt([opt_w], lr=0.1, momentum=0.9)
 opt_w.grad = torch.ones_like(opt_w)
