@@ -37,16 +37,6 @@ print(os.getpid(), flush=True)
 sys.stdin.read()
 `
 
-// runsOf plays the run store's hints: pid is the root of run "r-agent".
-type runsOf struct{ pid int }
-
-func (r runsOf) RunForPID(pid int) (string, string, bool) {
-	if pid == r.pid {
-		return "r-agent", "train", true
-	}
-	return "", "", false
-}
-
 // A supervised job's probe reports to its supervisor and, through
 // VRAMGUARD_AGENT_SOCKET, to the agent: the agent shows the allocator
 // figures the job's own process sent as the job's allocated and reserved
@@ -109,7 +99,7 @@ func TestAgentSocketAllocatedBytes(t *testing.T) {
 	  "processes": [{"pid": %d, "device": 0, "memory": "5GiB",
 	    "host": {"ppid": 1, "comm": "python3", "cmdline": ["python3", "train.py"], "rss": "2GiB"}}]}`, pid)
 	r := newRig(t, scenario, Config{})
-	r.runs.set(runsOf{pid})
+	r.runs.set(runOf{pid: pid, id: "r-agent", name: "train"})
 	r.ag.cfg.Probes = agentL.Messages()
 	fctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})

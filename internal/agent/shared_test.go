@@ -385,19 +385,6 @@ func TestSharedSocketRunDetails(t *testing.T) {
 	}
 }
 
-// runOf plays the run store's hints: pid is the root of run id, name.
-type runOf struct {
-	pid      int
-	id, name string
-}
-
-func (r runOf) RunForPID(pid int) (string, string, bool) {
-	if pid == r.pid {
-		return r.id, r.name, true
-	}
-	return "", "", false
-}
-
 // TestSharedSocketRunKey: another user's supervised run reaches a user
 // over the socket under an opaque key (job: and a keyed hash), never its
 // run:ID key: no answer that lists jobs carries any part of the run's id
