@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -148,27 +149,15 @@ func runRuns(t *testing.T, home string, width int, args ...string) (string, stri
 	return out.String(), errOut.String(), code
 }
 
-// golden compares got with testdata/name; VRAMGUARD_UPDATE_GOLDEN=1
-// rewrites the file instead.
+// update makes golden (and the tmux screens) rewrite their files instead
+// of comparing with them.
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// golden compares got with testdata/name; go test -update rewrites the
+// file instead.
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if os.Getenv("VRAMGUARD_UPDATE_GOLDEN") == "1" {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (VRAMGUARD_UPDATE_GOLDEN=1 go test writes it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("differs from %s (VRAMGUARD_UPDATE_GOLDEN=1 go test rewrites it; review the diff):\ngot:\n%s\nwant:\n%s", path, got, want)
-	}
+	testbin.Golden(t, filepath.Join("testdata", name), []byte(got), *update)
 }
 
 // TestRunsTable: at 80 columns no row wraps, the columns that give way go
