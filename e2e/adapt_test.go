@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -131,7 +130,7 @@ func TestAdaptFragmentationFirst(t *testing.T) {
 // completes once the workers are cut (4→2→1→0 at most).
 func TestAdaptShmFewerWorkers(t *testing.T) {
 	t.Parallel()
-	requireRoot(t)
+	testbin.NeedRoot(t, "this test mounts a small /dev/shm")
 	e := newEnv(t)
 	script := fmt.Sprintf("mount -t tmpfs -o size=4m tmpfs /dev/shm && exec %s run --name shm --restart on-failure --backoff 50ms --adapt --workers 4 -- %s %s {workers}",
 		bin, python, job("adapt_loader.py"))
@@ -160,7 +159,7 @@ func TestAdaptShmFewerWorkers(t *testing.T) {
 // 4-worker attempt; fewer workers fit.
 func TestAdaptHostOOMFewerWorkers(t *testing.T) {
 	t.Parallel()
-	requireRoot(t)
+	testbin.NeedRoot(t, "this test makes a memory cgroup")
 	e := newEnv(t)
 	r := e.run("run", "--name", "hostoom", "--memory-limit", "600m", "--restart", "on-failure", "--backoff", "50ms",
 		"--adapt", "--workers", "4", "--", python, job("adapt_loader.py"), "{workers}", "--ballast", "200")
@@ -221,14 +220,5 @@ func TestAdaptNoEffect(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, "the adaptation had no effect") {
 		t.Errorf("the terminal post-mortem does not say so:\n%s", r.stderr)
-	}
-}
-
-// requireRoot fails (never skips: CI runs as root) where mounts and
-// cgroups cannot be made.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test mounts a tmpfs or makes a memory cgroup: run it as root (CI does)")
 	}
 }

@@ -21,9 +21,7 @@ import (
 // signal's); vramguard ends before the SIGKILL, with the job's status.
 func TestContainerStopGivesTheGrace(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Fatal("a new PID namespace needs root (unshare --pid)")
-	}
+	testbin.NeedRoot(t, "a new PID namespace (unshare --pid)")
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
 		t.Fatal("needs Debian package util-linux (unshare): scripts/test.sh installs what the tests need")

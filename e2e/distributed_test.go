@@ -33,7 +33,7 @@ func TestDistributedFirstFailure(t *testing.T) {
 			t.Run(launcher+"/"+tt.mode, func(t *testing.T) {
 				t.Parallel()
 				if tt.limit {
-					requireRoot(t)
+					testbin.NeedRoot(t, "a memory limit makes a cgroup")
 				}
 				if launcher == "launch" && tt.mode != "exc" {
 					// rank 1's signal: its launcher reaps it at once, so only a

@@ -85,7 +85,7 @@ func TestGroupStory(t *testing.T) {
 		for _, layout := range []string{"shared", "per-node"} {
 			t.Run(tt.mode+"/"+layout, func(t *testing.T) {
 				if tt.mode == "oom" {
-					requireRoot(t)
+					testbin.NeedRoot(t, "a host OOM makes a memory cgroup")
 				}
 				shared := t.TempDir()
 				homes := map[string]string{"n1": shared, "n2": shared}

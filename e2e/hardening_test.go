@@ -130,9 +130,7 @@ func TestResumeNotInShellScript(t *testing.T) {
 // the test ends.
 func mountTmpfs(t *testing.T, size string) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
+	testbin.NeedRoot(t, "mounting a tmpfs")
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Skipf("mount tmpfs: %v: %s", err, out)
@@ -267,9 +265,7 @@ func end(s string) string { return tail(s, 3000) }
 // under $XDG_RUNTIME_DIR when that is set.
 func TestProbeSocketDirPrivate(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to act as another user")
-	}
+	testbin.NeedRoot(t, "acting as another user")
 	tmp := t.TempDir()
 	os.Chmod(tmp, 0o1777)
 	hostile := filepath.Join(tmp, fmt.Sprintf("vramguard-%d", os.Getuid()))

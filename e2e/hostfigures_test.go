@@ -307,9 +307,7 @@ func mb(v uint64) string { return fmt.Sprintf("%.1fMB", float64(v)/1e6) }
 // cgroup figure is reported; a job without one reports none.
 func TestPercentOfMemoryLimit(t *testing.T) {
 	t.Parallel()
-	if os.Getuid() != 0 {
-		t.Fatal("this test creates a memory cgroup and must run as root (as CI does)")
-	}
+	testbin.NeedRoot(t, "this test creates a memory cgroup")
 	const limit = 250 << 20
 	e := newEnv(t)
 	r := e.run("run", "--sample-interval", "100ms", "--memory-limit", "250m", "--", python, job("host_oom.py"))

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vramguard/vramguard/internal/testbin"
 )
 
 // fakeDpkg puts a dpkg-query on PATH that reports every package installed
@@ -80,9 +82,7 @@ func TestTestScriptStopsInOneLine(t *testing.T) {
 // TestTestScriptInstallsAsRoot: as root, scripts/test.sh installs exactly
 // the missing packages with apt-get.
 func TestTestScriptInstallsAsRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root, as CI runs (scripts/test.sh installs packages only as root)")
-	}
+	testbin.NeedRoot(t, "scripts/test.sh installs packages only as root")
 	t.Parallel()
 	dir, path := fakeDpkg(t, "tmux")
 	cmd := exec.Command("../scripts/test.sh", "--setup")

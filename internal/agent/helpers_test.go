@@ -53,6 +53,19 @@ func (r *rigRuns) set(h attrib.OwnerHints) {
 	r.mu.Unlock()
 }
 
+// runOf plays the run store's hints: pid is the root of run id, name.
+type runOf struct {
+	pid      int
+	id, name string
+}
+
+func (r runOf) RunForPID(pid int) (string, string, bool) {
+	if pid == r.pid {
+		return r.id, r.name, true
+	}
+	return "", "", false
+}
+
 func newRig(t testing.TB, scenario string, cfg Config) *rig {
 	t.Helper()
 	return newRigPods(t, scenario, cfg, nil)

@@ -496,14 +496,23 @@ func tarBlock(name string, size int, typ byte) []byte {
 	copy(b[136:], "00000000000\x00")
 	b[156] = typ
 	copy(b[257:], "ustar\x0000")
+	copy(b[148:], fmt.Sprintf("%06o\x00 ", tarSum(b)))
+	return b
+}
+
+// tarSum blanks b's checksum field and returns the sum of its bytes: the
+// header's checksum, as ustar computes it.
+func tarSum(b []byte) int {
 	copy(b[148:], "        ")
 	sum := 0
 	for _, c := range b {
 		sum += int(c)
 	}
-	copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
-	return b
+	return sum
 }
+
+// tarPad pads b with zeros to a whole number of 512-byte blocks.
+func tarPad(b []byte) []byte { return append(b, make([]byte, (512-len(b)%512)%512)...) }
 
 // TestScanPickleTarPolyglot: a file that starts as a harmless pickle and is
 // also a valid tar is loaded by torch.load as a pre-1.0 tar, from its
@@ -511,11 +520,10 @@ func tarBlock(name string, size int, typ byte) []byte {
 // behind a link fails.
 func TestScanPickleTarPolyglot(t *testing.T) {
 	payload := []byte("\x80\x02cos\nsystem\n(S'touch vg-pwned'\ntR.")
-	pad := func(b []byte) []byte { return append(b, make([]byte, (512-len(b)%512)%512)...) }
 	var f []byte
 	f = append(f, tarBlock("\x80\x02K\x01.", 0, '0')...)
 	f = append(f, tarBlock("storages", len(payload), '0')...)
-	f = append(f, pad(payload)...)
+	f = append(f, tarPad(payload)...)
 	f = append(f, make([]byte, 1024)...)
 	dir := t.TempDir()
 	p := filepath.Join(dir, "model.pt")
@@ -535,15 +543,10 @@ func TestScanPickleTarPolyglot(t *testing.T) {
 	// storages as a hard link to a member of another name.
 	var l []byte
 	l = append(l, tarBlock("evil", len(payload), '0')...)
-	l = append(l, pad(payload)...)
+	l = append(l, tarPad(payload)...)
 	link := tarBlock("storages", 0, '1')
 	copy(link[157:], "evil")
-	copy(link[148:], "        ")
-	sum := 0
-	for _, c := range link {
-		sum += int(c)
-	}
-	copy(link[148:], fmt.Sprintf("%06o\x00 ", sum))
+	copy(link[148:], fmt.Sprintf("%06o\x00 ", tarSum(link)))
 	l = append(l, link...)
 	l = append(l, make([]byte, 1024)...)
 	res = &ScanResult{Format: FormatTorchTar}

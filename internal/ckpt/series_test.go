@@ -52,20 +52,27 @@ func loadSeriesExpected(t *testing.T) map[string]seriesExpect {
 	return out
 }
 
+// scanByPath scans dir and returns its entries by their path below dir.
+func scanByPath(t *testing.T, dir string) map[string]Entry {
+	t.Helper()
+	es, err := Scan(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]Entry{}
+	for _, e := range es {
+		rel, _ := filepath.Rel(dir, e.Path)
+		out[rel] = e
+	}
+	return out
+}
+
 // TestSeriesClassification: Scan takes exactly the files in which torch.load
 // finds model weights for checkpoints, reads step and epoch from the top
 // level only, and leaves JSON, text and the notes/ folder out.
 func TestSeriesClassification(t *testing.T) {
 	want := loadSeriesExpected(t)
-	es, err := Scan(seriesRun)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]Entry{}
-	for _, e := range es {
-		rel, _ := filepath.Rel(seriesRun, e.Path)
-		got[rel] = e
-	}
+	got := scanByPath(t, seriesRun)
 	for name, w := range want {
 		e, ok := got[name]
 		if !w.TorchLoad {
@@ -304,13 +311,8 @@ func TestDetectDirByContent(t *testing.T) {
 			t.Errorf("detectDir(%s) = %q, want %q", sub, got, want)
 		}
 	}
-	es, err := Scan(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	kinds := map[string]string{}
-	for _, e := range es {
-		rel, _ := filepath.Rel(dir, e.Path)
+	for rel, e := range scanByPath(t, dir) {
 		kinds[rel] = e.Kind
 	}
 	if kinds["pickled/.metadata"] != KindOther || kinds["realmeta"] != KindInvalid || kinds["torn"] != KindInvalid {

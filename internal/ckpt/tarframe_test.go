@@ -34,29 +34,22 @@ func sixPickles() []byte {
 // next header (storages, the payload) comes right after it. Its name is a
 // harmless pickle, so the file reads as one too.
 func tarAfterDir() []byte {
-	pad := func(b []byte) []byte { return append(b, make([]byte, (512-len(b)%512)%512)...) }
 	var f []byte
 	f = append(f, tarBlock("\x80\x02K\x01.", 512, '5')...)
 	f = append(f, tarBlock("storages", len(osSystemPayload), '0')...)
-	f = append(f, pad([]byte(osSystemPayload))...)
+	f = append(f, tarPad([]byte(osSystemPayload))...)
 	return append(f, make([]byte, 1024)...)
 }
 
 // tarChecksum0o: a tar whose checksum field is written "0o…", which
 // Python's int(s, 8) accepts.
 func tarChecksum0o() []byte {
-	pad := func(b []byte) []byte { return append(b, make([]byte, (512-len(b)%512)%512)...) }
 	first := tarBlock("\x80\x02K\x01.", 0, '0')
-	copy(first[148:], "        ")
-	sum := 0
-	for _, c := range first {
-		sum += int(c)
-	}
-	copy(first[148:], fmt.Sprintf("0o%o\x00", sum))
+	copy(first[148:], fmt.Sprintf("0o%o\x00", tarSum(first)))
 	var f []byte
 	f = append(f, first...)
 	f = append(f, tarBlock("storages", len(osSystemPayload), '0')...)
-	f = append(f, pad([]byte(osSystemPayload))...)
+	f = append(f, tarPad([]byte(osSystemPayload))...)
 	return append(f, make([]byte, 1024)...)
 }
 

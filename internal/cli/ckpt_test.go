@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"archive/zip"
 	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vramguard/vramguard/internal/ckpt/ziparc"
 	"github.com/vramguard/vramguard/internal/testbin"
 )
 
@@ -155,5 +158,363 @@ func TestCkptProgressBar(t *testing.T) {
 	f := &Factory{IO: IOStreams{ErrOut: &buf}, Now: time.Now}
 	if newProgressBar(f, "../ckpt/testdata/torch/training.pt") != nil {
 		t.Error("bar created for a non-terminal stderr")
+	}
+}
+
+// seriesDir copies ../ckpt/testdata/series/run (ckpt-{100,200,300}.pt among a
+// config, a vocabulary, training arguments, optimizer state alone, a
+// tokenizer and notes/.metadata) into a temp dir; the non-checkpoints get the
+// newest modification times.
+func seriesDir(t *testing.T) string {
+	t.Helper()
+	src := ckptTestdata + "/series/run"
+	dst := filepath.Join(t.TempDir(), "run")
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	names := []string{"ckpt-100.pt", "ckpt-200.pt", "ckpt-300.pt", "config.pt", "optimizer.pt",
+		"training_args.bin", "vocab.pkl", "tokenizer.json", "notes/.metadata", "notes/README.txt"}
+	for i, n := range names {
+		testbin.CopyFile(t, filepath.Join(src, n), filepath.Join(dst, n), t0.Add(time.Duration(i)*time.Minute))
+	}
+	return dst
+}
+
+func TestCkptLsMarksNonCheckpoints(t *testing.T) {
+	dir := seriesDir(t)
+	code, out, errOut := runCkpt(t, "ls", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, name := range []string{"config.pt", "optimizer.pt", "training_args.bin", "vocab.pkl"} {
+		line := lineWith(out, name)
+		if !strings.Contains(line, "not a checkpoint:") {
+			t.Errorf("%s: %q", name, line)
+		}
+	}
+	if !strings.Contains(lineWith(out, "optimizer.pt"), "optimizer state only") {
+		t.Errorf("optimizer.pt line: %q", lineWith(out, "optimizer.pt"))
+	}
+	// The vocabulary's words "step" and "epoch" are not shown as its step.
+	// Fields: path, format, size, unit, date, time, step, epoch, ...
+	if f := strings.Fields(lineWith(out, "vocab.pkl")); len(f) < 9 || f[6] != "-" || f[7] != "-" {
+		t.Errorf("vocab.pkl line: %q", lineWith(out, "vocab.pkl"))
+	}
+	if !strings.Contains(lineWith(out, "ckpt-300.pt"), " ok") {
+		t.Errorf("ckpt-300.pt line: %q", lineWith(out, "ckpt-300.pt"))
+	}
+}
+
+func lineWith(out, s string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	return ""
+}
+
+func TestCkptPruneListsLeftAlone(t *testing.T) {
+	dir := seriesDir(t)
+	code, out, errOut := runCkpt(t, "prune", dir, "--keep-last", "1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, s := range []string{"LEFT ALONE", "config.pt", "vocab.pkl", "training_args.bin", "optimizer state only",
+		filepath.Join(dir, "notes") + " ", ".metadata", "3 other files", "dry run"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("prune output lacks %q:\n%s", s, out)
+		}
+	}
+	if !strings.HasPrefix(lineWith(out, "ckpt-100.pt"), "delete") || !strings.HasPrefix(lineWith(out, "ckpt-300.pt"), "keep") {
+		t.Errorf("plan:\n%s", out)
+	}
+	for _, name := range []string{"config.pt", "vocab.pkl", "optimizer.pt", "training_args.bin"} {
+		if strings.HasPrefix(lineWith(out, name), "delete") {
+			t.Errorf("%s planned for deletion:\n%s", name, out)
+		}
+	}
+
+	code, out, errOut = runCkpt(t, "prune", dir, "--keep-last", "1", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var plan struct {
+		Items []struct {
+			Path string `json:"path"`
+			Keep bool   `json:"keep"`
+			Kind string `json:"kind"`
+		} `json:"items"`
+		LeftAlone []struct {
+			Path string `json:"path"`
+			Why  string `json:"why"`
+		} `json:"left_alone"`
+		OtherFiles int `json:"other_files"`
+	}
+	if err := json.Unmarshal([]byte(out), &plan); err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Items) != 3 || len(plan.LeftAlone) != 5 || plan.OtherFiles != 3 {
+		t.Fatalf("plan: %d items, %d left alone, %d other files:\n%s", len(plan.Items), len(plan.LeftAlone), plan.OtherFiles, out)
+	}
+	for _, la := range plan.LeftAlone {
+		if la.Why == "" {
+			t.Errorf("%s left alone without a reason", la.Path)
+		}
+	}
+}
+
+func TestCkptLatestNoneValid(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"ckpt-100.pt", "ckpt-200.pt"} {
+		b, err := os.ReadFile(ckptTestdata + "/series/run/" + n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, n), b[:len(b)/2], 0o644)
+	}
+	testbin.CopyFile(t, ckptTestdata+"/series/run/config.pt", filepath.Join(dir, "config.pt"), time.Now())
+	code, out, errOut := runCkpt(t, "latest", dir)
+	if code != 1 || out != "" {
+		t.Fatalf("exit %d, stdout %q", code, out)
+	}
+	for _, s := range []string{"skipped " + filepath.Join(dir, "ckpt-100.pt"), "skipped " + filepath.Join(dir, "ckpt-200.pt"),
+		"truncated", "2 saved, every one failed verification"} {
+		if !strings.Contains(errOut, s) {
+			t.Errorf("stderr lacks %q:\n%s", s, errOut)
+		}
+	}
+	if strings.Contains(errOut, "config.pt") {
+		t.Errorf("config.pt named as a skipped checkpoint:\n%s", errOut)
+	}
+	code, out, _ = runCkpt(t, "latest", "--json", dir)
+	var res struct {
+		Latest         any               `json:"latest"`
+		Invalid        []json.RawMessage `json:"invalid"`
+		NotCheckpoints []json.RawMessage `json:"not_checkpoints"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 1 {
+		t.Fatalf("exit %d: %v\n%s", code, err, out)
+	}
+	if res.Latest != nil || len(res.Invalid) != 2 || len(res.NotCheckpoints) != 1 {
+		t.Errorf("json: %s", out)
+	}
+}
+
+// zipCmdWork bounds what one ckpt command on a zip attack fixture may
+// allocate and inflate: the bombs inflate to 250 MiB and more, of which
+// the command reads the pickle (a few KiB) and never holds a record whole.
+const zipCmdWork = 32 << 20
+
+// runCkptWork is runCkpt, with what the command allocated and what it
+// inflated from zip records.
+func runCkptWork(t *testing.T, args ...string) (code int, stdout, stderr string, alloc uint64, inflated int64) {
+	t.Helper()
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	i0 := ziparc.TotalInflated()
+	code, stdout, stderr = runCkpt(t, args...)
+	inflated = ziparc.TotalInflated() - i0
+	runtime.ReadMemStats(&m1)
+	return code, stdout, stderr, m1.TotalAlloc - m0.TotalAlloc, inflated
+}
+
+// Every zip-level attack fixture (scripts/gen-zip-fixtures.py) fails
+// `ckpt scan` with exit 1 and the finding named on stdout, allocating and
+// inflating at most zipCmdWork.
+func TestCkptScanZipAttacks(t *testing.T) {
+	tests := []struct {
+		file string
+		want []string
+	}{
+		{"local_name.pt", []string{"DANGEROUS", `names "archive/data.pkX"`, "os.system"}},
+		{"case_name.pt", []string{"DANGEROUS", "os.system"}},
+		{"disk1.pt", []string{"DANGEROUS", "disk 1 of a multi-disk archive", "os.system"}},
+		{"eocd_comment.pt", []string{"DANGEROUS", "comment bytes follow it", "os.system"}},
+		{"cd_after.pt", []string{"DANGEROUS", "not in the central directory", "os.system"}},
+		{"stored_size.pt", []string{"DANGEROUS", "torch's reader reads 1052", "os.system"}},
+		{"deflated_big.pt", []string{"DANGEROUS", "over the scanner's", "os.system"}},
+		{"local_sizes.pt", []string{"DANGEROUS", "the local header says 5 bytes"}},
+		{"bomb_overlap.pt", []string{"DANGEROUS", "overlap", "deflate bomb"}},
+		{"bomb_single.pt", []string{"DANGEROUS", "deflate bomb"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			code, out, errOut, alloc, inflated := runCkptWork(t, "scan", ckptTestdata+"/zipattack/"+tc.file)
+			if code != 1 {
+				t.Errorf("exit %d, want 1\n%s%s", code, out, errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("stdout lacks %q:\n%s", w, out)
+				}
+			}
+			if alloc > zipCmdWork || inflated > zipCmdWork {
+				t.Errorf("allocated %d KiB and inflated %d KiB, over %d KiB", alloc>>10, inflated>>10, zipCmdWork>>10)
+			}
+		})
+	}
+}
+
+// inspect and verify fail the bombs with exit 1 and a reason, allocating
+// and inflating at most zipCmdWork; verify --deep (every record's CRC-32)
+// inflates at most that and the 250 MiB the one bomb record declares,
+// never holding it.
+func TestCkptZipBombsInspectVerify(t *testing.T) {
+	for _, f := range []string{"bomb_overlap.pt", "bomb_single.pt", "deflated_big.pt"} {
+		for _, args := range [][]string{{"inspect"}, {"verify"}, {"verify", "--deep"}} {
+			code, out, errOut, alloc, inflated := runCkptWork(t, append(args, ckptTestdata+"/zipattack/"+f)...)
+			if code != 1 || !strings.Contains(out+errOut, "INVALID") {
+				t.Errorf("%v %s: exit %d, want 1 and the file named invalid\n%s%s", args, f, code, out, errOut)
+			}
+			limit := int64(zipCmdWork)
+			if args[len(args)-1] == "--deep" {
+				limit += 250 << 20
+			}
+			t.Logf("%v %s: %d KiB allocated, %d KiB inflated", args, f, alloc>>10, inflated>>10)
+			if alloc > zipCmdWork || inflated > limit {
+				t.Errorf("%v %s: allocated %d KiB (at most %d KiB) and inflated %d KiB (at most %d KiB)",
+					args, f, alloc>>10, zipCmdWork>>10, inflated>>10, limit>>10)
+			}
+		}
+	}
+}
+
+// A Hugging Face cache snapshot (files are symlinks into ../../blobs) is
+// scanned and listed through its links.
+func TestCkptHFCacheSnapshot(t *testing.T) {
+	repo := filepath.Join(t.TempDir(), "models--org--model")
+	b, err := os.ReadFile(ckptTestdata + "/malicious/torch_payload_badcrc.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(repo, "blobs"), 0o755)
+	os.WriteFile(filepath.Join(repo, "blobs", "5eed"), b, 0o644)
+	snap := filepath.Join(repo, "snapshots", "0123abcd")
+	os.MkdirAll(snap, 0o755)
+	if err := os.Symlink("../../blobs/5eed", filepath.Join(snap, "pytorch_model.bin")); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runCkpt(t, "scan", snap)
+	if code != 1 || !strings.Contains(out, "pytorch_model.bin") || strings.Contains(out, "no pickles found") {
+		t.Errorf("scan of the snapshot: exit %d\n%s", code, out)
+	}
+	code, out, _ = runCkpt(t, "ls", snap)
+	if !strings.Contains(out, "pytorch_model.bin") {
+		t.Errorf("ls of the snapshot: exit %d\n%s", code, out)
+	}
+}
+
+// TestCkptScanStatuses: scan's exit status and words for what it
+// understood and what it did not.
+func TestCkptScanStatuses(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	blob := write("weights.bin", []byte("{\x00\x01binary in no format"))
+	zp := filepath.Join(dir, "notes.zip")
+	zf, _ := os.Create(zp)
+	zw := zip.NewWriter(zf)
+	w, _ := zw.Create("readme.txt")
+	w.Write([]byte("plain text"))
+	zw.Close()
+	zf.Close()
+	// A zip member numpy.load would read as a .npy, with a header the
+	// scanner cannot parse.
+	bad := "{'descr': '<i8', 'fortran_order': False, 'shape': (1+1,)}"
+	zp2 := filepath.Join(dir, "odd.npz")
+	zf, _ = os.Create(zp2)
+	zw = zip.NewWriter(zf)
+	w, _ = zw.Create("a.npy")
+	w.Write(append([]byte("\x93NUMPY\x01\x00"+string(rune(len(bad)))+"\x00"), bad...))
+	zw.Close()
+	zf.Close()
+	edges := ckptTestdata + "/edges"
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout []string
+	}{
+		{"blob alone", []string{"scan", blob}, ExitNotUnderstood, []string{"NOT UNDERSTOOD", "first byte 0x7b"}},
+		{"plain zip", []string{"scan", zp}, 0, []string{"ok", "[zip, 0 pickles]"}},
+		{"npz header", []string{"scan", zp2}, ExitNotUnderstood, []string{"NOT UNDERSTOOD", "a.npy: .npy header"}},
+		{"npy plain", []string{"scan", edges + "/benign_int.npy"}, 0, []string{"ok", "[npy, 0 pickles]"}},
+		{"npy payload", []string{"scan", edges + "/attack_object.npy"}, 1, []string{"DANGEROUS", "os.system"}},
+		{"xz payload", []string{"scan", edges + "/attack_split.xz"}, 1, []string{"DANGEROUS", "os.system", "[xz, 1 pickle]"}},
+		{"zstd payload", []string{"scan", edges + "/attack_pickle.zst"}, 1, []string{"DANGEROUS", "os.system", "[zstd, 1 pickle]"}},
+		{"zstd plain", []string{"scan", edges + "/benign_pickle.zst"}, 0, []string{"ok", "[zstd, 1 pickle]"}},
+		{"xz bomb", []string{"scan", edges + "/bomb.xz"}, 1, []string{"FAILED", "more than the scanner's 67108864-byte bound"}},
+		{"legacy module record", []string{"scan", edges + "/attack_pid_patch.pt"}, 1, []string{"DANGEROUS", "BUILD on what persistent_load returns", "legacy module record of torch.nn.functional.relu"}},
+		{"dir", []string{"scan", dir}, ExitNotUnderstood, []string{"skipped  " + blob, "no pickle opcode", "NOT UNDERSTOOD  " + zp2}},
+	}
+	for _, tc := range tests {
+		code, out, errOut := runCkpt(t, tc.args...)
+		if code != tc.code {
+			t.Errorf("%s: exit %d, want %d\n%s%s", tc.name, code, tc.code, out, errOut)
+		}
+		for _, s := range tc.stdout {
+			if !strings.Contains(out, s) {
+				t.Errorf("%s: stdout lacks %q:\n%s", tc.name, s, out)
+			}
+		}
+	}
+	code, out, _ := runCkpt(t, "scan", "--json", dir)
+	var rs []struct {
+		Path, Status, Skipped string
+		Safe                  bool
+		NotUnderstood         []string `json:"not_understood"`
+	}
+	if err := json.Unmarshal([]byte(out), &rs); err != nil || code != ExitNotUnderstood || len(rs) != 3 {
+		t.Fatalf("exit %d, %v: %s", code, err, out)
+	}
+	want := map[string]string{"notes.zip": "ok", "odd.npz": "not-understood", "weights.bin": "skipped"}
+	for _, r := range rs {
+		if want[filepath.Base(r.Path)] != r.Status || (r.Status == "ok") != r.Safe {
+			t.Errorf("%s: status %s safe %v", r.Path, r.Status, r.Safe)
+		}
+	}
+}
+
+// TestCkptEscapesNames: a file name with a newline or an escape sequence
+// is printed quoted by every ckpt command, never raw; --json keeps it.
+func TestCkptEscapesNames(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	src, err := os.ReadFile(ckptTestdata + "/torch/training.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"ckpt-1.pt\nckpt-9.pt", "ckpt-2\x1b]0;owned\x07.pt"}
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(dir, n), src, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"ls", dir}, {"latest", dir}, {"prune", dir, "--keep-last", "1"}, {"scan", dir}, {"verify", dir},
+		{"inspect", filepath.Join(dir, names[1])}} {
+		_, out, errOut := runCkpt(t, args...)
+		all := out + errOut
+		if strings.ContainsAny(all, "\x1b\x07") || strings.Contains(all, "\nckpt-9.pt") {
+			t.Errorf("%v prints a raw name:\n%q", args, all)
+		}
+		if args[0] != "latest" && args[0] != "inspect" && !strings.Contains(all, `ckpt-1.pt\nckpt-9.pt`) {
+			t.Errorf("%v does not name the file with the newline:\n%s", args, all)
+		}
+	}
+	_, out, _ := runCkpt(t, "ls", "--json", dir)
+	var es []struct{ Path string }
+	if err := json.Unmarshal([]byte(out), &es); err != nil || len(es) != 2 {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, e := range es {
+		if e.Path != filepath.Join(dir, names[0]) && e.Path != filepath.Join(dir, names[1]) {
+			t.Errorf("--json path %q is not the file's name", e.Path)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -300,7 +299,7 @@ func normalScreen(s string) string {
 func (m *tmuxTop) golden(name string, ready func(string) bool) {
 	m.t.Helper()
 	path := filepath.Join("testdata", "top", name+".golden")
-	if topUpdating() {
+	if *update {
 		s := m.waitFor(name, ready)
 		for {
 			time.Sleep(500 * time.Millisecond)
@@ -328,16 +327,4 @@ func (m *tmuxTop) golden(name string, ready func(string) bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	m.t.Fatalf("screen %s differs from %s (run with -update to accept it):\n--- got\n%s--- want\n%s", name, path, got, want)
-}
-
-func init() {
-	// -update may already be defined by another test file of this package
-	if flag.Lookup("update") == nil {
-		flag.Bool("update", false, "rewrite golden files")
-	}
-}
-
-func topUpdating() bool {
-	f := flag.Lookup("update")
-	return f != nil && f.Value.String() == "true"
 }

@@ -82,6 +82,24 @@ func refWalk(b []byte) (globals []refGlobal, stopAt int64) {
 		marks = marks[:len(marks)-1]
 		return true
 	}
+	// memoKey reads the memo index op carries: a decimal line after PUT
+	// and GET, one byte after BINPUT and BINGET, four after LONG_BINPUT
+	// and LONG_BINGET.
+	memoKey := func(op byte) (uint64, bool) {
+		switch op {
+		case 'p', 'g':
+			l, ok := line()
+			if !ok {
+				return 0, false
+			}
+			k, err := parseMemoKey(l)
+			return k, err == nil
+		case 'q', 'h':
+			return le(1)
+		default:
+			return le(4)
+		}
+	}
 	for {
 		at := pos
 		if !need(1) {
@@ -122,17 +140,9 @@ func refWalk(b []byte) (globals []refGlobal, stopAt int64) {
 		case 'I', 'L', 'F', 'P':
 			_, ok = line()
 			stack = append(stack, other)
-		case 'J':
-			_, ok = le(4)
-			stack = append(stack, other)
-		case 'K':
-			_, ok = le(1)
-			stack = append(stack, other)
-		case 'M':
-			_, ok = le(2)
-			stack = append(stack, other)
-		case 'G':
-			_, ok = le(8)
+		case 'J', 'K', 'M', 'G':
+			// BININT, BININT1, BININT2 and BINFLOAT: a number of fixed width
+			_, ok = le(map[byte]int{'J': 4, 'K': 1, 'M': 2, 'G': 8}[op])
 			stack = append(stack, other)
 		case 0x8a, 0x8b:
 			w := 1
@@ -196,21 +206,9 @@ func refWalk(b []byte) (globals []refGlobal, stopAt int64) {
 			}
 			ok = ok && len(stack) > fence()
 		case 'p', 'q', 'r', 0x94:
-			var k uint64
-			switch op {
-			case 'p':
-				var l string
-				if l, ok = line(); ok {
-					var err error
-					k, err = parseMemoKey(l)
-					ok = err == nil
-				}
-			case 'q':
-				k, ok = le(1)
-			case 'r':
-				k, ok = le(4)
-			default:
-				k = uint64(len(memo))
+			k := uint64(len(memo))
+			if op != 0x94 {
+				k, ok = memoKey(op)
 			}
 			if ok && len(stack) > fence() {
 				memo[k] = stack[len(stack)-1]
@@ -219,19 +217,7 @@ func refWalk(b []byte) (globals []refGlobal, stopAt int64) {
 			}
 		case 'g', 'h', 'j':
 			var k uint64
-			switch op {
-			case 'g':
-				var l string
-				if l, ok = line(); ok {
-					var err error
-					k, err = parseMemoKey(l)
-					ok = err == nil
-				}
-			case 'h':
-				k, ok = le(1)
-			default:
-				k, ok = le(4)
-			}
+			k, ok = memoKey(op)
 			if v, found := memo[k]; ok && found {
 				stack = append(stack, v)
 			} else {

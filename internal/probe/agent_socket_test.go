@@ -127,22 +127,12 @@ func (r *recorder) gone(t *testing.T, pids ...int) []Message {
 	t.Helper()
 	return r.wait(t, fmt.Sprintf("pids %v to disconnect", pids), func(ms []Message) bool {
 		for _, p := range pids {
-			if len(ofType(ms, p, TypeDisconnect)) == 0 {
+			if len(byType(ms, p, TypeDisconnect)) == 0 {
 				return false
 			}
 		}
 		return true
 	})
-}
-
-func ofType(ms []Message, pid int, typ string) []Message {
-	var out []Message
-	for _, m := range ms {
-		if m.Type == typ && (pid == 0 || m.PID == pid) {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 // listenIn starts a Listener on name in a fresh short directory (socket
@@ -211,10 +201,10 @@ func checkSameStream(t *testing.T, pid int, sup, agent []Message) {
 		}
 	}
 	bySeq := map[int64]Message{}
-	for _, m := range ofType(sup, pid, TypeSample) {
+	for _, m := range byType(sup, pid, TypeSample) {
 		bySeq[m.Seq] = m
 	}
-	samples := ofType(mine, pid, TypeSample)
+	samples := byType(mine, pid, TypeSample)
 	if len(samples) == 0 {
 		t.Errorf("pid %d: the agent got no sample", pid)
 	}
@@ -256,16 +246,16 @@ func TestAgentSocketTraining(t *testing.T) {
 		checkSameStream(t, p, sm, am)
 	}
 	for _, typ := range []string{TypeCkpt, TypeBye, TypeTorch} {
-		if s, a := len(ofType(sm, rep.PID, typ)), len(ofType(am, rep.PID, typ)); s != a || s == 0 {
+		if s, a := len(byType(sm, rep.PID, typ)), len(byType(am, rep.PID, typ)); s != a || s == 0 {
 			t.Errorf("%s messages: supervisor %d, agent %d", typ, s, a)
 		}
 	}
-	last := ofType(am, rep.PID, TypeSample)
+	last := byType(am, rep.PID, TypeSample)
 	if n := len(last); n == 0 || last[n-1].OptimizerSteps != 24 || rep.Steps != 24 {
 		t.Errorf("the agent's last sample of the main process does not count the loop's %d steps", rep.Steps)
 	}
 	for _, ms := range [][]Message{sm, am} {
-		if e := append(ofType(ms, 0, TypeError), ofType(ms, 0, TypeInvalid)...); len(e) > 0 {
+		if e := append(byType(ms, 0, TypeError), byType(ms, 0, TypeInvalid)...); len(e) > 0 {
 			t.Errorf("errors: %+v", e)
 		}
 	}
@@ -293,7 +283,7 @@ func TestAgentSocketCUDA(t *testing.T) {
 	am := agent.gone(t, rep.PID)
 	checkSameStream(t, rep.PID, sm, am)
 	var withCUDA int
-	for _, m := range ofType(am, rep.PID, TypeSample) {
+	for _, m := range byType(am, rep.PID, TypeSample) {
 		if len(m.CUDA) > 0 && m.CUDA[0].AllocatedBytes > 0 && m.CUDA[0].ReservedBytes > 0 {
 			withCUDA++
 		}
@@ -301,7 +291,7 @@ func TestAgentSocketCUDA(t *testing.T) {
 	if withCUDA == 0 {
 		t.Errorf("no sample with allocator figures reached the agent")
 	}
-	so, ao := ofType(sm, rep.PID, TypeOOM), ofType(am, rep.PID, TypeOOM)
+	so, ao := byType(sm, rep.PID, TypeOOM), byType(am, rep.PID, TypeOOM)
 	if len(so) != 1 || len(ao) != 1 || !reflect.DeepEqual(so[0].CUDA, ao[0].CUDA) || ao[0].AllocBytes == nil {
 		t.Errorf("oom events: supervisor %+v, agent %+v", so, ao)
 	}
@@ -350,15 +340,15 @@ func TestAgentSocketAbsent(t *testing.T) {
 			}
 			ms := sup.gone(t, r.PID)
 			for _, typ := range []string{TypeHello, TypeTorch, TypeCkpt, TypeBye} {
-				if len(ofType(ms, r.PID, typ)) != 1 {
-					t.Errorf("the supervisor got %d %s messages, want 1", len(ofType(ms, r.PID, typ)), typ)
+				if len(byType(ms, r.PID, typ)) != 1 {
+					t.Errorf("the supervisor got %d %s messages, want 1", len(byType(ms, r.PID, typ)), typ)
 				}
 			}
-			samples := ofType(ms, r.PID, TypeSample)
+			samples := byType(ms, r.PID, TypeSample)
 			if len(samples) < 2 || samples[len(samples)-1].OptimizerSteps != 5 {
 				t.Errorf("supervisor samples: %+v", samples)
 			}
-			if e := ofType(ms, 0, TypeError); len(e) > 0 {
+			if e := byType(ms, 0, TypeError); len(e) > 0 {
 				t.Errorf("errors: %+v", e)
 			}
 		})
@@ -437,7 +427,7 @@ func TestAgentSocketLateAndRestarted(t *testing.T) {
 	a1 := record(first)
 	io.WriteString(stdin, "go\n")
 	expect("connected")
-	a1.wait(t, "a sample on the first agent", func(ms []Message) bool { return len(ofType(ms, pid, TypeSample)) > 0 })
+	a1.wait(t, "a sample on the first agent", func(ms []Message) bool { return len(byType(ms, pid, TypeSample)) > 0 })
 	first.Close()
 
 	second := listenIn(t, dir, "agent.sock")
@@ -461,10 +451,10 @@ func TestAgentSocketLateAndRestarted(t *testing.T) {
 	}
 	checkSameStream(t, pid, sm, am1)
 	checkSameStream(t, pid, sm, am2)
-	if len(ofType(am2, pid, TypeBye)) != 1 {
+	if len(byType(am2, pid, TypeBye)) != 1 {
 		t.Errorf("the restarted agent got no bye")
 	}
-	if n := len(ofType(sm, pid, TypeHello)); n != 1 {
+	if n := len(byType(sm, pid, TypeHello)); n != 1 {
 		t.Errorf("the supervisor got %d hellos, want 1", n)
 	}
 }
@@ -572,10 +562,10 @@ func TestAgentSocketWedged(t *testing.T) {
 		t.Fatalf("job: %v\nstderr:\n%s", err, stderr.String())
 	}
 	ms := sup.gone(t, cmd.Process.Pid)
-	if n := len(ofType(ms, 0, "note")); n != 3000 {
+	if n := len(byType(ms, 0, "note")); n != 3000 {
 		t.Errorf("the supervisor got %d of 3000 lines", n)
 	}
-	for _, m := range ofType(ms, 0, TypeSample) {
+	for _, m := range byType(ms, 0, TypeSample) {
 		if m.Dropped != 0 {
 			t.Errorf("a supervisor sample counts %d dropped; the drops were the agent's", m.Dropped)
 		}
@@ -713,7 +703,7 @@ func TestAgentSocketUnderRun(t *testing.T) {
 				t.Errorf("post-mortem probe %+v, want the job's pid %d", pm.Probe, job.PID)
 			}
 			ms := agent.gone(t, job.PID)
-			if len(ofType(ms, job.PID, TypeSample)) == 0 || len(ofType(ms, job.PID, TypeBye)) != 1 {
+			if len(byType(ms, job.PID, TypeSample)) == 0 || len(byType(ms, job.PID, TypeBye)) != 1 {
 				t.Errorf("the agent did not hear the job's samples and goodbye")
 			}
 			for _, m := range ms {
@@ -721,7 +711,7 @@ func TestAgentSocketUnderRun(t *testing.T) {
 					t.Errorf("agent message %q about pid %d from peer %d; only the job (%d) should report", m.Type, m.PID, m.PeerPID, job.PID)
 				}
 			}
-			if last := ofType(ms, job.PID, TypeSample); len(last) > 0 && last[len(last)-1].OptimizerSteps != 3 {
+			if last := byType(ms, job.PID, TypeSample); len(last) > 0 && last[len(last)-1].OptimizerSteps != 3 {
 				t.Errorf("the agent's last sample counts %d optimizer steps, want 3", last[len(last)-1].OptimizerSteps)
 			}
 		})

@@ -39,12 +39,11 @@ func (c afCell) oneUsageError() bool {
 	return !c.OK && strings.HasPrefix(out, "UsageError: ") && !strings.Contains(out, "\n")
 }
 
-// throwawayUser is a fresh login-less user, removed when the test ends.
+// throwawayUser adds a fresh login-less user (prefix and this process's
+// PID), removed when the test ends, and returns its UID.
 func throwawayUser(t *testing.T, prefix string) int {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("creating a second user needs root (the suite runs as root in CI)")
-	}
+	testbin.NeedRoot(t, "this test adds a user and runs a process as it")
 	return testbin.User(t, prefix+strconv.Itoa(os.Getpid()%100000))
 }
 

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,16 +17,6 @@ import (
 	"github.com/vramguard/vramguard/internal/testbin"
 )
 
-// holderUser adds a throwaway user, removed when the test ends, and
-// returns its UID.
-func holderUser(t *testing.T) int {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test adds a user and runs a process as it: it must run as root (it does in CI)")
-	}
-	return testbin.User(t, "vgholder"+strconv.Itoa(os.Getpid()%100000))
-}
-
 // TestSharedSocketHolders: another user holds as many idle connections to
 // the shared probe socket (0666) as they can open, more than the server's
 // descriptor limit allows. The socket keeps taking probes: this process's
@@ -35,7 +24,7 @@ func holderUser(t *testing.T) int {
 // connections beyond its bound are closed and counted; once they let go,
 // probes still come in.
 func TestSharedSocketHolders(t *testing.T) {
-	uid := holderUser(t)
+	uid := throwawayUser(t, "vgholder")
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
 		t.Fatal(err)

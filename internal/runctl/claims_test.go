@@ -18,9 +18,7 @@ import (
 // its UID.
 func claimUser(t *testing.T, name string) int {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test adds users and runs processes as them: it must run as root (it does in CI)")
-	}
+	testbin.NeedRoot(t, "this test adds users and runs processes as them")
 	return testbin.User(t, name)
 }
 

@@ -114,9 +114,7 @@ func TestRequestReachesTheSupervisor(t *testing.T) {
 // connects).
 func TestControlRefusesOtherUsers(t *testing.T) {
 	testbin.Need(t, testbin.Setpriv)
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root: the test connects as another user")
-	}
+	testbin.NeedRoot(t, "the test connects as another user")
 	dir, err := os.MkdirTemp("", "vg")
 	if err != nil {
 		t.Fatal(err)

@@ -180,6 +180,14 @@ func TestLargeDictsRefused(t *testing.T) {
 	}
 }
 
+// shortString writes s (under 256 bytes) as protocol 4's
+// SHORT_BINUNICODE: the opcode, its length in a byte, its bytes.
+func shortString(b *bytes.Buffer, s string) {
+	b.WriteByte(0x8c)
+	b.WriteByte(byte(len(s)))
+	b.WriteString(s)
+}
+
 // stringList is a list of n distinct short strings ("0", "1"...), each
 // memoised, in APPENDS batches of 1000, as CPython's pickle.dumps(protocol=4)
 // writes it.
@@ -190,10 +198,7 @@ func stringList(n int) []byte {
 		if i%1000 == 0 {
 			b.WriteByte('(')
 		}
-		s := strconv.Itoa(i)
-		b.WriteByte(0x8c)
-		b.WriteByte(byte(len(s)))
-		b.WriteString(s)
+		shortString(&b, strconv.Itoa(i))
 		b.WriteByte(0x94)
 		if i%1000 == 999 || i == n-1 {
 			b.WriteByte('e')
@@ -209,13 +214,7 @@ func stringList(n int) []byte {
 // most 40 MB (32 MiB of memo, items and strings) of its 23 MB. Before the
 // bound it was read whole: 284 MB allocated, 12.4 a byte.
 func TestStringListCostsItsBytes(t *testing.T) {
-	data := stringList(2_400_000)
-	var err error
-	n := pickletest.Allocated(func() { _, err = Decode(bytes.NewReader(data), DefaultLimits, nil) })
-	if !errors.Is(err, ErrNotSnapshot) || !strings.Contains(err.Error(), "a memory snapshot's lists hold records") {
-		t.Fatalf("a list of strings read as %v, want refused for its items", err)
-	}
-	t.Logf("%d bytes, %d allocated (%.1f a byte): %v", len(data), n, float64(n)/float64(len(data)), err)
+	err := refusedWithin(t, "a list of strings", stringList(2_400_000), "a memory snapshot's lists hold records", 40_000_000)
 	m := atByte.FindStringSubmatch(err.Error())
 	if m == nil {
 		t.Fatalf("%v names no byte", err)
@@ -223,9 +222,23 @@ func TestStringListCostsItsBytes(t *testing.T) {
 	if at, _ := strconv.ParseInt(m[1], 10, 64); at <= 0 || at > 2<<20 {
 		t.Errorf("refused at byte %s, want within the first 2 MiB", m[1])
 	}
-	if n > 40_000_000 {
-		t.Errorf("%d bytes allocated %d, over 40 MB", len(data), n)
+}
+
+// refusedWithin decodes data, what the test names it, and wants it refused
+// as not a snapshot with an error that says want, having allocated at most
+// limit bytes in all; it returns the error.
+func refusedWithin(t *testing.T, what string, data []byte, want string, limit uint64) error {
+	t.Helper()
+	var err error
+	n := pickletest.Allocated(func() { _, err = Decode(bytes.NewReader(data), DefaultLimits, nil) })
+	if !errors.Is(err, ErrNotSnapshot) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("%s read as %v, want refused: %q", what, err, want)
 	}
+	t.Logf("%d bytes, %d allocated (%.1f a byte): %v", len(data), n, float64(n)/float64(len(data)), err)
+	if n > limit {
+		t.Errorf("%d bytes allocated %d, over %d", len(data), n, limit)
+	}
+	return err
 }
 
 // memoisedStrings is n distinct short strings, each memoised and popped:
@@ -234,10 +247,7 @@ func memoisedStrings(n int) []byte {
 	var b bytes.Buffer
 	b.WriteString("\x80\x04")
 	for i := range n {
-		s := strconv.Itoa(i)
-		b.WriteByte(0x8c)
-		b.WriteByte(byte(len(s)))
-		b.WriteString(s)
+		shortString(&b, strconv.Itoa(i))
 		b.WriteString("\x940")
 	}
 	b.WriteString("N.")
@@ -249,16 +259,7 @@ func memoisedStrings(n int) []byte {
 // strings memoised and popped (25 MB) allocate at most 66 MB in all, the
 // strings read included (87 MB before: a 24-byte value each).
 func TestMemoOfStringsCostsWords(t *testing.T) {
-	data := memoisedStrings(2_400_000)
-	var err error
-	n := pickletest.Allocated(func() { _, err = Decode(bytes.NewReader(data), DefaultLimits, nil) })
-	if !errors.Is(err, ErrNotSnapshot) || !strings.Contains(err.Error(), "holds a None") {
-		t.Fatalf("got %v, want the None it leaves refused", err)
-	}
-	t.Logf("%d bytes, %d allocated (%.1f a byte)", len(data), n, float64(n)/float64(len(data)))
-	if n > 66_000_000 {
-		t.Errorf("%d bytes allocated %d, over 66 MB", len(data), n)
-	}
+	refusedWithin(t, "2.4 M memoised strings", memoisedStrings(2_400_000), "holds a None", 66_000_000)
 }
 
 // TestMemoWords: what the memo keeps as words reads back as the value

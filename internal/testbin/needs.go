@@ -165,3 +165,12 @@ func Require(deps ...Dep) {
 		os.Exit(1)
 	}
 }
+
+// NeedRoot fails t at once (never skips: CI runs the suite as root) unless
+// this process is root; why says what the test does that needs it.
+func NeedRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatalf("%s: run it as root (CI does)", why)
+	}
+}

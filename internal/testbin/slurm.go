@@ -84,9 +84,7 @@ var slurmDefaults = map[string]string{
 func StartSlurm(t testing.TB, conf ...string) *SlurmCluster {
 	t.Helper()
 	Need(t, Slurm, Munge)
-	if os.Geteuid() != 0 {
-		t.Fatal("a Slurm cluster needs root: slurmd runs jobs as their users")
-	}
+	NeedRoot(t, "a Slurm cluster (slurmd runs jobs as their users)")
 	host, err := os.Hostname()
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,20 @@ def fire(name):
 def u8(n):
     return torch.ones(n, dtype=torch.uint8)
 
+def loud(name, *methods):
+    """A class decorator: each of methods fires name, then does what the
+    base class's does."""
+    def overriding(base):
+        def method(self, *args, **kwargs):
+            fire(name)
+            return base(self, *args, **kwargs)
+        return method
+    def decorate(cls):
+        for m in methods:
+            setattr(cls, m, overriding(getattr(cls.__base__, m)))
+        return cls
+    return decorate
+
 class GradTensor(torch.Tensor):
     @property
     def grad(self):
@@ -42,55 +56,33 @@ class FnTensor(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 t_fn = u8(2002).as_subclass(FnTensor)
 
+def loud_property(name, key):
+    """A property that fires name when read and keeps its value in
+    __dict__[key]."""
+    def get(self):
+        fire(name)
+        return self.__dict__[key]
+    def put(self, v):
+        self.__dict__[key] = v
+    return property(get, put)
+
 class SneakyOpt(torch.optim.SGD):
-    @property
-    def state(self):
-        fire("optimizer subclass state/param_groups properties")
-        return self.__dict__["_s"]
-    @state.setter
-    def state(self, v):
-        self.__dict__["_s"] = v
-    @property
-    def param_groups(self):
-        fire("optimizer subclass state/param_groups properties")
-        return self.__dict__["_pg"]
-    @param_groups.setter
-    def param_groups(self, v):
-        self.__dict__["_pg"] = v
+    state = loud_property("optimizer subclass state/param_groups properties", "_s")
+    param_groups = loud_property("optimizer subclass state/param_groups properties", "_pg")
 opt_w = torch.nn.Parameter(torch.ones(2003 // 4))
 opt_hostile = SneakyOpt([opt_w], lr=0.1, momentum=0.9)
 opt_w.grad = torch.ones_like(opt_w)
 opt_hostile.step()
 del opt_w
 
+@loud("dict subclass keys/values/items/__iter__", "keys", "values", "items", "__iter__", "__len__")
 class SneakyDict(dict):
-    def keys(self):
-        fire("dict subclass keys/values/items/__iter__")
-        return super().keys()
-    def values(self):
-        fire("dict subclass keys/values/items/__iter__")
-        return super().values()
-    def items(self):
-        fire("dict subclass keys/values/items/__iter__")
-        return super().items()
-    def __iter__(self):
-        fire("dict subclass keys/values/items/__iter__")
-        return super().__iter__()
-    def __len__(self):
-        fire("dict subclass keys/values/items/__iter__")
-        return super().__len__()
+    pass
 d_hostile = SneakyDict(t=u8(2004))
 
+@loud("list subclass __iter__/__len__/__getitem__", "__iter__", "__len__", "__getitem__")
 class SneakyList(list):
-    def __iter__(self):
-        fire("list subclass __iter__/__len__/__getitem__")
-        return super().__iter__()
-    def __len__(self):
-        fire("list subclass __iter__/__len__/__getitem__")
-        return super().__len__()
-    def __getitem__(self, i):
-        fire("list subclass __iter__/__len__/__getitem__")
-        return super().__getitem__(i)
+    pass
 l_hostile = SneakyList([u8(2005)])
 
 class ClassProp:
@@ -174,16 +166,9 @@ k_hostile = {}
 dict.__setitem__(k_hostile, key, u8(2012))
 FIRED.clear()
 
+@loud("an exec() locals mapping's items/keys", "items", "keys", "__iter__")
 class LoudLocals(dict):
-    def items(self):
-        fire("an exec() locals mapping's items/keys")
-        return super().items()
-    def keys(self):
-        fire("an exec() locals mapping's items/keys")
-        return super().keys()
-    def __iter__(self):
-        fire("an exec() locals mapping's items/keys")
-        return super().__iter__()
+    pass
 '''
 
 ip.run_cell(CASES, store_history=True)
