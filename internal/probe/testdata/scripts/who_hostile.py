@@ -176,6 +176,19 @@ ip.run_cell(CASES, store_history=True)
 ip.run_cell("exec('t = torch.ones(2013, dtype=torch.uint8)\\n1 / 0', {'torch': torch}, LoudLocals())",
             store_history=True)
 ns = ip.user_ns
+# The traps fire when used, so a FIRED left empty by the scan means the scan
+# used none of them (not that a trap was never set).
+for obj, calls in ((ns["SneakyDict"](a=1), [("keys",), ("values",), ("items",), ("__iter__",), ("__len__",)]),
+                   (ns["SneakyList"]([1]), [("__iter__",), ("__len__",), ("__getitem__", 0)]),
+                   (ns["LoudLocals"](), [("items",), ("keys",), ("__iter__",)]),
+                   (ns["opt_hostile"], [("state",), ("param_groups",)])):
+    for name, *args in calls:
+        ns["FIRED"].clear()
+        v = getattr(obj, name)
+        if callable(v):
+            v(*args)
+        if not ns["FIRED"]:
+            sys.exit("the trap %s.%s did not fire" % (type(obj).__name__, name))
 ns["FIRED"].clear()
 from vramguard import holders  # noqa: E402
 
