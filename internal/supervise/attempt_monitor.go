@@ -121,7 +121,7 @@ const StackSignal = syscall.SIGUSR2
 // collectStacks asks probed Python processes for their stacks (the probe
 // registers faulthandler on StackSignal and writes
 // stacks-<attempt>-<pid>.txt into the run directory) and reads what arrives
-// within two seconds.
+// within stacksWait.
 func (a *running) collectStacks() []string {
 	o := a.s.o
 	// Only the probed Python processes take StackSignal; any other process
@@ -136,29 +136,56 @@ func (a *running) collectStacks() []string {
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, StackSignal)
 	}
-	deadline := time.Now().Add(2 * time.Second)
 	pattern := filepath.Join(o.RunDir, fmt.Sprintf("stacks-%d-*.txt", a.n))
-	for time.Now().Before(deadline) {
+	out, files := waitStacks(pattern, len(pids), stacksWait)
+	a.stackFiles = files
+	return out
+}
+
+// stacksWait bounds how long a stalled job's processes have to write their
+// stacks: a stalled job waits for nothing else, and on a loaded machine a
+// process blocked in C takes a while to be scheduled for its signal.
+const stacksWait = 5 * time.Second
+
+// waitStacks waits until n files matching pattern hold stacks whose size
+// held for one look (faulthandler writes a dump in many writes), or until
+// wait has passed, and returns the stacks found, each headed by its file's
+// name, and the files by pid. The probe opens each file when it starts, so
+// a file that is there but empty has not been written yet.
+func waitStacks(pattern string, n int, wait time.Duration) ([]string, map[int]string) {
+	deadline := time.Now().Add(wait)
+	sizes := map[string]int64{}
+	for {
 		files, _ := filepath.Glob(pattern)
-		if len(files) >= len(pids) {
+		steady := 0
+		for _, f := range files {
+			st, err := os.Stat(f)
+			if err != nil || st.Size() == 0 {
+				continue
+			}
+			if sizes[f] == st.Size() {
+				steady++
+			}
+			sizes[f] = st.Size()
+		}
+		if steady >= n || !time.Now().Before(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // let the last writer finish
 	files, _ := filepath.Glob(pattern)
 	var out []string
-	a.stackFiles = map[int]string{}
+	byPID := map[int]string{}
 	for _, f := range files {
 		if b, err := os.ReadFile(f); err == nil && len(b) > 0 {
 			out = append(out, fmt.Sprintf("Python stacks (%s):\n%s", filepath.Base(f), strings.TrimSpace(string(b))))
 			var att, pid int
 			if _, err := fmt.Sscanf(filepath.Base(f), "stacks-%d-%d.txt", &att, &pid); err == nil {
-				a.stackFiles[pid] = f
+				byPID[pid] = f
 			}
 		}
 	}
-	return out
+	return out, byPID
 }
 
 // sample reads the job's process tree through the sampler (host memory of
