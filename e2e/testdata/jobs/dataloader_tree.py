@@ -1,7 +1,8 @@
 # A torch DataLoader with two forked workers that share their parent's pages,
 # for the tree-figure test (e2e/hostfigures_test.go). Once the workers run it
 # writes "MAIN_PID WORKER_PID WORKER_PID" to the file argv[1] and keeps
-# loading batches for argv[2] seconds, its memory steady.
+# loading batches, its memory steady, until the file argv[2] appears (five
+# minutes at most).
 import os
 import sys
 import time
@@ -25,15 +26,15 @@ class Items(Dataset):
 
 
 def main():
-    ready, seconds = sys.argv[1], float(sys.argv[2])
+    ready, stop = sys.argv[1], sys.argv[2]
     it = iter(DataLoader(Items(), batch_size=8, num_workers=2, multiprocessing_context="fork"))
     next(it)
     pids = [os.getpid()] + [w.pid for w in it._workers]
     with open(ready + ".tmp", "w") as f:
         f.write(" ".join(map(str, pids)))
     os.rename(ready + ".tmp", ready)
-    end, n = time.time() + seconds, 0
-    while time.time() < end:
+    end, n = time.time() + 300, 0
+    while time.time() < end and not os.path.exists(stop):
         next(it)
         n += 1
         time.sleep(0.01)
